@@ -1,0 +1,62 @@
+/**
+ * One error type and one registry of error codes for the whole project (agent, coordinator and
+ * shared code). Callers branch on `code`, never on message text. Every code is documented in
+ * docs/errors.md; a test keeps the two in step.
+ */
+
+/** Every error code ax can raise, with a one-line meaning. */
+export const ERROR_CODES = {
+  AX_PROTO_TOO_LARGE: "A message payload is larger than the configured limit.",
+  AX_PROTO_BAD_TOPIC: "A message arrived on a topic that is not part of protocol v1.",
+  AX_PROTO_BAD_JSON: "A message payload is not valid UTF-8 JSON.",
+  AX_PROTO_NOT_OBJECT: "A message payload is JSON but not an object.",
+  AX_PROTO_BAD_VERSION: "A message has a missing or unsupported protocol version `v`.",
+  AX_PROTO_UNKNOWN_TYPE: "A message has a missing or unknown `type` for its topic.",
+  AX_PROTO_INVALID_FIELD: "A message field is missing or has the wrong type or value.",
+  AX_PROTO_AGENT_MISMATCH: "A message names an agent other than the one in its topic.",
+  AX_CONFIG_INVALID: "A configuration file or option is invalid.",
+  AX_CONFIG_READ: "A configuration file could not be read or parsed.",
+  AX_JOB_INVALID: "A job definition is invalid.",
+  AX_JOB_NOT_FOUND: "No job has the given id.",
+  AX_JOB_EXISTS: "A job with the given id already exists.",
+  AX_TRIGGER_INVALID: "A trigger (cron expression, interval, instant or time zone) is invalid.",
+  AX_FSM_ILLEGAL_TRANSITION: "An execution event is not allowed in the execution's current state.",
+  AX_STORE_FAILED: "The store failed to read or write.",
+  AX_STORE_MIGRATION: "A store migration failed or the store is newer than this build.",
+  AX_HANDLER_UNKNOWN: "No handler with the given name is registered.",
+  AX_HANDLER_PARAMS: "Handler parameters failed the handler's schema.",
+  AX_LINK_FAILED: "The MQTT link failed to connect, subscribe or publish.",
+  AX_CLI_USAGE: "A CLI command or flag is unknown or has an invalid value.",
+} as const;
+
+export type ErrorCode = keyof typeof ERROR_CODES;
+
+/** Options for {@link AxError}. */
+export interface AxErrorOptions {
+  /** Whether trying the same operation again may succeed. @default false */
+  retryable?: boolean;
+  /** Structured facts about the failure (ids, field paths, values). */
+  context?: Record<string, unknown>;
+  /** The underlying error, when this one translates another. */
+  cause?: unknown;
+}
+
+/** The single error type of ax: a stable `code` from {@link ERROR_CODES}, plus context. */
+export class AxError extends Error {
+  readonly code: ErrorCode;
+  readonly retryable: boolean;
+  readonly context: Record<string, unknown>;
+
+  constructor(code: ErrorCode, message: string, options: AxErrorOptions = {}) {
+    super(message, options.cause === undefined ? undefined : { cause: options.cause });
+    this.name = "AxError";
+    this.code = code;
+    this.retryable = options.retryable ?? false;
+    this.context = options.context ?? {};
+  }
+}
+
+/** True when `err` is an {@link AxError}, optionally with the given code. */
+export function isAxError(err: unknown, code?: ErrorCode): err is AxError {
+  return err instanceof AxError && (code === undefined || err.code === code);
+}

@@ -1,0 +1,176 @@
+import type * as z from "zod/mini";
+import type { ErrorCode } from "../errors.js";
+import { DEFAULT_MAX_PAYLOAD_BYTES, PROTOCOL_VERSION } from "./envelope.js";
+import type { Event } from "./event.js";
+import { type DownMessage, SCHEMAS_BY_CHANNEL, type UpMessage } from "./messages.js";
+import type { Presence } from "./presence.js";
+import { parseTopic } from "./topics.js";
+
+/** A decoded message, tagged with what its topic said. */
+export type Decoded =
+  | { channel: "up"; agentId: string; message: UpMessage }
+  | { channel: "down"; agentId: string; message: DownMessage }
+  | { channel: "presence"; agentId: string; message: Presence }
+  | { channel: "event"; name: string; message: Event };
+
+/** Why a message was rejected. `field` is the dotted path of the first bad field, if any. */
+export interface ProtocolError {
+  code: ErrorCode;
+  message: string;
+  field?: string;
+  /** Present when the message's type could be read. */
+  type?: string;
+  /** Present when the executionId and round could be read, so the sender can be answered. */
+  executionId?: string;
+  round?: number;
+}
+
+export type DecodeResult = { ok: true; value: Decoded } | { ok: false; error: ProtocolError };
+
+export interface DecodeOptions {
+  /** Topic prefix. @default "ax" */
+  prefix?: string;
+  /** Largest payload accepted, in bytes. @default 65536 */
+  maxBytes?: number;
+}
+
+const decoder = new TextDecoder("utf-8", { fatal: true });
+
+function fail(code: ErrorCode, message: string, extra: Partial<ProtocolError> = {}): DecodeResult {
+  return { ok: false, error: { code, message, ...extra } };
+}
+
+function readRef(obj: Record<string, unknown>): Partial<ProtocolError> {
+  const out: Partial<ProtocolError> = {};
+  const { executionId, round, type } = obj;
+  if (typeof type === "string") out.type = type;
+  if (typeof executionId === "string" && /^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$/.test(executionId)) {
+    out.executionId = executionId;
+  }
+  if (typeof round === "number" && Number.isInteger(round) && round >= 1) out.round = round;
+  return out;
+}
+
+type Issue = z.core.$ZodRawIssue;
+
+function typeName(input: unknown): string {
+  if (input === null) return "null";
+  if (Array.isArray(input)) return "array";
+  return typeof input;
+}
+
+/**
+ * English messages for zod's issue codes. zod/mini ships no locale by default (that keeps the
+ * agent bundle small), so without this every issue would read "Invalid input".
+ */
+function describeIssue(issue: Issue): string {
+  switch (issue.code) {
+    case "invalid_type":
+      return issue.input === undefined
+        ? `is required (${issue.expected})`
+        : `expected ${issue.expected}, got ${typeName(issue.input)}`;
+    case "too_small":
+      return issue.origin === "array" || issue.origin === "string"
+        ? `must have at least ${issue.minimum} ${issue.origin === "array" ? "items" : "characters"}`
+        : `must be ${issue.inclusive ? "at least" : "greater than"} ${issue.minimum}`;
+    case "too_big":
+      return issue.origin === "array" || issue.origin === "string"
+        ? `must have at most ${issue.maximum} ${issue.origin === "array" ? "items" : "characters"}`
+        : `must be ${issue.inclusive ? "at most" : "less than"} ${issue.maximum}`;
+    case "invalid_value":
+      return `must be one of ${issue.values.map((v) => JSON.stringify(v)).join(", ")}`;
+    case "invalid_format":
+      return `has an invalid format (${issue.format})`;
+    case "not_multiple_of":
+      return `must be a multiple of ${issue.divisor}`;
+    case "unrecognized_keys":
+      return `has unknown keys ${issue.keys.join(", ")}`;
+    case "invalid_key":
+      return "has an invalid key";
+    case "invalid_union":
+      return "matches none of the allowed shapes";
+    default:
+      return "is invalid";
+  }
+}
+
+/**
+ * Decodes one MQTT message of protocol v1: checks size, topic, JSON, version, type and every
+ * field, and that a body naming an agent names the one in its topic. Never throws.
+ */
+export function decode(
+  topic: string,
+  payload: Uint8Array | string,
+  options: DecodeOptions = {},
+): DecodeResult {
+  const maxBytes = options.maxBytes ?? DEFAULT_MAX_PAYLOAD_BYTES;
+  const size = typeof payload === "string" ? Buffer.byteLength(payload) : payload.byteLength;
+  if (size > maxBytes) {
+    return fail(
+      "AX_PROTO_TOO_LARGE",
+      `payload is ${size} bytes, more than the limit of ${maxBytes}`,
+    );
+  }
+  const parsedTopic = parseTopic(topic, options.prefix);
+  if (parsedTopic === null) return fail("AX_PROTO_BAD_TOPIC", `topic "${topic}" is not a v1 topic`);
+  const channel = parsedTopic.kind === "event" ? "event" : parsedTopic.channel;
+
+  let raw: unknown;
+  try {
+    raw = JSON.parse(typeof payload === "string" ? payload : decoder.decode(payload));
+  } catch (err) {
+    return fail("AX_PROTO_BAD_JSON", `payload is not valid JSON: ${(err as Error).message}`);
+  }
+  if (typeof raw !== "object" || raw === null || Array.isArray(raw)) {
+    return fail("AX_PROTO_NOT_OBJECT", "payload must be a JSON object");
+  }
+  const obj = raw as Record<string, unknown>;
+  const ref = readRef(obj);
+  if (obj.v !== PROTOCOL_VERSION) {
+    return fail(
+      "AX_PROTO_BAD_VERSION",
+      `field v: expected ${PROTOCOL_VERSION}, got ${JSON.stringify(obj.v) ?? "nothing"}`,
+      { field: "v", ...ref },
+    );
+  }
+  const schemas: Readonly<Record<string, z.ZodMiniType>> = SCHEMAS_BY_CHANNEL[channel];
+  const schema = typeof obj.type === "string" ? schemas[obj.type] : undefined;
+  if (schema === undefined || !Object.hasOwn(schemas, obj.type as string)) {
+    return fail(
+      "AX_PROTO_UNKNOWN_TYPE",
+      `field type: ${JSON.stringify(obj.type) ?? "nothing"} is not a message type on the ${channel} channel (expected one of ${Object.keys(schemas).join(", ")})`,
+      { field: "type", ...ref },
+    );
+  }
+  const result = schema.safeParse(obj, { error: describeIssue });
+  if (!result.success) {
+    const issues = result.error.issues;
+    const first = issues[0];
+    const field = first ? first.path.map(String).join(".") : "";
+    const detail = issues
+      .slice(0, 5)
+      .map((i) => `field ${i.path.map(String).join(".") || "(root)"}: ${i.message}`)
+      .join("; ");
+    return fail("AX_PROTO_INVALID_FIELD", `${obj.type} message: ${detail}`, { field, ...ref });
+  }
+  const message = result.data as { type: string; agentId?: string };
+  if (parsedTopic.kind === "agent") {
+    if (message.agentId !== undefined && message.agentId !== parsedTopic.agentId) {
+      return fail(
+        "AX_PROTO_AGENT_MISMATCH",
+        `field agentId: "${message.agentId}" does not match the topic's agent "${parsedTopic.agentId}"`,
+        { field: "agentId", ...ref },
+      );
+    }
+    return {
+      ok: true,
+      value: { channel: parsedTopic.channel, agentId: parsedTopic.agentId, message } as Decoded,
+    };
+  }
+  return { ok: true, value: { channel: "event", name: parsedTopic.name, message } as Decoded };
+}
+
+/** Encodes a message as the JSON bytes sent on the wire. */
+export function encode(message: { type: string }): Buffer {
+  return Buffer.from(JSON.stringify(message));
+}

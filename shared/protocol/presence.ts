@@ -1,0 +1,14 @@
+import * as z from "zod/mini";
+import { envelopeShape, id } from "./envelope.js";
+
+/**
+ * Retained on `…/presence`. The Last Will is the `offline` presence of that connection's
+ * instanceId, so a late will from an old process names an instance that is no longer current.
+ */
+export const presenceSchema = z.object({
+  ...envelopeShape,
+  type: z.literal("presence"),
+  status: z.enum(["online", "offline"]),
+  instanceId: id(),
+});
+export type Presence = z.infer<typeof presenceSchema>;

@@ -1,0 +1,92 @@
+import * as z from "zod/mini";
+import {
+  count,
+  durationMs,
+  envelopeShape,
+  executionRefShape,
+  handlerName,
+  id,
+  positive,
+  timestamp,
+} from "./envelope.js";
+
+/** NTP's first three timestamps: t0 agent sent, t1 coordinator received, t2 coordinator sent. */
+export const clockSampleSchema = z.object({
+  t0: timestamp(),
+  t1: timestamp(),
+  t2: timestamp(),
+});
+export type ClockSample = z.infer<typeof clockSampleSchema>;
+
+const tagValue = z.string().check(z.maxLength(128));
+
+/** Agent → coordinator, first message of every connection. */
+export const helloSchema = z.object({
+  ...envelopeShape,
+  type: z.literal("hello"),
+  agentId: id(),
+  instanceId: id(),
+  journalId: id(),
+  lastSeq: count(),
+  profile: z.string().check(z.minLength(1), z.maxLength(64)),
+  bundle: z.object({
+    version: z.string().check(z.minLength(1), z.maxLength(64)),
+    sha256: z.string().check(z.regex(/^([0-9a-f]{64}|dev)$/, "must be 64 hex digits or 'dev'")),
+  }),
+  handlers: z.array(handlerName()).check(z.maxLength(256)),
+  capacity: z.object({
+    concurrency: positive(),
+    queue: count(),
+  }),
+  tags: z.record(z.string().check(z.regex(/^[A-Za-z0-9._-]{1,64}$/, "bad tag name")), tagValue),
+});
+export type Hello = z.infer<typeof helloSchema>;
+
+/** Agent → coordinator every `heartbeatMs`; renews the leases of running executions. */
+export const heartbeatSchema = z.object({
+  ...envelopeShape,
+  type: z.literal("heartbeat"),
+  instanceId: id(),
+  running: z.array(z.object(executionRefShape)).check(z.maxLength(10_000)),
+  queued: count(),
+  scheduled: count(),
+  load: z.number().check(z.gte(0)),
+  clockOffset: z.object({
+    offsetMs: z.number(),
+    uncertaintyMs: z.number().check(z.gte(0)),
+  }),
+  journal: z.object({
+    depth: count(),
+    outboxDepth: count(),
+  }),
+});
+export type Heartbeat = z.infer<typeof heartbeatSchema>;
+
+/** Coordinator → agent in answer to hello. */
+export const welcomeSchema = z.object({
+  ...envelopeShape,
+  type: z.literal("welcome"),
+  instanceId: id(),
+  heartbeatMs: z.int().check(z.gte(100), z.lte(600_000)),
+  clock: clockSampleSchema,
+});
+export type Welcome = z.infer<typeof welcomeSchema>;
+
+/** Coordinator → agent in answer to a heartbeat: one more clock sample. */
+export const timeSchema = z.object({
+  ...envelopeShape,
+  type: z.literal("time"),
+  clock: clockSampleSchema,
+});
+export type Time = z.infer<typeof timeSchema>;
+
+/** Coordinator → agent: every report with `seq` ≤ `upTo` is stored (rule 1). */
+export const ackSchema = z.object({
+  ...envelopeShape,
+  type: z.literal("ack"),
+  upTo: count(),
+});
+export type Ack = z.infer<typeof ackSchema>;
+
+/** Durations are validated where they are used; exported for message builders. */
+export { durationMs };
