@@ -53,6 +53,16 @@ function readRef(obj: Record<string, unknown>): Partial<ProtocolError> {
 
 type Issue = z.core.$ZodRawIssue;
 
+/** A short, safe rendering of an untrusted value for an error message (never deep, never long). */
+function brief(value: unknown): string {
+  if (value === undefined) return "nothing";
+  if (typeof value === "string")
+    return JSON.stringify(value.length > 40 ? `${value.slice(0, 40)}…` : value);
+  if (typeof value === "number" || typeof value === "boolean" || value === null)
+    return String(value);
+  return typeName(value);
+}
+
 function typeName(input: unknown): string {
   if (input === null) return "null";
   if (Array.isArray(input)) return "array";
@@ -63,7 +73,7 @@ function typeName(input: unknown): string {
  * English messages for zod's issue codes. zod/mini ships no locale by default (that keeps the
  * agent bundle small), so without this every issue would read "Invalid input".
  */
-function describeIssue(issue: Issue): string {
+export function describeIssue(issue: Issue): string {
   switch (issue.code) {
     case "invalid_type":
       return issue.input === undefined
@@ -129,7 +139,7 @@ export function decode(
   if (obj.v !== PROTOCOL_VERSION) {
     return fail(
       "AX_PROTO_BAD_VERSION",
-      `field v: expected ${PROTOCOL_VERSION}, got ${JSON.stringify(obj.v) ?? "nothing"}`,
+      `field v: expected ${PROTOCOL_VERSION}, got ${brief(obj.v)}`,
       { field: "v", ...ref },
     );
   }
@@ -138,7 +148,7 @@ export function decode(
   if (schema === undefined || !Object.hasOwn(schemas, obj.type as string)) {
     return fail(
       "AX_PROTO_UNKNOWN_TYPE",
-      `field type: ${JSON.stringify(obj.type) ?? "nothing"} is not a message type on the ${channel} channel (expected one of ${Object.keys(schemas).join(", ")})`,
+      `field type: ${brief(obj.type)} is not a message type on the ${channel} channel (expected one of ${Object.keys(schemas).join(", ")})`,
       { field: "type", ...ref },
     );
   }

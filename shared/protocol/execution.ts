@@ -24,14 +24,12 @@ export const dispatchSchema = z.object({
   deadline: timestamp(),
   timeoutMs: z.int().check(z.gte(1)),
   shard: z.optional(
-    z
-      .object({ index: count(), total: z.int().check(z.gte(1)) })
-      .check(
-        z.refine((s) => s.index < s.total, {
-          message: "index must be less than total",
-          path: ["index"],
-        }),
-      ),
+    z.object({ index: count(), total: z.int().check(z.gte(1)) }).check(
+      z.refine((s) => s.index < s.total, {
+        message: "index must be less than total",
+        path: ["index"],
+      }),
+    ),
   ),
   priority: z.int().check(z.gte(-1000), z.lte(1000)),
   sig: z.optional(z.string().check(z.maxLength(1024))),

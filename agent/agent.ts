@@ -1,0 +1,287 @@
+import { type Clock, systemClock, type TimerHandle } from "../shared/clock.js";
+import { ClockSync } from "../shared/clock-sync.js";
+import { newId } from "../shared/ids.js";
+import { envelope } from "../shared/message.js";
+import {
+  type DownMessage,
+  decode,
+  encode,
+  type Report,
+  type Topics,
+  topics,
+} from "../shared/protocol/index.js";
+import type { AgentConfig } from "./config.js";
+import { BUILTIN_HANDLERS } from "./handlers/builtins.js";
+import { type Handler, HandlerRegistry } from "./handlers/registry.js";
+import { AgentLink } from "./link/mqtt-link.js";
+import { Outbox, type ReportBody } from "./outbox.js";
+import { Executor } from "./runner/executor.js";
+
+export type AgentLogger = (
+  level: "debug" | "info" | "warn" | "error",
+  msg: string,
+  fields?: Record<string, unknown>,
+) => void;
+
+export interface AgentDeps {
+  clock?: Clock;
+  log?: AgentLogger;
+  handlers?: readonly Handler<unknown>[];
+  /** Bundle identity reported in hello. */
+  bundle?: { version: string; sha256: string };
+}
+
+/** How often hello is repeated until a welcome arrives (the coordinator may start later). */
+const HELLO_RETRY_MS = 2_000;
+
+/**
+ * The edge agent: registers, receives dispatches, fires them from its own wheel, runs handlers
+ * and reports through an outbox that re-sends until the coordinator acknowledges.
+ */
+export class Agent {
+  readonly instanceId = newId("i");
+  readonly journalId = newId("j");
+  private readonly clock: Clock;
+  private readonly log: AgentLogger;
+  private readonly topics: Topics;
+  private readonly sync = new ClockSync();
+  private readonly outbox = new Outbox();
+  private readonly link: AgentLink;
+  private readonly executor: Executor;
+  private readonly handlers: HandlerRegistry;
+  /** Local timeline: coordinator time ≈ monoNow() + base + offset. Immune to wall-clock jumps. */
+  private readonly base: number;
+  private welcomed = false;
+  private heartbeatMs: number;
+  private helloTimer: TimerHandle | undefined;
+  private heartbeatTimer: TimerHandle | undefined;
+  private stopped = false;
+  private readonly counters = { invalidMessages: 0, dispatches: 0 };
+
+  constructor(
+    private readonly config: AgentConfig,
+    deps: AgentDeps = {},
+  ) {
+    this.clock = deps.clock ?? systemClock;
+    this.log = deps.log ?? (() => {});
+    this.topics = topics(config.mqtt.prefix);
+    this.heartbeatMs = config.heartbeatMs;
+    this.base = this.clock.wallNow() - this.clock.monoNow();
+    this.handlers = new HandlerRegistry(deps.handlers ?? BUILTIN_HANDLERS);
+    const bundle = deps.bundle ?? { version: "dev", sha256: "dev" };
+    this.bundle = bundle;
+    this.link = new AgentLink({
+      url: config.mqtt.url,
+      agentId: config.agentId,
+      topics: this.topics,
+      keepaliveS: config.mqtt.keepaliveS,
+      username: config.mqtt.username,
+      password: config.mqtt.password,
+      will: this.presence("offline"),
+    });
+    this.executor = new Executor({
+      clock: this.clock,
+      handlers: this.handlers,
+      coordNow: () => this.coordNow(),
+      toMono: (t) => t - this.base - this.sync.offsetMs,
+      concurrency: config.capacity.concurrency,
+      queue: config.capacity.queue,
+      maxPending: config.capacity.maxPending,
+      tickMs: config.tickMs,
+      report: (body) => this.report(body),
+      log: this.log,
+    });
+  }
+
+  private readonly bundle: { version: string; sha256: string };
+
+  /** Coordinator time as this agent estimates it (rule 4). */
+  coordNow(): number {
+    return this.clock.monoNow() + this.base + this.sync.offsetMs;
+  }
+
+  get stats(): {
+    invalidMessages: number;
+    dispatches: number;
+    outboxDepth: number;
+    welcomed: boolean;
+  } {
+    return { ...this.counters, outboxDepth: this.outbox.depth, welcomed: this.welcomed };
+  }
+
+  start(): void {
+    this.link.start({
+      ready: () => this.onReady(),
+      message: (topic, payload) => this.onMessage(topic, payload),
+      down: () => {
+        this.welcomed = false;
+      },
+    });
+  }
+
+  private presence(status: "online" | "offline"): Buffer {
+    return encode(
+      envelope({ type: "presence", status, instanceId: this.instanceId }, this.coordNow()),
+    );
+  }
+
+  private onReady(): void {
+    if (this.stopped) return;
+    this.welcomed = false;
+    this.publish(() => this.link.publishPresence(this.presence("online")));
+    this.sendHello();
+  }
+
+  private sendHello(): void {
+    if (this.helloTimer !== undefined) this.clock.clearTimer(this.helloTimer);
+    this.helloTimer = undefined;
+    if (this.stopped || this.welcomed || !this.link.connected) return;
+    const sentAt = this.coordNow();
+    this.sync.stamp(sentAt);
+    const c = this.config;
+    this.publish(() =>
+      this.link.publishUp(
+        envelope(
+          {
+            type: "hello",
+            agentId: c.agentId,
+            instanceId: this.instanceId,
+            journalId: this.journalId,
+            lastSeq: this.outbox.lastSeq,
+            profile: c.profile,
+            bundle: this.bundle,
+            handlers: this.handlers.names(),
+            capacity: { concurrency: c.capacity.concurrency, queue: c.capacity.queue },
+            tags: c.tags,
+          },
+          sentAt,
+        ),
+      ),
+    );
+    this.helloTimer = this.clock.setTimer(() => this.sendHello(), HELLO_RETRY_MS);
+  }
+
+  private onMessage(topic: string, payload: Buffer): void {
+    const receivedLocal = this.clock.monoNow() + this.base;
+    const result = decode(topic, payload, { prefix: this.topics.prefix });
+    if (!result.ok) {
+      this.counters.invalidMessages++;
+      const e = result.error;
+      this.log("warn", `rejected message: ${e.code}: ${e.message}`, { topic });
+      // Rule 6: an invalid dispatch whose id and round can be read is answered `rejected`.
+      if (e.type === "dispatch" && e.executionId !== undefined && e.round !== undefined) {
+        this.report({
+          type: "rejected",
+          executionId: e.executionId,
+          round: e.round,
+          reason: "invalid_dispatch",
+          message: e.message.slice(0, 1024),
+        });
+      }
+      return;
+    }
+    if (result.value.channel !== "down") return;
+    this.onDown(result.value.message, receivedLocal);
+  }
+
+  private onDown(m: DownMessage, receivedLocal: number): void {
+    switch (m.type) {
+      case "welcome":
+        if (m.instanceId !== this.instanceId) return; // an answer to another process's hello
+        this.sync.addSample(m.clock, receivedLocal);
+        this.heartbeatMs = m.heartbeatMs;
+        this.welcomed = true;
+        if (this.helloTimer !== undefined) this.clock.clearTimer(this.helloTimer);
+        this.helloTimer = undefined;
+        this.log("info", "welcomed by the coordinator", { offsetMs: this.sync.offsetMs });
+        this.replayOutbox();
+        this.scheduleHeartbeat(0);
+        return;
+      case "time":
+        this.sync.addSample(m.clock, receivedLocal);
+        return;
+      case "ack":
+        this.outbox.ack(m.upTo);
+        return;
+      case "dispatch":
+        this.counters.dispatches++;
+        this.executor.dispatch(m);
+        return;
+      case "cancel":
+        this.executor.cancel(m.executionId, m.round);
+        return;
+      case "query":
+        this.executor.query(m.executionId, m.round);
+        return;
+    }
+  }
+
+  private scheduleHeartbeat(delayMs: number): void {
+    if (this.heartbeatTimer !== undefined) this.clock.clearTimer(this.heartbeatTimer);
+    this.heartbeatTimer = this.clock.setTimer(() => this.heartbeat(), delayMs);
+  }
+
+  private heartbeat(): void {
+    this.heartbeatTimer = undefined;
+    if (this.stopped) return;
+    if (this.welcomed && this.link.connected) {
+      const counts = this.executor.counts;
+      const sentAt = this.coordNow();
+      this.sync.stamp(sentAt);
+      this.publish(() =>
+        this.link.publishUp(
+          envelope(
+            {
+              type: "heartbeat",
+              instanceId: this.instanceId,
+              running: this.executor.runningRefs(),
+              queued: counts.queued,
+              scheduled: counts.scheduled,
+              load: counts.running / this.config.capacity.concurrency,
+              clockOffset: { offsetMs: this.sync.offsetMs, uncertaintyMs: this.sync.uncertaintyMs },
+              journal: { depth: counts.held, outboxDepth: this.outbox.depth },
+            },
+            sentAt,
+          ),
+        ),
+      );
+      // Reports still unacknowledged after a heartbeat period are re-sent in order (rule 1): the
+      // coordinator may have restarted or dropped one beyond a gap.
+      const oldest = this.outbox.pending()[0];
+      if (oldest && this.coordNow() - oldest.sentAt > this.heartbeatMs) this.replayOutbox();
+    }
+    this.scheduleHeartbeat(this.heartbeatMs);
+  }
+
+  private report(body: ReportBody): void {
+    const message = this.outbox.add({
+      ...envelope(body, this.coordNow()),
+      seq: this.outbox.peekSeq(),
+    } as Report);
+    if (this.welcomed) this.publish(() => this.link.publishUp(message));
+  }
+
+  private replayOutbox(): void {
+    for (const m of this.outbox.pending()) this.publish(() => this.link.publishUp(m));
+  }
+
+  private publish(fn: () => Promise<void>): void {
+    fn().catch((err: unknown) => this.log("warn", `publish failed: ${(err as Error).message}`));
+  }
+
+  /**
+   * Rule 9: refuse new work, let running work finish within the grace period, publish `offline`
+   * and disconnect.
+   */
+  async stop(graceMs: number = this.config.shutdownGraceMs): Promise<void> {
+    if (this.stopped) return;
+    this.executor.shuttingDown = true;
+    await this.executor.drainRunning(graceMs);
+    this.stopped = true;
+    if (this.helloTimer !== undefined) this.clock.clearTimer(this.helloTimer);
+    if (this.heartbeatTimer !== undefined) this.clock.clearTimer(this.heartbeatTimer);
+    this.executor.close();
+    await this.link.publishPresence(this.presence("offline")).catch(() => {});
+    await this.link.close();
+  }
+}

@@ -1,0 +1,70 @@
+import type * as z from "zod/mini";
+
+/** What a handler is told about the execution it runs. */
+export interface HandlerContext {
+  /** Globally unique; use it as an idempotency key for side effects. */
+  executionId: string;
+  attempt: number;
+  round: number;
+  shard: { index: number; total: number } | undefined;
+  /** Aborted on cancel or timeout; a handler should stop promptly when it fires. */
+  signal: AbortSignal;
+  /** Reports progress to the coordinator. */
+  progress(percent?: number, note?: string): void;
+  log(message: string, fields?: Record<string, unknown>): void;
+}
+
+/** A handler failure; `retryable` (default true) tells the coordinator whether to try again. */
+export class HandlerFailure extends Error {
+  readonly retryable: boolean;
+  constructor(message: string, options: { retryable?: boolean; cause?: unknown } = {}) {
+    super(message, options.cause === undefined ? undefined : { cause: options.cause });
+    this.name = "HandlerFailure";
+    this.retryable = options.retryable ?? true;
+  }
+}
+
+export type HandlerResult = Record<string, unknown> | undefined;
+
+/** A named handler with the schema its params must pass. */
+export interface Handler<P = unknown> {
+  readonly name: string;
+  readonly params: z.ZodMiniType<P>;
+  run(ctx: HandlerContext, params: P): Promise<HandlerResult>;
+}
+
+/**
+ * Defines a handler. Params are validated by `paramsSchema` before the handler runs (a failure is
+ * answered `rejected: invalid_params`); a thrown error ends the execution `failed`, retryable
+ * unless it is a {@link HandlerFailure} that says otherwise.
+ */
+export function defineHandler<S extends z.ZodMiniType>(
+  name: string,
+  paramsSchema: S,
+  run: (ctx: HandlerContext, params: z.infer<S>) => Promise<HandlerResult>,
+): Handler<z.infer<S>> {
+  return { name, params: paramsSchema as unknown as z.ZodMiniType<z.infer<S>>, run };
+}
+
+/** The handlers an agent offers, by name. */
+export class HandlerRegistry {
+  private readonly handlers = new Map<string, Handler>();
+
+  constructor(handlers: readonly Handler<unknown>[] = []) {
+    for (const h of handlers) this.add(h);
+  }
+
+  add(handler: Handler<unknown>): void {
+    if (this.handlers.has(handler.name))
+      throw new TypeError(`handler "${handler.name}" is defined twice`);
+    this.handlers.set(handler.name, handler);
+  }
+
+  get(name: string): Handler | undefined {
+    return this.handlers.get(name);
+  }
+
+  names(): string[] {
+    return [...this.handlers.keys()].sort();
+  }
+}

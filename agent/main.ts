@@ -1,0 +1,44 @@
+import { Agent, type AgentLogger } from "./agent.js";
+import type { AgentConfig } from "./config.js";
+
+/** A JSON-lines logger on stderr, tagged with the agent's id. */
+export function jsonLogger(
+  agentId: string,
+  minLevel: "debug" | "info" | "warn" | "error" = "info",
+): AgentLogger {
+  const order = { debug: 0, info: 1, warn: 2, error: 3 };
+  return (level, msg, fields) => {
+    if (order[level] < order[minLevel]) return;
+    process.stderr.write(
+      `${JSON.stringify({ t: new Date().toISOString(), level, agentId, msg, ...fields })}\n`,
+    );
+  };
+}
+
+/**
+ * Composition root: starts an agent from a parsed config and stops it on SIGTERM/SIGINT (rule 9).
+ * Resolves when the agent has stopped.
+ */
+export async function runAgent(
+  config: AgentConfig,
+  log: AgentLogger = jsonLogger(config.agentId),
+): Promise<void> {
+  const agent = new Agent(config, { log });
+  agent.start();
+  log("info", "agent started", { mqtt: config.mqtt.url });
+  await new Promise<void>((resolve) => {
+    const stop = (signal: string) => {
+      process.off("SIGTERM", onTerm);
+      process.off("SIGINT", onInt);
+      log("info", `stopping on ${signal}`);
+      agent.stop().then(resolve, (err: unknown) => {
+        log("error", `stop failed: ${(err as Error).message}`);
+        resolve();
+      });
+    };
+    const onTerm = () => stop("SIGTERM");
+    const onInt = () => stop("SIGINT");
+    process.on("SIGTERM", onTerm);
+    process.on("SIGINT", onInt);
+  });
+}

@@ -1,0 +1,31 @@
+import { createServer, type Server } from "node:net";
+import { Aedes } from "aedes";
+
+/** An MQTT 3.1.1 broker in this process (aedes), for the demo and tests. */
+export interface EmbeddedBroker {
+  url: string;
+  port: number;
+  broker: Aedes;
+  close(): Promise<void>;
+}
+
+/** Starts an embedded broker on 127.0.0.1; `port` 0 picks a free one. */
+export async function startEmbeddedBroker(port = 0): Promise<EmbeddedBroker> {
+  const broker = await Aedes.createBroker();
+  const server: Server = createServer(broker.handle);
+  await new Promise<void>((resolve, reject) => {
+    server.once("error", reject);
+    server.listen(port, "127.0.0.1", () => resolve());
+  });
+  const address = server.address();
+  const actual = typeof address === "object" && address !== null ? address.port : port;
+  return {
+    url: `mqtt://127.0.0.1:${actual}`,
+    port: actual,
+    broker,
+    close: async () => {
+      await new Promise<void>((resolve) => broker.close(() => resolve()));
+      await new Promise<void>((resolve) => server.close(() => resolve()));
+    },
+  };
+}

@@ -1,0 +1,35 @@
+import { AxError } from "../../shared/errors.js";
+import { parseCoordinatorConfig, readJsonFile } from "../config.js";
+import { Coordinator } from "../coordinator.js";
+import { formatIssues, jobsFileSchema } from "../domain/job.js";
+import { flags } from "./args.js";
+import { jsonLogger } from "./log.js";
+
+/** `ax coordinator start --config FILE`: runs until SIGTERM or SIGINT. */
+export async function coordinatorStart(argv: string[]): Promise<number> {
+  const f = flags("coordinator start", argv, { config: { type: "string" } });
+  if (!f.config) throw new AxError("AX_CLI_USAGE", "coordinator start: --config FILE is required");
+  const config = parseCoordinatorConfig(readJsonFile(f.config), f.config);
+  let jobs: unknown[] = [];
+  if (config.jobsFile) {
+    const parsed = jobsFileSchema.safeParse(readJsonFile(config.jobsFile));
+    if (!parsed.success) {
+      throw new AxError(
+        "AX_JOB_INVALID",
+        `${config.jobsFile}: invalid jobs file\n${formatIssues(parsed.error)}`,
+      );
+    }
+    jobs = (readJsonFile(config.jobsFile) as { jobs: unknown[] }).jobs;
+  }
+  const log = jsonLogger();
+  const coordinator = new Coordinator(config, { log });
+  await coordinator.start();
+  for (const job of jobs) await coordinator.putJob(job);
+  await new Promise<void>((resolve) => {
+    process.once("SIGTERM", () => resolve());
+    process.once("SIGINT", () => resolve());
+  });
+  log("info", "stopping");
+  await coordinator.close();
+  return 0;
+}

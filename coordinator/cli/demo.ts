@@ -1,0 +1,159 @@
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { AxError } from "../../shared/errors.js";
+import { type EmbeddedBroker, startEmbeddedBroker } from "../broker/embedded.js";
+import { parseCoordinatorConfig } from "../config.js";
+import { Coordinator } from "../coordinator.js";
+import type { ExecutionRecord } from "../store/port.js";
+import { type AgentProcess, spawnAgentProcess } from "./agent-process.js";
+import { flags, secondsFlag } from "./args.js";
+import { jsonLogger } from "./log.js";
+
+const AGENTS = ["demo-agent-1", "demo-agent-2", "demo-agent-3"];
+
+function shortId(id: string): string {
+  return id.length > 12 ? `…${id.slice(-8)}` : id;
+}
+
+/** Formats rows as an aligned text table. */
+export function table(header: string[], rows: string[][]): string {
+  const widths = header.map((h, i) => Math.max(h.length, ...rows.map((r) => (r[i] ?? "").length)));
+  const line = (cells: string[]) =>
+    cells
+      .map((c, i) => c.padEnd(widths[i] ?? 0))
+      .join("  ")
+      .trimEnd();
+  return [line(header), ...rows.map(line)].join("\n");
+}
+
+function executionRows(executions: ExecutionRecord[]): string[][] {
+  return executions.map((e) => [
+    shortId(e.id),
+    e.jobId ?? `command→${e.targetAgentId ?? "?"}`,
+    e.state,
+    e.agentId ?? "-",
+    e.lateMs === null ? "-" : `${e.lateMs.toFixed(1)} ms`,
+    new Date(e.fireAt).toISOString().slice(11, 23),
+  ]);
+}
+
+const HEADER = ["execution", "job", "state", "agent", "late", "fire at (UTC)"];
+
+/**
+ * `ax demo`: an embedded broker, a coordinator on a SQLite file in a temp folder and three agents
+ * as child processes; a job every 2 s and a device command 3 s out; a live table until Ctrl-C or
+ * `--duration` ends; then everything is stopped and a summary line printed.
+ */
+export async function runDemo(argv: string[]): Promise<number> {
+  const f = flags("demo", argv, { duration: { type: "string" } });
+  const durationS = secondsFlag("demo", "duration", f.duration, Number.POSITIVE_INFINITY);
+  const dir = mkdtempSync(join(tmpdir(), "ax-demo-"));
+  const out = process.stdout;
+  const tty = out.isTTY === true;
+  let broker: EmbeddedBroker | undefined;
+  let coordinator: Coordinator | undefined;
+  const agents: AgentProcess[] = [];
+  let interrupted = false;
+  const onSigint = () => {
+    interrupted = true;
+  };
+  process.on("SIGINT", onSigint);
+  process.on("SIGTERM", onSigint);
+  try {
+    broker = await startEmbeddedBroker(0);
+    const config = parseCoordinatorConfig({
+      store: { path: join(dir, "ax.sqlite") },
+      mqtt: { url: broker.url },
+      heartbeat: 1000,
+    });
+    coordinator = new Coordinator(config, {
+      log: jsonLogger({ file: join(dir, "coordinator.log") }),
+    });
+    await coordinator.start();
+    out.write(`ax demo: broker ${broker.url}, store ${config.store.path}, logs in ${dir}\n`);
+    for (const agentId of AGENTS) {
+      agents.push(
+        spawnAgentProcess(dir, {
+          agentId,
+          mqtt: { url: broker.url, keepaliveS: 5 },
+          profile: "demo",
+          tags: { site: "demo" },
+          heartbeatMs: 1000,
+        }),
+      );
+    }
+    const registeredBy = Date.now() + 30_000;
+    const coord = coordinator;
+    while (coord.registry.list().filter((a) => a.status === "online").length < AGENTS.length) {
+      if (interrupted) break;
+      if (Date.now() > registeredBy) {
+        throw new AxError(
+          "AX_LINK_FAILED",
+          `agents did not register within 30 s; see ${dir}/*.log`,
+        );
+      }
+      await new Promise((r) => setTimeout(r, 100));
+    }
+    out.write(
+      `ax demo: ${AGENTS.length} agents registered; a job fires every 2 s; a command is due in 3 s\n`,
+    );
+    await coordinator.putJob({
+      id: "demo-echo",
+      handler: "echo",
+      params: { hello: "fleet" },
+      trigger: { type: "every", every: "2s" },
+    });
+    const commandAt = Date.now() + 3000;
+    await coordinator.sendCommand({
+      agentId: "demo-agent-2",
+      handler: "echo",
+      params: { relay: "on" },
+      at: commandAt,
+      deadline: commandAt + 2000,
+    });
+
+    const endAt = Date.now() + durationS * 1000;
+    let drawnLines = 0;
+    const printed = new Map<string, string>();
+    while (!interrupted && Date.now() < endAt) {
+      const recent = (await coordinator.store.listExecutions({ limit: 12 })).reverse();
+      if (tty) {
+        const text = `${table(HEADER, executionRows(recent))}\n`;
+        if (drawnLines > 0) out.write(`\x1b[${drawnLines}F\x1b[J`);
+        out.write(text);
+        drawnLines = text.split("\n").length - 1;
+      } else {
+        // Not a terminal: print each execution's row once it reaches a new state.
+        for (const row of executionRows(recent)) {
+          const key = row[0] ?? "";
+          const state = row[2] ?? "";
+          if (printed.get(key) !== state) {
+            printed.set(key, state);
+            out.write(`${row.join("  ")}\n`);
+          }
+        }
+      }
+      await new Promise((r) => setTimeout(r, Math.min(500, Math.max(0, endAt - Date.now()))));
+    }
+  } finally {
+    process.off("SIGINT", onSigint);
+    process.off("SIGTERM", onSigint);
+    await Promise.all(agents.map((a) => a.stop(5000)));
+    let summary = "demo: 0 executions, 0 succeeded, 0 failed";
+    let succeeded = 0;
+    if (coordinator) {
+      await coordinator.settle();
+      const all = await coordinator.store.listExecutions({ limit: 1_000_000 });
+      succeeded = all.filter((e) => e.state === "SUCCEEDED").length;
+      const failed = all.filter((e) => ["FAILED", "TIMED_OUT", "EXPIRED"].includes(e.state)).length;
+      summary = `demo: ${all.length} executions, ${succeeded} succeeded, ${failed} failed`;
+      await coordinator.close();
+    }
+    await broker?.close();
+    rmSync(dir, { recursive: true, force: true });
+    out.write(`${summary}\n`);
+    process.exitCode = succeeded > 0 || interrupted ? 0 : 1;
+  }
+  return process.exitCode ?? 0;
+}

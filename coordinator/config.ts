@@ -1,0 +1,90 @@
+import { readFileSync } from "node:fs";
+import { z } from "zod";
+import { AxError } from "../shared/errors.js";
+import { durationSchema } from "./domain/duration.js";
+import { formatIssues } from "./domain/job.js";
+
+/** Coordinator options as users write them in a config file. */
+export const coordinatorConfigSchema = z
+  .object({
+    store: z
+      .object({
+        /** SQLite file. @default "ax.sqlite" */
+        path: z.string().min(1).default("ax.sqlite"),
+      })
+      .strict()
+      .default({ path: "ax.sqlite" }),
+    mqtt: z
+      .object({
+        url: z.string().regex(/^mqtts?:\/\/.+/, "must be an mqtt:// or mqtts:// URL"),
+        /** @default "ax" */
+        prefix: z
+          .string()
+          .regex(/^[A-Za-z0-9._-]+$/, "must be one plain topic level")
+          .default("ax"),
+        username: z.string().optional(),
+        password: z.string().optional(),
+        sharedGroup: z
+          .string()
+          .regex(/^[A-Za-z0-9._-]+$/)
+          .optional(),
+      })
+      .strict(),
+    /** A JSON file of job definitions loaded (and upserted) at start. */
+    jobsFile: z.string().optional(),
+    /** Agents send heartbeats this often; 3 missed → offline. @default 5s */
+    heartbeat: durationSchema.default(5_000),
+    /** Dispatch this long before the fire time, so the agent fires from its own wheel. @default 500ms */
+    dispatchLead: durationSchema.default(500),
+    /** How often the engine looks for work to dispatch, time out, retry or expire. @default 100ms */
+    poll: durationSchema.default(100),
+    /** Jobs due within this window are held on the firing wheel. @default 5s */
+    lookAhead: durationSchema.default(5_000),
+    /** Grace past an execution's timeout before the coordinator times it out itself. @default 5s */
+    timeoutGrace: durationSchema.default(5_000),
+    /** @default 65536 */
+    maxPayloadBytes: z
+      .number()
+      .int()
+      .min(1024)
+      .max(16 * 1024 * 1024)
+      .default(65_536),
+  })
+  .strict();
+
+export type CoordinatorConfigInput = z.input<typeof coordinatorConfigSchema>;
+export type CoordinatorConfig = Readonly<z.output<typeof coordinatorConfigSchema>>;
+
+/** Parses options; a bad one throws AX_CONFIG_INVALID naming `source`, the field path and the problem. */
+export function parseCoordinatorConfig(input: unknown, source = "config"): CoordinatorConfig {
+  const result = coordinatorConfigSchema.safeParse(input);
+  if (!result.success) {
+    throw new AxError(
+      "AX_CONFIG_INVALID",
+      `${source}: invalid coordinator config\n${formatIssues(result.error)}`,
+      {
+        context: { source },
+      },
+    );
+  }
+  return Object.freeze(result.data);
+}
+
+/** Reads and parses a JSON file, naming the file in any error. */
+export function readJsonFile(path: string): unknown {
+  let text: string;
+  try {
+    text = readFileSync(path, "utf8");
+  } catch (err) {
+    throw new AxError("AX_CONFIG_READ", `${path}: cannot read: ${(err as Error).message}`, {
+      cause: err,
+    });
+  }
+  try {
+    return JSON.parse(text) as unknown;
+  } catch (err) {
+    throw new AxError("AX_CONFIG_READ", `${path}: not valid JSON: ${(err as Error).message}`, {
+      cause: err,
+    });
+  }
+}

@@ -1,0 +1,24 @@
+import { z } from "zod";
+
+const UNIT_MS = { ms: 1, s: 1000, m: 60_000, h: 3_600_000, d: 86_400_000 } as const;
+
+/** Parses `250ms`, `2s`, `5m`, `1h`, `1d` (or a number of milliseconds). */
+export function parseDuration(value: string | number): number | undefined {
+  if (typeof value === "number") return Number.isFinite(value) && value >= 0 ? value : undefined;
+  const m = /^(\d+(?:\.\d+)?)(ms|s|m|h|d)$/.exec(value.trim());
+  if (!m) return undefined;
+  return Number(m[1]) * UNIT_MS[m[2] as keyof typeof UNIT_MS];
+}
+
+/** A duration in a definition: milliseconds, or a string such as `2s`; resolves to milliseconds. */
+export const durationSchema = z.union([z.number(), z.string()]).transform((value, ctx) => {
+  const ms = parseDuration(value);
+  if (ms === undefined) {
+    ctx.addIssue({
+      code: "custom",
+      message: `must be milliseconds or a duration such as 500ms, 2s, 5m, 1h (got ${JSON.stringify(value)})`,
+    });
+    return z.NEVER;
+  }
+  return ms;
+});

@@ -1,0 +1,31 @@
+/** What routing needs to know of an agent. */
+export interface RoutableAgent {
+  agentId: string;
+  handlers: readonly string[];
+}
+
+/**
+ * ROUND_ROBIN: the next agent, after the one chosen last time, among `candidates` (already
+ * filtered to live agents with the handler), in agentId order so the rotation is stable.
+ * Returns the chosen agent and the cursor to remember.
+ */
+export function roundRobin<A extends RoutableAgent>(
+  candidates: readonly A[],
+  lastAgentId: string | undefined,
+): A | undefined {
+  if (candidates.length === 0) return undefined;
+  const sorted = [...candidates].sort((a, b) =>
+    a.agentId < b.agentId ? -1 : a.agentId > b.agentId ? 1 : 0,
+  );
+  if (lastAgentId === undefined) return sorted[0];
+  return sorted.find((a) => a.agentId > lastAgentId) ?? sorted[0];
+}
+
+/** Live agents that have `handler`, minus those passed over (busy back-off). */
+export function eligibleAgents<A extends RoutableAgent>(
+  agents: readonly A[],
+  handler: string,
+  isLive: (agent: A) => boolean,
+): A[] {
+  return agents.filter((a) => isLive(a) && a.handlers.includes(handler));
+}

@@ -1,0 +1,20 @@
+import type { Clock } from "../../shared/clock.js";
+import type { CoordinatorConfig } from "../config.js";
+import type { CoordinatorLink } from "../link/mqtt-link.js";
+import type { Store } from "../store/port.js";
+
+/** A structured log line sink; the CLI decides how lines are shown. */
+export type Logger = (
+  level: "debug" | "info" | "warn" | "error",
+  msg: string,
+  fields?: Record<string, unknown>,
+) => void;
+
+/** What every engine loop is handed: the config, the store, the link, the clock and a logger. */
+export interface EngineContext {
+  config: CoordinatorConfig;
+  store: Store;
+  link: CoordinatorLink;
+  clock: Clock;
+  log: Logger;
+}

@@ -1,0 +1,137 @@
+import { TimingWheel } from "../../shared/wheel.js";
+import { nextFireAfter } from "../domain/schedule.js";
+import type { StoredJob } from "../store/port.js";
+import type { EngineContext } from "./context.js";
+import { newExecutionId } from "./transitions.js";
+
+interface PlannedFire {
+  jobId: string;
+  scheduledFor: number;
+}
+
+/**
+ * Turns job triggers into executions. The store's indexed next fire time is the truth; a 100 ms
+ * wheel holds only fires due within the look-ahead window and is rebuilt by a periodic scan, so a
+ * restart loses nothing. Each fire is recorded exactly once by the store's compare-and-set.
+ */
+export class FiringLoop {
+  private readonly wheel: TimingWheel<PlannedFire>;
+  private readonly planned = new Map<string, number>();
+  private scanTimer: ReturnType<EngineContext["clock"]["setTimer"]> | undefined;
+  private scanning: Promise<void> | undefined;
+  private closed = false;
+  onFired: () => void = () => {};
+
+  constructor(private readonly ctx: EngineContext) {
+    this.wheel = new TimingWheel<PlannedFire>((fire) => this.fire(fire), {
+      clock: ctx.clock,
+      tickMs: 100,
+      slots: 600,
+      onError: (err) => ctx.log("error", `firing wheel: ${(err as Error).message}`),
+    });
+  }
+
+  start(): void {
+    this.scheduleScan(0);
+  }
+
+  /** Re-reads due jobs now (after a job was added or changed). */
+  async rescan(): Promise<void> {
+    await this.scan();
+  }
+
+  private scheduleScan(delayMs: number): void {
+    if (this.closed) return;
+    this.scanTimer = this.ctx.clock.setTimer(() => {
+      this.scan()
+        .catch((err: unknown) =>
+          this.ctx.log("error", `firing scan failed: ${(err as Error).message}`),
+        )
+        .finally(() => this.scheduleScan(this.ctx.config.lookAhead / 2));
+    }, delayMs);
+  }
+
+  private scan(): Promise<void> {
+    // One scan at a time; a caller arriving during a scan waits for it and then scans again.
+    const run = (this.scanning ?? Promise.resolve()).then(() => this.scanOnce());
+    this.scanning = run.finally(() => {
+      if (this.scanning === run) this.scanning = undefined;
+    });
+    return run;
+  }
+
+  private async scanOnce(): Promise<void> {
+    const { clock, config } = this.ctx;
+    const wallNow = clock.wallNow();
+    const jobs = await this.ctx.store.listJobsDueBy(
+      wallNow + config.dispatchLead + config.lookAhead,
+    );
+    for (const job of jobs) this.plan(job, wallNow);
+  }
+
+  private plan(job: StoredJob, wallNow: number): void {
+    if (job.nextFireAt === null) return;
+    const key = `${job.id}\u0000${job.nextFireAt}`;
+    if (this.planned.has(key)) return;
+    // Fire `dispatchLead` early: the execution is created and dispatched ahead of its nominal
+    // time, and the agent starts it from its own wheel at exactly `fireAt`.
+    const dueWall = job.nextFireAt - this.ctx.config.dispatchLead;
+    const dueMono = this.ctx.clock.monoNow() + (dueWall - wallNow);
+    const handle = this.wheel.schedule(dueMono, { jobId: job.id, scheduledFor: job.nextFireAt });
+    this.planned.set(key, handle);
+  }
+
+  private fire(p: PlannedFire): void {
+    this.planned.delete(`${p.jobId}\u0000${p.scheduledFor}`);
+    this.fireAsync(p).catch((err: unknown) =>
+      this.ctx.log("error", `firing ${p.jobId} failed: ${(err as Error).message}`, {
+        jobId: p.jobId,
+      }),
+    );
+  }
+
+  private async fireAsync(p: PlannedFire): Promise<void> {
+    const { store, clock } = this.ctx;
+    const job = await store.getJob(p.jobId);
+    if (!job || job.nextFireAt !== p.scheduledFor || job.definition.paused) return;
+    const now = clock.wallNow();
+    const def = job.definition;
+    // A fire found late (the coordinator was down) fires once now; the times missed meanwhile
+    // are not fired again (misfire policy FIRE_ONCE).
+    const fireAt = Math.max(p.scheduledFor, now);
+    const nextFireAt = nextFireAfter(def.trigger, Math.max(p.scheduledFor, now));
+    const fired = await store.recordFire({
+      jobId: job.id,
+      scheduledFor: p.scheduledFor,
+      nextFireAt,
+      at: now,
+      execution: {
+        id: newExecutionId(now),
+        kind: "job",
+        jobId: job.id,
+        jobVersion: job.version,
+        handler: def.handler,
+        params: def.params,
+        targetAgentId: null,
+        fireAt,
+        deadline: fireAt + def.deadline,
+        timeoutMs: def.timeout,
+        dispatchTimeoutMs: def.dispatchTimeout,
+        maxAttempts: def.retry.maxAttempts,
+        maxDispatches: def.maxDispatches,
+        priority: def.priority,
+        retryBaseMs: def.retry.baseMs,
+        retryCapMs: def.retry.capMs,
+        createdAt: now,
+      },
+    });
+    if (fired) this.onFired();
+    await this.scan();
+  }
+
+  close(): void {
+    this.closed = true;
+    if (this.scanTimer !== undefined) this.ctx.clock.clearTimer(this.scanTimer);
+    this.wheel.close();
+  }
+}

@@ -1,0 +1,177 @@
+import { envelope } from "../../shared/message.js";
+import type { Decoded, ProtocolError, Report, UpMessage } from "../../shared/protocol/index.js";
+import type { EngineContext } from "./context.js";
+import type { Registry } from "./registry.js";
+import { applyEvent } from "./transitions.js";
+
+/**
+ * Everything that arrives from agents. Messages of one agent are handled one at a time, in order,
+ * so report seqs are applied in the order the agent numbered them.
+ */
+export class Inbound {
+  private readonly chains = new Map<string, Promise<void>>();
+  /** Called after a report changed an execution, so the dispatcher can act at once. */
+  onChange: () => void = () => {};
+
+  constructor(
+    private readonly ctx: EngineContext,
+    private readonly registry: Registry,
+  ) {}
+
+  handle(decoded: Decoded, receivedAt: number): void {
+    const key = decoded.channel === "event" ? `event:${decoded.name}` : decoded.agentId;
+    const prev = this.chains.get(key) ?? Promise.resolve();
+    const next = prev
+      .then(() => this.dispatch(decoded, receivedAt))
+      .catch((err: unknown) => {
+        this.ctx.log(
+          "error",
+          `handling a ${decoded.message.type} failed: ${(err as Error).message}`,
+          { key },
+        );
+      });
+    this.chains.set(key, next);
+    void next.finally(() => {
+      if (this.chains.get(key) === next) this.chains.delete(key);
+    });
+  }
+
+  /** An undecodable message: rejected, logged with its reason, counted; never a crash. */
+  invalid(error: ProtocolError, topic: string): void {
+    this.ctx.log("warn", `rejected message on ${topic}: ${error.code}: ${error.message}`, {
+      topic,
+      code: error.code,
+    });
+    this.ctx.store.bumpCounter("invalid_messages").catch(() => {});
+  }
+
+  /** Resolves when every message received so far has been handled. */
+  async drain(): Promise<void> {
+    await Promise.all([...this.chains.values()]);
+  }
+
+  private async dispatch(d: Decoded, receivedAt: number): Promise<void> {
+    if (d.channel === "presence") {
+      await this.registry.presence(d.agentId, d.message.status, d.message.instanceId);
+      return;
+    }
+    if (d.channel !== "up") return; // events: a later issue; down: our own traffic
+    const m: UpMessage = d.message;
+    switch (m.type) {
+      case "hello": {
+        const rec = await this.registry.hello(m, receivedAt);
+        this.ctx.log("info", `agent ${m.agentId} registered (instance ${m.instanceId})`, {
+          agentId: m.agentId,
+        });
+        await this.ctx.link.send(
+          m.agentId,
+          envelope(
+            {
+              type: "welcome",
+              instanceId: m.instanceId,
+              heartbeatMs: this.ctx.config.heartbeat,
+              clock: { t0: m.sentAt, t1: receivedAt, t2: this.ctx.clock.wallNow() },
+            },
+            this.ctx.clock.wallNow(),
+          ),
+        );
+        // Tell the agent what is already stored, so it prunes its outbox and replays the rest.
+        await this.sendAck(m.agentId, rec.ackedSeq);
+        this.onChange();
+        return;
+      }
+      case "heartbeat": {
+        if (!(await this.registry.heartbeat(d.agentId, m, receivedAt))) return;
+        await this.ctx.link.send(
+          d.agentId,
+          envelope(
+            { type: "time", clock: { t0: m.sentAt, t1: receivedAt, t2: this.ctx.clock.wallNow() } },
+            this.ctx.clock.wallNow(),
+          ),
+        );
+        return;
+      }
+      default:
+        await this.report(d.agentId, m);
+    }
+  }
+
+  /**
+   * Rule 1: a report is applied once, in seq order. Already stored → acknowledged again and
+   * dropped; the next expected → applied and acknowledged; beyond a gap → dropped unacknowledged
+   * (the agent re-sends its outbox in order, which fills the gap).
+   */
+  private async report(agentId: string, r: Report): Promise<void> {
+    const agent = this.registry.get(agentId);
+    if (!agent) {
+      await this.ctx.store.bumpCounter("reports_from_unknown_agents");
+      return;
+    }
+    if (r.seq <= agent.ackedSeq) {
+      await this.ctx.store.bumpCounter("duplicate_reports");
+      await this.sendAck(agentId, agent.ackedSeq);
+      return;
+    }
+    if (r.seq > agent.ackedSeq + 1) {
+      await this.ctx.store.bumpCounter("out_of_order_reports");
+      return;
+    }
+    await this.applyReport(agentId, r);
+    await this.registry.ackedTo(agentId, r.seq);
+    await this.sendAck(agentId, r.seq);
+    this.onChange();
+  }
+
+  private async applyReport(agentId: string, r: Report): Promise<void> {
+    const id = r.executionId;
+    switch (r.type) {
+      case "accepted":
+        await applyEvent(this.ctx, id, { type: "accepted", round: r.round });
+        return;
+      case "busy":
+        this.registry.markBusy(agentId, this.ctx.clock.wallNow() + 1000);
+        await applyEvent(this.ctx, id, { type: "busy", round: r.round });
+        return;
+      case "rejected":
+        await applyEvent(
+          this.ctx,
+          id,
+          { type: "rejected", round: r.round, reason: r.reason },
+          () => ({
+            message: `rejected by ${agentId}: ${r.reason}${r.message ? `: ${r.message}` : ""}`,
+          }),
+          { reason: r.reason },
+        );
+        return;
+      case "started":
+        await applyEvent(this.ctx, id, { type: "started", round: r.round }, () => ({
+          startedAt: r.startedAt,
+          lateMs: r.lateMs,
+        }));
+        return;
+      case "finished":
+        await applyEvent(
+          this.ctx,
+          id,
+          { type: "finished", round: r.round, outcome: r.outcome, retryable: r.retryable },
+          () => ({
+            finishedAt: r.finishedAt,
+            message: r.message,
+            result: r.result ?? null,
+            ...(r.startedAt === undefined ? {} : { startedAt: r.startedAt }),
+          }),
+          { outcome: r.outcome, retryable: r.retryable },
+        );
+        return;
+      case "progress":
+      case "state":
+        // Progress notes and state answers are acknowledged; reconciling from them is the lease
+        // layer's work.
+        return;
+    }
+  }
+
+  private async sendAck(agentId: string, upTo: number): Promise<void> {
+    await this.ctx.link.send(agentId, envelope({ type: "ack", upTo }, this.ctx.clock.wallNow()));
+  }
+}

@@ -1,0 +1,124 @@
+import type { Heartbeat, Hello } from "../../shared/protocol/index.js";
+import type { AgentRecord } from "../store/port.js";
+import type { EngineContext } from "./context.js";
+
+/** Missed heartbeats after which an agent is taken offline. */
+export const MISSED_HEARTBEATS = 3;
+
+/**
+ * The fleet as the coordinator knows it: a write-through cache over the store's agents table,
+ * keyed by agentId and holding the current instanceId.
+ */
+export class Registry {
+  private readonly agents = new Map<string, AgentRecord>();
+  /** Agents that answered `busy`, passed over until the given wall time. */
+  private readonly busyUntil = new Map<string, number>();
+
+  constructor(private readonly ctx: EngineContext) {}
+
+  async load(): Promise<void> {
+    for (const a of await this.ctx.store.listAgents()) this.agents.set(a.agentId, a);
+  }
+
+  get(agentId: string): AgentRecord | undefined {
+    return this.agents.get(agentId);
+  }
+
+  list(): AgentRecord[] {
+    return [...this.agents.values()];
+  }
+
+  isLive(agentId: string, now: number): boolean {
+    const a = this.agents.get(agentId);
+    return a !== undefined && a.status === "online" && (this.busyUntil.get(agentId) ?? 0) <= now;
+  }
+
+  /** A hello: a new instance supersedes the old; a new journal resets the expected seq. */
+  async hello(h: Hello, now: number): Promise<AgentRecord> {
+    const prev = this.agents.get(h.agentId);
+    const sameJournal = prev !== undefined && prev.journalId === h.journalId;
+    const record: AgentRecord = {
+      agentId: h.agentId,
+      instanceId: h.instanceId,
+      journalId: h.journalId,
+      ackedSeq: sameJournal ? prev.ackedSeq : 0,
+      status: "online",
+      profile: h.profile,
+      bundleVersion: h.bundle.version,
+      bundleSha256: h.bundle.sha256,
+      handlers: h.handlers,
+      concurrency: h.capacity.concurrency,
+      queue: h.capacity.queue,
+      tags: h.tags,
+      connectedAt: now,
+      lastSeenAt: now,
+      clockOffsetMs: prev?.clockOffsetMs ?? 0,
+      clockUncertaintyMs: prev?.clockUncertaintyMs ?? 0,
+      load: 0,
+      journalDepth: 0,
+      outboxDepth: 0,
+    };
+    this.agents.set(h.agentId, record);
+    this.busyUntil.delete(h.agentId);
+    await this.ctx.store.putAgent(record);
+    return record;
+  }
+
+  /** A heartbeat from the current instance; false (and counted) when it is from a superseded one. */
+  async heartbeat(agentId: string, hb: Heartbeat, now: number): Promise<boolean> {
+    const a = this.agents.get(agentId);
+    if (!a || a.instanceId !== hb.instanceId) {
+      await this.ctx.store.bumpCounter("superseded_messages");
+      return false;
+    }
+    a.lastSeenAt = now;
+    a.status = "online";
+    a.load = hb.load;
+    a.clockOffsetMs = hb.clockOffset.offsetMs;
+    a.clockUncertaintyMs = hb.clockOffset.uncertaintyMs;
+    a.journalDepth = hb.journal.depth;
+    a.outboxDepth = hb.journal.outboxDepth;
+    await this.ctx.store.putAgent(a);
+    return true;
+  }
+
+  /** An `offline` presence counts only for the current instance: a late Last Will is ignored. */
+  async presence(agentId: string, status: "online" | "offline", instanceId: string): Promise<void> {
+    const a = this.agents.get(agentId);
+    if (!a || a.instanceId !== instanceId) return;
+    if (status === "offline" && a.status !== "offline") {
+      a.status = "offline";
+      await this.ctx.store.putAgent(a);
+      this.ctx.log("info", `agent ${agentId} offline (presence)`, { agentId });
+    }
+  }
+
+  async ackedTo(agentId: string, seq: number): Promise<void> {
+    const a = this.agents.get(agentId);
+    if (!a || seq <= a.ackedSeq) return;
+    a.ackedSeq = seq;
+    await this.ctx.store.setAckedSeq(agentId, a.journalId, seq);
+  }
+
+  markBusy(agentId: string, untilMs: number): void {
+    this.busyUntil.set(agentId, untilMs);
+  }
+
+  /** Takes offline every agent silent for more than {@link MISSED_HEARTBEATS} heartbeats. */
+  async sweep(now: number): Promise<void> {
+    const limit = this.ctx.config.heartbeat * MISSED_HEARTBEATS;
+    for (const a of this.agents.values()) {
+      if (a.status === "online" && now - a.lastSeenAt > limit) {
+        a.status = "offline";
+        await this.ctx.store.putAgent(a);
+        this.ctx.log(
+          "info",
+          `agent ${a.agentId} offline (${MISSED_HEARTBEATS} heartbeats missed)`,
+          {
+            agentId: a.agentId,
+          },
+        );
+      }
+    }
+  }
+}

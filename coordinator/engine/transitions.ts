@@ -1,0 +1,108 @@
+import { backoffMs } from "../../shared/backoff.js";
+import { type Effect, type ExecEvent, transition } from "../../shared/fsm.js";
+import { newId } from "../../shared/ids.js";
+import { envelope } from "../../shared/message.js";
+import type { ExecutionPatch, ExecutionRecord } from "../store/port.js";
+import type { EngineContext } from "./context.js";
+
+export type ApplyOutcome = "applied" | "illegal" | "stale_round" | "not_found" | "conflict";
+
+/**
+ * Applies one event to an execution: asks the pure state machine, writes its decision with a
+ * compare-and-set on (state, round), then performs the effects. A rejected event changes nothing
+ * and is counted; a lost compare-and-set is retried on a fresh read.
+ */
+export async function applyEvent(
+  ctx: EngineContext,
+  executionId: string,
+  event: ExecEvent,
+  patch: (exec: ExecutionRecord) => ExecutionPatch = () => ({}),
+  detail?: Record<string, unknown>,
+): Promise<ApplyOutcome> {
+  for (let attempt = 0; attempt < 3; attempt++) {
+    const exec = await ctx.store.getExecution(executionId);
+    if (!exec) return "not_found";
+    const result = transition(exec, event);
+    if (!result.ok) {
+      await ctx.store.bumpCounter(
+        result.error.code === "stale_round" ? "stale_reports" : "illegal_transitions",
+      );
+      ctx.log("debug", `dropped ${event.type}: ${result.error.message}`, { executionId });
+      return result.error.code;
+    }
+    const now = ctx.clock.wallNow();
+    const fullPatch: ExecutionPatch = { ...patch(exec) };
+    for (const effect of result.effects) {
+      if (effect.type === "schedule_retry") {
+        fullPatch.nextAttemptAt =
+          now + backoffMs(exec.attempt, { baseMs: exec.retryBaseMs, capMs: exec.retryCapMs });
+      }
+    }
+    const written = await ctx.store.applyTransition({
+      executionId,
+      expected: { state: exec.state, round: exec.round },
+      next: result.next,
+      patch: fullPatch,
+      at: now,
+      event: event.type,
+      ...(detail === undefined ? {} : { detail }),
+    });
+    if (!written) continue;
+    await perform(ctx, { ...exec, ...result.next, ...fullPatch }, result.effects);
+    return "applied";
+  }
+  return "conflict";
+}
+
+async function perform(
+  ctx: EngineContext,
+  exec: ExecutionRecord,
+  effects: Effect[],
+): Promise<void> {
+  for (const effect of effects) {
+    try {
+      if (effect.type === "send_dispatch" && exec.agentId) {
+        await ctx.link.send(
+          exec.agentId,
+          envelope(
+            {
+              type: "dispatch",
+              executionId: exec.id,
+              round: effect.round,
+              attempt: exec.attempt,
+              handler: exec.handler,
+              params: exec.params,
+              fireAt: exec.fireAt,
+              deadline: exec.deadline,
+              timeoutMs: exec.timeoutMs,
+              priority: exec.priority,
+            },
+            ctx.clock.wallNow(),
+          ),
+        );
+      } else if (effect.type === "send_cancel" && exec.agentId) {
+        await ctx.link.send(
+          exec.agentId,
+          envelope(
+            { type: "cancel", executionId: exec.id, round: effect.round },
+            ctx.clock.wallNow(),
+          ),
+        );
+      } else if (effect.type === "terminal") {
+        ctx.log("info", `execution ${exec.id} ended ${effect.state}`, {
+          executionId: exec.id,
+          jobId: exec.jobId,
+          agentId: exec.agentId,
+        });
+      }
+    } catch (err) {
+      // A failed publish is not lost work: no `accepted` arrives, so the dispatch timeout resends.
+      ctx.log("warn", `effect ${effect.type} failed: ${(err as Error).message}`, {
+        executionId: exec.id,
+      });
+    }
+  }
+}
+
+/** A fresh execution id. */
+export const newExecutionId = (now: number) => newId("ex_", now);

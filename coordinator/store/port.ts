@@ -1,0 +1,185 @@
+import type { ExecSnapshot, ExecState } from "../../shared/fsm.js";
+import type { JobDefinition } from "../domain/job.js";
+
+/** A job as stored: its current definition and version, and when it fires next. */
+export interface StoredJob {
+  id: string;
+  version: number;
+  definition: JobDefinition;
+  /** Next nominal fire time (UTC ms), or null when the trigger is exhausted. */
+  nextFireAt: number | null;
+  createdAt: number;
+  updatedAt: number;
+}
+
+export type ExecutionKind = "job" | "command";
+
+/** An execution row. `snapshot` holds what the state machine needs. */
+export interface ExecutionRecord extends ExecSnapshot {
+  id: string;
+  kind: ExecutionKind;
+  jobId: string | null;
+  jobVersion: number | null;
+  handler: string;
+  params: Record<string, unknown>;
+  /** For commands: the agent it must run on. */
+  targetAgentId: string | null;
+  agentId: string | null;
+  /** The nominal time (jobs) or requested time (commands); the agent fires at it. */
+  fireAt: number;
+  deadline: number;
+  timeoutMs: number;
+  dispatchTimeoutMs: number;
+  priority: number;
+  retryBaseMs: number;
+  retryCapMs: number;
+  createdAt: number;
+  updatedAt: number;
+  dispatchedAt: number | null;
+  startedAt: number | null;
+  finishedAt: number | null;
+  lateMs: number | null;
+  nextAttemptAt: number | null;
+  result: Record<string, unknown> | null;
+  message: string | null;
+}
+
+/** A new execution (state PENDING, round 0, attempt 1). */
+export type NewExecution = Omit<
+  ExecutionRecord,
+  | "state"
+  | "round"
+  | "attempt"
+  | "dispatches"
+  | "updatedAt"
+  | "agentId"
+  | "dispatchedAt"
+  | "startedAt"
+  | "finishedAt"
+  | "lateMs"
+  | "nextAttemptAt"
+  | "result"
+  | "message"
+>;
+
+/** One entry of an execution's timeline. */
+export interface TimelineEntry {
+  executionId: string;
+  seq: number;
+  at: number;
+  event: string;
+  fromState: ExecState | null;
+  toState: ExecState;
+  round: number;
+  agentId: string | null;
+  detail: Record<string, unknown> | null;
+}
+
+/** Fields a transition may change besides the snapshot. */
+export type ExecutionPatch = Partial<
+  Pick<
+    ExecutionRecord,
+    | "agentId"
+    | "dispatchedAt"
+    | "startedAt"
+    | "finishedAt"
+    | "lateMs"
+    | "nextAttemptAt"
+    | "result"
+    | "message"
+    | "fireAt"
+    | "deadline"
+  >
+>;
+
+/** A transition decided by the domain, to be written if the execution is still as it was read. */
+export interface TransitionWrite {
+  executionId: string;
+  /** The state and round the decision was based on (compare-and-set). */
+  expected: { state: ExecState; round: number };
+  next: ExecSnapshot;
+  patch: ExecutionPatch;
+  at: number;
+  event: string;
+  detail?: Record<string, unknown>;
+}
+
+/** What an agent's hello and heartbeats tell the registry. */
+export interface AgentRecord {
+  agentId: string;
+  instanceId: string;
+  journalId: string;
+  /** Highest contiguous report seq stored for this journal (rule 1). */
+  ackedSeq: number;
+  status: "online" | "offline";
+  profile: string;
+  bundleVersion: string;
+  bundleSha256: string;
+  handlers: string[];
+  concurrency: number;
+  queue: number;
+  tags: Record<string, string>;
+  connectedAt: number;
+  lastSeenAt: number;
+  clockOffsetMs: number;
+  clockUncertaintyMs: number;
+  load: number;
+  journalDepth: number;
+  outboxDepth: number;
+}
+
+export interface ExecutionFilter {
+  jobId?: string;
+  states?: ExecState[];
+  agentId?: string;
+  limit?: number;
+}
+
+/**
+ * The coordinator's store, in domain operations. Async so that SQLite and PostgreSQL both fit;
+ * every method is atomic on its own.
+ */
+export interface Store {
+  /** Creates the job, or a new version when its definition changed. Returns the stored job. */
+  putJob(definition: JobDefinition, nextFireAt: number | null, now: number): Promise<StoredJob>;
+  getJob(id: string): Promise<StoredJob | undefined>;
+  listJobs(): Promise<StoredJob[]>;
+  /** Jobs, not paused, whose next fire time is at or before `untilMs`. */
+  listJobsDueBy(untilMs: number): Promise<StoredJob[]>;
+
+  /**
+   * Records the firing of (jobId, scheduledFor) exactly once: in one transaction it advances the
+   * job's next fire time from `scheduledFor` to `nextFireAt` (only if it still is `scheduledFor`),
+   * inserts the UNIQUE fire row, and creates the execution with its first timeline entry.
+   * Returns false when that nominal time was already fired (by this or another coordinator).
+   */
+  recordFire(fire: {
+    jobId: string;
+    scheduledFor: number;
+    nextFireAt: number | null;
+    execution: NewExecution;
+    at: number;
+  }): Promise<boolean>;
+
+  /** Creates an execution outside any job (a device command). */
+  createExecution(execution: NewExecution, at: number): Promise<void>;
+  getExecution(id: string): Promise<ExecutionRecord | undefined>;
+  listExecutions(filter?: ExecutionFilter): Promise<ExecutionRecord[]>;
+  /** Executions in `states` ordered by priority (high first), then fire time. */
+  listExecutionsInStates(states: ExecState[], limit: number): Promise<ExecutionRecord[]>;
+  /** Writes a transition if the execution is still in `expected`; appends it to the timeline. */
+  applyTransition(write: TransitionWrite): Promise<boolean>;
+  getTimeline(executionId: string): Promise<TimelineEntry[]>;
+
+  getAgent(agentId: string): Promise<AgentRecord | undefined>;
+  listAgents(): Promise<AgentRecord[]>;
+  putAgent(agent: AgentRecord): Promise<void>;
+  /** Sets the highest contiguous stored seq of the agent's current journal. */
+  setAckedSeq(agentId: string, journalId: string, seq: number): Promise<void>;
+
+  /** Adds `by` to a named counter (invalid messages, stale reports, …). */
+  bumpCounter(name: string, by?: number): Promise<void>;
+  counters(): Promise<Record<string, number>>;
+
+  close(): Promise<void>;
+}

@@ -1,0 +1,94 @@
+import type { Migration } from "../../../shared/migrate.js";
+
+/** The coordinator's SQLite schema, append-only: add a step, never edit a shipped one. */
+export const SQLITE_MIGRATIONS: readonly Migration[] = [
+  {
+    version: 1,
+    name: "jobs, fires, executions, timeline, agents, counters",
+    sql: `
+      CREATE TABLE jobs (
+        id TEXT PRIMARY KEY,
+        version INTEGER NOT NULL,
+        definition TEXT NOT NULL,
+        next_fire_at REAL,
+        paused INTEGER NOT NULL DEFAULT 0,
+        created_at REAL NOT NULL,
+        updated_at REAL NOT NULL
+      );
+      CREATE INDEX jobs_next_fire ON jobs (next_fire_at) WHERE paused = 0;
+      CREATE TABLE job_versions (
+        job_id TEXT NOT NULL,
+        version INTEGER NOT NULL,
+        definition TEXT NOT NULL,
+        created_at REAL NOT NULL,
+        PRIMARY KEY (job_id, version)
+      );
+      -- A fire's identity is (job_id, scheduled_for): the UNIQUE key makes firing exactly-once.
+      CREATE TABLE fires (
+        job_id TEXT NOT NULL,
+        scheduled_for REAL NOT NULL,
+        fired_at REAL NOT NULL,
+        execution_id TEXT NOT NULL,
+        PRIMARY KEY (job_id, scheduled_for)
+      );
+      CREATE TABLE executions (
+        id TEXT PRIMARY KEY,
+        kind TEXT NOT NULL,
+        job_id TEXT,
+        job_version INTEGER,
+        handler TEXT NOT NULL,
+        params TEXT NOT NULL,
+        target_agent_id TEXT,
+        agent_id TEXT,
+        state TEXT NOT NULL,
+        round INTEGER NOT NULL,
+        attempt INTEGER NOT NULL,
+        max_attempts INTEGER NOT NULL,
+        dispatches INTEGER NOT NULL,
+        max_dispatches INTEGER NOT NULL,
+        fire_at REAL NOT NULL,
+        deadline REAL NOT NULL,
+        timeout_ms REAL NOT NULL,
+        dispatch_timeout_ms REAL NOT NULL,
+        priority INTEGER NOT NULL,
+        retry_base_ms REAL NOT NULL,
+        retry_cap_ms REAL NOT NULL,
+        created_at REAL NOT NULL,
+        updated_at REAL NOT NULL,
+        dispatched_at REAL,
+        started_at REAL,
+        finished_at REAL,
+        late_ms REAL,
+        next_attempt_at REAL,
+        result TEXT,
+        message TEXT
+      );
+      CREATE INDEX executions_state ON executions (state, priority DESC, fire_at);
+      CREATE INDEX executions_job ON executions (job_id, created_at);
+      CREATE TABLE timeline (
+        execution_id TEXT NOT NULL,
+        seq INTEGER NOT NULL,
+        at REAL NOT NULL,
+        event TEXT NOT NULL,
+        from_state TEXT,
+        to_state TEXT NOT NULL,
+        round INTEGER NOT NULL,
+        agent_id TEXT,
+        detail TEXT,
+        PRIMARY KEY (execution_id, seq)
+      );
+      CREATE TABLE agents (
+        agent_id TEXT PRIMARY KEY,
+        record TEXT NOT NULL,
+        instance_id TEXT NOT NULL,
+        journal_id TEXT NOT NULL,
+        acked_seq INTEGER NOT NULL,
+        status TEXT NOT NULL
+      );
+      CREATE TABLE counters (
+        name TEXT PRIMARY KEY,
+        value INTEGER NOT NULL
+      );
+    `,
+  },
+];

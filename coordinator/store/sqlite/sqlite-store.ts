@@ -1,0 +1,489 @@
+import Database from "better-sqlite3";
+import { AxError } from "../../../shared/errors.js";
+import type { ExecState } from "../../../shared/fsm.js";
+import { migrate } from "../../../shared/migrate.js";
+import type { JobDefinition } from "../../domain/job.js";
+import type {
+  AgentRecord,
+  ExecutionFilter,
+  ExecutionRecord,
+  NewExecution,
+  Store,
+  StoredJob,
+  TimelineEntry,
+  TransitionWrite,
+} from "../port.js";
+import { SQLITE_MIGRATIONS } from "./migrations.js";
+
+interface JobRow {
+  id: string;
+  version: number;
+  definition: string;
+  next_fire_at: number | null;
+  created_at: number;
+  updated_at: number;
+}
+
+interface ExecutionRow {
+  id: string;
+  kind: "job" | "command";
+  job_id: string | null;
+  job_version: number | null;
+  handler: string;
+  params: string;
+  target_agent_id: string | null;
+  agent_id: string | null;
+  state: ExecState;
+  round: number;
+  attempt: number;
+  max_attempts: number;
+  dispatches: number;
+  max_dispatches: number;
+  fire_at: number;
+  deadline: number;
+  timeout_ms: number;
+  dispatch_timeout_ms: number;
+  priority: number;
+  retry_base_ms: number;
+  retry_cap_ms: number;
+  created_at: number;
+  updated_at: number;
+  dispatched_at: number | null;
+  started_at: number | null;
+  finished_at: number | null;
+  late_ms: number | null;
+  next_attempt_at: number | null;
+  result: string | null;
+  message: string | null;
+}
+
+/** Stored error and result text is capped so one bad handler cannot bloat the store. */
+const MAX_MESSAGE_CHARS = 4096;
+
+function toJob(row: JobRow): StoredJob {
+  return {
+    id: row.id,
+    version: row.version,
+    definition: JSON.parse(row.definition) as JobDefinition,
+    nextFireAt: row.next_fire_at,
+    createdAt: row.created_at,
+    updatedAt: row.updated_at,
+  };
+}
+
+function toExecution(r: ExecutionRow): ExecutionRecord {
+  return {
+    id: r.id,
+    kind: r.kind,
+    jobId: r.job_id,
+    jobVersion: r.job_version,
+    handler: r.handler,
+    params: JSON.parse(r.params) as Record<string, unknown>,
+    targetAgentId: r.target_agent_id,
+    agentId: r.agent_id,
+    state: r.state,
+    round: r.round,
+    attempt: r.attempt,
+    maxAttempts: r.max_attempts,
+    dispatches: r.dispatches,
+    maxDispatches: r.max_dispatches,
+    fireAt: r.fire_at,
+    deadline: r.deadline,
+    timeoutMs: r.timeout_ms,
+    dispatchTimeoutMs: r.dispatch_timeout_ms,
+    priority: r.priority,
+    retryBaseMs: r.retry_base_ms,
+    retryCapMs: r.retry_cap_ms,
+    createdAt: r.created_at,
+    updatedAt: r.updated_at,
+    dispatchedAt: r.dispatched_at,
+    startedAt: r.started_at,
+    finishedAt: r.finished_at,
+    lateMs: r.late_ms,
+    nextAttemptAt: r.next_attempt_at,
+    result: r.result === null ? null : (JSON.parse(r.result) as Record<string, unknown>),
+    message: r.message,
+  };
+}
+
+/** Translates a driver error into an AxError, keeping AxErrors as they are. */
+function wrap<T>(what: string, fn: () => T): T {
+  try {
+    return fn();
+  } catch (err) {
+    if (err instanceof AxError) throw err;
+    throw new AxError("AX_STORE_FAILED", `store: ${what} failed: ${(err as Error).message}`, {
+      cause: err,
+      retryable: (err as { code?: string }).code === "SQLITE_BUSY",
+    });
+  }
+}
+
+export interface SqliteStoreOptions {
+  /** The database file; `:memory:` for a throwaway store. */
+  path: string;
+  now?: () => number;
+}
+
+/** The embedded store: one SQLite file in WAL mode. */
+export class SqliteStore implements Store {
+  private readonly db: Database.Database;
+
+  constructor(options: SqliteStoreOptions) {
+    this.db = wrap("open", () => new Database(options.path));
+    wrap("configure", () => {
+      this.db.pragma("journal_mode = WAL");
+      // WAL with NORMAL loses at most the last transactions on power loss, never consistency.
+      this.db.pragma("synchronous = NORMAL");
+      this.db.pragma("busy_timeout = 5000");
+      this.db.pragma("foreign_keys = ON");
+    });
+    migrate(this.db, SQLITE_MIGRATIONS, (options.now ?? Date.now)());
+  }
+
+  async putJob(
+    definition: JobDefinition,
+    nextFireAt: number | null,
+    now: number,
+  ): Promise<StoredJob> {
+    return wrap("putJob", () =>
+      this.db.transaction(() => {
+        const json = JSON.stringify(definition);
+        const row = this.db.prepare("SELECT * FROM jobs WHERE id = ?").get(definition.id) as
+          | JobRow
+          | undefined;
+        if (row && row.definition === json) return toJob(row);
+        const version = row ? row.version + 1 : 1;
+        this.db
+          .prepare(
+            `INSERT INTO jobs (id, version, definition, next_fire_at, paused, created_at, updated_at)
+             VALUES (@id, @version, @definition, @nextFireAt, @paused, @now, @now)
+             ON CONFLICT (id) DO UPDATE SET version = @version, definition = @definition,
+               next_fire_at = @nextFireAt, paused = @paused, updated_at = @now`,
+          )
+          .run({
+            id: definition.id,
+            version,
+            definition: json,
+            nextFireAt,
+            paused: definition.paused ? 1 : 0,
+            now,
+          });
+        this.db
+          .prepare(
+            "INSERT INTO job_versions (job_id, version, definition, created_at) VALUES (?, ?, ?, ?)",
+          )
+          .run(definition.id, version, json, now);
+        return toJob(
+          this.db.prepare("SELECT * FROM jobs WHERE id = ?").get(definition.id) as JobRow,
+        );
+      })(),
+    );
+  }
+
+  async getJob(id: string): Promise<StoredJob | undefined> {
+    const row = wrap("getJob", () => this.db.prepare("SELECT * FROM jobs WHERE id = ?").get(id)) as
+      | JobRow
+      | undefined;
+    return row ? toJob(row) : undefined;
+  }
+
+  async listJobs(): Promise<StoredJob[]> {
+    return wrap("listJobs", () =>
+      (this.db.prepare("SELECT * FROM jobs ORDER BY id").all() as JobRow[]).map(toJob),
+    );
+  }
+
+  async listJobsDueBy(untilMs: number): Promise<StoredJob[]> {
+    return wrap("listJobsDueBy", () =>
+      (
+        this.db
+          .prepare(
+            "SELECT * FROM jobs WHERE paused = 0 AND next_fire_at IS NOT NULL AND next_fire_at <= ? ORDER BY next_fire_at",
+          )
+          .all(untilMs) as JobRow[]
+      ).map(toJob),
+    );
+  }
+
+  async recordFire(fire: {
+    jobId: string;
+    scheduledFor: number;
+    nextFireAt: number | null;
+    execution: NewExecution;
+    at: number;
+  }): Promise<boolean> {
+    return wrap("recordFire", () =>
+      this.db.transaction(() => {
+        // Compare-and-set on the job's next fire time: only one writer advances it.
+        const advanced = this.db
+          .prepare(
+            "UPDATE jobs SET next_fire_at = ?, updated_at = ? WHERE id = ? AND next_fire_at = ?",
+          )
+          .run(fire.nextFireAt, fire.at, fire.jobId, fire.scheduledFor);
+        if (advanced.changes !== 1) return false;
+        const inserted = this.db
+          .prepare(
+            "INSERT OR IGNORE INTO fires (job_id, scheduled_for, fired_at, execution_id) VALUES (?, ?, ?, ?)",
+          )
+          .run(fire.jobId, fire.scheduledFor, fire.at, fire.execution.id);
+        if (inserted.changes !== 1) return false;
+        this.insertExecution(fire.execution, fire.at, { scheduledFor: fire.scheduledFor });
+        return true;
+      })(),
+    );
+  }
+
+  async createExecution(execution: NewExecution, at: number): Promise<void> {
+    wrap("createExecution", () =>
+      this.db.transaction(() => this.insertExecution(execution, at, null))(),
+    );
+  }
+
+  private insertExecution(
+    e: NewExecution,
+    at: number,
+    detail: Record<string, unknown> | null,
+  ): void {
+    this.db
+      .prepare(
+        `INSERT INTO executions (id, kind, job_id, job_version, handler, params, target_agent_id, agent_id,
+           state, round, attempt, max_attempts, dispatches, max_dispatches, fire_at, deadline, timeout_ms,
+           dispatch_timeout_ms, priority, retry_base_ms, retry_cap_ms, created_at, updated_at)
+         VALUES (@id, @kind, @jobId, @jobVersion, @handler, @params, @targetAgentId, NULL,
+           'PENDING', 0, 1, @maxAttempts, 0, @maxDispatches, @fireAt, @deadline, @timeoutMs,
+           @dispatchTimeoutMs, @priority, @retryBaseMs, @retryCapMs, @createdAt, @createdAt)`,
+      )
+      .run({ ...e, params: JSON.stringify(e.params) });
+    this.appendTimeline(e.id, at, "created", null, "PENDING", 0, null, detail);
+  }
+
+  private appendTimeline(
+    executionId: string,
+    at: number,
+    event: string,
+    from: ExecState | null,
+    to: ExecState,
+    round: number,
+    agentId: string | null,
+    detail: Record<string, unknown> | null,
+  ): void {
+    this.db
+      .prepare(
+        `INSERT INTO timeline (execution_id, seq, at, event, from_state, to_state, round, agent_id, detail)
+         VALUES (?, (SELECT COALESCE(MAX(seq), 0) + 1 FROM timeline WHERE execution_id = ?), ?, ?, ?, ?, ?, ?, ?)`,
+      )
+      .run(
+        executionId,
+        executionId,
+        at,
+        event,
+        from,
+        to,
+        round,
+        agentId,
+        detail ? JSON.stringify(detail) : null,
+      );
+  }
+
+  async getExecution(id: string): Promise<ExecutionRecord | undefined> {
+    const row = wrap("getExecution", () =>
+      this.db.prepare("SELECT * FROM executions WHERE id = ?").get(id),
+    ) as ExecutionRow | undefined;
+    return row ? toExecution(row) : undefined;
+  }
+
+  async listExecutions(filter: ExecutionFilter = {}): Promise<ExecutionRecord[]> {
+    const where: string[] = [];
+    const args: unknown[] = [];
+    if (filter.jobId !== undefined) {
+      where.push("job_id = ?");
+      args.push(filter.jobId);
+    }
+    if (filter.agentId !== undefined) {
+      where.push("agent_id = ?");
+      args.push(filter.agentId);
+    }
+    if (filter.states !== undefined && filter.states.length > 0) {
+      where.push(`state IN (${filter.states.map(() => "?").join(", ")})`);
+      args.push(...filter.states);
+    }
+    const sql = `SELECT * FROM executions ${where.length ? `WHERE ${where.join(" AND ")}` : ""}
+      ORDER BY created_at DESC, id DESC LIMIT ?`;
+    args.push(filter.limit ?? 100);
+    return wrap("listExecutions", () =>
+      (this.db.prepare(sql).all(...args) as ExecutionRow[]).map(toExecution),
+    );
+  }
+
+  async listExecutionsInStates(states: ExecState[], limit: number): Promise<ExecutionRecord[]> {
+    if (states.length === 0) return [];
+    const sql = `SELECT * FROM executions WHERE state IN (${states.map(() => "?").join(", ")})
+      ORDER BY priority DESC, fire_at, created_at LIMIT ?`;
+    return wrap("listExecutionsInStates", () =>
+      (this.db.prepare(sql).all(...states, limit) as ExecutionRow[]).map(toExecution),
+    );
+  }
+
+  async applyTransition(w: TransitionWrite): Promise<boolean> {
+    return wrap("applyTransition", () =>
+      this.db.transaction(() => {
+        const p = w.patch;
+        const sets = [
+          "state = @state",
+          "round = @round",
+          "attempt = @attempt",
+          "max_attempts = @maxAttempts",
+          "dispatches = @dispatches",
+          "max_dispatches = @maxDispatches",
+          "updated_at = @at",
+        ];
+        const params: Record<string, unknown> = {
+          ...w.next,
+          at: w.at,
+          id: w.executionId,
+          expectedState: w.expected.state,
+          expectedRound: w.expected.round,
+        };
+        const columns: [keyof typeof p, string][] = [
+          ["agentId", "agent_id"],
+          ["dispatchedAt", "dispatched_at"],
+          ["startedAt", "started_at"],
+          ["finishedAt", "finished_at"],
+          ["lateMs", "late_ms"],
+          ["nextAttemptAt", "next_attempt_at"],
+          ["result", "result"],
+          ["message", "message"],
+          ["fireAt", "fire_at"],
+          ["deadline", "deadline"],
+        ];
+        for (const [key, column] of columns) {
+          if (!(key in p)) continue;
+          sets.push(`${column} = @${key}`);
+          let value = p[key] ?? null;
+          if (key === "result" && value !== null) value = JSON.stringify(value);
+          if (key === "message" && typeof value === "string")
+            value = value.slice(0, MAX_MESSAGE_CHARS);
+          params[key] = value;
+        }
+        const res = this.db
+          .prepare(
+            `UPDATE executions SET ${sets.join(", ")}
+             WHERE id = @id AND state = @expectedState AND round = @expectedRound`,
+          )
+          .run(params);
+        if (res.changes !== 1) return false;
+        const agentId =
+          p.agentId ??
+          (
+            this.db.prepare("SELECT agent_id FROM executions WHERE id = ?").get(w.executionId) as {
+              agent_id: string | null;
+            }
+          ).agent_id;
+        this.appendTimeline(
+          w.executionId,
+          w.at,
+          w.event,
+          w.expected.state,
+          w.next.state,
+          w.next.round,
+          agentId,
+          w.detail ?? null,
+        );
+        return true;
+      })(),
+    );
+  }
+
+  async getTimeline(executionId: string): Promise<TimelineEntry[]> {
+    const rows = wrap("getTimeline", () =>
+      this.db
+        .prepare("SELECT * FROM timeline WHERE execution_id = ? ORDER BY seq")
+        .all(executionId),
+    ) as {
+      execution_id: string;
+      seq: number;
+      at: number;
+      event: string;
+      from_state: ExecState | null;
+      to_state: ExecState;
+      round: number;
+      agent_id: string | null;
+      detail: string | null;
+    }[];
+    return rows.map((r) => ({
+      executionId: r.execution_id,
+      seq: r.seq,
+      at: r.at,
+      event: r.event,
+      fromState: r.from_state,
+      toState: r.to_state,
+      round: r.round,
+      agentId: r.agent_id,
+      detail: r.detail === null ? null : (JSON.parse(r.detail) as Record<string, unknown>),
+    }));
+  }
+
+  async getAgent(agentId: string): Promise<AgentRecord | undefined> {
+    const row = wrap("getAgent", () =>
+      this.db.prepare("SELECT record, acked_seq FROM agents WHERE agent_id = ?").get(agentId),
+    ) as { record: string; acked_seq: number } | undefined;
+    return row
+      ? { ...(JSON.parse(row.record) as AgentRecord), ackedSeq: row.acked_seq }
+      : undefined;
+  }
+
+  async listAgents(): Promise<AgentRecord[]> {
+    const rows = wrap("listAgents", () =>
+      this.db.prepare("SELECT record, acked_seq FROM agents ORDER BY agent_id").all(),
+    ) as { record: string; acked_seq: number }[];
+    return rows.map((r) => ({ ...(JSON.parse(r.record) as AgentRecord), ackedSeq: r.acked_seq }));
+  }
+
+  async putAgent(agent: AgentRecord): Promise<void> {
+    wrap("putAgent", () =>
+      this.db
+        .prepare(
+          `INSERT INTO agents (agent_id, record, instance_id, journal_id, acked_seq, status)
+           VALUES (@agentId, @record, @instanceId, @journalId, @ackedSeq, @status)
+           ON CONFLICT (agent_id) DO UPDATE SET record = @record, instance_id = @instanceId,
+             journal_id = @journalId, acked_seq = @ackedSeq, status = @status`,
+        )
+        .run({ ...agent, record: JSON.stringify(agent) }),
+    );
+  }
+
+  async setAckedSeq(agentId: string, journalId: string, seq: number): Promise<void> {
+    wrap("setAckedSeq", () =>
+      this.db
+        .prepare(
+          "UPDATE agents SET acked_seq = ? WHERE agent_id = ? AND journal_id = ? AND acked_seq < ?",
+        )
+        .run(seq, agentId, journalId, seq),
+    );
+  }
+
+  async bumpCounter(name: string, by = 1): Promise<void> {
+    wrap("bumpCounter", () =>
+      this.db
+        .prepare(
+          "INSERT INTO counters (name, value) VALUES (?, ?) ON CONFLICT (name) DO UPDATE SET value = value + excluded.value",
+        )
+        .run(name, by),
+    );
+  }
+
+  async counters(): Promise<Record<string, number>> {
+    const rows = wrap("counters", () =>
+      this.db.prepare("SELECT name, value FROM counters").all(),
+    ) as {
+      name: string;
+      value: number;
+    }[];
+    return Object.fromEntries(rows.map((r) => [r.name, r.value]));
+  }
+
+  async close(): Promise<void> {
+    if (this.db.open) this.db.close();
+  }
+}

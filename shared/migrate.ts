@@ -1,0 +1,64 @@
+import { AxError } from "./errors.js";
+
+/** One step of an append-only migration ledger. Never edit a shipped step; add a new one. */
+export interface Migration {
+  version: number;
+  name: string;
+  sql: string;
+}
+
+/** The part of a better-sqlite3 database the runner needs (kept structural so shared/ stays free of I/O imports). */
+export interface MigratableDb {
+  exec(sql: string): unknown;
+  prepare(sql: string): { all(...args: unknown[]): unknown[]; run(...args: unknown[]): unknown };
+  transaction(fn: () => void): () => void;
+}
+
+/**
+ * Applies every migration newer than the database's, each in its own transaction, recording it in
+ * `schema_migrations`. Refuses a database that has a version this build does not know.
+ */
+export function migrate(db: MigratableDb, migrations: readonly Migration[], now: number): number[] {
+  db.exec(
+    "CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at REAL NOT NULL)",
+  );
+  const applied = new Set(
+    (db.prepare("SELECT version FROM schema_migrations").all() as { version: number }[]).map(
+      (r) => r.version,
+    ),
+  );
+  const known = new Set(migrations.map((m) => m.version));
+  for (const v of applied) {
+    if (!known.has(v)) {
+      throw new AxError(
+        "AX_STORE_MIGRATION",
+        `the database has migration ${v}, which this build does not know: it was written by a newer version`,
+        { context: { version: v } },
+      );
+    }
+  }
+  const ran: number[] = [];
+  const sorted = [...migrations].sort((a, b) => a.version - b.version);
+  for (const m of sorted) {
+    if (applied.has(m.version)) continue;
+    try {
+      db.transaction(() => {
+        db.exec(m.sql);
+        db.prepare(
+          "INSERT INTO schema_migrations (version, name, applied_at) VALUES (?, ?, ?)",
+        ).run(m.version, m.name, now);
+      })();
+    } catch (err) {
+      throw new AxError(
+        "AX_STORE_MIGRATION",
+        `migration ${m.version} (${m.name}) failed: ${(err as Error).message}`,
+        {
+          cause: err,
+          context: { version: m.version },
+        },
+      );
+    }
+    ran.push(m.version);
+  }
+  return ran;
+}
