@@ -134,6 +134,23 @@ export class Coordinator {
     return id;
   }
 
+  /**
+   * Stops firing new executions and waits up to `timeoutMs` for those in flight to end.
+   * Returns how many are still not terminal.
+   */
+  async quiesce(timeoutMs: number): Promise<number> {
+    this.firing.close();
+    const until = this.ctx.clock.monoNow() + timeoutMs;
+    for (;;) {
+      const open = await this.store.listExecutionsInStates(
+        ["PENDING", "DISPATCHED", "SCHEDULED", "RUNNING", "RETRY_WAITING"],
+        1_000_000,
+      );
+      if (open.length === 0 || this.ctx.clock.monoNow() >= until) return open.length;
+      await new Promise<void>((resolve) => this.ctx.clock.setTimer(resolve, 50));
+    }
+  }
+
   /** Every message received so far handled, and the dispatcher idle (for tests and shutdown). */
   async settle(): Promise<void> {
     await this.inbound.drain();

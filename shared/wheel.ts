@@ -101,8 +101,8 @@ export class TimingWheel<T> {
   private overflowCount = 0;
   private readyCount = 0;
   /**
-   * The tick being processed: every slot of an earlier tick is empty, and every wheel entry's tick
-   * is in `[cursor, cursor + slots)` (an entry already overdue when scheduled counts as `cursor`).
+   * The tick being processed: every wheel entry's tick is in `[cursor, cursor + slots)`, so each
+   * slot holds one tick (an entry already overdue when scheduled is put in the cursor's slot).
    */
   private cursor: number;
   /** A lower bound of the ticks of the overflow entries; Infinity when there are none. */

@@ -139,6 +139,8 @@ export async function runDemo(argv: string[]): Promise<number> {
   } finally {
     process.off("SIGINT", onSigint);
     process.off("SIGTERM", onSigint);
+    // Let executions already fired finish before the agents go, so the summary is final.
+    await coordinator?.quiesce(3000).catch(() => 0);
     await Promise.all(agents.map((a) => a.stop(5000)));
     let summary = "demo: 0 executions, 0 succeeded, 0 failed";
     let succeeded = 0;

@@ -36,18 +36,27 @@ const cronTriggerSchema = z
     if (problem) ctx.addIssue({ code: "custom", path: ["expr"], message: problem });
   });
 
+const intervalSchema = durationSchema.refine((ms) => ms >= 100, "must be at least 100ms");
+
 const everyTriggerSchema = z
   .object({
     type: z.literal("every"),
     /** The interval, e.g. `2s` or 2000. */
-    every: durationSchema.refine((ms) => ms >= 100, "must be at least 100ms"),
+    every: intervalSchema.optional(),
+    /** The interval in milliseconds: the resolved form, so a stored definition parses again. */
+    everyMs: intervalSchema.optional(),
     /** Fire times are anchor + k × every; UTC ms or ISO time. @default 0 (the epoch) */
     anchor: instantSchema.optional(),
   })
   .strict()
-  .transform(({ type, every, anchor }) => ({
+  .superRefine((t, ctx) => {
+    if ((t.every === undefined) === (t.everyMs === undefined)) {
+      ctx.addIssue({ code: "custom", path: ["every"], message: "give the interval as every (e.g. \"2s\")" });
+    }
+  })
+  .transform(({ type, every, everyMs, anchor }) => ({
     type,
-    everyMs: every,
+    everyMs: (every ?? everyMs) as number,
     ...(anchor === undefined ? {} : { anchor }),
   }));
 

@@ -1,0 +1,749 @@
+import { afterEach, describe, expect, it } from "vitest";
+import * as z from "zod/mini";
+import { FakeClock } from "../../shared/clock.js";
+import { envelope } from "../../shared/message.js";
+import { type Dispatch, dispatchSchema, upMessageSchema } from "../../shared/protocol/index.js";
+import { BUILTIN_HANDLERS } from "../handlers/builtins.js";
+import { defineHandler, HandlerFailure, HandlerRegistry } from "../handlers/registry.js";
+import type { ReportBody } from "../outbox.js";
+import { Executor } from "./executor.js";
+
+/** Lets the handlers' promise chains settle. */
+async function flush(): Promise<void> {
+  for (let i = 0; i < 5; i++) await new Promise<void>((resolve) => setImmediate(resolve));
+}
+
+type Body<T extends ReportBody["type"]> = Extract<ReportBody, { type: T }>;
+
+interface Harness {
+  clock: FakeClock;
+  ex: Executor;
+  reports: ReportBody[];
+  /** How many times the `count` handler ran, per executionId. */
+  runs: Map<string, number>;
+  /** The signal each `block` / `hang` run got, per executionId. */
+  signals: Map<string, AbortSignal>;
+  /** Settles a `block` run: resolve with a result or reject with an error. */
+  release(id: string, outcome?: { result?: Record<string, unknown>; error?: unknown }): void;
+  of<T extends ReportBody["type"]>(type: T, id?: string): Body<T>[];
+  dispatch(p: Partial<Dispatch> & { executionId: string }): Dispatch;
+}
+
+/** Reports that do not pass the protocol schema once enveloped (rule 12); checked after each test. */
+let invalidReports: unknown[] = [];
+const executors: Executor[] = [];
+
+afterEach(() => {
+  for (const ex of executors.splice(0)) ex.close();
+  expect(invalidReports).toEqual([]);
+  invalidReports = [];
+});
+
+function setup(capacity: { concurrency?: number; queue?: number; maxPending?: number } = {}) {
+  const clock = new FakeClock();
+  const reports: ReportBody[] = [];
+  const runs = new Map<string, number>();
+  const signals = new Map<string, AbortSignal>();
+  const settlers = new Map<string, { resolve: (r: unknown) => void; reject: (e: unknown) => void }>();
+  const count = defineHandler("count", z.object({}), async (ctx) => {
+    runs.set(ctx.executionId, (runs.get(ctx.executionId) ?? 0) + 1);
+    return { n: runs.get(ctx.executionId) };
+  });
+  const block = defineHandler(
+    "block",
+    z.object({}),
+    (ctx) =>
+      new Promise((resolve, reject) => {
+        signals.set(ctx.executionId, ctx.signal);
+        settlers.set(ctx.executionId, {
+          resolve: (r) => resolve(r as Record<string, unknown>),
+          reject,
+        });
+      }),
+  );
+  // Ignores its signal and never settles.
+  const hang = defineHandler("hang", z.object({}), (ctx) => {
+    signals.set(ctx.executionId, ctx.signal);
+    return new Promise(() => {});
+  });
+  const boom = defineHandler("boom", z.object({}), async () => {
+    throw new Error("boom");
+  });
+  const final = defineHandler("final", z.object({}), async () => {
+    throw new HandlerFailure("bad input, do not retry", { retryable: false });
+  });
+  const progress = defineHandler("progress", z.object({}), async (ctx) => {
+    ctx.progress(50, "half way");
+    return { done: true };
+  });
+  let seq = 0;
+  const ex = new Executor({
+    clock,
+    handlers: new HandlerRegistry([
+      ...BUILTIN_HANDLERS,
+      count,
+      block,
+      hang,
+      boom,
+      final,
+      progress,
+    ]),
+    coordNow: () => clock.wallNow(),
+    toMono: (t) => t - (clock.wallNow() - clock.monoNow()),
+    concurrency: capacity.concurrency ?? 2,
+    queue: capacity.queue ?? 4,
+    maxPending: capacity.maxPending ?? 100,
+    tickMs: 20,
+    report: (body) => {
+      reports.push(body);
+      const message = { ...envelope(body, clock.wallNow()), seq: ++seq };
+      const parsed = upMessageSchema.safeParse(message);
+      if (!parsed.success) invalidReports.push({ message, issues: parsed.error.issues });
+    },
+    log: () => {},
+  });
+  executors.push(ex);
+  const h: Harness = {
+    clock,
+    ex,
+    reports,
+    runs,
+    signals,
+    release(id, outcome = {}) {
+      const s = settlers.get(id);
+      if (!s) throw new Error(`no block run for ${id}`);
+      if (outcome.error !== undefined) s.reject(outcome.error);
+      else s.resolve(outcome.result);
+    },
+    of: <T extends ReportBody["type"]>(type: T, id?: string) =>
+      reports.filter(
+        (r): r is Body<T> => r.type === type && (id === undefined || r.executionId === id),
+      ),
+    dispatch(p) {
+      const now = clock.wallNow();
+      const d = dispatchSchema.parse({
+        v: 1,
+        type: "dispatch",
+        msgId: `m-${p.executionId}-${p.round ?? 1}`,
+        sentAt: now,
+        round: 1,
+        attempt: 1,
+        handler: "echo",
+        params: {},
+        fireAt: now + 1000,
+        deadline: now + 5000,
+        timeoutMs: 10_000,
+        priority: 0,
+        ...p,
+      });
+      ex.dispatch(d);
+      return d;
+    },
+  };
+  return h;
+}
+
+describe("Executor: firing at fireAt", () => {
+  it("accepts a future dispatch, never starts it early, and reports echo's result", async () => {
+    const h = setup();
+    const d = h.dispatch({ executionId: "e1", params: { a: 1, b: "x" } });
+    expect(h.reports).toEqual([{ type: "accepted", executionId: "e1", round: 1 }]);
+    expect(h.ex.counts).toEqual({ running: 0, queued: 0, scheduled: 1, held: 1 });
+
+    h.clock.advance(999);
+    await flush();
+    expect(h.of("started")).toEqual([]);
+
+    h.clock.advance(1);
+    await flush();
+    const [started] = h.of("started", "e1");
+    expect(started).toBeDefined();
+    expect(started?.startedAt).toBeGreaterThanOrEqual(d.fireAt);
+    expect(started?.lateMs).toBeGreaterThanOrEqual(0);
+    expect(started?.lateMs).toBe((started?.startedAt ?? 0) - d.fireAt);
+
+    const finished = h.of("finished", "e1");
+    expect(finished).toHaveLength(1);
+    expect(finished[0]).toMatchObject({
+      round: 1,
+      outcome: "succeeded",
+      retryable: false,
+      result: { echo: { a: 1, b: "x" } },
+      startedAt: started?.startedAt,
+    });
+    expect(h.reports.map((r) => r.type)).toEqual(["accepted", "started", "finished"]);
+    expect(h.ex.counts).toEqual({ running: 0, queued: 0, scheduled: 0, held: 0 });
+  });
+
+  it("starts a dispatch that is due on arrival at once, with its lateness", async () => {
+    const h = setup();
+    const now = h.clock.wallNow();
+    h.dispatch({ executionId: "e1", fireAt: now - 30 });
+    await flush();
+    expect(h.of("started", "e1")[0]).toMatchObject({ startedAt: now, lateMs: 30 });
+    expect(h.of("finished", "e1")[0]?.outcome).toBe("succeeded");
+  });
+
+  it("does not start early when the clock estimate moves back after scheduling", async () => {
+    const h = setup();
+    const d = h.dispatch({ executionId: "e1" });
+    // The agent's estimate of coordinator time drops by 50 ms (a new clock sample).
+    h.clock.jumpWall(-50);
+    h.clock.advance(1000);
+    await flush();
+    expect(h.of("started")).toEqual([]);
+    h.clock.advance(49);
+    await flush();
+    expect(h.of("started")).toEqual([]);
+    h.clock.advance(1);
+    await flush();
+    const [started] = h.of("started", "e1");
+    expect(started?.startedAt).toBeGreaterThanOrEqual(d.fireAt);
+    expect(h.of("finished", "e1")[0]?.outcome).toBe("succeeded");
+  });
+
+  it("expires a scheduled one whose deadline has passed by the time it comes due", async () => {
+    const h = setup();
+    h.dispatch({ executionId: "e1", handler: "count" });
+    h.clock.jumpWall(10_000);
+    h.clock.advance(1000);
+    await flush();
+    expect(h.of("started")).toEqual([]);
+    expect(h.runs.get("e1")).toBeUndefined();
+    expect(h.of("finished", "e1")).toEqual([
+      expect.objectContaining({ outcome: "expired", retryable: false }),
+    ]);
+    expect(h.of("finished", "e1")[0]).not.toHaveProperty("startedAt");
+  });
+});
+
+describe("Executor: duplicates and rounds (rule 3)", () => {
+  it("runs one (executionId, round) once however often it is delivered", async () => {
+    const h = setup();
+    for (let i = 0; i < 3; i++) h.dispatch({ executionId: "e1", handler: "count" });
+    expect(h.of("accepted")).toHaveLength(1);
+    expect(h.of("state")).toEqual([
+      { type: "state", executionId: "e1", round: 1, localState: "scheduled" },
+      { type: "state", executionId: "e1", round: 1, localState: "scheduled" },
+    ]);
+    h.clock.advance(1000);
+    await flush();
+    expect(h.runs.get("e1")).toBe(1);
+    expect(h.of("started")).toHaveLength(1);
+    expect(h.of("finished")).toHaveLength(1);
+
+    // A fourth delivery after it finished: still not run again.
+    h.dispatch({ executionId: "e1", handler: "count" });
+    h.clock.advance(5000);
+    await flush();
+    expect(h.runs.get("e1")).toBe(1);
+    expect(h.of("state").at(-1)).toEqual({
+      type: "state",
+      executionId: "e1",
+      round: 1,
+      localState: "succeeded",
+    });
+  });
+
+  it("answers a duplicate of a running one with state running", async () => {
+    const h = setup();
+    h.dispatch({ executionId: "e1", handler: "block", fireAt: h.clock.wallNow() });
+    await flush();
+    h.dispatch({ executionId: "e1", handler: "block", fireAt: h.clock.wallNow() });
+    expect(h.of("state")).toEqual([
+      { type: "state", executionId: "e1", round: 1, localState: "running" },
+    ]);
+    expect(h.of("started")).toHaveLength(1);
+  });
+
+  it("replaces a not yet started one with a higher round; the old round never runs", async () => {
+    const h = setup();
+    h.dispatch({ executionId: "e1", handler: "count", round: 1 });
+    h.dispatch({ executionId: "e1", handler: "count", round: 2 });
+    expect(h.of("accepted")).toEqual([
+      { type: "accepted", executionId: "e1", round: 1 },
+      { type: "accepted", executionId: "e1", round: 2 },
+    ]);
+    expect(h.ex.counts.held).toBe(1);
+    h.clock.advance(1000);
+    await flush();
+    expect(h.runs.get("e1")).toBe(1);
+    expect(h.of("started").map((r) => r.round)).toEqual([2]);
+    expect(h.of("finished").map((r) => r.round)).toEqual([2]);
+  });
+
+  it("replaces a queued one with a higher round", async () => {
+    const h = setup({ concurrency: 1, queue: 1 });
+    const now = h.clock.wallNow();
+    h.dispatch({ executionId: "a", handler: "block", fireAt: now });
+    h.dispatch({ executionId: "e1", handler: "count", fireAt: now, round: 1 });
+    expect(h.ex.counts.queued).toBe(1);
+    h.dispatch({ executionId: "e1", handler: "count", fireAt: now, round: 2 });
+    expect(h.of("accepted", "e1").map((r) => r.round)).toEqual([1, 2]);
+    expect(h.ex.counts).toMatchObject({ running: 1, queued: 1, held: 2 });
+    h.release("a");
+    await flush();
+    expect(h.runs.get("e1")).toBe(1);
+    expect(h.of("started", "e1").map((r) => r.round)).toEqual([2]);
+  });
+
+  it("answers a higher round after start with the round it ran under", async () => {
+    const h = setup();
+    h.dispatch({ executionId: "e1", handler: "block", fireAt: h.clock.wallNow() });
+    await flush();
+    h.dispatch({ executionId: "e1", handler: "block", fireAt: h.clock.wallNow(), round: 2 });
+    expect(h.of("state")).toEqual([
+      { type: "state", executionId: "e1", round: 1, localState: "running" },
+    ]);
+    expect(h.of("accepted")).toHaveLength(1);
+    h.release("e1");
+    await flush();
+    expect(h.of("finished").map((r) => r.round)).toEqual([1]);
+
+    h.dispatch({ executionId: "e1", handler: "block", fireAt: h.clock.wallNow(), round: 3 });
+    expect(h.of("state").at(-1)).toEqual({
+      type: "state",
+      executionId: "e1",
+      round: 1,
+      localState: "succeeded",
+    });
+    expect(h.of("started")).toHaveLength(1);
+  });
+
+  it("runs a retry (a new attempt with a higher round) of an execution it finished", async () => {
+    const h = setup();
+    const now = h.clock.wallNow();
+    h.dispatch({ executionId: "e1", handler: "boom", fireAt: now });
+    await flush();
+    expect(h.of("finished", "e1")[0]).toMatchObject({ outcome: "failed", retryable: true });
+
+    h.dispatch({ executionId: "e1", handler: "count", fireAt: now, round: 2, attempt: 2 });
+    await flush();
+    expect(h.of("accepted").map((r) => r.round)).toEqual([1, 2]);
+    expect(h.runs.get("e1")).toBe(1);
+    expect(h.of("finished", "e1").map((r) => [r.round, r.outcome])).toEqual([
+      [1, "failed"],
+      [2, "succeeded"],
+    ]);
+
+    // The retry's own duplicate is still answered with state.
+    h.dispatch({ executionId: "e1", handler: "count", fireAt: now, round: 2, attempt: 2 });
+    expect(h.of("state").at(-1)).toMatchObject({ round: 2, localState: "succeeded" });
+    expect(h.runs.get("e1")).toBe(1);
+  });
+});
+
+describe("Executor: expired and invalid dispatches (rules 5, 6)", () => {
+  it("reports a dispatch whose deadline passed before arrival expired, never started", async () => {
+    const h = setup();
+    const now = h.clock.wallNow();
+    h.dispatch({ executionId: "e1", handler: "count", fireAt: now - 100, deadline: now - 1 });
+    await flush();
+    expect(h.reports).toHaveLength(1);
+    const [finished] = h.of("finished", "e1");
+    expect(finished).toMatchObject({ outcome: "expired", retryable: false, round: 1 });
+    expect(finished).not.toHaveProperty("startedAt");
+    expect(h.runs.get("e1")).toBeUndefined();
+    expect(h.ex.counts.held).toBe(0);
+    h.ex.query("e1", 1);
+    expect(h.reports.at(-1)).toEqual({
+      type: "state",
+      executionId: "e1",
+      round: 1,
+      localState: "expired",
+    });
+  });
+
+  it("rejects an unknown handler", () => {
+    const h = setup();
+    h.dispatch({ executionId: "e1", handler: "nope" });
+    expect(h.reports).toEqual([
+      {
+        type: "rejected",
+        executionId: "e1",
+        round: 1,
+        reason: "unknown_handler",
+        message: 'no handler "nope" on this agent',
+      },
+    ]);
+    expect(h.ex.counts.held).toBe(0);
+  });
+
+  it("rejects params that fail the handler's schema, naming the field", () => {
+    const h = setup();
+    h.dispatch({ executionId: "e1", handler: "sleep", params: { ms: "x" } });
+    const [rejected] = h.of("rejected", "e1");
+    expect(rejected?.reason).toBe("invalid_params");
+    expect(rejected?.message).toBe("params.ms: expected number, got string");
+    h.dispatch({ executionId: "e2", handler: "sleep", params: {} });
+    expect(h.of("rejected", "e2")[0]?.message).toMatch(/^params\.ms: is required/);
+    h.dispatch({ executionId: "e3", handler: "sleep", params: { ms: -1 } });
+    expect(h.of("rejected", "e3")[0]?.message).toBe("params.ms: must be at least 0");
+    expect(h.ex.counts.held).toBe(0);
+  });
+
+  it("rejects with journal_full when maxPending executions are held", () => {
+    const h = setup({ maxPending: 2 });
+    h.dispatch({ executionId: "e1" });
+    h.dispatch({ executionId: "e2" });
+    h.dispatch({ executionId: "e3" });
+    expect(h.of("accepted").map((r) => r.executionId)).toEqual(["e1", "e2"]);
+    expect(h.of("rejected")).toEqual([
+      expect.objectContaining({ executionId: "e3", reason: "journal_full" }),
+    ]);
+    expect(h.ex.counts.held).toBe(2);
+  });
+
+  it("rejects with shutting_down once shutting down, but still answers duplicates", () => {
+    const h = setup();
+    h.dispatch({ executionId: "e1" });
+    h.ex.shuttingDown = true;
+    h.dispatch({ executionId: "e2" });
+    h.dispatch({ executionId: "e1" });
+    expect(h.of("rejected")).toEqual([
+      { type: "rejected", executionId: "e2", round: 1, reason: "shutting_down" },
+    ]);
+    expect(h.of("state", "e1")).toHaveLength(1);
+    expect(h.ex.counts.held).toBe(1);
+  });
+});
+
+describe("Executor: slots and queue (rule 7)", () => {
+  it("answers busy to a due-now dispatch when the slot is busy and the queue full, and forgets it", async () => {
+    const h = setup({ concurrency: 1, queue: 1 });
+    const now = h.clock.wallNow();
+    h.dispatch({ executionId: "a", handler: "block", fireAt: now });
+    h.dispatch({ executionId: "b", handler: "count", fireAt: now });
+    h.dispatch({ executionId: "c", handler: "count", fireAt: now });
+    expect(h.of("accepted").map((r) => r.executionId)).toEqual(["a", "b"]);
+    expect(h.of("busy")).toEqual([{ type: "busy", executionId: "c", round: 1 }]);
+    expect(h.ex.counts).toEqual({ running: 1, queued: 1, scheduled: 0, held: 2 });
+    h.ex.query("c", 1);
+    expect(h.reports.at(-1)).toEqual({
+      type: "state",
+      executionId: "c",
+      round: 1,
+      localState: "unknown",
+    });
+    h.ex.query("b", 1);
+    expect(h.reports.at(-1)).toMatchObject({ localState: "queued" });
+
+    h.release("a");
+    await flush();
+    expect(h.runs.get("b")).toBe(1);
+    expect(h.runs.get("c")).toBeUndefined();
+  });
+
+  it("keeps a scheduled one that comes due while slots are full, and starts it when one frees", async () => {
+    const h = setup({ concurrency: 1, queue: 1 });
+    const now = h.clock.wallNow();
+    h.dispatch({ executionId: "a", handler: "block", fireAt: now });
+    h.dispatch({ executionId: "b", handler: "block", fireAt: now });
+    h.dispatch({ executionId: "s", handler: "count", fireAt: now + 100, deadline: now + 5000 });
+    expect(h.of("accepted").map((r) => r.executionId)).toEqual(["a", "b", "s"]);
+    h.clock.advance(100);
+    await flush();
+    // Waits beyond the queue bound: accepted work is never dropped.
+    expect(h.ex.counts).toEqual({ running: 1, queued: 2, scheduled: 0, held: 3 });
+    expect(h.of("started", "s")).toEqual([]);
+
+    h.clock.advance(400);
+    h.release("a");
+    await flush();
+    expect(h.of("started").map((r) => r.executionId)).toEqual(["a", "b"]);
+    h.release("b");
+    await flush();
+    expect(h.runs.get("s")).toBe(1);
+    const [started] = h.of("started", "s");
+    expect(started?.lateMs).toBe(400);
+    expect(h.of("finished", "s")[0]?.outcome).toBe("succeeded");
+  });
+
+  it("expires a queued one when its deadline passes before a slot frees", async () => {
+    const h = setup({ concurrency: 1, queue: 1 });
+    const now = h.clock.wallNow();
+    h.dispatch({ executionId: "a", handler: "block", fireAt: now });
+    h.dispatch({ executionId: "s", handler: "count", fireAt: now + 100, deadline: now + 300 });
+    h.clock.advance(100);
+    await flush();
+    expect(h.ex.counts.queued).toBe(1);
+    h.clock.advance(199);
+    await flush();
+    expect(h.of("finished", "s")).toEqual([]);
+    h.clock.advance(2);
+    await flush();
+    expect(h.of("finished", "s")).toEqual([
+      expect.objectContaining({ outcome: "expired", retryable: false }),
+    ]);
+    expect(h.of("finished", "s")[0]).not.toHaveProperty("startedAt");
+    expect(h.ex.counts).toEqual({ running: 1, queued: 0, scheduled: 0, held: 1 });
+    h.release("a");
+    await flush();
+    expect(h.runs.get("s")).toBeUndefined();
+    expect(h.of("started", "s")).toEqual([]);
+  });
+
+  it("expires a queued one whose deadline has passed when the slot frees", async () => {
+    const h = setup({ concurrency: 1, queue: 2 });
+    const now = h.clock.wallNow();
+    h.dispatch({ executionId: "a", handler: "block", fireAt: now });
+    h.dispatch({ executionId: "q", handler: "count", fireAt: now, deadline: now + 300 });
+    // The estimate of coordinator time jumps past q's deadline; the slot frees before its
+    // deadline entry (on the monotonic clock) comes up.
+    h.clock.jumpWall(1000);
+    h.release("a");
+    await flush();
+    expect(h.runs.get("q")).toBeUndefined();
+    expect(h.of("finished", "q")).toEqual([expect.objectContaining({ outcome: "expired" })]);
+    expect(h.ex.counts).toEqual({ running: 0, queued: 0, scheduled: 0, held: 0 });
+  });
+
+  it("starts queued ones by priority, higher first, in arrival order among equals", async () => {
+    const h = setup({ concurrency: 1, queue: 4 });
+    const now = h.clock.wallNow();
+    h.dispatch({ executionId: "a", handler: "block", fireAt: now });
+    h.dispatch({ executionId: "low", handler: "block", fireAt: now, priority: -1 });
+    h.dispatch({ executionId: "mid1", handler: "block", fireAt: now, priority: 0 });
+    h.dispatch({ executionId: "high", handler: "block", fireAt: now, priority: 5 });
+    h.dispatch({ executionId: "mid2", handler: "block", fireAt: now, priority: 0 });
+    for (const id of ["a", "high", "mid1", "mid2"]) {
+      h.release(id);
+      await flush();
+    }
+    expect(h.of("started").map((r) => r.executionId)).toEqual([
+      "a",
+      "high",
+      "mid1",
+      "mid2",
+      "low",
+    ]);
+  });
+});
+
+describe("Executor: timeout", () => {
+  it("times out a handler that ignores its signal, after timeoutMs", async () => {
+    const h = setup();
+    h.dispatch({ executionId: "e1", handler: "hang", fireAt: h.clock.wallNow(), timeoutMs: 500 });
+    await flush();
+    const startedAt = h.of("started", "e1")[0]?.startedAt;
+    h.clock.advance(499);
+    await flush();
+    expect(h.of("finished")).toEqual([]);
+    expect(h.signals.get("e1")?.aborted).toBe(false);
+    h.clock.advance(1);
+    await flush();
+    expect(h.of("finished", "e1")).toEqual([
+      expect.objectContaining({
+        outcome: "timed_out",
+        retryable: true,
+        message: "ran longer than timeoutMs 500",
+        startedAt,
+        finishedAt: (startedAt ?? 0) + 500,
+      }),
+    ]);
+    expect(h.signals.get("e1")?.aborted).toBe(true);
+    expect(h.ex.counts).toEqual({ running: 0, queued: 0, scheduled: 0, held: 0 });
+    expect(h.ex.runningRefs()).toEqual([]);
+    h.ex.query("e1", 1);
+    expect(h.reports.at(-1)).toMatchObject({ type: "state", localState: "timed_out" });
+  });
+
+  it("frees the slot of a timed-out run for the next queued one", async () => {
+    const h = setup({ concurrency: 1, queue: 1 });
+    const now = h.clock.wallNow();
+    h.dispatch({ executionId: "e1", handler: "hang", fireAt: now, timeoutMs: 500 });
+    h.dispatch({ executionId: "e2", handler: "count", fireAt: now });
+    h.clock.advance(500);
+    await flush();
+    expect(h.runs.get("e2")).toBe(1);
+  });
+});
+
+describe("Executor: cancel and query (rule 8)", () => {
+  it("cancels a scheduled one: finished canceled, and it never runs", async () => {
+    const h = setup();
+    h.dispatch({ executionId: "e1", handler: "count" });
+    h.ex.query("e1", 1);
+    expect(h.reports.at(-1)).toMatchObject({ type: "state", localState: "scheduled" });
+    h.ex.cancel("e1", 1);
+    const [finished] = h.of("finished", "e1");
+    expect(finished).toMatchObject({ outcome: "canceled", retryable: false, round: 1 });
+    expect(finished).not.toHaveProperty("startedAt");
+    h.clock.advance(2000);
+    await flush();
+    expect(h.runs.get("e1")).toBeUndefined();
+    expect(h.of("started")).toEqual([]);
+    expect(h.ex.counts.held).toBe(0);
+  });
+
+  it("cancels a queued one", async () => {
+    const h = setup({ concurrency: 1, queue: 1 });
+    const now = h.clock.wallNow();
+    h.dispatch({ executionId: "a", handler: "block", fireAt: now });
+    h.dispatch({ executionId: "q", handler: "count", fireAt: now });
+    h.ex.cancel("q", 1);
+    expect(h.of("finished", "q")).toEqual([expect.objectContaining({ outcome: "canceled" })]);
+    expect(h.ex.counts).toEqual({ running: 1, queued: 0, scheduled: 0, held: 1 });
+    h.release("a");
+    await flush();
+    expect(h.runs.get("q")).toBeUndefined();
+  });
+
+  it("cancels a running one: aborts it, reports canceled once, and ignores its later result", async () => {
+    const h = setup({ concurrency: 1, queue: 1 });
+    const now = h.clock.wallNow();
+    h.dispatch({ executionId: "e1", handler: "block", fireAt: now });
+    h.dispatch({ executionId: "e2", handler: "count", fireAt: now });
+    await flush();
+    const startedAt = h.of("started", "e1")[0]?.startedAt;
+    expect(h.ex.runningRefs()).toEqual([{ executionId: "e1", round: 1 }]);
+    h.clock.advance(250);
+    h.ex.cancel("e1", 1);
+    expect(h.signals.get("e1")?.aborted).toBe(true);
+    expect(h.of("finished", "e1")).toEqual([
+      expect.objectContaining({
+        outcome: "canceled",
+        retryable: false,
+        startedAt,
+        finishedAt: (startedAt ?? 0) + 250,
+      }),
+    ]);
+    h.release("e1", { result: { late: true } });
+    await flush();
+    expect(h.of("finished", "e1")).toHaveLength(1);
+    // Its slot went to the queued one.
+    expect(h.runs.get("e2")).toBe(1);
+    h.ex.query("e1", 1);
+    expect(h.reports.at(-1)).toMatchObject({ type: "state", localState: "canceled" });
+  });
+
+  it("ignores the later rejection of a canceled run too", async () => {
+    const h = setup();
+    h.dispatch({ executionId: "e1", handler: "block", fireAt: h.clock.wallNow() });
+    await flush();
+    h.ex.cancel("e1", 1);
+    h.release("e1", { error: new Error("aborted") });
+    await flush();
+    expect(h.of("finished", "e1").map((r) => r.outcome)).toEqual(["canceled"]);
+  });
+
+  it("answers a cancel after finish with state too_late and the final local state", async () => {
+    const h = setup();
+    h.dispatch({ executionId: "e1", fireAt: h.clock.wallNow() });
+    await flush();
+    h.ex.cancel("e1", 1);
+    expect(h.reports.at(-1)).toEqual({
+      type: "state",
+      executionId: "e1",
+      round: 1,
+      localState: "succeeded",
+      reason: "too_late",
+    });
+    expect(h.of("finished")).toHaveLength(1);
+  });
+
+  it("answers a cancel or query for an unknown execution with state unknown", () => {
+    const h = setup();
+    h.ex.cancel("nope", 3);
+    h.ex.query("nope", 3);
+    expect(h.reports).toEqual([
+      { type: "state", executionId: "nope", round: 3, localState: "unknown", reason: "unknown" },
+      { type: "state", executionId: "nope", round: 3, localState: "unknown" },
+    ]);
+  });
+
+  it("does not cancel on a stale round", () => {
+    const h = setup();
+    h.dispatch({ executionId: "e1", round: 2 });
+    h.ex.cancel("e1", 1);
+    expect(h.reports.at(-1)).toEqual({
+      type: "state",
+      executionId: "e1",
+      round: 2,
+      localState: "scheduled",
+      reason: "stale_round",
+    });
+    expect(h.ex.counts.held).toBe(1);
+  });
+});
+
+describe("Executor: handler outcomes", () => {
+  it("reports a thrown plain Error as failed and retryable", async () => {
+    const h = setup();
+    h.dispatch({ executionId: "e1", handler: "boom", fireAt: h.clock.wallNow() });
+    await flush();
+    const [finished] = h.of("finished", "e1");
+    expect(finished).toMatchObject({ outcome: "failed", retryable: true, message: "boom" });
+    expect(finished?.startedAt).toBe(h.of("started", "e1")[0]?.startedAt);
+  });
+
+  it("honours HandlerFailure's retryable: false", async () => {
+    const h = setup();
+    h.dispatch({ executionId: "e1", handler: "final", fireAt: h.clock.wallNow() });
+    await flush();
+    expect(h.of("finished", "e1")[0]).toMatchObject({
+      outcome: "failed",
+      retryable: false,
+      message: "bad input, do not retry",
+    });
+  });
+
+  it("runs the fail built-in with its params", async () => {
+    const h = setup();
+    const now = h.clock.wallNow();
+    h.dispatch({
+      executionId: "f1",
+      handler: "fail",
+      fireAt: now,
+      params: { retryable: false, message: "told to" },
+    });
+    h.dispatch({ executionId: "f2", handler: "fail", fireAt: now });
+    await flush();
+    expect(h.of("finished", "f1")[0]).toMatchObject({
+      outcome: "failed",
+      retryable: false,
+      message: "told to",
+    });
+    expect(h.of("finished", "f2")[0]).toMatchObject({
+      outcome: "failed",
+      retryable: true,
+      message: "failed on purpose",
+    });
+  });
+
+  it("reports progress while running", async () => {
+    const h = setup();
+    h.dispatch({ executionId: "e1", handler: "progress", fireAt: h.clock.wallNow() });
+    await flush();
+    expect(h.reports.map((r) => r.type)).toEqual(["accepted", "started", "progress", "finished"]);
+    expect(h.of("progress")[0]).toEqual({
+      type: "progress",
+      executionId: "e1",
+      round: 1,
+      percent: 50,
+      note: "half way",
+    });
+  });
+});
+
+describe("Executor: counts and runningRefs", () => {
+  it("reports what it holds", async () => {
+    const h = setup({ concurrency: 2, queue: 4 });
+    const now = h.clock.wallNow();
+    h.dispatch({ executionId: "r1", handler: "block", fireAt: now });
+    h.dispatch({ executionId: "r2", handler: "block", fireAt: now, round: 3 });
+    h.dispatch({ executionId: "q1", handler: "block", fireAt: now });
+    h.dispatch({ executionId: "s1", handler: "block" });
+    h.dispatch({ executionId: "s2", handler: "block" });
+    await flush();
+    expect(h.ex.counts).toEqual({ running: 2, queued: 1, scheduled: 2, held: 5 });
+    expect(h.ex.runningRefs()).toEqual([
+      { executionId: "r1", round: 1 },
+      { executionId: "r2", round: 3 },
+    ]);
+    h.release("r1");
+    await flush();
+    expect(h.ex.counts).toEqual({ running: 2, queued: 0, scheduled: 2, held: 4 });
+    expect(h.ex.runningRefs().map((r) => r.executionId)).toEqual(["r2", "q1"]);
+  });
+});

@@ -1,0 +1,47 @@
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { type EmbeddedBroker, startEmbeddedBroker } from "../../coordinator/broker/embedded.js";
+import { newId } from "../../shared/ids.js";
+
+/**
+ * A broker for a test: Mosquitto (or any broker) when AX_TEST_MQTT_URL is set, as CI does;
+ * otherwise an embedded aedes broker on a free port. Each test gets its own topic prefix, so
+ * tests sharing one broker never see each other's messages or retained presence.
+ */
+export interface TestBroker {
+  url: string;
+  prefix: string;
+  embedded: EmbeddedBroker | undefined;
+  close(): Promise<void>;
+}
+
+export async function testBroker(): Promise<TestBroker> {
+  const prefix = `axt${newId().slice(-10)}`;
+  const external = process.env.AX_TEST_MQTT_URL;
+  if (external) return { url: external, prefix, embedded: undefined, close: async () => {} };
+  const embedded = await startEmbeddedBroker(0);
+  return { url: embedded.url, prefix, embedded, close: () => embedded.close() };
+}
+
+/** A fresh temp folder, removed by the returned cleanup. */
+export function tempDir(label = "ax-test-"): { dir: string; cleanup(): void } {
+  const dir = mkdtempSync(join(tmpdir(), label));
+  return { dir, cleanup: () => rmSync(dir, { recursive: true, force: true }) };
+}
+
+/** Polls `check` every `everyMs` until it returns a value that is not undefined, or throws after `timeoutMs`. */
+export async function waitFor<T>(
+  what: string,
+  check: () => Promise<T | undefined> | T | undefined,
+  timeoutMs = 15_000,
+  everyMs = 50,
+): Promise<T> {
+  const until = Date.now() + timeoutMs;
+  for (;;) {
+    const value = await check();
+    if (value !== undefined) return value;
+    if (Date.now() > until) throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, everyMs));
+  }
+}
