@@ -29,11 +29,16 @@ export class Outbox {
     return this.entries.length;
   }
 
-  /** Numbers a report, keeps it until acknowledged, and returns it ready to publish. */
+  /**
+   * Numbers a report with the next seq (whatever `seq` it came with), keeps it until acknowledged,
+   * and returns it ready to publish. Numbering here keeps seq gapless and in order, which `ack`
+   * relies on.
+   */
   add(report: Report): Report {
-    this.entries.push(report);
+    const numbered: Report = { ...report, seq: this.nextSeq };
+    this.entries.push(numbered);
     this.nextSeq++;
-    return report;
+    return numbered;
   }
 
   /** The seq the next report will carry. */

@@ -23,8 +23,11 @@ interface Harness {
   runs: Map<string, number>;
   /** The signal each `block` / `hang` run got, per executionId. */
   signals: Map<string, AbortSignal>;
-  /** Settles a `block` run: resolve with a result or reject with an error. */
-  release(id: string, outcome?: { result?: Record<string, unknown>; error?: unknown }): void;
+  /** Settles a `block` run (resolve with a result or reject with an error), then flushes. */
+  release(
+    id: string,
+    outcome?: { result?: Record<string, unknown>; error?: unknown },
+  ): Promise<void>;
   of<T extends ReportBody["type"]>(type: T, id?: string): Body<T>[];
   dispatch(p: Partial<Dispatch> & { executionId: string }): Dispatch;
 }
@@ -44,7 +47,10 @@ function setup(capacity: { concurrency?: number; queue?: number; maxPending?: nu
   const reports: ReportBody[] = [];
   const runs = new Map<string, number>();
   const signals = new Map<string, AbortSignal>();
-  const settlers = new Map<string, { resolve: (r: unknown) => void; reject: (e: unknown) => void }>();
+  const settlers = new Map<
+    string,
+    { resolve: (r: unknown) => void; reject: (e: unknown) => void }
+  >();
   const count = defineHandler("count", z.object({}), async (ctx) => {
     runs.set(ctx.executionId, (runs.get(ctx.executionId) ?? 0) + 1);
     return { n: runs.get(ctx.executionId) };
@@ -79,15 +85,7 @@ function setup(capacity: { concurrency?: number; queue?: number; maxPending?: nu
   let seq = 0;
   const ex = new Executor({
     clock,
-    handlers: new HandlerRegistry([
-      ...BUILTIN_HANDLERS,
-      count,
-      block,
-      hang,
-      boom,
-      final,
-      progress,
-    ]),
+    handlers: new HandlerRegistry([...BUILTIN_HANDLERS, count, block, hang, boom, final, progress]),
     coordNow: () => clock.wallNow(),
     toMono: (t) => t - (clock.wallNow() - clock.monoNow()),
     concurrency: capacity.concurrency ?? 2,
@@ -109,11 +107,13 @@ function setup(capacity: { concurrency?: number; queue?: number; maxPending?: nu
     reports,
     runs,
     signals,
-    release(id, outcome = {}) {
+    async release(id, outcome = {}) {
+      await flush();
       const s = settlers.get(id);
       if (!s) throw new Error(`no block run for ${id}`);
       if (outcome.error !== undefined) s.reject(outcome.error);
       else s.resolve(outcome.result);
+      await flush();
     },
     of: <T extends ReportBody["type"]>(type: T, id?: string) =>
       reports.filter(
@@ -281,7 +281,7 @@ describe("Executor: duplicates and rounds (rule 3)", () => {
     h.dispatch({ executionId: "e1", handler: "count", fireAt: now, round: 2 });
     expect(h.of("accepted", "e1").map((r) => r.round)).toEqual([1, 2]);
     expect(h.ex.counts).toMatchObject({ running: 1, queued: 1, held: 2 });
-    h.release("a");
+    await h.release("a");
     await flush();
     expect(h.runs.get("e1")).toBe(1);
     expect(h.of("started", "e1").map((r) => r.round)).toEqual([2]);
@@ -296,7 +296,7 @@ describe("Executor: duplicates and rounds (rule 3)", () => {
       { type: "state", executionId: "e1", round: 1, localState: "running" },
     ]);
     expect(h.of("accepted")).toHaveLength(1);
-    h.release("e1");
+    await h.release("e1");
     await flush();
     expect(h.of("finished").map((r) => r.round)).toEqual([1]);
 
@@ -428,7 +428,7 @@ describe("Executor: slots and queue (rule 7)", () => {
     h.ex.query("b", 1);
     expect(h.reports.at(-1)).toMatchObject({ localState: "queued" });
 
-    h.release("a");
+    await h.release("a");
     await flush();
     expect(h.runs.get("b")).toBe(1);
     expect(h.runs.get("c")).toBeUndefined();
@@ -448,10 +448,10 @@ describe("Executor: slots and queue (rule 7)", () => {
     expect(h.of("started", "s")).toEqual([]);
 
     h.clock.advance(400);
-    h.release("a");
+    await h.release("a");
     await flush();
     expect(h.of("started").map((r) => r.executionId)).toEqual(["a", "b"]);
-    h.release("b");
+    await h.release("b");
     await flush();
     expect(h.runs.get("s")).toBe(1);
     const [started] = h.of("started", "s");
@@ -477,10 +477,25 @@ describe("Executor: slots and queue (rule 7)", () => {
     ]);
     expect(h.of("finished", "s")[0]).not.toHaveProperty("startedAt");
     expect(h.ex.counts).toEqual({ running: 1, queued: 0, scheduled: 0, held: 1 });
-    h.release("a");
+    await h.release("a");
     await flush();
     expect(h.runs.get("s")).toBeUndefined();
     expect(h.of("started", "s")).toEqual([]);
+  });
+
+  it("does not expire a queued one early when the clock estimate moves back", async () => {
+    const h = setup({ concurrency: 1, queue: 1 });
+    const now = h.clock.wallNow();
+    h.dispatch({ executionId: "a", handler: "block", fireAt: now });
+    h.dispatch({ executionId: "q", handler: "count", fireAt: now, deadline: now + 300 });
+    h.clock.jumpWall(-50);
+    h.clock.advance(301);
+    await flush();
+    expect(h.of("finished", "q")).toEqual([]);
+    h.clock.advance(50);
+    await flush();
+    expect(h.of("finished", "q")).toEqual([expect.objectContaining({ outcome: "expired" })]);
+    expect(h.ex.counts).toMatchObject({ queued: 0, held: 1 });
   });
 
   it("expires a queued one whose deadline has passed when the slot frees", async () => {
@@ -491,7 +506,7 @@ describe("Executor: slots and queue (rule 7)", () => {
     // The estimate of coordinator time jumps past q's deadline; the slot frees before its
     // deadline entry (on the monotonic clock) comes up.
     h.clock.jumpWall(1000);
-    h.release("a");
+    await h.release("a");
     await flush();
     expect(h.runs.get("q")).toBeUndefined();
     expect(h.of("finished", "q")).toEqual([expect.objectContaining({ outcome: "expired" })]);
@@ -507,16 +522,10 @@ describe("Executor: slots and queue (rule 7)", () => {
     h.dispatch({ executionId: "high", handler: "block", fireAt: now, priority: 5 });
     h.dispatch({ executionId: "mid2", handler: "block", fireAt: now, priority: 0 });
     for (const id of ["a", "high", "mid1", "mid2"]) {
-      h.release(id);
+      await h.release(id);
       await flush();
     }
-    expect(h.of("started").map((r) => r.executionId)).toEqual([
-      "a",
-      "high",
-      "mid1",
-      "mid2",
-      "low",
-    ]);
+    expect(h.of("started").map((r) => r.executionId)).toEqual(["a", "high", "mid1", "mid2", "low"]);
   });
 });
 
@@ -584,7 +593,7 @@ describe("Executor: cancel and query (rule 8)", () => {
     h.ex.cancel("q", 1);
     expect(h.of("finished", "q")).toEqual([expect.objectContaining({ outcome: "canceled" })]);
     expect(h.ex.counts).toEqual({ running: 1, queued: 0, scheduled: 0, held: 1 });
-    h.release("a");
+    await h.release("a");
     await flush();
     expect(h.runs.get("q")).toBeUndefined();
   });
@@ -608,7 +617,7 @@ describe("Executor: cancel and query (rule 8)", () => {
         finishedAt: (startedAt ?? 0) + 250,
       }),
     ]);
-    h.release("e1", { result: { late: true } });
+    await h.release("e1", { result: { late: true } });
     await flush();
     expect(h.of("finished", "e1")).toHaveLength(1);
     // Its slot went to the queued one.
@@ -622,7 +631,7 @@ describe("Executor: cancel and query (rule 8)", () => {
     h.dispatch({ executionId: "e1", handler: "block", fireAt: h.clock.wallNow() });
     await flush();
     h.ex.cancel("e1", 1);
-    h.release("e1", { error: new Error("aborted") });
+    await h.release("e1", { error: new Error("aborted") });
     await flush();
     expect(h.of("finished", "e1").map((r) => r.outcome)).toEqual(["canceled"]);
   });
@@ -741,7 +750,7 @@ describe("Executor: counts and runningRefs", () => {
       { executionId: "r1", round: 1 },
       { executionId: "r2", round: 3 },
     ]);
-    h.release("r1");
+    await h.release("r1");
     await flush();
     expect(h.ex.counts).toEqual({ running: 2, queued: 0, scheduled: 2, held: 4 });
     expect(h.ex.runningRefs().map((r) => r.executionId)).toEqual(["r2", "q1"]);

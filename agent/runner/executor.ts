@@ -13,10 +13,13 @@ interface Held {
   deadlineHandle: number | undefined;
   abort: AbortController | undefined;
   timeoutTimer: TimerHandle | undefined;
+  /** Coordinator time it started at, once running. */
+  startedAt: number | undefined;
 }
 
 interface Done {
   round: number;
+  attempt: number;
   state: LocalState;
 }
 
@@ -103,7 +106,9 @@ export class Executor {
         });
         return;
       }
-    } else if (done) {
+    } else if (done && !(d.attempt > done.attempt && round > done.round)) {
+      // Rule 3: a finished one is not run again under this attempt. A retry (a new attempt, with
+      // its own higher rounds) is new work and runs.
       this.o.report({ type: "state", executionId: id, round: done.round, localState: done.state });
       return;
     }
@@ -141,7 +146,7 @@ export class Executor {
     const now = this.o.coordNow();
     if (now > d.deadline) {
       // Rule 5: expired on arrival — recorded and reported, never started.
-      this.finish(id, round, {
+      this.finish(d, {
         outcome: "expired",
         retryable: false,
         message: "deadline passed before arrival",
@@ -161,7 +166,9 @@ export class Executor {
       deadlineHandle: undefined,
       abort: undefined,
       timeoutTimer: undefined,
+      startedAt: undefined,
     };
+    this.done.delete(id);
     this.held.set(id, entry);
     this.o.report({ type: "accepted", executionId: id, round });
     if (dueNow) this.due(id, entry);
@@ -174,11 +181,11 @@ export class Executor {
     if (held && round >= held.dispatch.round) {
       if (held.state === "running") held.abort?.abort();
       this.drop(id, held);
-      this.finish(id, held.dispatch.round, {
+      this.finish(held.dispatch, {
         outcome: "canceled",
         retryable: false,
         message: "canceled by the coordinator",
-        ...(held.state === "running" ? { startedAt: this.o.coordNow() } : {}),
+        ...(held.startedAt === undefined ? {} : { startedAt: held.startedAt }),
       });
       return;
     }
@@ -208,14 +215,27 @@ export class Executor {
     if (!held) return;
     if (kind === "fire") {
       held.wheelHandle = undefined;
+      // The wheel runs on the monotonic clock; the offset estimate may have moved since this was
+      // scheduled. Never start before fireAt on the coordinator's clock (rule 4).
+      const early = this.notYet(held.dispatch.fireAt);
+      if (early !== undefined) {
+        held.wheelHandle = this.wheel.schedule(early, { id, kind: "fire" });
+        return;
+      }
       this.due(id, held);
     } else if (held.state === "queued") {
+      // Likewise, do not expire it before its deadline on the coordinator's clock.
+      const early = this.notYet(held.dispatch.deadline);
+      if (early !== undefined) {
+        held.deadlineHandle = this.wheel.schedule(early, { id, kind: "deadline" });
+        return;
+      }
       // Waited for a slot until its deadline: expired, never started late.
       held.deadlineHandle = undefined;
       const i = this.queue.indexOf(id);
       if (i >= 0) this.queue.splice(i, 1);
       this.held.delete(id);
-      this.finish(id, held.dispatch.round, {
+      this.finish(held.dispatch, {
         outcome: "expired",
         retryable: false,
         message: "no free slot before deadline",
@@ -223,10 +243,23 @@ export class Executor {
     }
   }
 
+  /**
+   * When coordinator time `t` is still ahead, the monotonic time to look again; undefined when it
+   * has come. At least a microsecond ahead, so float rounding between the two timelines cannot
+   * make the wheel spin.
+   */
+  private notYet(t: number): number | undefined {
+    const ahead = t - this.o.coordNow();
+    if (ahead <= 0) return undefined;
+    const mono = this.o.clock.monoNow();
+    return Math.max(this.o.toMono(t), mono + 0.001);
+  }
+
   private due(id: string, held: Held): void {
     if (this.o.coordNow() > held.dispatch.deadline) {
-      this.held.delete(id);
-      this.finish(id, held.dispatch.round, {
+      // drop() also releases a queued one's deadline entry.
+      this.drop(id, held);
+      this.finish(held.dispatch, {
         outcome: "expired",
         retryable: false,
         message: "deadline passed",
@@ -263,6 +296,7 @@ export class Executor {
     held.state = "running";
     this.running++;
     const startedAt = this.o.coordNow();
+    held.startedAt = startedAt;
     const lateMs = Math.max(0, startedAt - d.fireAt);
     this.o.report({ type: "started", executionId: id, round: d.round, startedAt, lateMs });
     const abort = new AbortController();
@@ -271,7 +305,7 @@ export class Executor {
       if (this.held.get(id) !== held) return;
       abort.abort();
       this.drop(id, held);
-      this.finish(id, d.round, {
+      this.finish(d, {
         outcome: "timed_out",
         retryable: true,
         message: `ran longer than timeoutMs ${d.timeoutMs}`,
@@ -308,7 +342,7 @@ export class Executor {
         (result) => {
           if (this.held.get(id) !== held) return; // canceled or timed out meanwhile
           this.drop(id, held);
-          this.finish(id, d.round, {
+          this.finish(d, {
             outcome: "succeeded",
             retryable: false,
             message: "ok",
@@ -319,7 +353,7 @@ export class Executor {
         (err: unknown) => {
           if (this.held.get(id) !== held) return;
           this.drop(id, held);
-          this.finish(id, d.round, {
+          this.finish(d, {
             outcome: "failed",
             retryable: err instanceof HandlerFailure ? err.retryable : true,
             message: err instanceof Error ? err.message : String(err),
@@ -354,8 +388,7 @@ export class Executor {
   }
 
   private finish(
-    id: string,
-    round: number,
+    d: Dispatch,
     r: {
       outcome: Outcome;
       retryable: boolean;
@@ -364,7 +397,8 @@ export class Executor {
       result?: Record<string, unknown>;
     },
   ): void {
-    this.done.set(id, { round, state: OUTCOME_STATE[r.outcome] });
+    const { executionId: id, round, attempt } = d;
+    this.done.set(id, { round, attempt, state: OUTCOME_STATE[r.outcome] });
     if (this.done.size > DONE_MEMORY) {
       const oldest = this.done.keys().next().value;
       if (oldest !== undefined) this.done.delete(oldest);
