@@ -1,4 +1,4 @@
-/** Exponential backoff with full jitter: a random delay in [0, min(cap, base·2^(n-1))]. */
+/** Exponential backoff with full jitter: a whole number of ms in [0, min(cap, base·2^(n-1))). */
 export function backoffMs(
   attempt: number,
   options: { baseMs: number; capMs: number },

@@ -176,7 +176,9 @@ export function transition(snapshot: ExecSnapshot, event: ExecEvent): Transition
     case "accepted":
       return to(s, { state: "SCHEDULED" }, []);
     case "busy":
-      return to(s, { state: "PENDING" }, []);
+      // The dispatch was delivered, so it does not count toward the undeliverable limit; an agent
+      // that stays busy leaves the execution waiting until its deadline, never dropped.
+      return to(s, { state: "PENDING", dispatches: Math.max(0, s.dispatches - 1) }, []);
     case "rejected":
       // A rejection is about the dispatch itself (unknown handler, bad params): never retried.
       return to(s, { state: "FAILED" }, []);

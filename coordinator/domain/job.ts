@@ -51,7 +51,11 @@ const everyTriggerSchema = z
   .strict()
   .superRefine((t, ctx) => {
     if ((t.every === undefined) === (t.everyMs === undefined)) {
-      ctx.addIssue({ code: "custom", path: ["every"], message: "give the interval as every (e.g. \"2s\")" });
+      ctx.addIssue({
+        code: "custom",
+        path: ["every"],
+        message: 'give the interval as every (e.g. "2s")',
+      });
     }
   })
   .transform(({ type, every, everyMs, anchor }) => ({

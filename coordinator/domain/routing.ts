@@ -7,7 +7,7 @@ export interface RoutableAgent {
 /**
  * ROUND_ROBIN: the next agent, after the one chosen last time, among `candidates` (already
  * filtered to live agents with the handler), in agentId order so the rotation is stable.
- * Returns the chosen agent and the cursor to remember.
+ * The caller remembers the chosen agent's id as the next call's `lastAgentId`.
  */
 export function roundRobin<A extends RoutableAgent>(
   candidates: readonly A[],
@@ -21,7 +21,7 @@ export function roundRobin<A extends RoutableAgent>(
   return sorted.find((a) => a.agentId > lastAgentId) ?? sorted[0];
 }
 
-/** Live agents that have `handler`, minus those passed over (busy back-off). */
+/** Agents that `isLive` accepts (the caller folds in busy back-off) and that have `handler`. */
 export function eligibleAgents<A extends RoutableAgent>(
   agents: readonly A[],
   handler: string,

@@ -1,0 +1,154 @@
+import { describe, expect, it } from "vitest";
+import { ClockSync } from "./clock-sync.js";
+import type { ClockSample } from "./protocol/session.js";
+
+/** The coordinator's clock runs this far ahead of the agent's local clock in these tests. */
+const TRUE_OFFSET = 100;
+
+interface Trip {
+  /** Agent local time when it sends the message. */
+  local0: number;
+  /** One-way delay agent → coordinator, ms. */
+  up: number;
+  /** Coordinator time between receiving and answering, ms. */
+  proc?: number;
+  /** One-way delay coordinator → agent, ms. */
+  down: number;
+}
+
+/**
+ * Sends a message the way the agent does (stamped `sentAt` = local + current offset) and returns
+ * the coordinator's answer and the local time it arrives at, on a clock TRUE_OFFSET ahead.
+ */
+function send(sync: ClockSync, trip: Trip): { clock: ClockSample; t3: number } {
+  const t0 = trip.local0 + sync.offsetMs;
+  sync.stamp(t0);
+  const t1 = trip.local0 + trip.up + TRUE_OFFSET;
+  const t2 = t1 + (trip.proc ?? 0);
+  const t3 = t2 + trip.down - TRUE_OFFSET;
+  return { clock: { t0, t1, t2 }, t3 };
+}
+
+function roundTrip(sync: ClockSync, trip: Trip): boolean {
+  const { clock, t3 } = send(sync, trip);
+  return sync.addSample(clock, t3);
+}
+
+describe("ClockSync", () => {
+  it("offset 0 and uncertainty 0 before any sample (rule 4)", () => {
+    const sync = new ClockSync();
+    expect(sync.offsetMs).toBe(0);
+    expect(sync.uncertaintyMs).toBe(0);
+    expect(sync.sampleCount).toBe(0);
+  });
+
+  it("offset and rtt from known t0..t3", () => {
+    const sync = new ClockSync();
+    // Agent local 10000 → t0 10000 (offset 0). Up 10 ms: t1 = 10110 on the coordinator; 5 ms
+    // there: t2 = 10115. Down 20 ms: arrives at coordinator 10135 = local t3 10035.
+    // rtt = (10035 − 10000) − (10115 − 10110) = 30
+    // offset = ((10110 − 10000) + (10115 − 10035)) / 2 = (110 + 80) / 2 = 95
+    expect(sync.addSample({ t0: 10_000, t1: 10_110, t2: 10_115 }, 10_035)).toBe(false);
+    sync.stamp(10_000);
+    expect(sync.addSample({ t0: 10_000, t1: 10_110, t2: 10_115 }, 10_035)).toBe(true);
+    expect(sync.offsetMs).toBe(95);
+    expect(sync.uncertaintyMs).toBe(15);
+    expect(sync.sampleCount).toBe(1);
+    // The true offset lies within offset ± uncertainty.
+    expect(Math.abs(TRUE_OFFSET - sync.offsetMs)).toBeLessThanOrEqual(sync.uncertaintyMs);
+  });
+
+  it("a symmetric path gives the exact offset", () => {
+    const sync = new ClockSync();
+    expect(roundTrip(sync, { local0: 50_000, up: 12, proc: 3, down: 12 })).toBe(true);
+    expect(sync.offsetMs).toBe(TRUE_OFFSET);
+    expect(sync.uncertaintyMs).toBe(12);
+  });
+
+  it("keeps fractions of a millisecond", () => {
+    const sync = new ClockSync();
+    sync.stamp(1_000.25);
+    expect(sync.addSample({ t0: 1_000.25, t1: 1_100.5, t2: 1_100.75 }, 1_001)).toBe(true);
+    // ((1100.5 − 1000.25) + (1100.75 − 1001)) / 2 = (100.25 + 99.75) / 2
+    expect(sync.offsetMs).toBe(100);
+    expect(sync.uncertaintyMs).toBe(0.25);
+  });
+
+  it("the minimum-RTT sample of the window wins, and leaves when it slides out", () => {
+    const sync = new ClockSync(3);
+    // Each sample's offset is TRUE_OFFSET + (up − down) / 2; rtt = up + down.
+    roundTrip(sync, { local0: 10_000, up: 40, down: 10 }); // rtt 50, offset 115
+    expect(sync.offsetMs).toBe(115);
+    roundTrip(sync, { local0: 11_000, up: 2, down: 8 }); // rtt 10, offset 97
+    expect(sync.offsetMs).toBe(97);
+    roundTrip(sync, { local0: 12_000, up: 20, down: 10 }); // rtt 30, offset 105
+    expect(sync.offsetMs).toBe(97);
+    expect(sync.uncertaintyMs).toBe(5);
+    roundTrip(sync, { local0: 13_000, up: 30, down: 30 }); // rtt 60, offset 100; the 50 leaves
+    expect(sync.offsetMs).toBe(97);
+    roundTrip(sync, { local0: 14_000, up: 25, down: 25 }); // rtt 50; the 10 leaves
+    expect(sync.sampleCount).toBe(3);
+    expect(sync.offsetMs).toBe(105);
+    expect(sync.uncertaintyMs).toBe(15);
+  });
+
+  it("returns false for a t0 it never stamped, and changes nothing", () => {
+    const sync = new ClockSync();
+    roundTrip(sync, { local0: 10_000, up: 10, down: 10 });
+    expect(sync.addSample({ t0: 123_456, t1: 0, t2: 0 }, 999_999)).toBe(false);
+    expect(sync.offsetMs).toBe(TRUE_OFFSET);
+    expect(sync.sampleCount).toBe(1);
+  });
+
+  it("a duplicated answer counts once", () => {
+    const sync = new ClockSync();
+    const { clock, t3 } = send(sync, { local0: 10_000, up: 10, down: 10 });
+    expect(sync.addSample(clock, t3)).toBe(true);
+    expect(sync.addSample(clock, t3 + 500)).toBe(false);
+    expect(sync.sampleCount).toBe(1);
+  });
+
+  it("a sample stamped while an earlier offset was in force uses that offset", () => {
+    const sync = new ClockSync();
+    // Two heartbeats go out before any answer, both stamped with offset 0.
+    const a = send(sync, { local0: 10_000, up: 40, down: 10 }); // rtt 50, offset 115
+    const b = send(sync, { local0: 10_500, up: 5, down: 5 }); // rtt 10, offset 100
+    expect(b.clock.t0).toBe(10_500);
+    expect(sync.addSample(a.clock, a.t3)).toBe(true);
+    expect(sync.offsetMs).toBe(115);
+    // b was sent at local 10500 under offset 0, not under the 115 now in force: taking the
+    // current offset would put its local t0 at 10385 and give an offset of 157.5 with rtt 125.
+    expect(sync.addSample(b.clock, b.t3)).toBe(true);
+    expect(sync.offsetMs).toBe(100);
+    expect(sync.uncertaintyMs).toBe(5);
+  });
+
+  it("a message stamped under a non-zero offset is matched and corrected by it", () => {
+    const sync = new ClockSync();
+    roundTrip(sync, { local0: 10_000, up: 10, proc: 5, down: 20 }); // offset 95
+    const c = send(sync, { local0: 20_000, up: 3, down: 3 });
+    expect(c.clock.t0).toBe(20_095);
+    expect(sync.addSample(c.clock, c.t3)).toBe(true);
+    expect(sync.offsetMs).toBe(TRUE_OFFSET);
+    expect(sync.uncertaintyMs).toBe(3);
+  });
+
+  it("remembers the 64 newest stamps only", () => {
+    const sync = new ClockSync();
+    const trips = Array.from({ length: 65 }, (_, i) =>
+      send(sync, { local0: 10_000 + i * 1_000, up: 10, down: 10 }),
+    );
+    expect(sync.addSample(trips[0]!.clock, trips[0]!.t3)).toBe(false);
+    expect(sync.addSample(trips[1]!.clock, trips[1]!.t3)).toBe(true);
+    expect(sync.addSample(trips[64]!.clock, trips[64]!.t3)).toBe(true);
+  });
+
+  it("never reports a negative round trip", () => {
+    const sync = new ClockSync();
+    sync.stamp(10_000);
+    // The coordinator claims it held the message longer than the whole round trip took.
+    expect(sync.addSample({ t0: 10_000, t1: 10_100, t2: 10_200 }, 10_050)).toBe(true);
+    expect(sync.uncertaintyMs).toBe(0);
+    expect(sync.offsetMs).toBe(125);
+  });
+});
