@@ -11,12 +11,13 @@ export interface Migration {
 export interface MigratableDb {
   exec(sql: string): unknown;
   prepare(sql: string): { all(...args: unknown[]): unknown[]; run(...args: unknown[]): unknown };
-  transaction(fn: () => void): () => void;
+  transaction(fn: () => void): { (): void; immediate(): void };
 }
 
 /**
  * Applies every migration newer than the database's, each in its own transaction, recording it in
- * `schema_migrations`. Refuses a database that has a version this build does not know.
+ * `schema_migrations`. Refuses a database that has a version this build does not know. Returns the
+ * versions it applied; a step another process applied meanwhile is skipped.
  */
 export function migrate(db: MigratableDb, migrations: readonly Migration[], now: number): number[] {
   db.exec(
@@ -41,13 +42,20 @@ export function migrate(db: MigratableDb, migrations: readonly Migration[], now:
   const sorted = [...migrations].sort((a, b) => a.version - b.version);
   for (const m of sorted) {
     if (applied.has(m.version)) continue;
+    let appliedHere = false;
     try {
+      // IMMEDIATE, and checked again inside: another process opening the same file may have
+      // applied this step since `applied` was read.
       db.transaction(() => {
+        if (db.prepare("SELECT 1 FROM schema_migrations WHERE version = ?").all(m.version).length) {
+          return;
+        }
         db.exec(m.sql);
         db.prepare(
           "INSERT INTO schema_migrations (version, name, applied_at) VALUES (?, ?, ?)",
         ).run(m.version, m.name, now);
-      })();
+        appliedHere = true;
+      }).immediate();
     } catch (err) {
       throw new AxError(
         "AX_STORE_MIGRATION",
@@ -58,7 +66,7 @@ export function migrate(db: MigratableDb, migrations: readonly Migration[], now:
         },
       );
     }
-    ran.push(m.version);
+    if (appliedHere) ran.push(m.version);
   }
   return ran;
 }

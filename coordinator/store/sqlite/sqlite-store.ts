@@ -106,6 +106,22 @@ function toExecution(r: ExecutionRow): ExecutionRecord {
   };
 }
 
+/** JSON with every object's keys sorted: key order alone never makes a new job version. */
+function canonicalJson(value: unknown): string {
+  return JSON.stringify(value, (_key, v: unknown) =>
+    v !== null && typeof v === "object" && !Array.isArray(v)
+      ? Object.fromEntries(Object.entries(v).sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0)))
+      : v,
+  );
+}
+
+/** Cuts `text` to `max` UTF-16 units without leaving half a surrogate pair (stored as U+FFFD). */
+function capText(text: string, max: number): string {
+  if (text.length <= max) return text;
+  const code = text.charCodeAt(max - 1);
+  return text.slice(0, code >= 0xd800 && code <= 0xdbff ? max - 1 : max);
+}
+
 /** Translates a driver error into an AxError, keeping AxErrors as they are. */
 function wrap<T>(what: string, fn: () => T): T {
   try {
@@ -131,14 +147,28 @@ export class SqliteStore implements Store {
 
   constructor(options: SqliteStoreOptions) {
     this.db = wrap("open", () => new Database(options.path));
-    wrap("configure", () => {
-      this.db.pragma("journal_mode = WAL");
-      // WAL with NORMAL loses at most the last transactions on power loss, never consistency.
-      this.db.pragma("synchronous = NORMAL");
-      this.db.pragma("busy_timeout = 5000");
-      this.db.pragma("foreign_keys = ON");
-    });
-    migrate(this.db, SQLITE_MIGRATIONS, (options.now ?? Date.now)());
+    try {
+      wrap("configure", () => {
+        this.db.pragma("journal_mode = WAL");
+        // WAL with NORMAL loses at most the last transactions on power loss, never consistency.
+        this.db.pragma("synchronous = NORMAL");
+        this.db.pragma("busy_timeout = 5000");
+        this.db.pragma("foreign_keys = ON");
+      });
+      migrate(this.db, SQLITE_MIGRATIONS, (options.now ?? Date.now)());
+    } catch (err) {
+      // Nobody else holds the handle of a store that failed to open.
+      this.db.close();
+      throw err;
+    }
+  }
+
+  /**
+   * Runs `fn` in an IMMEDIATE transaction. A deferred one that reads first cannot wait for another
+   * process's write lock: it fails at once with SQLITE_BUSY, whatever busy_timeout says.
+   */
+  private write<T>(fn: () => T): T {
+    return this.db.transaction(fn).immediate();
   }
 
   async putJob(
@@ -147,12 +177,14 @@ export class SqliteStore implements Store {
     now: number,
   ): Promise<StoredJob> {
     return wrap("putJob", () =>
-      this.db.transaction(() => {
+      this.write(() => {
         const json = JSON.stringify(definition);
         const row = this.db.prepare("SELECT * FROM jobs WHERE id = ?").get(definition.id) as
           | JobRow
           | undefined;
-        if (row && row.definition === json) return toJob(row);
+        if (row && canonicalJson(JSON.parse(row.definition)) === canonicalJson(definition)) {
+          return toJob(row);
+        }
         const version = row ? row.version + 1 : 1;
         this.db
           .prepare(
@@ -177,7 +209,7 @@ export class SqliteStore implements Store {
         return toJob(
           this.db.prepare("SELECT * FROM jobs WHERE id = ?").get(definition.id) as JobRow,
         );
-      })(),
+      }),
     );
   }
 
@@ -214,7 +246,7 @@ export class SqliteStore implements Store {
     at: number;
   }): Promise<boolean> {
     return wrap("recordFire", () =>
-      this.db.transaction(() => {
+      this.write(() => {
         // Compare-and-set on the job's next fire time: only one writer advances it.
         const advanced = this.db
           .prepare(
@@ -230,14 +262,12 @@ export class SqliteStore implements Store {
         if (inserted.changes !== 1) return false;
         this.insertExecution(fire.execution, fire.at, { scheduledFor: fire.scheduledFor });
         return true;
-      })(),
+      }),
     );
   }
 
   async createExecution(execution: NewExecution, at: number): Promise<void> {
-    wrap("createExecution", () =>
-      this.db.transaction(() => this.insertExecution(execution, at, null))(),
-    );
+    wrap("createExecution", () => this.write(() => this.insertExecution(execution, at, null)));
   }
 
   private insertExecution(
@@ -327,7 +357,7 @@ export class SqliteStore implements Store {
 
   async applyTransition(w: TransitionWrite): Promise<boolean> {
     return wrap("applyTransition", () =>
-      this.db.transaction(() => {
+      this.write(() => {
         const p = w.patch;
         const sets = [
           "state = @state",
@@ -363,7 +393,7 @@ export class SqliteStore implements Store {
           let value = p[key] ?? null;
           if (key === "result" && value !== null) value = JSON.stringify(value);
           if (key === "message" && typeof value === "string")
-            value = value.slice(0, MAX_MESSAGE_CHARS);
+            value = capText(value, MAX_MESSAGE_CHARS);
           params[key] = value;
         }
         const res = this.db
@@ -391,7 +421,7 @@ export class SqliteStore implements Store {
           w.detail ?? null,
         );
         return true;
-      })(),
+      }),
     );
   }
 

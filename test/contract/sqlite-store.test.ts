@@ -1,0 +1,274 @@
+import { type ChildProcess, spawn } from "node:child_process";
+import {
+  mkdtempSync,
+  readdirSync,
+  readlinkSync,
+  realpathSync,
+  rmSync,
+  writeFileSync,
+} from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { fileURLToPath } from "node:url";
+import Database from "better-sqlite3";
+import { afterEach, beforeEach, describe, expect, it } from "vitest";
+import { SQLITE_MIGRATIONS } from "../../coordinator/store/sqlite/migrations.js";
+import { SqliteStore } from "../../coordinator/store/sqlite/sqlite-store.js";
+import { jobDef, newExecution, storeContract } from "./store.contract.js";
+
+/** A fresh temp folder; realpath so that /proc fd links compare equal. */
+function freshDir(): string {
+  return realpathSync(mkdtempSync(join(tmpdir(), "ax-store-")));
+}
+
+storeContract("sqlite", async () => {
+  const dir = freshDir();
+  const path = join(dir, "ax.sqlite");
+  const opened: SqliteStore[] = [];
+  const open = () => {
+    const s = new SqliteStore({ path });
+    opened.push(s);
+    return s;
+  };
+  return {
+    store: open(),
+    openAnother: async () => open(),
+    cleanup: async () => {
+      for (const s of opened) await s.close();
+      rmSync(dir, { recursive: true, force: true });
+    },
+  };
+});
+
+/** How many of this process's file descriptors point at `path` (Linux; 0 elsewhere). */
+function fdsOn(path: string): number {
+  if (process.platform !== "linux") return 0;
+  let n = 0;
+  for (const fd of readdirSync("/proc/self/fd")) {
+    try {
+      if (readlinkSync(`/proc/self/fd/${fd}`) === path) n++;
+    } catch {
+      // The fd closed while we looked (readdir's own fd).
+    }
+  }
+  return n;
+}
+
+describe("SqliteStore (SQLite specifics)", () => {
+  let dir: string;
+  let path: string;
+  const stores: SqliteStore[] = [];
+  const raws: Database.Database[] = [];
+  const open = (now = 1_000) => {
+    const s = new SqliteStore({ path, now: () => now });
+    stores.push(s);
+    return s;
+  };
+  const raw = () => {
+    const db = new Database(path);
+    raws.push(db);
+    return db;
+  };
+
+  beforeEach(() => {
+    dir = freshDir();
+    path = join(dir, "ax.sqlite");
+  });
+  afterEach(async () => {
+    for (const s of stores.splice(0)) await s.close();
+    for (const db of raws.splice(0)) db.close();
+    rmSync(dir, { recursive: true, force: true });
+  });
+
+  it("opens the file in WAL mode", () => {
+    open();
+    expect(raw().pragma("journal_mode", { simple: true })).toBe("wal");
+  });
+
+  it("keeps every job version in job_versions, and adds none for an identical definition", async () => {
+    const store = open();
+    const v1 = jobDef("job-a");
+    const v2 = jobDef("job-a", { params: { v: 2 } });
+    await store.putJob(v1, 1_000, 10);
+    await store.putJob(v1, 1_000, 20);
+    await store.putJob(v2, 1_000, 30);
+    const rows = raw()
+      .prepare("SELECT version, definition, created_at FROM job_versions WHERE job_id = ?")
+      .all("job-a") as { version: number; definition: string; created_at: number }[];
+    expect(rows.map((r) => [r.version, JSON.parse(r.definition), r.created_at])).toEqual([
+      [1, v1, 10],
+      [2, v2, 30],
+    ]);
+  });
+
+  it("two stores racing on one file leave one fires row per nominal time, each with its execution", async () => {
+    const a = open();
+    const b = open();
+    await a.putJob(jobDef("job-a"), 10_000, 10);
+    const rounds = 50;
+    for (let i = 0; i < rounds; i++) {
+      const t = 10_000 + i * 1_000;
+      const won = await Promise.all(
+        (i % 2 === 0 ? [a, b] : [b, a]).map((s, k) =>
+          s.recordFire({
+            jobId: "job-a",
+            scheduledFor: t,
+            nextFireAt: t + 1_000,
+            execution: newExecution(`ex-${k}-${i}`, { fireAt: t }),
+            at: t,
+          }),
+        ),
+      );
+      expect(won.filter(Boolean)).toHaveLength(1);
+    }
+    const db = raw();
+    const fires = db
+      .prepare(
+        `SELECT f.scheduled_for, f.execution_id, e.fire_at FROM fires f
+         LEFT JOIN executions e ON e.id = f.execution_id ORDER BY f.scheduled_for`,
+      )
+      .all() as { scheduled_for: number; execution_id: string; fire_at: number | null }[];
+    expect(fires.map((f) => f.scheduled_for)).toEqual(
+      Array.from({ length: rounds }, (_, i) => 10_000 + i * 1_000),
+    );
+    expect(fires.every((f) => f.fire_at === f.scheduled_for)).toBe(true);
+    expect(db.prepare("SELECT COUNT(*) AS n FROM executions").get()).toEqual({ n: rounds });
+  });
+
+  it("does not re-run migrations when the file is reopened", async () => {
+    const first = open(1_111);
+    await first.bumpCounter("c");
+    await first.close();
+    open(2_222);
+    expect(raw().prepare("SELECT version, name, applied_at FROM schema_migrations").all()).toEqual(
+      SQLITE_MIGRATIONS.map((m) => ({ version: m.version, name: m.name, applied_at: 1_111 })),
+    );
+  });
+
+  it("refuses a file written by a newer build with AX_STORE_MIGRATION, and closes it", async () => {
+    await open().close();
+    const db = raw();
+    db.prepare("INSERT INTO schema_migrations (version, name, applied_at) VALUES (?, ?, ?)").run(
+      999,
+      "from the future",
+      1,
+    );
+    db.close();
+    const fdsBefore = fdsOn(path);
+    expect(() => open()).toThrow(
+      expect.objectContaining({
+        code: "AX_STORE_MIGRATION",
+        message: expect.stringContaining("migration 999"),
+      }),
+    );
+    expect(fdsOn(path)).toBe(fdsBefore);
+  });
+
+  it("refuses a file that is not a database with AX_STORE_FAILED, and closes it", () => {
+    writeFileSync(path, "this is not a database, just text that is long enough ".repeat(40));
+    expect(() => open()).toThrow(
+      expect.objectContaining({ name: "AxError", code: "AX_STORE_FAILED" }),
+    );
+    expect(fdsOn(path)).toBe(0);
+  });
+
+  describe("two coordinator processes on one file", () => {
+    const children: ChildProcess[] = [];
+    afterEach(() => {
+      for (const c of children.splice(0)) if (c.exitCode === null) c.kill("SIGKILL");
+    });
+
+    const storeModule = new URL("../../coordinator/store/sqlite/sqlite-store.ts", import.meta.url)
+      .href;
+    const jobModule = new URL("../../coordinator/domain/job.ts", import.meta.url).href;
+    const projectRoot = fileURLToPath(new URL("../../", import.meta.url));
+
+    /** Each child fires the shared job's times in order and rewrites its own job meanwhile. */
+    const childCode = `
+      import { register } from "tsx/esm/api";
+      register();
+      const { SqliteStore } = await import(${JSON.stringify(storeModule)});
+      const { jobDefinitionSchema } = await import(${JSON.stringify(jobModule)});
+      const me = process.env.AX_ME;
+      const rounds = Number(process.env.AX_ROUNDS);
+      const store = new SqliteStore({ path: process.env.AX_DB });
+      process.stdout.write("ready\\n");
+      await new Promise((resolve) => process.stdin.once("data", resolve));
+      let fired = 0;
+      for (let i = 0; i < rounds; i++) {
+        const t = 10000 + i * 1000;
+        const won = await store.recordFire({
+          jobId: "race", scheduledFor: t, nextFireAt: t + 1000, at: t,
+          execution: {
+            id: "ex-" + me + "-" + i, kind: "job", jobId: "race", jobVersion: 1, handler: "echo",
+            params: {}, targetAgentId: null, fireAt: t, deadline: t + 60000, timeoutMs: 60000,
+            dispatchTimeoutMs: 5000, maxAttempts: 1, maxDispatches: 3, priority: 0,
+            retryBaseMs: 1000, retryCapMs: 60000, createdAt: t,
+          },
+        });
+        if (won) fired++;
+        await store.putJob(
+          jobDefinitionSchema.parse({
+            id: "own-" + me, handler: "echo", trigger: { type: "every", every: 1000 }, params: { i },
+          }),
+          null,
+          t,
+        );
+      }
+      await store.close();
+      process.stdout.write(JSON.stringify({ fired }) + "\\n");
+    `;
+
+    function startChild(me: string, rounds: number) {
+      const child = spawn(process.execPath, ["--input-type=module", "-e", childCode], {
+        cwd: projectRoot,
+        env: { ...process.env, AX_ME: me, AX_ROUNDS: String(rounds), AX_DB: path },
+        stdio: ["pipe", "pipe", "pipe"],
+      });
+      children.push(child);
+      let out = "";
+      let err = "";
+      child.stdout?.on("data", (d: Buffer) => {
+        out += d.toString();
+      });
+      child.stderr?.on("data", (d: Buffer) => {
+        err += d.toString();
+      });
+      const exited = new Promise<{ code: number | null; out: string; err: string }>((resolve) =>
+        child.once("exit", (code) => resolve({ code, out, err })),
+      );
+      const ready = new Promise<void>((resolve, reject) => {
+        const check = () => (out.includes("ready\n") ? resolve() : undefined);
+        child.stdout?.on("data", check);
+        void exited.then((r) => reject(new Error(`child ${me} exited early: ${r.err}`)));
+      });
+      return { child, ready, exited };
+    }
+
+    it("fire every nominal time exactly once and never fail on a busy database", async () => {
+      const setup = open();
+      await setup.putJob(jobDef("race"), 10_000, 1);
+      await setup.close();
+      const rounds = 400;
+      const kids = [startChild("a", rounds), startChild("b", rounds)];
+      await Promise.all(kids.map((k) => k.ready));
+      for (const k of kids) k.child.stdin?.end("go\n");
+      const results = await Promise.all(kids.map((k) => k.exited));
+      for (const r of results) expect(r.err, r.err).toBe("");
+      expect(results.map((r) => r.code)).toEqual([0, 0]);
+      const fired = results.map(
+        (r) => (JSON.parse(r.out.split("\n")[1] ?? "") as { fired: number }).fired,
+      );
+      expect(fired[0]! + fired[1]!).toBe(rounds);
+      const db = raw();
+      expect(db.prepare("SELECT COUNT(*) AS n FROM fires").get()).toEqual({ n: rounds });
+      expect(db.prepare("SELECT COUNT(*) AS n FROM executions").get()).toEqual({ n: rounds });
+      expect(
+        db.prepare("SELECT id, version FROM jobs WHERE id LIKE 'own-%' ORDER BY id").all(),
+      ).toEqual([
+        { id: "own-a", version: rounds },
+        { id: "own-b", version: rounds },
+      ]);
+    }, 60_000);
+  });
+});

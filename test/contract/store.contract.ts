@@ -1,0 +1,827 @@
+import { afterEach, beforeEach, describe, expect, it } from "vitest";
+import { type JobDefinition, jobDefinitionSchema } from "../../coordinator/domain/job.js";
+import type {
+  AgentRecord,
+  ExecutionPatch,
+  ExecutionRecord,
+  NewExecution,
+  Store,
+  TransitionWrite,
+} from "../../coordinator/store/port.js";
+import type { ExecSnapshot } from "../../shared/fsm.js";
+
+/** What an adapter's test file hands the contract suite: a fresh, empty store. */
+export interface StoreFixture {
+  store: Store;
+  /** Closes the store (again, if a test closed it) and removes its database. */
+  cleanup(): Promise<void>;
+  /**
+   * Opens a second store on the same database: a second coordinator, or the same one after a
+   * restart. Tests that need it are skipped when an adapter cannot provide it.
+   */
+  openAnother?(): Promise<Store>;
+}
+
+/** A job definition as the coordinator stores it: parsed, defaults filled in. */
+export function jobDef(id: string, over: Record<string, unknown> = {}): JobDefinition {
+  return jobDefinitionSchema.parse({
+    id,
+    handler: "echo",
+    trigger: { type: "every", every: 1000 },
+    ...over,
+  });
+}
+
+export function newExecution(id: string, over: Partial<NewExecution> = {}): NewExecution {
+  return {
+    id,
+    kind: "job",
+    jobId: "job-a",
+    jobVersion: 1,
+    handler: "echo",
+    params: { n: 1, nested: { list: [1, "two"] } },
+    targetAgentId: null,
+    fireAt: 1_000,
+    deadline: 61_000,
+    timeoutMs: 60_000,
+    dispatchTimeoutMs: 5_000,
+    maxAttempts: 3,
+    maxDispatches: 4,
+    priority: 0,
+    retryBaseMs: 1_000,
+    retryCapMs: 60_000,
+    createdAt: 900,
+    ...over,
+  };
+}
+
+export function agentRecord(agentId: string, over: Partial<AgentRecord> = {}): AgentRecord {
+  return {
+    agentId,
+    instanceId: `${agentId}-i1`,
+    journalId: `${agentId}-j1`,
+    ackedSeq: 0,
+    status: "online",
+    profile: "linux-arm64",
+    bundleVersion: "1.2.3",
+    bundleSha256: "ab".repeat(32),
+    handlers: ["echo", "mqtt.publish"],
+    concurrency: 4,
+    queue: 16,
+    tags: { site: "north", rack: "7" },
+    connectedAt: 1_000,
+    lastSeenAt: 2_000,
+    clockOffsetMs: -3.5,
+    clockUncertaintyMs: 1.25,
+    load: 0.5,
+    journalDepth: 2,
+    outboxDepth: 1,
+    ...over,
+  };
+}
+
+function snapshot(e: ExecSnapshot): ExecSnapshot {
+  return {
+    state: e.state,
+    round: e.round,
+    attempt: e.attempt,
+    maxAttempts: e.maxAttempts,
+    dispatches: e.dispatches,
+    maxDispatches: e.maxDispatches,
+  };
+}
+
+/** A transition write from `from` (as read) to `from` changed by `next`. */
+function move(
+  from: ExecutionRecord,
+  next: Partial<ExecSnapshot>,
+  event: string,
+  at: number,
+  patch: ExecutionPatch = {},
+  detail?: Record<string, unknown>,
+): TransitionWrite {
+  return {
+    executionId: from.id,
+    expected: { state: from.state, round: from.round },
+    next: { ...snapshot(from), ...next },
+    patch,
+    at,
+    event,
+    ...(detail === undefined ? {} : { detail }),
+  };
+}
+
+async function mustGet(store: Store, id: string): Promise<ExecutionRecord> {
+  const e = await store.getExecution(id);
+  if (!e) throw new Error(`execution ${id} not found`);
+  return e;
+}
+
+/**
+ * The Store port's contract, run against every adapter (SQLite now, PostgreSQL later). Each test
+ * gets a fresh empty store from `makeStore`.
+ */
+export function storeContract(name: string, makeStore: () => Promise<StoreFixture>): void {
+  describe(`Store contract: ${name}`, () => {
+    let fx: StoreFixture;
+    let store: Store;
+
+    beforeEach(async () => {
+      fx = await makeStore();
+      store = fx.store;
+    });
+    afterEach(async () => {
+      await fx.cleanup();
+    });
+
+    /** Opens a second store on the same database; `openAnother` exists where this is called. */
+    const another = (): Promise<Store> => {
+      if (!fx.openAnother) throw new Error(`${name} cannot open a second store`);
+      return fx.openAnother();
+    };
+
+    /** Puts job `id` due at `nextFireAt` and fires it once, returning the execution. */
+    async function firedExecution(
+      id: string,
+      over: Partial<NewExecution> = {},
+    ): Promise<ExecutionRecord> {
+      await store.putJob(jobDef(over.jobId ?? "job-a"), 1_000, 10);
+      const fired = await store.recordFire({
+        jobId: over.jobId ?? "job-a",
+        scheduledFor: 1_000,
+        nextFireAt: 2_000,
+        execution: newExecution(id, over),
+        at: 950,
+      });
+      expect(fired).toBe(true);
+      return mustGet(store, id);
+    }
+
+    describe("jobs", () => {
+      it("putJob creates version 1 and getJob returns it as stored", async () => {
+        const def = jobDef("job-a", { params: { topic: "t/1", qos: 1 }, priority: 7 });
+        const created = await store.putJob(def, 5_000, 100);
+        expect(created).toEqual({
+          id: "job-a",
+          version: 1,
+          definition: def,
+          nextFireAt: 5_000,
+          createdAt: 100,
+          updatedAt: 100,
+        });
+        expect(await store.getJob("job-a")).toEqual(created);
+        expect(await store.getJob("job-b")).toBeUndefined();
+      });
+
+      it("putJob with an identical definition keeps the version and changes nothing", async () => {
+        await store.putJob(jobDef("job-a"), 5_000, 100);
+        const again = await store.putJob(jobDef("job-a"), 5_000, 200);
+        expect(again.version).toBe(1);
+        expect(again.updatedAt).toBe(100);
+        expect(await store.getJob("job-a")).toEqual(again);
+      });
+
+      it("putJob treats the same definition with keys in another order as identical", async () => {
+        const def = jobDef("job-a", { params: { a: 1, b: { c: 2, d: 3 } } });
+        await store.putJob(def, 5_000, 100);
+        // Same content, every object's keys reversed (a PostgreSQL jsonb column compares so too).
+        const reversed = JSON.parse(JSON.stringify(def), (_k, v: unknown) =>
+          v && typeof v === "object" && !Array.isArray(v)
+            ? Object.fromEntries(Object.entries(v).reverse())
+            : v,
+        ) as JobDefinition;
+        expect(JSON.stringify(reversed)).not.toBe(JSON.stringify(def));
+        const again = await store.putJob(reversed, 5_000, 200);
+        expect(again.version).toBe(1);
+        expect(again.updatedAt).toBe(100);
+      });
+
+      it("putJob with a changed definition makes version 2 and keeps createdAt", async () => {
+        await store.putJob(jobDef("job-a"), 5_000, 100);
+        const def2 = jobDef("job-a", { params: { changed: true } });
+        const v2 = await store.putJob(def2, 7_000, 200);
+        expect(v2).toEqual({
+          id: "job-a",
+          version: 2,
+          definition: def2,
+          nextFireAt: 7_000,
+          createdAt: 100,
+          updatedAt: 200,
+        });
+        const v3 = await store.putJob(jobDef("job-a"), null, 300);
+        expect(v3.version).toBe(3);
+        expect(v3.nextFireAt).toBeNull();
+        expect(await store.getJob("job-a")).toEqual(v3);
+      });
+
+      it("listJobs returns every job with its current version", async () => {
+        await store.putJob(jobDef("job-b"), 2_000, 100);
+        await store.putJob(jobDef("job-a"), 1_000, 100);
+        await store.putJob(jobDef("job-a", { priority: 3 }), 1_000, 150);
+        const jobs = await store.listJobs();
+        expect(jobs.map((j) => [j.id, j.version, j.definition.priority]).sort()).toEqual([
+          ["job-a", 2, 3],
+          ["job-b", 1, 0],
+        ]);
+      });
+
+      it("listJobsDueBy returns unpaused jobs due at or before the time", async () => {
+        await store.putJob(jobDef("a"), 1_000, 10);
+        await store.putJob(jobDef("b"), 2_000, 10);
+        await store.putJob(jobDef("c"), 3_000, 10);
+        await store.putJob(jobDef("paused", { paused: true }), 500, 10);
+        await store.putJob(jobDef("exhausted"), null, 10);
+        const ids = async (until: number) =>
+          (await store.listJobsDueBy(until)).map((j) => j.id).sort();
+        expect(await ids(499)).toEqual([]);
+        expect(await ids(999)).toEqual([]);
+        expect(await ids(2_000)).toEqual(["a", "b"]);
+        expect(await ids(1e15)).toEqual(["a", "b", "c"]);
+        // Pausing is a new version of the definition; unpausing brings the job back.
+        await store.putJob(jobDef("a", { paused: true }), 1_000, 20);
+        expect(await ids(2_000)).toEqual(["b"]);
+        await store.putJob(jobDef("a"), 1_000, 30);
+        expect(await ids(2_000)).toEqual(["a", "b"]);
+      });
+    });
+
+    describe("recordFire", () => {
+      it("fires a nominal time exactly once", async () => {
+        await store.putJob(jobDef("job-a"), 1_000, 10);
+        const fire = (execId: string) =>
+          store.recordFire({
+            jobId: "job-a",
+            scheduledFor: 1_000,
+            nextFireAt: 2_000,
+            execution: newExecution(execId),
+            at: 950,
+          });
+        expect(await fire("ex-1")).toBe(true);
+        expect(await fire("ex-2")).toBe(false);
+        expect((await store.listExecutions({ jobId: "job-a" })).map((e) => e.id)).toEqual(["ex-1"]);
+        expect(await store.getExecution("ex-2")).toBeUndefined();
+        expect(await store.getTimeline("ex-2")).toEqual([]);
+        expect((await store.getJob("job-a"))?.nextFireAt).toBe(2_000);
+      });
+
+      it("creates the execution PENDING, round 0, attempt 1, with a created timeline entry", async () => {
+        await store.putJob(jobDef("job-a"), 1_000, 10);
+        const ne = newExecution("ex-1", { priority: 5, createdAt: 940 });
+        expect(
+          await store.recordFire({
+            jobId: "job-a",
+            scheduledFor: 1_000,
+            nextFireAt: 2_000,
+            execution: ne,
+            at: 950,
+          }),
+        ).toBe(true);
+        expect(await store.getExecution("ex-1")).toEqual({
+          ...ne,
+          state: "PENDING",
+          round: 0,
+          attempt: 1,
+          dispatches: 0,
+          updatedAt: 940,
+          agentId: null,
+          dispatchedAt: null,
+          startedAt: null,
+          finishedAt: null,
+          lateMs: null,
+          nextAttemptAt: null,
+          result: null,
+          message: null,
+        } satisfies ExecutionRecord);
+        expect(await store.getTimeline("ex-1")).toEqual([
+          {
+            executionId: "ex-1",
+            seq: 1,
+            at: 950,
+            event: "created",
+            fromState: null,
+            toState: "PENDING",
+            round: 0,
+            agentId: null,
+            detail: { scheduledFor: 1_000 },
+          },
+        ]);
+      });
+
+      it("refuses a scheduledFor the job is not at, and an unknown job", async () => {
+        await store.putJob(jobDef("job-a"), 1_000, 10);
+        const fire = (scheduledFor: number, execId: string, jobId = "job-a") =>
+          store.recordFire({
+            jobId,
+            scheduledFor,
+            nextFireAt: scheduledFor + 1_000,
+            execution: newExecution(execId, { jobId }),
+            at: 950,
+          });
+        expect(await fire(1_000, "ex-1")).toBe(true);
+        // Stale: the job has moved on to 2000.
+        expect(await fire(1_000, "ex-stale")).toBe(false);
+        expect(await fire(500, "ex-older")).toBe(false);
+        // Not yet: 3000 is not the job's next fire time.
+        expect(await fire(3_000, "ex-ahead")).toBe(false);
+        expect(await fire(1_000, "ex-unknown", "job-z")).toBe(false);
+        expect((await store.listExecutions()).map((e) => e.id)).toEqual(["ex-1"]);
+        expect((await store.getJob("job-a"))?.nextFireAt).toBe(2_000);
+        expect(await store.getJob("job-z")).toBeUndefined();
+      });
+
+      it("an exhausted trigger (nextFireAt null) is never due again", async () => {
+        await store.putJob(jobDef("job-a", { trigger: { type: "at", at: 1_000 } }), 1_000, 10);
+        expect(
+          await store.recordFire({
+            jobId: "job-a",
+            scheduledFor: 1_000,
+            nextFireAt: null,
+            execution: newExecution("ex-1"),
+            at: 950,
+          }),
+        ).toBe(true);
+        expect((await store.getJob("job-a"))?.nextFireAt).toBeNull();
+        expect(await store.listJobsDueBy(1e15)).toEqual([]);
+      });
+
+      it("does not fire a nominal time twice when a new version resets the job to it", async () => {
+        await store.putJob(jobDef("job-a"), 1_000, 10);
+        const fire = (execId: string) =>
+          store.recordFire({
+            jobId: "job-a",
+            scheduledFor: 1_000,
+            nextFireAt: 2_000,
+            execution: newExecution(execId),
+            at: 950,
+          });
+        expect(await fire("ex-1")).toBe(true);
+        // Fires happen dispatchLead early, so a trigger changed just before 1000 can land on it.
+        await store.putJob(jobDef("job-a", { params: { v: 2 } }), 1_000, 960);
+        expect(await fire("ex-2")).toBe(false);
+        expect((await store.listExecutions({ jobId: "job-a" })).map((e) => e.id)).toEqual(["ex-1"]);
+        // The job moves past the time already fired; left at 1000 the firing loop would retry it forever.
+        expect((await store.getJob("job-a"))?.nextFireAt).toBe(2_000);
+      });
+
+      it("two stores on one database firing the same times create one execution per time", async (ctx) => {
+        if (!fx.openAnother) return ctx.skip();
+        const other = await another();
+        try {
+          await store.putJob(jobDef("job-a"), 10_000, 10);
+          const rounds = 50;
+          const wins: string[] = [];
+          for (let i = 0; i < rounds; i++) {
+            const t = 10_000 + i * 1_000;
+            const fireFrom = (s: Store, label: string) =>
+              s
+                .recordFire({
+                  jobId: "job-a",
+                  scheduledFor: t,
+                  nextFireAt: t + 1_000,
+                  execution: newExecution(`ex-${label}-${i}`, { fireAt: t }),
+                  at: t - 50,
+                })
+                .then((won) => (won ? label : undefined));
+            // Alternate who asks first so that both stores win some rounds.
+            const pair = i % 2 === 0 ? [store, other] : [other, store];
+            const results = await Promise.all([
+              fireFrom(pair[0] as Store, i % 2 === 0 ? "a" : "b"),
+              fireFrom(pair[1] as Store, i % 2 === 0 ? "b" : "a"),
+            ]);
+            const won = results.filter((r) => r !== undefined);
+            expect(won, `round ${i}`).toHaveLength(1);
+            wins.push(won[0] as string);
+          }
+          expect(new Set(wins)).toEqual(new Set(["a", "b"]));
+          for (const s of [store, other]) {
+            const execs = await s.listExecutions({ jobId: "job-a", limit: 1_000 });
+            expect(execs).toHaveLength(rounds);
+            expect(new Set(execs.map((e) => e.fireAt)).size).toBe(rounds);
+            expect((await s.getJob("job-a"))?.nextFireAt).toBe(10_000 + rounds * 1_000);
+          }
+          const scheduled = await Promise.all(
+            (await store.listExecutions({ jobId: "job-a", limit: 1_000 })).map(
+              async (e) => (await store.getTimeline(e.id))[0]?.detail?.scheduledFor,
+            ),
+          );
+          expect(scheduled.sort()).toEqual(
+            Array.from({ length: rounds }, (_, i) => 10_000 + i * 1_000).sort(),
+          );
+        } finally {
+          await other.close();
+        }
+      });
+    });
+
+    describe("createExecution", () => {
+      it("creates a command execution PENDING with a created timeline entry", async () => {
+        const ne = newExecution("cmd-1", {
+          kind: "command",
+          jobId: null,
+          jobVersion: null,
+          targetAgentId: "agent-1",
+          params: {},
+        });
+        await store.createExecution(ne, 905);
+        const e = await mustGet(store, "cmd-1");
+        expect(e).toMatchObject({ ...ne, state: "PENDING", round: 0, attempt: 1, dispatches: 0 });
+        const timeline = await store.getTimeline("cmd-1");
+        expect(timeline).toHaveLength(1);
+        expect(timeline[0]).toMatchObject({
+          at: 905,
+          event: "created",
+          fromState: null,
+          toState: "PENDING",
+          round: 0,
+        });
+      });
+
+      it("refuses an id that exists with AX_STORE_FAILED and leaves the first untouched", async () => {
+        await store.createExecution(newExecution("cmd-1", { handler: "first" }), 905);
+        await expect(
+          store.createExecution(newExecution("cmd-1", { handler: "second" }), 906),
+        ).rejects.toMatchObject({
+          name: "AxError",
+          code: "AX_STORE_FAILED",
+          message: expect.stringContaining("createExecution"),
+        });
+        expect((await mustGet(store, "cmd-1")).handler).toBe("first");
+        expect(await store.getTimeline("cmd-1")).toHaveLength(1);
+      });
+    });
+
+    describe("applyTransition", () => {
+      it("is a compare-and-set on (state, round): the same write succeeds once", async () => {
+        const e = await firedExecution("ex-1");
+        const w = move(e, { state: "DISPATCHED", round: 1, dispatches: 1 }, "dispatch", 1_001, {
+          agentId: "agent-1",
+          dispatchedAt: 1_001,
+        });
+        expect(await store.applyTransition(w)).toBe(true);
+        expect(
+          await store.applyTransition({ ...w, at: 1_002, patch: { agentId: "agent-2" } }),
+        ).toBe(false);
+        const after = await mustGet(store, "ex-1");
+        expect(after).toMatchObject({
+          state: "DISPATCHED",
+          round: 1,
+          dispatches: 1,
+          agentId: "agent-1",
+          updatedAt: 1_001,
+        });
+        expect((await store.getTimeline("ex-1")).map((t) => t.event)).toEqual([
+          "created",
+          "dispatch",
+        ]);
+      });
+
+      it("fails when the state matches but the round does not, or the other way round", async () => {
+        let e = await firedExecution("ex-1");
+        await store.applyTransition(
+          move(e, { state: "DISPATCHED", round: 1, dispatches: 1 }, "dispatch", 1_001),
+        );
+        e = await mustGet(store, "ex-1");
+        const staleRound = move(e, { state: "SCHEDULED" }, "accepted", 1_002);
+        staleRound.expected = { state: "DISPATCHED", round: 0 };
+        const wrongState = move(e, { state: "RUNNING" }, "started", 1_002);
+        wrongState.expected = { state: "PENDING", round: 1 };
+        expect(await store.applyTransition(staleRound)).toBe(false);
+        expect(await store.applyTransition(wrongState)).toBe(false);
+        expect(await store.applyTransition({ ...staleRound, executionId: "ex-none" })).toBe(false);
+        expect(await mustGet(store, "ex-1")).toEqual(e);
+        expect(await store.getTimeline("ex-1")).toHaveLength(2);
+        expect(await store.getTimeline("ex-none")).toEqual([]);
+      });
+
+      it("writes the patch fields and leaves the others as they were", async () => {
+        let e = await firedExecution("ex-1");
+        const result = { ok: true, n: 1.5, text: "grüße ✓", list: [1, { deep: [null, "x"] }] };
+        const long = "m".repeat(5_000);
+        await store.applyTransition(
+          move(e, { state: "DISPATCHED", round: 1, dispatches: 1 }, "dispatch", 1_001, {
+            agentId: "agent-1",
+            dispatchedAt: 1_001,
+            fireAt: 1_500,
+            deadline: 9_000,
+          }),
+        );
+        e = await mustGet(store, "ex-1");
+        expect(e).toMatchObject({ agentId: "agent-1", dispatchedAt: 1_001, fireAt: 1_500 });
+        expect(e.deadline).toBe(9_000);
+        await store.applyTransition(
+          move(e, { state: "RUNNING" }, "started", 1_510, { startedAt: 1_510, lateMs: 10 }),
+        );
+        e = await mustGet(store, "ex-1");
+        await store.applyTransition(
+          move(e, { state: "RETRY_WAITING" }, "finished", 1_600, {
+            finishedAt: 1_600,
+            nextAttemptAt: 2_600,
+            result,
+            message: long,
+          }),
+        );
+        e = await mustGet(store, "ex-1");
+        expect(e).toMatchObject({
+          state: "RETRY_WAITING",
+          round: 1,
+          agentId: "agent-1",
+          dispatchedAt: 1_001,
+          startedAt: 1_510,
+          lateMs: 10,
+          finishedAt: 1_600,
+          nextAttemptAt: 2_600,
+          fireAt: 1_500,
+          deadline: 9_000,
+          updatedAt: 1_600,
+          result,
+        });
+        expect(e.message).toBe("m".repeat(4_096));
+        // Explicit nulls clear fields; absent fields stay.
+        await store.applyTransition(
+          move(e, { state: "PENDING", attempt: 2, dispatches: 0 }, "retry_due", 2_600, {
+            agentId: null,
+            nextAttemptAt: null,
+            result: null,
+            message: null,
+          }),
+        );
+        e = await mustGet(store, "ex-1");
+        expect(e).toMatchObject({
+          state: "PENDING",
+          attempt: 2,
+          dispatches: 0,
+          agentId: null,
+          nextAttemptAt: null,
+          result: null,
+          message: null,
+          startedAt: 1_510,
+          finishedAt: 1_600,
+        });
+      });
+
+      it("caps a message at 4096 characters without splitting a character", async () => {
+        const e = await firedExecution("ex-1");
+        // An emoji is two UTF-16 units; here it straddles the cap.
+        const message = `${"x".repeat(4_095)}😀${"y".repeat(10)}`;
+        await store.applyTransition(
+          move(e, { state: "FAILED" }, "expire", 1_001, { message, finishedAt: 1_001 }),
+        );
+        const stored = (await mustGet(store, "ex-1")).message ?? "";
+        expect(stored.length).toBeGreaterThanOrEqual(4_095);
+        expect(stored.length).toBeLessThanOrEqual(4_096);
+        expect(message.startsWith(stored)).toBe(true);
+        const short = await firedExecution("ex-2", { jobId: "job-b" });
+        await store.applyTransition(move(short, { state: "FAILED" }, "x", 1_001, { message: "é" }));
+        expect((await mustGet(store, "ex-2")).message).toBe("é");
+      });
+
+      it("appends the timeline in order with states, round, agent and detail", async () => {
+        let e = await firedExecution("ex-1");
+        const steps: [Partial<ExecSnapshot>, string, ExecutionPatch, Record<string, unknown>?][] = [
+          [{ state: "DISPATCHED", round: 1, dispatches: 1 }, "dispatch", { agentId: "ag-1" }],
+          [{ round: 2, dispatches: 2 }, "dispatch_timeout", {}, { resent: true }],
+          [{ state: "SCHEDULED" }, "accepted", {}],
+          [{ state: "RUNNING" }, "started", { startedAt: 1_040 }, { lateMs: 0 }],
+          [{ state: "SUCCEEDED" }, "finished", { finishedAt: 1_050 }, { outcome: "succeeded" }],
+        ];
+        let at = 1_000;
+        for (const [next, event, patch, detail] of steps) {
+          at += 10;
+          expect(await store.applyTransition(move(e, next, event, at, patch, detail))).toBe(true);
+          e = await mustGet(store, "ex-1");
+        }
+        const timeline = await store.getTimeline("ex-1");
+        expect(timeline.map((t) => t.seq)).toEqual([1, 2, 3, 4, 5, 6]);
+        expect(
+          timeline.map((t) => [
+            t.at,
+            t.event,
+            t.fromState,
+            t.toState,
+            t.round,
+            t.agentId,
+            t.detail,
+          ]),
+        ).toEqual([
+          [950, "created", null, "PENDING", 0, null, { scheduledFor: 1_000 }],
+          [1_010, "dispatch", "PENDING", "DISPATCHED", 1, "ag-1", null],
+          [1_020, "dispatch_timeout", "DISPATCHED", "DISPATCHED", 2, "ag-1", { resent: true }],
+          [1_030, "accepted", "DISPATCHED", "SCHEDULED", 2, "ag-1", null],
+          [1_040, "started", "SCHEDULED", "RUNNING", 2, "ag-1", { lateMs: 0 }],
+          [1_050, "finished", "RUNNING", "SUCCEEDED", 2, "ag-1", { outcome: "succeeded" }],
+        ]);
+        expect(timeline.every((t) => t.executionId === "ex-1")).toBe(true);
+      });
+    });
+
+    describe("listing executions", () => {
+      /** j1: e1..e3, j2: e4..e5, one command; e1 and e4 dispatched to ag-1, e2 to ag-2. */
+      async function seed(): Promise<void> {
+        const seeds = [
+          ["e1", "j1"],
+          ["e2", "j1"],
+          ["e3", "j1"],
+          ["e4", "j2"],
+          ["e5", "j2"],
+          ["c1", null],
+        ] as const;
+        for (const [n, [id, jobId]] of seeds.entries()) {
+          await store.createExecution(
+            newExecution(id, {
+              jobId,
+              kind: jobId === null ? "command" : "job",
+              createdAt: 110 + n * 10,
+            }),
+            1,
+          );
+        }
+        for (const [id, agentId] of [
+          ["e1", "ag-1"],
+          ["e4", "ag-1"],
+          ["e2", "ag-2"],
+        ] as const) {
+          const e = await mustGet(store, id);
+          await store.applyTransition(
+            move(e, { state: "DISPATCHED", round: 1, dispatches: 1 }, "dispatch", 500, { agentId }),
+          );
+        }
+      }
+      const ids = (list: ExecutionRecord[]) => list.map((e) => e.id);
+
+      it("filters by job, states and agent, newest first", async () => {
+        await seed();
+        expect(ids(await store.listExecutions())).toEqual(["c1", "e5", "e4", "e3", "e2", "e1"]);
+        expect(ids(await store.listExecutions({ jobId: "j1" }))).toEqual(["e3", "e2", "e1"]);
+        expect(ids(await store.listExecutions({ states: ["DISPATCHED"] }))).toEqual([
+          "e4",
+          "e2",
+          "e1",
+        ]);
+        expect(ids(await store.listExecutions({ states: ["PENDING", "SUCCEEDED"] }))).toEqual([
+          "c1",
+          "e5",
+          "e3",
+        ]);
+        expect(ids(await store.listExecutions({ agentId: "ag-1" }))).toEqual(["e4", "e1"]);
+        expect(
+          ids(await store.listExecutions({ jobId: "j1", states: ["DISPATCHED"], agentId: "ag-1" })),
+        ).toEqual(["e1"]);
+        expect(ids(await store.listExecutions({ jobId: "nope" }))).toEqual([]);
+      });
+
+      it("limits to the newest", async () => {
+        await seed();
+        expect(ids(await store.listExecutions({ limit: 2 }))).toEqual(["c1", "e5"]);
+        expect(ids(await store.listExecutions({ jobId: "j1", limit: 1 }))).toEqual(["e3"]);
+      });
+
+      it("listExecutionsInStates orders by priority (high first), then fire time", async () => {
+        const rows: [string, number, number][] = [
+          ["low", -1, 50],
+          ["mid", 0, 300],
+          ["hi-late", 5, 200],
+          ["hi-early", 5, 100],
+          ["mid-early", 0, 250],
+        ];
+        for (const [id, priority, fireAt] of rows) {
+          await store.createExecution(newExecution(id, { priority, fireAt }), 1);
+        }
+        await store.createExecution(newExecution("other", { priority: 99, fireAt: 1 }), 1);
+        const other = await mustGet(store, "other");
+        await store.applyTransition(
+          move(other, { state: "DISPATCHED", round: 1, dispatches: 1 }, "dispatch", 2),
+        );
+        expect(ids(await store.listExecutionsInStates(["PENDING"], 100))).toEqual([
+          "hi-early",
+          "hi-late",
+          "mid-early",
+          "mid",
+          "low",
+        ]);
+        expect(ids(await store.listExecutionsInStates(["PENDING"], 2))).toEqual([
+          "hi-early",
+          "hi-late",
+        ]);
+        expect(ids(await store.listExecutionsInStates(["PENDING", "DISPATCHED"], 2))).toEqual([
+          "other",
+          "hi-early",
+        ]);
+        expect(await store.listExecutionsInStates([], 100)).toEqual([]);
+        expect(await store.listExecutionsInStates(["RUNNING"], 100)).toEqual([]);
+      });
+    });
+
+    describe("agents", () => {
+      it("putAgent, getAgent and listAgents round-trip the record", async () => {
+        const a = agentRecord("ag-2");
+        const b = agentRecord("ag-1", { status: "offline", tags: {}, handlers: [] });
+        await store.putAgent(a);
+        await store.putAgent(b);
+        expect(await store.getAgent("ag-2")).toEqual(a);
+        expect(await store.getAgent("ag-1")).toEqual(b);
+        expect(await store.getAgent("ag-3")).toBeUndefined();
+        const listed = await store.listAgents();
+        expect([...listed].sort((x, y) => x.agentId.localeCompare(y.agentId))).toEqual([b, a]);
+        const a2 = { ...a, status: "offline" as const, lastSeenAt: 9_000, load: 0.9 };
+        await store.putAgent(a2);
+        expect(await store.getAgent("ag-2")).toEqual(a2);
+        expect(await store.listAgents()).toHaveLength(2);
+      });
+
+      it("setAckedSeq only rises, and only for the agent's current journal", async () => {
+        await store.putAgent(agentRecord("ag-1", { journalId: "j1", ackedSeq: 0 }));
+        const acked = async () => (await store.getAgent("ag-1"))?.ackedSeq;
+        await store.setAckedSeq("ag-1", "j1", 5);
+        expect(await acked()).toBe(5);
+        await store.setAckedSeq("ag-1", "j1", 3);
+        expect(await acked()).toBe(5);
+        await store.setAckedSeq("ag-1", "j-other", 9);
+        expect(await acked()).toBe(5);
+        await store.setAckedSeq("ag-1", "j1", 7);
+        expect(await acked()).toBe(7);
+        expect((await store.listAgents())[0]?.ackedSeq).toBe(7);
+        // A new journal (the agent's disk was wiped) starts again from its own count.
+        await store.putAgent(agentRecord("ag-1", { journalId: "j2", ackedSeq: 0 }));
+        await store.setAckedSeq("ag-1", "j1", 10);
+        expect(await acked()).toBe(0);
+        await store.setAckedSeq("ag-1", "j2", 1);
+        expect(await acked()).toBe(1);
+        await store.setAckedSeq("ag-none", "j1", 4);
+        expect(await store.getAgent("ag-none")).toBeUndefined();
+      });
+    });
+
+    describe("counters", () => {
+      it("bumpCounter accumulates and counters() returns every counter", async () => {
+        expect(await store.counters()).toEqual({});
+        await store.bumpCounter("stale_reports");
+        await store.bumpCounter("invalid_messages", 5);
+        await store.bumpCounter("stale_reports");
+        await store.bumpCounter("stale_reports", 3);
+        expect(await store.counters()).toEqual({ stale_reports: 5, invalid_messages: 5 });
+      });
+    });
+
+    describe("lifecycle", () => {
+      it("a closed store rejects with AX_STORE_FAILED; close is idempotent", async () => {
+        await store.close();
+        await store.close();
+        await expect(store.getJob("job-a")).rejects.toMatchObject({
+          code: "AX_STORE_FAILED",
+          message: expect.stringContaining("getJob"),
+        });
+        await expect(store.putJob(jobDef("job-a"), 1, 1)).rejects.toMatchObject({
+          code: "AX_STORE_FAILED",
+        });
+      });
+
+      it("keeps everything across close and reopen", async (ctx) => {
+        if (!fx.openAnother) return ctx.skip();
+        const e = await firedExecution("ex-1");
+        await store.applyTransition(
+          move(e, { state: "DISPATCHED", round: 1, dispatches: 1 }, "dispatch", 1_001, {
+            agentId: "ag-1",
+            result: { kept: [1, 2] },
+          }),
+        );
+        await store.putJob(jobDef("job-b", { paused: true }), 3_000, 20);
+        await store.putAgent(agentRecord("ag-1", { journalId: "j1" }));
+        await store.setAckedSeq("ag-1", "j1", 12);
+        await store.bumpCounter("dropped", 2);
+        const before = {
+          jobs: await store.listJobs(),
+          execs: await store.listExecutions(),
+          timeline: await store.getTimeline("ex-1"),
+          agents: await store.listAgents(),
+          counters: await store.counters(),
+        };
+        await store.close();
+        const reopened = await another();
+        try {
+          expect({
+            jobs: await reopened.listJobs(),
+            execs: await reopened.listExecutions(),
+            timeline: await reopened.getTimeline("ex-1"),
+            agents: await reopened.listAgents(),
+            counters: await reopened.counters(),
+          }).toEqual(before);
+          expect(before.timeline).toHaveLength(2);
+          expect(before.agents[0]?.ackedSeq).toBe(12);
+          // The exactly-once record survives too.
+          expect(
+            await reopened.recordFire({
+              jobId: "job-a",
+              scheduledFor: 1_000,
+              nextFireAt: 2_000,
+              execution: newExecution("ex-again"),
+              at: 960,
+            }),
+          ).toBe(false);
+          expect((await reopened.putJob(jobDef("job-a"), 2_000, 30)).version).toBe(1);
+        } finally {
+          await reopened.close();
+        }
+      });
+    });
+  });
+}
