@@ -13,8 +13,8 @@ import {
 import type { AgentConfig } from "./config.js";
 import { BUILTIN_HANDLERS } from "./handlers/builtins.js";
 import { type Handler, HandlerRegistry } from "./handlers/registry.js";
+import { Journal, type ReportBody } from "./journal/journal.js";
 import { AgentLink } from "./link/mqtt-link.js";
-import { Outbox, type ReportBody } from "./outbox.js";
 import { Executor } from "./runner/executor.js";
 
 export type AgentLogger = (
@@ -36,16 +36,16 @@ const HELLO_RETRY_MS = 2_000;
 
 /**
  * The edge agent: registers, receives dispatches, fires them from its own wheel, runs handlers
- * and reports through an outbox that re-sends until the coordinator acknowledges.
+ * and reports through the journal's outbox, re-sent until the coordinator acknowledges. Commands
+ * and reports survive a restart.
  */
 export class Agent {
   readonly instanceId = newId("i");
-  readonly journalId = newId("j");
   private readonly clock: Clock;
   private readonly log: AgentLogger;
   private readonly topics: Topics;
   private readonly sync = new ClockSync();
-  private readonly outbox = new Outbox();
+  private readonly journal: Journal;
   private readonly link: AgentLink;
   private readonly executor: Executor;
   private readonly handlers: HandlerRegistry;
@@ -68,6 +68,14 @@ export class Agent {
     this.heartbeatMs = config.heartbeatMs;
     this.base = this.clock.wallNow() - this.clock.monoNow();
     this.handlers = new HandlerRegistry(deps.handlers ?? BUILTIN_HANDLERS);
+    this.journal = new Journal({
+      path: config.journal.path,
+      synchronous: config.journal.synchronous,
+      maxOpen: config.capacity.maxPending,
+      maxOutbox: config.journal.maxOutbox,
+      retainMs: config.journal.retainMs,
+      now: () => this.coordNow(),
+    });
     const bundle = deps.bundle ?? { version: "dev", sha256: "dev" };
     this.bundle = bundle;
     this.link = new AgentLink({
@@ -86,9 +94,12 @@ export class Agent {
       toMono: (t) => t - this.base - this.sync.offsetMs,
       concurrency: config.capacity.concurrency,
       queue: config.capacity.queue,
-      maxPending: config.capacity.maxPending,
       tickMs: config.tickMs,
-      report: (body) => this.report(body),
+      journal: this.journal,
+      envelope: (body, seq) => ({ ...envelope(body, this.coordNow()), seq }) as Report,
+      publish: (report) => {
+        if (this.welcomed) this.publish(() => this.link.publishUp(report));
+      },
       log: this.log,
     });
   }
@@ -106,10 +117,14 @@ export class Agent {
     outboxDepth: number;
     welcomed: boolean;
   } {
-    return { ...this.counters, outboxDepth: this.outbox.depth, welcomed: this.welcomed };
+    return { ...this.counters, outboxDepth: this.journal.outboxDepth, welcomed: this.welcomed };
   }
 
   start(): void {
+    const recovered = this.executor.recover();
+    if (recovered.rescheduled + recovered.interrupted + recovered.expired > 0) {
+      this.log("info", "recovered journaled commands", { ...recovered });
+    }
     this.link.start({
       ready: () => this.onReady(),
       message: (topic, payload) => this.onMessage(topic, payload),
@@ -146,8 +161,8 @@ export class Agent {
             type: "hello",
             agentId: c.agentId,
             instanceId: this.instanceId,
-            journalId: this.journalId,
-            lastSeq: this.outbox.lastSeq,
+            journalId: this.journal.journalId,
+            lastSeq: this.journal.lastSeq,
             profile: c.profile,
             bundle: this.bundle,
             handlers: this.handlers.names(),
@@ -201,7 +216,7 @@ export class Agent {
         this.sync.addSample(m.clock, receivedLocal);
         return;
       case "ack":
-        this.outbox.ack(m.upTo);
+        this.journal.ack(m.upTo);
         return;
       case "dispatch":
         this.counters.dispatches++;
@@ -239,7 +254,7 @@ export class Agent {
               scheduled: counts.scheduled,
               load: counts.running / this.config.capacity.concurrency,
               clockOffset: { offsetMs: this.sync.offsetMs, uncertaintyMs: this.sync.uncertaintyMs },
-              journal: { depth: counts.held, outboxDepth: this.outbox.depth },
+              journal: { depth: counts.open, outboxDepth: this.journal.outboxDepth },
             },
             sentAt,
           ),
@@ -247,22 +262,26 @@ export class Agent {
       );
       // Reports still unacknowledged after a heartbeat period are re-sent in order (rule 1): the
       // coordinator may have restarted or dropped one beyond a gap.
-      const oldest = this.outbox.pending()[0];
+      const oldest = this.journal.oldestReport();
       if (oldest && this.coordNow() - oldest.sentAt > this.heartbeatMs) this.replayOutbox();
     }
+    // Retention: terminal commands past their window go, a small batch at a time so no
+    // synchronous chunk of agent work grows long.
+    this.journal.purge(200);
     this.scheduleHeartbeat(this.heartbeatMs);
   }
 
+  /** A report outside any command (an unreadable dispatch's rejection): outboxed, then sent. */
   private report(body: ReportBody): void {
-    const message = this.outbox.add({
-      ...envelope(body, this.coordNow()),
-      seq: this.outbox.peekSeq(),
-    } as Report);
+    const message = this.journal.report(
+      body,
+      (b, seq) => ({ ...envelope(b, this.coordNow()), seq }) as Report,
+    );
     if (this.welcomed) this.publish(() => this.link.publishUp(message));
   }
 
   private replayOutbox(): void {
-    for (const m of this.outbox.pending()) this.publish(() => this.link.publishUp(m));
+    for (const m of this.journal.pendingReports()) this.publish(() => this.link.publishUp(m));
   }
 
   private publish(fn: () => Promise<void>): void {
@@ -281,6 +300,7 @@ export class Agent {
     if (this.helloTimer !== undefined) this.clock.clearTimer(this.helloTimer);
     if (this.heartbeatTimer !== undefined) this.clock.clearTimer(this.heartbeatTimer);
     this.executor.close();
+    this.journal.close();
     await this.link.publishPresence(this.presence("offline")).catch(() => {});
     await this.link.close();
   }

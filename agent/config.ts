@@ -38,6 +38,19 @@ export const agentConfigSchema = z.object({
     z.record(z.string().check(z.regex(/^[A-Za-z0-9._-]{1,64}$/, "bad tag name")), z.string()),
     {},
   ),
+  journal: z._default(
+    z.object({
+      /** The journal's SQLite file. @default "ax-journal.sqlite" (in the working directory) */
+      path: z._default(z.string().check(z.minLength(1)), "ax-journal.sqlite"),
+      /** See docs/benchmarks.md for the cost of each. @default "NORMAL" */
+      synchronous: z._default(z.enum(["NORMAL", "FULL"]), "NORMAL"),
+      /** Unacknowledged reports kept at most before new dispatches are refused. @default 100000 */
+      maxOutbox: z._default(z.int().check(z.gte(100), z.lte(10_000_000)), 100_000),
+      /** How long finished commands are kept to answer duplicates. @default 86400000 (24 h) */
+      retainMs: z._default(z.int().check(z.gte(60_000)), 86_400_000),
+    }),
+    { path: "ax-journal.sqlite", synchronous: "NORMAL", maxOutbox: 100_000, retainMs: 86_400_000 },
+  ),
   /** Wheel tick for device commands. @default 20 */
   tickMs: z._default(z.int().check(z.gte(1), z.lte(1000)), 20),
   /** Heartbeat period until the coordinator's welcome says otherwise. @default 5000 */

@@ -2,10 +2,15 @@ import { afterEach, describe, expect, it } from "vitest";
 import * as z from "zod/mini";
 import { FakeClock } from "../../shared/clock.js";
 import { envelope } from "../../shared/message.js";
-import { type Dispatch, dispatchSchema, upMessageSchema } from "../../shared/protocol/index.js";
+import {
+  type Dispatch,
+  dispatchSchema,
+  type Report,
+  upMessageSchema,
+} from "../../shared/protocol/index.js";
 import { BUILTIN_HANDLERS } from "../handlers/builtins.js";
 import { defineHandler, HandlerFailure, HandlerRegistry } from "../handlers/registry.js";
-import type { ReportBody } from "../outbox.js";
+import { Journal, type ReportBody } from "../journal/journal.js";
 import { Executor } from "./executor.js";
 
 /** Lets the handlers' promise chains settle. */
@@ -35,9 +40,11 @@ interface Harness {
 /** Reports that do not pass the protocol schema once enveloped (rule 12); checked after each test. */
 let invalidReports: unknown[] = [];
 const executors: Executor[] = [];
+const journals: Journal[] = [];
 
 afterEach(() => {
   for (const ex of executors.splice(0)) ex.close();
+  for (const j of journals.splice(0)) j.close();
   expect(invalidReports).toEqual([]);
   invalidReports = [];
 });
@@ -82,19 +89,25 @@ function setup(capacity: { concurrency?: number; queue?: number; maxPending?: nu
     ctx.progress(50, "half way");
     return { done: true };
   });
-  let seq = 0;
+  const journal = new Journal({
+    path: ":memory:",
+    maxOpen: capacity.maxPending ?? 100,
+    now: () => clock.wallNow(),
+  });
+  journals.push(journal);
   const ex = new Executor({
+    journal,
+    envelope: (body, seq) => ({ ...envelope(body, clock.wallNow()), seq }) as Report,
     clock,
     handlers: new HandlerRegistry([...BUILTIN_HANDLERS, count, block, hang, boom, final, progress]),
     coordNow: () => clock.wallNow(),
     toMono: (t) => t - (clock.wallNow() - clock.monoNow()),
     concurrency: capacity.concurrency ?? 2,
     queue: capacity.queue ?? 4,
-    maxPending: capacity.maxPending ?? 100,
     tickMs: 20,
-    report: (body) => {
-      reports.push(body);
-      const message = { ...envelope(body, clock.wallNow()), seq: ++seq };
+    publish: (message) => {
+      const { v: _v, msgId: _m, sentAt: _s, seq: _q, ...body } = message;
+      reports.push(body as ReportBody);
       const parsed = upMessageSchema.safeParse(message);
       if (!parsed.success) invalidReports.push({ message, issues: parsed.error.issues });
     },
@@ -148,7 +161,7 @@ describe("Executor: firing at fireAt", () => {
     const h = setup();
     const d = h.dispatch({ executionId: "e1", params: { a: 1, b: "x" } });
     expect(h.reports).toEqual([{ type: "accepted", executionId: "e1", round: 1 }]);
-    expect(h.ex.counts).toEqual({ running: 0, queued: 0, scheduled: 1, held: 1 });
+    expect(h.ex.counts).toEqual({ running: 0, queued: 0, scheduled: 1, open: 1 });
 
     h.clock.advance(999);
     await flush();
@@ -172,7 +185,7 @@ describe("Executor: firing at fireAt", () => {
       startedAt: started?.startedAt,
     });
     expect(h.reports.map((r) => r.type)).toEqual(["accepted", "started", "finished"]);
-    expect(h.ex.counts).toEqual({ running: 0, queued: 0, scheduled: 0, held: 0 });
+    expect(h.ex.counts).toEqual({ running: 0, queued: 0, scheduled: 0, open: 0 });
   });
 
   it("starts a dispatch that is due on arrival at once, with its lateness", async () => {
@@ -264,7 +277,7 @@ describe("Executor: duplicates and rounds (rule 3)", () => {
       { type: "accepted", executionId: "e1", round: 1 },
       { type: "accepted", executionId: "e1", round: 2 },
     ]);
-    expect(h.ex.counts.held).toBe(1);
+    expect(h.ex.counts.open).toBe(1);
     h.clock.advance(1000);
     await flush();
     expect(h.runs.get("e1")).toBe(1);
@@ -280,7 +293,7 @@ describe("Executor: duplicates and rounds (rule 3)", () => {
     expect(h.ex.counts.queued).toBe(1);
     h.dispatch({ executionId: "e1", handler: "count", fireAt: now, round: 2 });
     expect(h.of("accepted", "e1").map((r) => r.round)).toEqual([1, 2]);
-    expect(h.ex.counts).toMatchObject({ running: 1, queued: 1, held: 2 });
+    expect(h.ex.counts).toMatchObject({ running: 1, queued: 1, open: 2 });
     await h.release("a");
     await flush();
     expect(h.runs.get("e1")).toBe(1);
@@ -344,7 +357,7 @@ describe("Executor: expired and invalid dispatches (rules 5, 6)", () => {
     expect(finished).toMatchObject({ outcome: "expired", retryable: false, round: 1 });
     expect(finished).not.toHaveProperty("startedAt");
     expect(h.runs.get("e1")).toBeUndefined();
-    expect(h.ex.counts.held).toBe(0);
+    expect(h.ex.counts.open).toBe(0);
     h.ex.query("e1", 1);
     expect(h.reports.at(-1)).toEqual({
       type: "state",
@@ -366,7 +379,7 @@ describe("Executor: expired and invalid dispatches (rules 5, 6)", () => {
         message: 'no handler "nope" on this agent',
       },
     ]);
-    expect(h.ex.counts.held).toBe(0);
+    expect(h.ex.counts.open).toBe(0);
   });
 
   it("rejects params that fail the handler's schema, naming the field", () => {
@@ -379,7 +392,7 @@ describe("Executor: expired and invalid dispatches (rules 5, 6)", () => {
     expect(h.of("rejected", "e2")[0]?.message).toMatch(/^params\.ms: is required/);
     h.dispatch({ executionId: "e3", handler: "sleep", params: { ms: -1 } });
     expect(h.of("rejected", "e3")[0]?.message).toBe("params.ms: must be at least 0");
-    expect(h.ex.counts.held).toBe(0);
+    expect(h.ex.counts.open).toBe(0);
   });
 
   it("rejects with journal_full when maxPending executions are held", () => {
@@ -391,7 +404,7 @@ describe("Executor: expired and invalid dispatches (rules 5, 6)", () => {
     expect(h.of("rejected")).toEqual([
       expect.objectContaining({ executionId: "e3", reason: "journal_full" }),
     ]);
-    expect(h.ex.counts.held).toBe(2);
+    expect(h.ex.counts.open).toBe(2);
   });
 
   it("rejects with shutting_down once shutting down, but still answers duplicates", () => {
@@ -401,10 +414,16 @@ describe("Executor: expired and invalid dispatches (rules 5, 6)", () => {
     h.dispatch({ executionId: "e2" });
     h.dispatch({ executionId: "e1" });
     expect(h.of("rejected")).toEqual([
-      { type: "rejected", executionId: "e2", round: 1, reason: "shutting_down" },
+      {
+        type: "rejected",
+        executionId: "e2",
+        round: 1,
+        reason: "shutting_down",
+        message: "the agent is shutting down",
+      },
     ]);
     expect(h.of("state", "e1")).toHaveLength(1);
-    expect(h.ex.counts.held).toBe(1);
+    expect(h.ex.counts.open).toBe(1);
   });
 });
 
@@ -417,7 +436,7 @@ describe("Executor: slots and queue (rule 7)", () => {
     h.dispatch({ executionId: "c", handler: "count", fireAt: now });
     expect(h.of("accepted").map((r) => r.executionId)).toEqual(["a", "b"]);
     expect(h.of("busy")).toEqual([{ type: "busy", executionId: "c", round: 1 }]);
-    expect(h.ex.counts).toEqual({ running: 1, queued: 1, scheduled: 0, held: 2 });
+    expect(h.ex.counts).toEqual({ running: 1, queued: 1, scheduled: 0, open: 2 });
     h.ex.query("c", 1);
     expect(h.reports.at(-1)).toEqual({
       type: "state",
@@ -444,7 +463,7 @@ describe("Executor: slots and queue (rule 7)", () => {
     h.clock.advance(100);
     await flush();
     // Waits beyond the queue bound: accepted work is never dropped.
-    expect(h.ex.counts).toEqual({ running: 1, queued: 2, scheduled: 0, held: 3 });
+    expect(h.ex.counts).toEqual({ running: 1, queued: 2, scheduled: 0, open: 3 });
     expect(h.of("started", "s")).toEqual([]);
 
     h.clock.advance(400);
@@ -476,7 +495,7 @@ describe("Executor: slots and queue (rule 7)", () => {
       expect.objectContaining({ outcome: "expired", retryable: false }),
     ]);
     expect(h.of("finished", "s")[0]).not.toHaveProperty("startedAt");
-    expect(h.ex.counts).toEqual({ running: 1, queued: 0, scheduled: 0, held: 1 });
+    expect(h.ex.counts).toEqual({ running: 1, queued: 0, scheduled: 0, open: 1 });
     await h.release("a");
     await flush();
     expect(h.runs.get("s")).toBeUndefined();
@@ -495,7 +514,7 @@ describe("Executor: slots and queue (rule 7)", () => {
     h.clock.advance(50);
     await flush();
     expect(h.of("finished", "q")).toEqual([expect.objectContaining({ outcome: "expired" })]);
-    expect(h.ex.counts).toMatchObject({ queued: 0, held: 1 });
+    expect(h.ex.counts).toMatchObject({ queued: 0, open: 1 });
   });
 
   it("expires a queued one whose deadline has passed when the slot frees", async () => {
@@ -510,7 +529,7 @@ describe("Executor: slots and queue (rule 7)", () => {
     await flush();
     expect(h.runs.get("q")).toBeUndefined();
     expect(h.of("finished", "q")).toEqual([expect.objectContaining({ outcome: "expired" })]);
-    expect(h.ex.counts).toEqual({ running: 0, queued: 0, scheduled: 0, held: 0 });
+    expect(h.ex.counts).toEqual({ running: 0, queued: 0, scheduled: 0, open: 0 });
   });
 
   it("starts queued ones by priority, higher first, in arrival order among equals", async () => {
@@ -551,7 +570,7 @@ describe("Executor: timeout", () => {
       }),
     ]);
     expect(h.signals.get("e1")?.aborted).toBe(true);
-    expect(h.ex.counts).toEqual({ running: 0, queued: 0, scheduled: 0, held: 0 });
+    expect(h.ex.counts).toEqual({ running: 0, queued: 0, scheduled: 0, open: 0 });
     expect(h.ex.runningRefs()).toEqual([]);
     h.ex.query("e1", 1);
     expect(h.reports.at(-1)).toMatchObject({ type: "state", localState: "timed_out" });
@@ -582,7 +601,7 @@ describe("Executor: cancel and query (rule 8)", () => {
     await flush();
     expect(h.runs.get("e1")).toBeUndefined();
     expect(h.of("started")).toEqual([]);
-    expect(h.ex.counts.held).toBe(0);
+    expect(h.ex.counts.open).toBe(0);
   });
 
   it("cancels a queued one", async () => {
@@ -592,7 +611,7 @@ describe("Executor: cancel and query (rule 8)", () => {
     h.dispatch({ executionId: "q", handler: "count", fireAt: now });
     h.ex.cancel("q", 1);
     expect(h.of("finished", "q")).toEqual([expect.objectContaining({ outcome: "canceled" })]);
-    expect(h.ex.counts).toEqual({ running: 1, queued: 0, scheduled: 0, held: 1 });
+    expect(h.ex.counts).toEqual({ running: 1, queued: 0, scheduled: 0, open: 1 });
     await h.release("a");
     await flush();
     expect(h.runs.get("q")).toBeUndefined();
@@ -672,7 +691,7 @@ describe("Executor: cancel and query (rule 8)", () => {
       localState: "scheduled",
       reason: "stale_round",
     });
-    expect(h.ex.counts.held).toBe(1);
+    expect(h.ex.counts.open).toBe(1);
   });
 });
 
@@ -745,14 +764,14 @@ describe("Executor: counts and runningRefs", () => {
     h.dispatch({ executionId: "s1", handler: "block" });
     h.dispatch({ executionId: "s2", handler: "block" });
     await flush();
-    expect(h.ex.counts).toEqual({ running: 2, queued: 1, scheduled: 2, held: 5 });
+    expect(h.ex.counts).toEqual({ running: 2, queued: 1, scheduled: 2, open: 5 });
     expect(h.ex.runningRefs()).toEqual([
       { executionId: "r1", round: 1 },
       { executionId: "r2", round: 3 },
     ]);
     await h.release("r1");
     await flush();
-    expect(h.ex.counts).toEqual({ running: 2, queued: 0, scheduled: 2, held: 4 });
+    expect(h.ex.counts).toEqual({ running: 2, queued: 0, scheduled: 2, open: 4 });
     expect(h.ex.runningRefs().map((r) => r.executionId)).toEqual(["r2", "q1"]);
   });
 });

@@ -1,40 +1,35 @@
 import type { Clock, TimerHandle } from "../../shared/clock.js";
 import { describeIssue } from "../../shared/protocol/codec.js";
-import type { Dispatch, LocalState, Outcome } from "../../shared/protocol/index.js";
+import type { Dispatch, Outcome, RejectReason, Report } from "../../shared/protocol/index.js";
 import { TimingWheel } from "../../shared/wheel.js";
 import { HandlerFailure, type HandlerRegistry } from "../handlers/registry.js";
-import type { ReportBody } from "../outbox.js";
+import type { CommandRow, CommandState, Journal, ReportBody } from "../journal/journal.js";
 
-/** An execution the agent holds under one round. */
-interface Held {
-  dispatch: Dispatch;
-  state: "scheduled" | "queued" | "running";
-  wheelHandle: number | undefined;
+/** A command that has come due and holds a place in the queue or an execution slot. */
+interface Active {
+  row: CommandRow;
+  state: "queued" | "running";
   deadlineHandle: number | undefined;
   abort: AbortController | undefined;
   timeoutTimer: TimerHandle | undefined;
-  /** Coordinator time it started at, once running. */
   startedAt: number | undefined;
-}
-
-interface Done {
-  round: number;
-  attempt: number;
-  state: LocalState;
 }
 
 export interface ExecutorOptions {
   clock: Clock;
   handlers: HandlerRegistry;
+  journal: Journal;
   /** Coordinator time now, as this agent estimates it. */
   coordNow(): number;
   /** Converts a coordinator timestamp to the local monotonic timeline. */
   toMono(coordTime: number): number;
+  /** Wraps a report body in the envelope with its seq. */
+  envelope(body: ReportBody, seq: number): Report;
+  /** Sends a report that is already in the outbox (it is re-sent until acknowledged). */
+  publish(report: Report): void;
   concurrency: number;
   queue: number;
-  maxPending: number;
   tickMs: number;
-  report(body: ReportBody): void;
   log(
     level: "debug" | "info" | "warn" | "error",
     message: string,
@@ -42,10 +37,7 @@ export interface ExecutorOptions {
   ): void;
 }
 
-/** Finished executions remembered to answer duplicates and late cancels. */
-const DONE_MEMORY = 10_000;
-
-const OUTCOME_STATE: Record<Outcome, LocalState> = {
+const OUTCOME_STATE: Record<Outcome, CommandState> = {
   succeeded: "succeeded",
   failed: "failed",
   timed_out: "timed_out",
@@ -55,19 +47,24 @@ const OUTCOME_STATE: Record<Outcome, LocalState> = {
 };
 
 /**
- * Holds dispatched executions on the agent's fine wheel, starts them at `fireAt` (never early,
- * never after `deadline`), runs their handlers within the concurrency limit, and reports.
+ * Holds dispatched commands in the journal and on the agent's fine wheel, starts them at `fireAt`
+ * (never early, never after `deadline`), runs their handlers within the concurrency limit, and
+ * reports through the journal's outbox.
+ *
+ * Memory: a scheduled command costs one wheel entry (its payload is the journal row id); its
+ * dispatch stays on disk until it comes due. Only queued and running commands are in memory.
+ * Cancelling a scheduled command updates its row; its wheel entry is skipped when it comes up.
  */
 export class Executor {
-  private readonly held = new Map<string, Held>();
-  private readonly done = new Map<string, Done>();
-  private readonly queue: string[] = [];
-  private readonly wheel: TimingWheel<{ id: string; kind: "fire" | "deadline" }>;
+  private readonly active = new Map<number, Active>();
+  private readonly queue: number[] = [];
+  /** Payload: row id to fire, or −row id for a queued command's deadline. */
+  private readonly wheel: TimingWheel<number>;
   private running = 0;
   shuttingDown = false;
 
   constructor(private readonly o: ExecutorOptions) {
-    this.wheel = new TimingWheel((entry) => this.onWheel(entry.id, entry.kind), {
+    this.wheel = new TimingWheel((payload) => this.onWheel(payload), {
       clock: o.clock,
       tickMs: o.tickMs,
       slots: 512,
@@ -75,48 +72,100 @@ export class Executor {
     });
   }
 
-  get counts(): { running: number; queued: number; scheduled: number; held: number } {
-    let scheduled = 0;
-    for (const h of this.held.values()) if (h.state === "scheduled") scheduled++;
-    return { running: this.running, queued: this.queue.length, scheduled, held: this.held.size };
+  get counts(): { running: number; queued: number; scheduled: number; open: number } {
+    const c = this.o.journal.countsByState();
+    return {
+      running: this.running,
+      queued: this.queue.length,
+      scheduled: c.scheduled,
+      open: this.o.journal.open,
+    };
   }
 
   runningRefs(): { executionId: string; round: number }[] {
     const out: { executionId: string; round: number }[] = [];
-    for (const [id, h] of this.held)
-      if (h.state === "running") out.push({ executionId: id, round: h.dispatch.round });
+    for (const a of this.active.values()) {
+      if (a.state === "running") out.push({ executionId: a.row.executionId, round: a.row.round });
+    }
+    return out;
+  }
+
+  private report(body: ReportBody): void {
+    this.o.publish(this.o.journal.report(body, this.o.envelope));
+  }
+
+  private move(
+    row: CommandRow,
+    from: CommandState,
+    to: CommandState,
+    body?: ReportBody,
+    startedAt?: number,
+  ): void {
+    const report = this.o.journal.transition(row.id, from, to, body, this.o.envelope, startedAt);
+    row.state = to;
+    if (report) this.o.publish(report);
+  }
+
+  /**
+   * After a restart (rule 13, issue: restart): a command that was running when the process died
+   * is reported `interrupted` and never run again; a scheduled or queued one whose deadline
+   * passed while down is reported `expired`; the rest go back on the wheel.
+   */
+  recover(): { rescheduled: number; interrupted: number; expired: number } {
+    const out = { rescheduled: 0, interrupted: 0, expired: 0 };
+    const now = this.o.coordNow();
+    for (const row of this.o.journal.openCommands()) {
+      if (row.state === "running") {
+        this.move(row, "running", "interrupted", {
+          type: "finished",
+          executionId: row.executionId,
+          round: row.round,
+          outcome: "interrupted",
+          retryable: true,
+          message: "the agent stopped while this was running; not run again",
+          finishedAt: now,
+          ...(row.startedAt === null ? {} : { startedAt: row.startedAt }),
+        });
+        out.interrupted++;
+        continue;
+      }
+      if (row.state === "queued") this.move(row, "queued", "scheduled");
+      if (now > row.dispatch.deadline) {
+        this.expire(row, "scheduled", "deadline passed while the agent was down");
+        out.expired++;
+        continue;
+      }
+      this.wheel.schedule(this.o.toMono(row.dispatch.fireAt), row.id);
+      out.rescheduled++;
+    }
     return out;
   }
 
   /** Handles a valid dispatch (rules 3, 5, 6, 7). */
   dispatch(d: Dispatch): void {
     const { executionId: id, round } = d;
-    const held = this.held.get(id);
-    const done = this.done.get(id);
-    if (held) {
-      if (round > held.dispatch.round && held.state !== "running") {
+    const latest = this.o.journal.latest(id);
+    if (latest) {
+      const replaceable = latest.state === "scheduled" || latest.state === "queued";
+      const retry = !replaceable && latest.state !== "running" && d.attempt > latest.attempt;
+      if (round > latest.round && replaceable) {
         // Rule 3: a higher round for one not yet started replaces it.
-        this.drop(id, held);
-      } else {
-        this.o.report({
+        this.release(latest);
+        this.move(latest, latest.state, "canceled");
+      } else if (!(round > latest.round && retry)) {
+        // Rule 3: already held (or ran, or a stale round): never run again; say what we know. A
+        // retry (a new attempt with its own higher rounds) is new work and falls through.
+        this.report({
           type: "state",
           executionId: id,
-          round: held.dispatch.round,
-          localState: held.state,
+          round: latest.round,
+          localState: latest.state,
         });
         return;
       }
-    } else if (done && !(d.attempt > done.attempt && round > done.round)) {
-      // Rule 3: a finished one is not run again under this attempt. A retry (a new attempt, with
-      // its own higher rounds) is new work and runs.
-      this.o.report({ type: "state", executionId: id, round: done.round, localState: done.state });
-      return;
     }
-    const reject = (
-      reason: "unknown_handler" | "invalid_params" | "journal_full" | "shutting_down",
-      message?: string,
-    ) =>
-      this.o.report({
+    const reject = (reason: RejectReason, message?: string) =>
+      this.report({
         type: "rejected",
         executionId: id,
         round,
@@ -124,7 +173,7 @@ export class Executor {
         ...(message ? { message } : {}),
       });
     if (this.shuttingDown) {
-      reject("shutting_down");
+      reject("shutting_down", "the agent is shutting down");
       return;
     }
     const handler = this.o.handlers.get(d.handler);
@@ -139,108 +188,122 @@ export class Executor {
       reject("invalid_params", `${path}: ${first?.message ?? "invalid"}`);
       return;
     }
-    if (this.held.size >= this.o.maxPending) {
-      reject("journal_full", `holding ${this.held.size} executions`);
+    const full = this.o.journal.fullReason();
+    if (full !== undefined) {
+      reject("journal_full", full);
       return;
     }
     const now = this.o.coordNow();
     if (now > d.deadline) {
-      // Rule 5: expired on arrival — recorded and reported, never started.
-      this.finish(d, {
-        outcome: "expired",
-        retryable: false,
-        message: "deadline passed before arrival",
-      });
+      // Rule 5: expired on arrival — journaled and reported, never started.
+      const report = this.o.journal.recordFinished(
+        d,
+        "expired",
+        {
+          type: "finished",
+          executionId: id,
+          round,
+          outcome: "expired",
+          retryable: false,
+          message: "deadline passed before arrival",
+          finishedAt: now,
+        },
+        this.o.envelope,
+      );
+      if (report) this.o.publish(report);
       return;
     }
     const dueNow = d.fireAt <= now;
     if (dueNow && this.running >= this.o.concurrency && this.queue.length >= this.o.queue) {
       // Rule 7: due now, no slot and no queue room: busy, and not kept.
-      this.o.report({ type: "busy", executionId: id, round });
+      this.report({ type: "busy", executionId: id, round });
       return;
     }
-    const entry: Held = {
-      dispatch: d,
+    const accepted = this.o.journal.accept(d, this.o.envelope);
+    if (!accepted) return; // journaled meanwhile; cannot happen on one thread, but never run twice
+    this.o.publish(accepted.report);
+    const row: CommandRow = {
+      id: accepted.id,
+      executionId: id,
+      round,
+      attempt: d.attempt,
       state: "scheduled",
-      wheelHandle: undefined,
-      deadlineHandle: undefined,
-      abort: undefined,
-      timeoutTimer: undefined,
-      startedAt: undefined,
+      dispatch: d,
+      startedAt: null,
     };
-    this.done.delete(id);
-    this.held.set(id, entry);
-    this.o.report({ type: "accepted", executionId: id, round });
-    if (dueNow) this.due(id, entry);
-    else entry.wheelHandle = this.wheel.schedule(this.o.toMono(d.fireAt), { id, kind: "fire" });
+    if (dueNow) this.due(row);
+    else this.wheel.schedule(this.o.toMono(d.fireAt), row.id);
   }
 
-  /** Rule 8: stops a scheduled, queued or running execution, or says it is too late. */
+  /** Rule 8: stops a scheduled, queued or running command, or says it is too late. */
   cancel(id: string, round: number): void {
-    const held = this.held.get(id);
-    if (held && round >= held.dispatch.round) {
-      if (held.state === "running") held.abort?.abort();
-      this.drop(id, held);
-      this.finish(held.dispatch, {
+    const latest = this.o.journal.latest(id);
+    if (
+      latest &&
+      round >= latest.round &&
+      (latest.state === "scheduled" || latest.state === "queued" || latest.state === "running")
+    ) {
+      const active = this.active.get(latest.id);
+      const startedAt = active?.startedAt;
+      active?.abort?.abort();
+      this.release(latest);
+      this.move(latest, latest.state, "canceled", {
+        type: "finished",
+        executionId: id,
+        round: latest.round,
         outcome: "canceled",
         retryable: false,
         message: "canceled by the coordinator",
-        ...(held.startedAt === undefined ? {} : { startedAt: held.startedAt }),
+        finishedAt: this.o.coordNow(),
+        ...(startedAt === undefined ? {} : { startedAt }),
       });
       return;
     }
-    const done = this.done.get(id);
-    this.o.report({
+    this.report({
       type: "state",
       executionId: id,
-      round: held?.dispatch.round ?? done?.round ?? round,
-      localState: held?.state ?? done?.state ?? "unknown",
-      reason: held ? "stale_round" : done ? "too_late" : "unknown",
+      round: latest?.round ?? round,
+      localState: latest?.state ?? "unknown",
+      reason: !latest ? "unknown" : round < latest.round ? "stale_round" : "too_late",
     });
   }
 
+  /** Answers from the journal what this agent knows of an execution. */
   query(id: string, round: number): void {
-    const held = this.held.get(id);
-    const done = this.done.get(id);
-    this.o.report({
+    const latest = this.o.journal.latest(id);
+    this.report({
       type: "state",
       executionId: id,
-      round: held?.dispatch.round ?? done?.round ?? round,
-      localState: held?.state ?? done?.state ?? "unknown",
+      round: latest?.round ?? round,
+      localState: latest?.state ?? "unknown",
     });
   }
 
-  private onWheel(id: string, kind: "fire" | "deadline"): void {
-    const held = this.held.get(id);
-    if (!held) return;
-    if (kind === "fire") {
-      held.wheelHandle = undefined;
+  private onWheel(payload: number): void {
+    if (payload > 0) {
+      const row = this.o.journal.get(payload);
+      if (!row || row.state !== "scheduled") return; // canceled or replaced meanwhile
       // The wheel runs on the monotonic clock; the offset estimate may have moved since this was
       // scheduled. Never start before fireAt on the coordinator's clock (rule 4).
-      const early = this.notYet(held.dispatch.fireAt);
+      const early = this.notYet(row.dispatch.fireAt);
       if (early !== undefined) {
-        held.wheelHandle = this.wheel.schedule(early, { id, kind: "fire" });
+        this.wheel.schedule(early, row.id);
         return;
       }
-      this.due(id, held);
-    } else if (held.state === "queued") {
-      // Likewise, do not expire it before its deadline on the coordinator's clock.
-      const early = this.notYet(held.dispatch.deadline);
-      if (early !== undefined) {
-        held.deadlineHandle = this.wheel.schedule(early, { id, kind: "deadline" });
-        return;
-      }
-      // Waited for a slot until its deadline: expired, never started late.
-      held.deadlineHandle = undefined;
-      const i = this.queue.indexOf(id);
-      if (i >= 0) this.queue.splice(i, 1);
-      this.held.delete(id);
-      this.finish(held.dispatch, {
-        outcome: "expired",
-        retryable: false,
-        message: "no free slot before deadline",
-      });
+      this.due(row);
+      return;
     }
+    const active = this.active.get(-payload);
+    if (!active || active.state !== "queued") return;
+    const early = this.notYet(active.row.dispatch.deadline);
+    if (early !== undefined) {
+      active.deadlineHandle = this.wheel.schedule(early, payload);
+      return;
+    }
+    // Waited for a slot until its deadline: expired, never started late.
+    active.deadlineHandle = undefined;
+    this.release(active.row);
+    this.expire(active.row, "queued", "no free slot before the deadline");
   }
 
   /**
@@ -249,171 +312,185 @@ export class Executor {
    * make the wheel spin.
    */
   private notYet(t: number): number | undefined {
-    const ahead = t - this.o.coordNow();
-    if (ahead <= 0) return undefined;
-    const mono = this.o.clock.monoNow();
-    return Math.max(this.o.toMono(t), mono + 0.001);
+    if (t - this.o.coordNow() <= 0) return undefined;
+    return Math.max(this.o.toMono(t), this.o.clock.monoNow() + 0.001);
   }
 
-  private due(id: string, held: Held): void {
-    if (this.o.coordNow() > held.dispatch.deadline) {
-      // drop() also releases a queued one's deadline entry.
-      this.drop(id, held);
-      this.finish(held.dispatch, {
-        outcome: "expired",
-        retryable: false,
-        message: "deadline passed",
-      });
-      return;
-    }
-    if (this.running < this.o.concurrency) {
-      this.start(id, held);
-      return;
-    }
-    held.state = "queued";
-    this.insertByPriority(id, held.dispatch.priority);
-    held.deadlineHandle = this.wheel.schedule(this.o.toMono(held.dispatch.deadline), {
-      id,
-      kind: "deadline",
+  private expire(row: CommandRow, from: CommandState, message: string): void {
+    this.move(row, from, "expired", {
+      type: "finished",
+      executionId: row.executionId,
+      round: row.round,
+      outcome: "expired",
+      retryable: false,
+      message,
+      finishedAt: this.o.coordNow(),
     });
   }
 
-  private insertByPriority(id: string, priority: number): void {
+  private due(row: CommandRow): void {
+    if (this.o.coordNow() > row.dispatch.deadline) {
+      this.expire(row, row.state, "deadline passed");
+      return;
+    }
+    if (this.running < this.o.concurrency) {
+      this.start(row);
+      return;
+    }
+    // Accepted work is never dropped (rule 7): it waits for a slot until its deadline.
+    this.move(row, row.state, "queued");
+    const active: Active = {
+      row,
+      state: "queued",
+      deadlineHandle: this.wheel.schedule(this.o.toMono(row.dispatch.deadline), -row.id),
+      abort: undefined,
+      timeoutTimer: undefined,
+      startedAt: undefined,
+    };
+    this.active.set(row.id, active);
+    this.insertByPriority(row.id, row.dispatch.priority);
+  }
+
+  private insertByPriority(id: number, priority: number): void {
     let i = this.queue.length;
     while (i > 0) {
-      const other = this.held.get(this.queue[i - 1] as string);
-      if (!other || other.dispatch.priority >= priority) break;
+      const other = this.active.get(this.queue[i - 1] as number);
+      if (!other || other.row.dispatch.priority >= priority) break;
       i--;
     }
     this.queue.splice(i, 0, id);
   }
 
-  private start(id: string, held: Held): void {
-    const d = held.dispatch;
+  private start(row: CommandRow): void {
+    const d = row.dispatch;
     const handler = this.o.handlers.get(d.handler);
-    if (held.deadlineHandle !== undefined) this.wheel.cancel(held.deadlineHandle);
-    held.deadlineHandle = undefined;
-    held.state = "running";
-    this.running++;
+    const prev = this.active.get(row.id);
+    if (prev?.deadlineHandle !== undefined) this.wheel.cancel(prev.deadlineHandle);
     const startedAt = this.o.coordNow();
-    held.startedAt = startedAt;
-    const lateMs = Math.max(0, startedAt - d.fireAt);
-    this.o.report({ type: "started", executionId: id, round: d.round, startedAt, lateMs });
     const abort = new AbortController();
-    held.abort = abort;
-    held.timeoutTimer = this.o.clock.setTimer(() => {
-      if (this.held.get(id) !== held) return;
+    const active: Active = {
+      row,
+      state: "running",
+      deadlineHandle: undefined,
+      abort,
+      timeoutTimer: undefined,
+      startedAt,
+    };
+    this.active.set(row.id, active);
+    this.running++;
+    const lateMs = Math.max(0, startedAt - d.fireAt);
+    this.move(
+      row,
+      row.state,
+      "running",
+      { type: "started", executionId: d.executionId, round: d.round, startedAt, lateMs },
+      startedAt,
+    );
+    const current = () => this.active.get(row.id) === active && row.state === "running";
+    active.timeoutTimer = this.o.clock.setTimer(() => {
+      if (!current()) return;
       abort.abort();
-      this.drop(id, held);
-      this.finish(d, {
+      this.finish(active, {
         outcome: "timed_out",
         retryable: true,
         message: `ran longer than timeoutMs ${d.timeoutMs}`,
-        startedAt,
       });
     }, d.timeoutMs);
     const ctx = {
-      executionId: id,
+      executionId: d.executionId,
       attempt: d.attempt,
       round: d.round,
       shard: d.shard,
       signal: abort.signal,
       progress: (percent?: number, note?: string) => {
-        if (this.held.get(id) !== held) return;
-        this.o.report({
+        if (!current()) return;
+        this.report({
           type: "progress",
-          executionId: id,
+          executionId: d.executionId,
           round: d.round,
-          ...(percent === undefined ? {} : { percent }),
+          ...(percent === undefined ? {} : { percent: Math.min(100, Math.max(0, percent)) }),
           ...(note === undefined ? {} : { note: note.slice(0, 1024) }),
         });
       },
       log: (message: string, fields?: Record<string, unknown>) =>
-        this.o.log("info", message, { executionId: id, ...fields }),
+        this.o.log("info", message, { executionId: d.executionId, ...fields }),
     };
     const params = handler ? handler.params.safeParse(d.params) : undefined;
     Promise.resolve()
       .then(() => {
-        if (!handler || !params?.success)
+        if (!handler || !params?.success) {
           throw new HandlerFailure(`handler "${d.handler}" unavailable`, { retryable: false });
+        }
         return handler.run(ctx, params.data);
       })
       .then(
         (result) => {
-          if (this.held.get(id) !== held) return; // canceled or timed out meanwhile
-          this.drop(id, held);
-          this.finish(d, {
+          if (!current()) return; // canceled or timed out meanwhile
+          this.finish(active, {
             outcome: "succeeded",
             retryable: false,
             message: "ok",
-            startedAt,
             ...(result && typeof result === "object" ? { result } : {}),
           });
         },
         (err: unknown) => {
-          if (this.held.get(id) !== held) return;
-          this.drop(id, held);
-          this.finish(d, {
+          if (!current()) return;
+          this.finish(active, {
             outcome: "failed",
             retryable: err instanceof HandlerFailure ? err.retryable : true,
             message: err instanceof Error ? err.message : String(err),
-            startedAt,
           });
         },
+      )
+      .catch((err: unknown) =>
+        this.o.log("error", `finishing ${d.executionId} failed: ${(err as Error).message}`),
       );
   }
 
-  /** Forgets a held execution, releasing its wheel entries, timer and slot. */
-  private drop(id: string, held: Held): void {
-    if (held.wheelHandle !== undefined) this.wheel.cancel(held.wheelHandle);
-    if (held.deadlineHandle !== undefined) this.wheel.cancel(held.deadlineHandle);
-    if (held.timeoutTimer !== undefined) this.o.clock.clearTimer(held.timeoutTimer);
-    if (held.state === "queued") {
-      const i = this.queue.indexOf(id);
-      if (i >= 0) this.queue.splice(i, 1);
-    }
-    if (held.state === "running") {
-      this.running--;
-      queueMicrotask(() => this.pump());
-    }
-    this.held.delete(id);
-  }
-
-  private pump(): void {
-    while (this.running < this.o.concurrency && this.queue.length > 0) {
-      const id = this.queue.shift() as string;
-      const held = this.held.get(id);
-      if (held) this.due(id, held);
-    }
-  }
-
   private finish(
-    d: Dispatch,
-    r: {
-      outcome: Outcome;
-      retryable: boolean;
-      message: string;
-      startedAt?: number;
-      result?: Record<string, unknown>;
-    },
+    active: Active,
+    r: { outcome: Outcome; retryable: boolean; message: string; result?: Record<string, unknown> },
   ): void {
-    const { executionId: id, round, attempt } = d;
-    this.done.set(id, { round, attempt, state: OUTCOME_STATE[r.outcome] });
-    if (this.done.size > DONE_MEMORY) {
-      const oldest = this.done.keys().next().value;
-      if (oldest !== undefined) this.done.delete(oldest);
-    }
-    this.o.report({
+    const row = active.row;
+    this.release(row);
+    this.move(row, "running", OUTCOME_STATE[r.outcome], {
       type: "finished",
-      executionId: id,
-      round,
+      executionId: row.executionId,
+      round: row.round,
       outcome: r.outcome,
       retryable: r.retryable,
       message: r.message.slice(0, 4096),
       finishedAt: this.o.coordNow(),
-      ...(r.startedAt === undefined ? {} : { startedAt: r.startedAt }),
+      ...(active.startedAt === undefined ? {} : { startedAt: active.startedAt }),
       ...(r.result === undefined ? {} : { result: r.result }),
     });
+  }
+
+  /** Releases what a command holds in memory: its queue place or slot, timers and deadline entry. */
+  private release(row: CommandRow): void {
+    const active = this.active.get(row.id);
+    if (!active) return;
+    if (active.deadlineHandle !== undefined) this.wheel.cancel(active.deadlineHandle);
+    if (active.timeoutTimer !== undefined) this.o.clock.clearTimer(active.timeoutTimer);
+    if (active.state === "queued") {
+      const i = this.queue.indexOf(row.id);
+      if (i >= 0) this.queue.splice(i, 1);
+    } else {
+      this.running--;
+      queueMicrotask(() => this.pump());
+    }
+    this.active.delete(row.id);
+  }
+
+  private pump(): void {
+    while (this.running < this.o.concurrency && this.queue.length > 0) {
+      const id = this.queue.shift() as number;
+      const active = this.active.get(id);
+      if (!active) continue;
+      if (active.deadlineHandle !== undefined) this.wheel.cancel(active.deadlineHandle);
+      this.active.delete(id);
+      this.due(active.row);
+    }
   }
 
   /** Resolves when nothing is running, or after `graceMs`. */
@@ -424,12 +501,16 @@ export class Executor {
     }
   }
 
+  /**
+   * Stops timers and the wheel. Journaled commands stay: scheduled ones fire after a restart,
+   * and one still running is reported `interrupted` then (rule 13).
+   */
   close(): void {
-    for (const [id, held] of this.held) {
-      held.abort?.abort();
-      if (held.timeoutTimer !== undefined) this.o.clock.clearTimer(held.timeoutTimer);
-      this.held.delete(id);
+    for (const active of this.active.values()) {
+      active.abort?.abort();
+      if (active.timeoutTimer !== undefined) this.o.clock.clearTimer(active.timeoutTimer);
     }
+    this.active.clear();
     this.wheel.close();
   }
 }

@@ -26,7 +26,11 @@ function waitExit(child: ChildProcess): Promise<number | null> {
 export function spawnAgentProcess(dir: string, config: AgentConfigInput): AgentProcess {
   const configFile = join(dir, `${config.agentId}.json`);
   const logFile = join(dir, `${config.agentId}.log`);
-  writeFileSync(configFile, JSON.stringify(config, null, 2));
+  const withJournal: AgentConfigInput = {
+    ...config,
+    journal: { path: join(dir, `${config.agentId}.journal.sqlite`), ...config.journal },
+  };
+  writeFileSync(configFile, JSON.stringify(withJournal, null, 2));
   const fd = openSync(logFile, "a");
   const child = spawn(process.execPath, [AX_BIN, "agent", "start", "--config", configFile], {
     stdio: ["ignore", fd, fd],

@@ -1,0 +1,357 @@
+import Database from "better-sqlite3";
+import { AxError } from "../../shared/errors.js";
+import { newId } from "../../shared/ids.js";
+import { migrate } from "../../shared/migrate.js";
+import type { Dispatch, LocalState, Report } from "../../shared/protocol/index.js";
+import { JOURNAL_MIGRATIONS } from "./migrations.js";
+
+/** States a journaled command can be in; the last six are terminal. */
+export type CommandState = Exclude<LocalState, "unknown">;
+
+export const OPEN_STATES: ReadonlySet<CommandState> = new Set(["scheduled", "queued", "running"]);
+
+/** One journaled command. */
+export interface CommandRow {
+  id: number;
+  executionId: string;
+  round: number;
+  attempt: number;
+  state: CommandState;
+  dispatch: Dispatch;
+  startedAt: number | null;
+}
+
+export interface JournalOptions {
+  /** SQLite file; `:memory:` for tests. */
+  path: string;
+  /**
+   * `NORMAL` (default): in WAL mode a commit survives a crash of the process but the last commits
+   * may be lost on power loss. `FULL`: every commit is on disk before it returns. See
+   * docs/benchmarks.md for what each costs.
+   */
+  synchronous?: "NORMAL" | "FULL";
+  /** Open commands (scheduled, queued, running) held at most; beyond it dispatches are rejected journal_full. */
+  maxOpen: number;
+  /** Unacknowledged reports held at most before new dispatches are rejected journal_full. @default 100000 */
+  maxOutbox?: number;
+  /** Terminal commands are kept this long to answer duplicates and late cancels. @default 24 h */
+  retainMs?: number;
+  now: () => number;
+}
+
+interface CommandDbRow {
+  id: number;
+  execution_id: string;
+  round: number;
+  attempt: number;
+  state: CommandState;
+  dispatch: string;
+  started_at: number | null;
+}
+
+function toRow(r: CommandDbRow): CommandRow {
+  return {
+    id: r.id,
+    executionId: r.execution_id,
+    round: r.round,
+    attempt: r.attempt,
+    state: r.state,
+    dispatch: JSON.parse(r.dispatch) as Dispatch,
+    startedAt: r.started_at,
+  };
+}
+
+/** A report body before the envelope and seq are added. */
+export type ReportBody = Report extends infer R
+  ? R extends Report
+    ? Omit<R, "v" | "msgId" | "sentAt" | "seq">
+    : never
+  : never;
+
+/**
+ * The agent's durable journal (DESIGN §6): the commands it holds, keyed UNIQUE (executionId,
+ * round), and the outbox of numbered reports waiting for the coordinator's `ack`. Each change of
+ * a command's state and the report that tells of it are written in one transaction, so after a
+ * crash the two always agree.
+ */
+export class Journal {
+  readonly journalId: string;
+  private readonly db: Database.Database;
+  private lastSeqValue: number;
+  private openCount: number;
+  private outboxCount: number;
+  private readonly maxOutbox: number;
+  private readonly retainMs: number;
+  private readonly stmt;
+
+  constructor(private readonly options: JournalOptions) {
+    this.maxOutbox = options.maxOutbox ?? 100_000;
+    this.retainMs = options.retainMs ?? 86_400_000;
+    try {
+      this.db = new Database(options.path);
+      this.db.pragma("journal_mode = WAL");
+      this.db.pragma(`synchronous = ${options.synchronous ?? "NORMAL"}`);
+      migrate(this.db, JOURNAL_MIGRATIONS, options.now());
+    } catch (err) {
+      if (err instanceof AxError) throw err;
+      throw new AxError(
+        "AX_STORE_FAILED",
+        `journal ${options.path}: cannot open: ${(err as Error).message}`,
+        {
+          cause: err,
+        },
+      );
+    }
+    const db = this.db;
+    this.stmt = {
+      getMeta: db.prepare("SELECT value FROM meta WHERE key = ?"),
+      setMeta: db.prepare(
+        "INSERT INTO meta (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+      ),
+      insert: db.prepare(
+        `INSERT INTO commands (execution_id, round, attempt, state, dispatch, fire_at, deadline, priority, received_at)
+         VALUES (@executionId, @round, @attempt, @state, @dispatch, @fireAt, @deadline, @priority, @receivedAt)`,
+      ),
+      byId: db.prepare(
+        "SELECT id, execution_id, round, attempt, state, dispatch, started_at FROM commands WHERE id = ?",
+      ),
+      latest: db.prepare(
+        "SELECT id, execution_id, round, attempt, state, dispatch, started_at FROM commands WHERE execution_id = ? ORDER BY round DESC LIMIT 1",
+      ),
+      setState: db.prepare(
+        "UPDATE commands SET state = @state, started_at = COALESCE(@startedAt, started_at), finished_at = @finishedAt WHERE id = @id",
+      ),
+      open: db.prepare(
+        "SELECT id, execution_id, round, attempt, state, dispatch, started_at FROM commands WHERE state IN ('scheduled', 'queued', 'running') ORDER BY fire_at",
+      ),
+      countOpen: db.prepare(
+        "SELECT COUNT(*) AS n FROM commands WHERE state IN ('scheduled', 'queued', 'running')",
+      ),
+      countByState: db.prepare(
+        "SELECT state, COUNT(*) AS n FROM commands WHERE state IN ('scheduled', 'queued', 'running') GROUP BY state",
+      ),
+      outboxInsert: db.prepare("INSERT INTO outbox (seq, message) VALUES (?, ?)"),
+      outboxAll: db.prepare("SELECT message FROM outbox ORDER BY seq"),
+      outboxFirst: db.prepare("SELECT message FROM outbox ORDER BY seq LIMIT 1"),
+      outboxAck: db.prepare("DELETE FROM outbox WHERE seq <= ?"),
+      outboxCount: db.prepare("SELECT COUNT(*) AS n FROM outbox"),
+      purge: db.prepare(
+        "DELETE FROM commands WHERE id IN (SELECT id FROM commands WHERE finished_at IS NOT NULL AND finished_at < ? LIMIT ?)",
+      ),
+    };
+    this.journalId = this.meta("journal_id") ?? this.initMeta("journal_id", newId("j"));
+    this.lastSeqValue = Number(this.meta("last_seq") ?? "0");
+    this.openCount = (this.stmt.countOpen.get() as { n: number }).n;
+    this.outboxCount = (this.stmt.outboxCount.get() as { n: number }).n;
+  }
+
+  private meta(key: string): string | undefined {
+    return (this.stmt.getMeta.get(key) as { value: string } | undefined)?.value;
+  }
+
+  private initMeta(key: string, value: string): string {
+    this.stmt.setMeta.run(key, value);
+    return value;
+  }
+
+  /** The highest seq handed out (rule 1: survives restarts). */
+  get lastSeq(): number {
+    return this.lastSeqValue;
+  }
+
+  /** Open commands: scheduled, queued or running. */
+  get open(): number {
+    return this.openCount;
+  }
+
+  get outboxDepth(): number {
+    return this.outboxCount;
+  }
+
+  /** Why a new dispatch cannot be journaled now, or undefined when it can. */
+  fullReason(): string | undefined {
+    if (this.openCount >= this.options.maxOpen)
+      return `holding ${this.openCount} open commands (maxPending ${this.options.maxOpen})`;
+    if (this.outboxCount >= this.maxOutbox)
+      return `${this.outboxCount} reports await acknowledgement (limit ${this.maxOutbox})`;
+    return undefined;
+  }
+
+  /** The latest round journaled for an execution. */
+  latest(executionId: string): CommandRow | undefined {
+    const r = this.stmt.latest.get(executionId) as CommandDbRow | undefined;
+    return r ? toRow(r) : undefined;
+  }
+
+  get(id: number): CommandRow | undefined {
+    const r = this.stmt.byId.get(id) as CommandDbRow | undefined;
+    return r ? toRow(r) : undefined;
+  }
+
+  /** Every open command, earliest fire time first (for a restart). */
+  openCommands(): CommandRow[] {
+    return (this.stmt.open.all() as CommandDbRow[]).map(toRow);
+  }
+
+  countsByState(): { scheduled: number; queued: number; running: number } {
+    const out = { scheduled: 0, queued: 0, running: 0 };
+    for (const r of this.stmt.countByState.all() as { state: keyof typeof out; n: number }[])
+      out[r.state] = r.n;
+    return out;
+  }
+
+  /** Adds a report to the outbox inside the current transaction; returns it numbered. */
+  private enqueue(body: ReportBody, envelope: (body: ReportBody, seq: number) => Report): Report {
+    const seq = this.lastSeqValue + 1;
+    const report = envelope(body, seq);
+    this.stmt.outboxInsert.run(seq, JSON.stringify(report));
+    this.stmt.setMeta.run("last_seq", String(seq));
+    this.lastSeqValue = seq;
+    this.outboxCount++;
+    return report;
+  }
+
+  private tx<T>(what: string, fn: () => T): T {
+    const seqBefore = this.lastSeqValue;
+    const openBefore = this.openCount;
+    const outboxBefore = this.outboxCount;
+    try {
+      return this.db.transaction(fn)();
+    } catch (err) {
+      // The transaction rolled back: so do the counters kept beside it.
+      this.lastSeqValue = seqBefore;
+      this.openCount = openBefore;
+      this.outboxCount = outboxBefore;
+      throw new AxError("AX_STORE_FAILED", `journal: ${what} failed: ${(err as Error).message}`, {
+        cause: err,
+      });
+    }
+  }
+
+  /**
+   * Journals a dispatch as `scheduled` and its `accepted` report in one transaction: a dispatch is
+   * written before it is acknowledged. Returns the command's id, or undefined when this
+   * (executionId, round) is already journaled.
+   */
+  accept(
+    d: Dispatch,
+    envelope: (body: ReportBody, seq: number) => Report,
+  ): { id: number; report: Report } | undefined {
+    return this.tx("accept", () => {
+      let id: number;
+      try {
+        id = Number(
+          this.stmt.insert.run({
+            executionId: d.executionId,
+            round: d.round,
+            attempt: d.attempt,
+            state: "scheduled",
+            dispatch: JSON.stringify(d),
+            fireAt: d.fireAt,
+            deadline: d.deadline,
+            priority: d.priority,
+            receivedAt: this.options.now(),
+          }).lastInsertRowid,
+        );
+      } catch (err) {
+        if ((err as { code?: string }).code === "SQLITE_CONSTRAINT_UNIQUE") return undefined;
+        throw err;
+      }
+      this.openCount++;
+      const report = this.enqueue(
+        { type: "accepted", executionId: d.executionId, round: d.round },
+        envelope,
+      );
+      return { id, report };
+    });
+  }
+
+  /**
+   * Journals a dispatch that ends at once (expired on arrival) with its `finished` report, so a
+   * redelivery finds it.
+   */
+  recordFinished(
+    d: Dispatch,
+    state: CommandState,
+    body: ReportBody,
+    envelope: (body: ReportBody, seq: number) => Report,
+  ): Report | undefined {
+    return this.tx("recordFinished", () => {
+      try {
+        this.stmt.insert.run({
+          executionId: d.executionId,
+          round: d.round,
+          attempt: d.attempt,
+          state,
+          dispatch: JSON.stringify(d),
+          fireAt: d.fireAt,
+          deadline: d.deadline,
+          priority: d.priority,
+          receivedAt: this.options.now(),
+        });
+      } catch (err) {
+        if ((err as { code?: string }).code === "SQLITE_CONSTRAINT_UNIQUE") return undefined;
+        throw err;
+      }
+      this.db
+        .prepare("UPDATE commands SET finished_at = ? WHERE execution_id = ? AND round = ?")
+        .run(this.options.now(), d.executionId, d.round);
+      return this.enqueue(body, envelope);
+    });
+  }
+
+  /** Moves a command to `state` and outboxes `body` (if any) in one transaction. */
+  transition(
+    id: number,
+    from: CommandState,
+    state: CommandState,
+    body: ReportBody | undefined,
+    envelope: (body: ReportBody, seq: number) => Report,
+    startedAt?: number,
+  ): Report | undefined {
+    return this.tx("transition", () => {
+      const terminal = !OPEN_STATES.has(state);
+      this.stmt.setState.run({
+        id,
+        state,
+        startedAt: startedAt ?? null,
+        finishedAt: terminal ? this.options.now() : null,
+      });
+      if (OPEN_STATES.has(from) && terminal) this.openCount--;
+      return body ? this.enqueue(body, envelope) : undefined;
+    });
+  }
+
+  /** Outboxes a report that changes no command (state, rejected, busy, progress). */
+  report(body: ReportBody, envelope: (body: ReportBody, seq: number) => Report): Report {
+    return this.tx("report", () => this.enqueue(body, envelope));
+  }
+
+  /** Unacknowledged reports, oldest first, exactly as first sent. */
+  pendingReports(): Report[] {
+    return (this.stmt.outboxAll.all() as { message: string }[]).map(
+      (r) => JSON.parse(r.message) as Report,
+    );
+  }
+
+  /** The oldest unacknowledged report, if any. */
+  oldestReport(): Report | undefined {
+    const r = this.stmt.outboxFirst.get() as { message: string } | undefined;
+    return r ? (JSON.parse(r.message) as Report) : undefined;
+  }
+
+  /** Drops every report with seq ≤ upTo (the coordinator stored them). */
+  ack(upTo: number): void {
+    const removed = this.stmt.outboxAck.run(upTo).changes;
+    this.outboxCount = Math.max(0, this.outboxCount - removed);
+  }
+
+  /** Deletes at most `limit` terminal commands finished before the retention window; returns how many. */
+  purge(limit = 500): number {
+    return this.stmt.purge.run(this.options.now() - this.retainMs, limit).changes;
+  }
+
+  close(): void {
+    if (this.db.open) this.db.close();
+  }
+}

@@ -1,0 +1,34 @@
+import type { Migration } from "../../shared/migrate.js";
+
+/** The agent journal's schema, append-only: add a step, never edit a shipped one. */
+export const JOURNAL_MIGRATIONS: readonly Migration[] = [
+  {
+    version: 1,
+    name: "meta, commands (the inbox), outbox",
+    sql: `
+      CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+      -- The inbox: every dispatch accepted, keyed UNIQUE (execution_id, round) so a redelivered
+      -- one is recognised and never run twice. Terminal rows are kept for a while to answer
+      -- duplicates and late cancels, then purged.
+      CREATE TABLE commands (
+        id INTEGER PRIMARY KEY,
+        execution_id TEXT NOT NULL,
+        round INTEGER NOT NULL,
+        attempt INTEGER NOT NULL,
+        state TEXT NOT NULL,
+        dispatch TEXT NOT NULL,
+        fire_at REAL NOT NULL,
+        deadline REAL NOT NULL,
+        priority INTEGER NOT NULL,
+        received_at REAL NOT NULL,
+        started_at REAL,
+        finished_at REAL,
+        UNIQUE (execution_id, round)
+      );
+      CREATE INDEX commands_open ON commands (state) WHERE state IN ('scheduled', 'queued', 'running');
+      CREATE INDEX commands_finished ON commands (finished_at) WHERE finished_at IS NOT NULL;
+      -- Reports not yet acknowledged by the coordinator, by seq (rule 1).
+      CREATE TABLE outbox (seq INTEGER PRIMARY KEY, message TEXT NOT NULL);
+    `,
+  },
+];
