@@ -16,6 +16,7 @@ import { type Handler, HandlerRegistry } from "./handlers/registry.js";
 import { Journal, type ReportBody } from "./journal/journal.js";
 import { AgentLink } from "./link/mqtt-link.js";
 import { Executor } from "./runner/executor.js";
+import { AgentTime } from "./time.js";
 
 export type AgentLogger = (
   level: "debug" | "info" | "warn" | "error",
@@ -49,8 +50,7 @@ export class Agent {
   private readonly link: AgentLink;
   private readonly executor: Executor;
   private readonly handlers: HandlerRegistry;
-  /** Local timeline: coordinator time ≈ monoNow() + base + offset. Immune to wall-clock jumps. */
-  private readonly base: number;
+  private readonly time: AgentTime;
   private welcomed = false;
   private heartbeatMs: number;
   private helloTimer: TimerHandle | undefined;
@@ -66,7 +66,7 @@ export class Agent {
     this.log = deps.log ?? (() => {});
     this.topics = topics(config.mqtt.prefix);
     this.heartbeatMs = config.heartbeatMs;
-    this.base = this.clock.wallNow() - this.clock.monoNow();
+    this.time = new AgentTime(this.clock, this.sync);
     this.handlers = new HandlerRegistry(deps.handlers ?? BUILTIN_HANDLERS);
     this.journal = new Journal({
       path: config.journal.path,
@@ -91,7 +91,7 @@ export class Agent {
       clock: this.clock,
       handlers: this.handlers,
       coordNow: () => this.coordNow(),
-      toMono: (t) => t - this.base - this.sync.offsetMs,
+      toMono: (t) => this.time.toMono(t),
       concurrency: config.capacity.concurrency,
       queue: config.capacity.queue,
       tickMs: config.tickMs,
@@ -108,7 +108,7 @@ export class Agent {
 
   /** Coordinator time as this agent estimates it (rule 4). */
   coordNow(): number {
-    return this.clock.monoNow() + this.base + this.sync.offsetMs;
+    return this.time.coordNow();
   }
 
   get stats(): {
@@ -177,7 +177,7 @@ export class Agent {
   }
 
   private onMessage(topic: string, payload: Buffer): void {
-    const receivedLocal = this.clock.monoNow() + this.base;
+    const receivedLocal = this.time.localNow();
     const result = decode(topic, payload, { prefix: this.topics.prefix });
     if (!result.ok) {
       this.counters.invalidMessages++;

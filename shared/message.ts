@@ -8,3 +8,6 @@ export function envelope<B extends { type: string }>(
 ): B & { v: typeof PROTOCOL_VERSION; msgId: string; sentAt: number } {
   return { v: PROTOCOL_VERSION, msgId: newId("m"), sentAt, ...body };
 }
+
+/** A message without its envelope fields, distributed over a union of message types. */
+export type BodyOf<M> = M extends unknown ? Omit<M, "v" | "msgId" | "sentAt"> : never;

@@ -1,0 +1,102 @@
+import { afterEach, describe, expect, it } from "vitest";
+import { FakeClock } from "../shared/clock.js";
+import { ClockSync } from "../shared/clock-sync.js";
+import { envelope } from "../shared/message.js";
+import type { Report, Started } from "../shared/protocol/index.js";
+import { BUILTIN_HANDLERS } from "./handlers/builtins.js";
+import { HandlerRegistry } from "./handlers/registry.js";
+import { Journal } from "./journal/journal.js";
+import { Executor } from "./runner/executor.js";
+import { AgentTime } from "./time.js";
+
+const closers: (() => void)[] = [];
+afterEach(() => {
+  for (const c of closers.splice(0)) c();
+});
+
+function rig() {
+  const clock = new FakeClock({ mono: 5_000, wall: 1_800_000_000_000 });
+  const sync = new ClockSync();
+  const time = new AgentTime(clock, sync);
+  const journal = new Journal({ path: ":memory:", maxOpen: 100, now: () => time.coordNow() });
+  const reports: Report[] = [];
+  const ex = new Executor({
+    clock,
+    handlers: new HandlerRegistry(BUILTIN_HANDLERS),
+    journal,
+    coordNow: () => time.coordNow(),
+    toMono: (t) => time.toMono(t),
+    envelope: (body, seq) => ({ ...envelope(body, time.coordNow()), seq }) as Report,
+    publish: (r) => reports.push(r),
+    concurrency: 4,
+    queue: 16,
+    tickMs: 20,
+    log: () => {},
+  });
+  closers.push(() => ex.close(), () => journal.close());
+  const dispatch = (executionId: string, fireAt: number) =>
+    ex.dispatch({
+      v: 1,
+      type: "dispatch",
+      msgId: `m-${executionId}`,
+      sentAt: time.coordNow(),
+      executionId,
+      round: 1,
+      attempt: 1,
+      handler: "echo",
+      params: {},
+      fireAt,
+      deadline: fireAt + 60_000,
+      timeoutMs: 1000,
+      priority: 0,
+    });
+  const started = () => reports.filter((r): r is Started => r.type === "started");
+  return { clock, sync, time, ex, dispatch, started };
+}
+
+describe("agent time", () => {
+  it("does not move when the wall clock jumps", () => {
+    const { clock, time } = rig();
+    const before = time.coordNow();
+    clock.jumpWall(3_600_000);
+    expect(time.coordNow()).toBe(before);
+    clock.jumpWall(-7_200_000);
+    clock.advance(250);
+    expect(time.coordNow()).toBe(before + 250);
+  });
+
+  it("moves by the offset estimate, and maps coordinator times onto the monotonic clock", () => {
+    const { clock, sync, time } = rig();
+    const t0 = time.coordNow();
+    sync.stamp(t0);
+    clock.advance(10);
+    // The coordinator's clock is 500 ms ahead; 5 ms each way.
+    sync.addSample({ t0, t1: t0 + 505, t2: t0 + 505 }, time.localNow());
+    expect(sync.offsetMs).toBe(500);
+    expect(time.coordNow()).toBe(t0 + 10 + 500);
+    expect(time.toMono(time.coordNow() + 1000)).toBe(clock.monoNow() + 1000);
+  });
+
+  it.each([3_600_000, -3_600_000])(
+    "a wall-clock jump of %d ms mid-run makes nothing fire early or more than a tick late",
+    async (jump) => {
+      const { clock, time, dispatch, started } = rig();
+      const t = time.coordNow();
+      const fireAts = [t + 1000, t + 1500, t + 4000, t + 30_000];
+      fireAts.forEach((f, i) => dispatch(`j-${i}`, f));
+      clock.advance(700);
+      clock.jumpWall(jump);
+      for (let step = 0; step < 31_000; step += 5) {
+        clock.advance(5);
+        await Promise.resolve();
+        for (const s of started()) {
+          const fireAt = fireAts[Number(s.executionId.slice(2))] ?? 0;
+          expect(s.startedAt).toBeGreaterThanOrEqual(fireAt);
+        }
+      }
+      const s = started();
+      expect(s.map((x) => x.executionId).sort()).toEqual(["j-0", "j-1", "j-2", "j-3"]);
+      for (const x of s) expect(x.lateMs).toBeLessThanOrEqual(20);
+    },
+  );
+});

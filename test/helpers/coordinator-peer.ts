@@ -1,0 +1,142 @@
+import mqtt, { type MqttClient } from "mqtt";
+import { newId } from "../../shared/ids.js";
+import { type BodyOf, envelope } from "../../shared/message.js";
+import {
+  type Decoded,
+  type Dispatch,
+  type DownMessage,
+  decode,
+  encode,
+  type Hello,
+  type Report,
+  type Topics,
+  topics,
+} from "../../shared/protocol/index.js";
+
+/**
+ * A stand-in for the coordinator in agent tests: a real MQTT client that speaks protocol v1 —
+ * welcomes agents, answers heartbeats, applies reports once by seq and acknowledges them — and
+ * lets a test send any dispatch, duplicate or malformed message it likes.
+ */
+export class CoordinatorPeer {
+  readonly topics: Topics;
+  private client: MqttClient | undefined;
+  /** Reports stored once each, in seq order, per agent. */
+  readonly reports = new Map<string, Report[]>();
+  /** Every report received, duplicates included. */
+  readonly received: Report[] = [];
+  readonly hellos: Hello[] = [];
+  readonly invalid: string[] = [];
+  private readonly acked = new Map<string, { journalId: string; upTo: number }>();
+  /** When false, reports are recorded but not acknowledged (to test outbox replay). */
+  ackReports = true;
+
+  constructor(
+    private readonly url: string,
+    prefix: string,
+  ) {
+    this.topics = topics(prefix);
+  }
+
+  async start(): Promise<void> {
+    const client = await mqtt.connectAsync(this.url, {
+      clientId: `peer-${newId().slice(-12)}`,
+      reconnectPeriod: 200,
+      clean: true,
+    });
+    this.client = client;
+    const subscribe = () =>
+      client.subscribeAsync([this.topics.allUp, this.topics.allPresence], { qos: 1 }).catch(() => {});
+    client.on("connect", () => void subscribe());
+    client.on("message", (topic, payload) => {
+      const r = decode(topic, payload, { prefix: this.topics.prefix });
+      if (!r.ok) {
+        this.invalid.push(`${r.error.code}: ${r.error.message}`);
+        return;
+      }
+      this.onMessage(r.value);
+    });
+    await subscribe();
+  }
+
+  private onMessage(d: Decoded): void {
+    if (d.channel !== "up") return;
+    const m = d.message;
+    const now = Date.now();
+    if (m.type === "hello") {
+      this.hellos.push(m);
+      const prev = this.acked.get(m.agentId);
+      if (!prev || prev.journalId !== m.journalId) this.acked.set(m.agentId, { journalId: m.journalId, upTo: 0 });
+      this.send(m.agentId, {
+        type: "welcome",
+        instanceId: m.instanceId,
+        heartbeatMs: 500,
+        clock: { t0: m.sentAt, t1: now, t2: Date.now() },
+      });
+      this.send(m.agentId, { type: "ack", upTo: this.acked.get(m.agentId)?.upTo ?? 0 });
+      return;
+    }
+    if (m.type === "heartbeat") {
+      this.send(d.agentId, { type: "time", clock: { t0: m.sentAt, t1: now, t2: Date.now() } });
+      return;
+    }
+    this.received.push(m);
+    const state = this.acked.get(d.agentId) ?? { journalId: "?", upTo: 0 };
+    if (m.seq === state.upTo + 1) {
+      const list = this.reports.get(d.agentId) ?? [];
+      list.push(m);
+      this.reports.set(d.agentId, list);
+      state.upTo = m.seq;
+      this.acked.set(d.agentId, state);
+    }
+    if (this.ackReports) this.send(d.agentId, { type: "ack", upTo: state.upTo });
+  }
+
+  /** Sends a message body (the envelope is added). */
+  send(agentId: string, body: BodyOf<DownMessage>): void {
+    this.client
+      ?.publishAsync(this.topics.down(agentId), encode(envelope(body, Date.now())), { qos: 1 })
+      .catch(() => {});
+  }
+
+  /** Sends raw bytes on the agent's down topic. */
+  async sendRaw(agentId: string, payload: string): Promise<void> {
+    await this.client?.publishAsync(this.topics.down(agentId), payload, { qos: 1 });
+  }
+
+  /** Sends a dispatch with sensible defaults (echo, now, 30 s deadline). */
+  dispatch(agentId: string, d: Partial<Dispatch> & { executionId: string }): Dispatch {
+    const now = Date.now();
+    const full = {
+      round: 1,
+      attempt: 1,
+      handler: "echo",
+      params: {},
+      fireAt: now,
+      deadline: now + 30_000,
+      timeoutMs: 30_000,
+      priority: 0,
+      ...d,
+    };
+    this.send(agentId, { type: "dispatch", ...full });
+    return { v: 1, msgId: "-", sentAt: now, type: "dispatch", ...full };
+  }
+
+  /** Stored reports of one agent, optionally of one type and execution. */
+  of<T extends Report["type"]>(agentId: string, type?: T, executionId?: string): Extract<Report, { type: T }>[] {
+    return (this.reports.get(agentId) ?? []).filter(
+      (r): r is Extract<Report, { type: T }> =>
+        (type === undefined || r.type === type) && (executionId === undefined || r.executionId === executionId),
+    );
+  }
+
+  welcomed(agentId: string): boolean {
+    return this.hellos.some((h) => h.agentId === agentId);
+  }
+
+  async close(): Promise<void> {
+    const c = this.client;
+    this.client = undefined;
+    await c?.endAsync();
+  }
+}

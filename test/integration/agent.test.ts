@@ -1,0 +1,167 @@
+import { afterEach, describe, expect, it } from "vitest";
+import type { AgentConfigInput } from "../../agent/config.js";
+import { startEmbeddedBroker } from "../../coordinator/broker/embedded.js";
+import { type AgentProcess, spawnAgentProcess } from "../../coordinator/cli/agent-process.js";
+import { CoordinatorPeer } from "../helpers/coordinator-peer.js";
+import { type TestBroker, tempDir, testBroker, waitFor } from "../helpers/env.js";
+
+/**
+ * The agent as a child process, driven over a real broker by a stand-in coordinator that can
+ * send duplicates, malformed messages and bursts.
+ */
+interface Rig {
+  broker: TestBroker;
+  peer: CoordinatorPeer;
+  tmp: ReturnType<typeof tempDir>;
+  agent: AgentProcess;
+  agentId: string;
+  restart(): Promise<void>;
+}
+
+const rigs: Rig[] = [];
+
+afterEach(async () => {
+  for (const r of rigs.splice(0)) {
+    await r.agent.stop(3000);
+    await r.peer.close();
+    await r.broker.close();
+    r.tmp.cleanup();
+  }
+});
+
+async function rig(overrides: Partial<AgentConfigInput> = {}, broker?: TestBroker): Promise<Rig> {
+  const b = broker ?? (await testBroker());
+  const tmp = tempDir();
+  const peer = new CoordinatorPeer(b.url, b.prefix);
+  await peer.start();
+  const agentId = `${b.prefix}-a`;
+  const config: AgentConfigInput = {
+    agentId,
+    mqtt: { url: b.url, prefix: b.prefix, keepaliveS: 5 },
+    heartbeatMs: 500,
+    ...overrides,
+  };
+  const r: Rig = {
+    broker: b,
+    peer,
+    tmp,
+    agentId,
+    agent: spawnAgentProcess(tmp.dir, config),
+    async restart() {
+      r.agent = spawnAgentProcess(tmp.dir, config);
+      await waitFor("the restarted agent's hello", () => (peer.hellos.length >= 2 ? true : undefined));
+    },
+  };
+  rigs.push(r);
+  await waitFor("the agent's hello", () => (peer.welcomed(agentId) ? true : undefined), 20_000);
+  return r;
+}
+
+describe("agent: duplicates and bad input", () => {
+  it("runs a dispatch delivered three times once, and answers every delivery", async () => {
+    const { peer, agentId } = await rig();
+    const fireAt = Date.now() + 800;
+    for (let i = 0; i < 3; i++) peer.dispatch(agentId, { executionId: "dup-1", fireAt, params: { i: 1 } });
+    await waitFor("finished", () => (peer.of(agentId, "finished", "dup-1").length === 1 ? true : undefined));
+    await new Promise((r) => setTimeout(r, 300));
+    expect(peer.of(agentId, "accepted", "dup-1")).toHaveLength(1);
+    expect(peer.of(agentId, "state", "dup-1").map((s) => s.localState)).toHaveLength(2);
+    expect(peer.of(agentId, "started", "dup-1")).toHaveLength(1);
+    expect(peer.of(agentId, "finished", "dup-1")[0]).toMatchObject({ outcome: "succeeded", result: { echo: { i: 1 } } });
+  });
+
+  it("rejects malformed, unknown-handler and bad-params dispatches with a reason, and keeps running", async () => {
+    const { peer, agentId } = await rig();
+    await peer.sendRaw(
+      agentId,
+      JSON.stringify({ v: 1, type: "dispatch", msgId: "m1", sentAt: Date.now(), executionId: "bad-1", round: 1, handler: 5 }),
+    );
+    await peer.sendRaw(agentId, "{ not json");
+    peer.dispatch(agentId, { executionId: "bad-2", handler: "no.such.handler" });
+    peer.dispatch(agentId, { executionId: "bad-3", handler: "sleep", params: { ms: "x" } });
+    peer.dispatch(agentId, { executionId: "good-1", handler: "echo", params: { ok: true } });
+    await waitFor("good-1 finished", () => (peer.of(agentId, "finished", "good-1").length ? true : undefined));
+    const rejected = peer.of(agentId, "rejected");
+    expect(rejected.map((r) => [r.executionId, r.reason])).toEqual([
+      ["bad-1", "invalid_dispatch"],
+      ["bad-2", "unknown_handler"],
+      ["bad-3", "invalid_params"],
+    ]);
+    expect(rejected[0]?.message).toContain("field attempt");
+    expect(rejected[2]?.message).toBe("params.ms: expected number, got string");
+    expect(peer.of(agentId, "finished", "good-1")[0]?.outcome).toBe("succeeded");
+    expect(peer.of(agentId, "started").map((s) => s.executionId)).toEqual(["good-1"]);
+  });
+
+  it("answers busy when the slot and queue are full, and journal_full when it holds maxPending", async () => {
+    const { peer, agentId } = await rig({ capacity: { concurrency: 1, queue: 0, maxPending: 3 } });
+    peer.dispatch(agentId, { executionId: "run-1", handler: "sleep", params: { ms: 3000 } });
+    await waitFor("run-1 started", () => (peer.of(agentId, "started", "run-1").length ? true : undefined));
+    // Due a second ago: due now whatever the agent's clock-offset estimate is.
+    peer.dispatch(agentId, { executionId: "now-2", handler: "echo", fireAt: Date.now() - 1000 });
+    const later = Date.now() + 60_000;
+    peer.dispatch(agentId, { executionId: "later-3", fireAt: later, deadline: later + 1000 });
+    peer.dispatch(agentId, { executionId: "later-4", fireAt: later, deadline: later + 1000 });
+    peer.dispatch(agentId, { executionId: "later-5", fireAt: later, deadline: later + 1000 });
+    await waitFor("five answers", () => (peer.of(agentId).length >= 7 ? true : undefined));
+    expect(peer.of(agentId, "busy").map((r) => r.executionId)).toEqual(["now-2"]);
+    expect(peer.of(agentId, "accepted").map((r) => r.executionId)).toEqual(["run-1", "later-3", "later-4"]);
+    const full = peer.of(agentId, "rejected");
+    expect(full.map((r) => [r.executionId, r.reason])).toEqual([["later-5", "journal_full"]]);
+    expect(full[0]?.message).toBe("holding 3 open commands (maxPending 3)");
+  });
+});
+
+describe("agent: timing", () => {
+  it("fires 1,000 commands 1-3 s ahead: all of them, none early, each with its lateness", async () => {
+    const { peer, agentId } = await rig({ capacity: { concurrency: 64, queue: 2000, maxPending: 5000 } });
+    const base = Date.now() + 1000;
+    const fireAts = new Map<string, number>();
+    for (let i = 0; i < 1000; i++) {
+      const fireAt = base + ((i * 7919) % 2000);
+      fireAts.set(`t-${i}`, fireAt);
+      peer.dispatch(agentId, { executionId: `t-${i}`, fireAt, deadline: fireAt + 20_000 });
+    }
+    await waitFor("1,000 finished", () => (peer.of(agentId, "finished").length === 1000 ? true : undefined), 30_000);
+    const started = peer.of(agentId, "started");
+    expect(started).toHaveLength(1000);
+    const early = started.filter((s) => s.startedAt < (fireAts.get(s.executionId) ?? 0));
+    expect(early).toEqual([]);
+    for (const s of started) {
+      expect(s.lateMs).toBeGreaterThanOrEqual(0);
+      expect(s.lateMs).toBeCloseTo(s.startedAt - (fireAts.get(s.executionId) ?? 0), 6);
+    }
+    expect(peer.of(agentId, "finished").every((f) => f.outcome === "succeeded")).toBe(true);
+  }, 60_000);
+});
+
+describe("agent: outages", () => {
+  it("delivers every report after a 10 s broker outage, each stored once", async () => {
+    const first = await startEmbeddedBroker(0);
+    const port = first.port;
+    const prefix = `axt${Date.now().toString(36)}`;
+    let embedded = first;
+    const broker: TestBroker = { url: first.url, prefix, embedded: first, close: async () => embedded.close() };
+    const { peer, agentId } = await rig({ heartbeatMs: 500 }, broker);
+    for (let i = 0; i < 5; i++) {
+      peer.dispatch(agentId, { executionId: `o-${i}`, handler: "sleep", params: { ms: 1500 + i * 200 } });
+    }
+    await waitFor("all started", () => (peer.of(agentId, "started").length === 5 ? true : undefined));
+    await first.close();
+    // The runs finish while the broker is down; their reports wait in the journal's outbox.
+    await new Promise((r) => setTimeout(r, 10_000));
+    embedded = await startEmbeddedBroker(port);
+    await waitFor("all finished after the outage", () => (peer.of(agentId, "finished").length === 5 ? true : undefined), 30_000);
+    const stored = peer.reports.get(agentId) ?? [];
+    expect(stored.map((r) => r.seq)).toEqual(stored.map((_, i) => i + 1));
+    for (let i = 0; i < 5; i++) {
+      expect(peer.of(agentId, "finished", `o-${i}`)).toHaveLength(1);
+      expect(peer.of(agentId, "finished", `o-${i}`)[0]?.outcome).toBe("succeeded");
+    }
+    // The replay re-sent reports unchanged: any duplicate the peer saw has the same msgId as the stored one.
+    for (const r of peer.received) {
+      const original = stored.find((s) => s.seq === r.seq);
+      expect(original?.msgId).toBe(r.msgId);
+    }
+  }, 60_000);
+});
