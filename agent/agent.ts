@@ -12,6 +12,7 @@ import {
 } from "../shared/protocol/index.js";
 import type { AgentConfig } from "./config.js";
 import { BUILTIN_HANDLERS } from "./handlers/builtins.js";
+import { buildDeviceHandlers, type DeviceHandlers } from "./handlers/device/index.js";
 import { type Handler, HandlerRegistry } from "./handlers/registry.js";
 import { Journal, type ReportBody } from "./journal/journal.js";
 import { AgentLink } from "./link/mqtt-link.js";
@@ -50,6 +51,7 @@ export class Agent {
   private readonly link: AgentLink;
   private readonly executor: Executor;
   private readonly handlers: HandlerRegistry;
+  private readonly device: DeviceHandlers;
   private readonly time: AgentTime;
   private welcomed = false;
   private heartbeatMs: number;
@@ -67,7 +69,10 @@ export class Agent {
     this.topics = topics(config.mqtt.prefix);
     this.heartbeatMs = config.heartbeatMs;
     this.time = new AgentTime(this.clock, this.sync);
-    this.handlers = new HandlerRegistry(deps.handlers ?? BUILTIN_HANDLERS);
+    this.device = buildDeviceHandlers(config.handlers);
+    this.handlers = new HandlerRegistry(
+      deps.handlers ?? [...BUILTIN_HANDLERS, ...this.device.handlers],
+    );
     this.journal = new Journal({
       path: config.journal.path,
       synchronous: config.journal.synchronous,
@@ -85,6 +90,7 @@ export class Agent {
       keepaliveS: config.mqtt.keepaliveS,
       username: config.mqtt.username,
       password: config.mqtt.password,
+      reconnect: config.mqtt.reconnect,
       will: this.presence("offline"),
     });
     this.executor = new Executor({
@@ -177,6 +183,17 @@ export class Agent {
   }
 
   private onMessage(topic: string, payload: Buffer): void {
+    if (this.stopped) return;
+    try {
+      this.handleMessage(topic, payload);
+    } catch (err) {
+      // A message must never take the agent down; what failed is logged and the work it
+      // concerns is recovered from the journal.
+      this.log("error", `handling a message failed: ${(err as Error).message}`, { topic });
+    }
+  }
+
+  private handleMessage(topic: string, payload: Buffer): void {
     const receivedLocal = this.time.localNow();
     const result = decode(topic, payload, { prefix: this.topics.prefix });
     if (!result.ok) {
@@ -233,7 +250,14 @@ export class Agent {
 
   private scheduleHeartbeat(delayMs: number): void {
     if (this.heartbeatTimer !== undefined) this.clock.clearTimer(this.heartbeatTimer);
-    this.heartbeatTimer = this.clock.setTimer(() => this.heartbeat(), delayMs);
+    this.heartbeatTimer = this.clock.setTimer(() => {
+      try {
+        this.heartbeat();
+      } catch (err) {
+        this.log("error", `heartbeat failed: ${(err as Error).message}`);
+        this.scheduleHeartbeat(this.heartbeatMs);
+      }
+    }, delayMs);
   }
 
   private heartbeat(): void {
@@ -299,9 +323,11 @@ export class Agent {
     this.stopped = true;
     if (this.helloTimer !== undefined) this.clock.clearTimer(this.helloTimer);
     if (this.heartbeatTimer !== undefined) this.clock.clearTimer(this.heartbeatTimer);
-    this.executor.close();
-    this.journal.close();
+    // Rule 9: say offline and disconnect first, so no message arrives for a closed journal.
     await this.link.publishPresence(this.presence("offline")).catch(() => {});
     await this.link.close();
+    this.executor.close();
+    this.journal.close();
+    await this.device.close().catch(() => {});
   }
 }

@@ -3,6 +3,7 @@ import * as z from "zod/mini";
 import { AxError } from "../shared/errors.js";
 import { ID_PATTERN } from "../shared/ids.js";
 import { describeIssue } from "../shared/protocol/codec.js";
+import { deviceHandlersConfigSchema } from "./handlers/device/index.js";
 
 /** Agent options as written in its config file (JSON). */
 export const agentConfigSchema = z.object({
@@ -20,6 +21,16 @@ export const agentConfigSchema = z.object({
     keepaliveS: z._default(z.int().check(z.gte(1), z.lte(3600)), 10),
     username: z.optional(z.string()),
     password: z.optional(z.string()),
+    /** Reconnect backoff: full jitter between 0 and min(capMs, baseMs·2^n). */
+    reconnect: z._default(
+      z.object({
+        /** @default 500 */
+        baseMs: z._default(z.int().check(z.gte(10), z.lte(60_000)), 500),
+        /** @default 30000 */
+        capMs: z._default(z.int().check(z.gte(10), z.lte(3_600_000)), 30_000),
+      }),
+      { baseMs: 500, capMs: 30_000 },
+    ),
   }),
   /** Firmware profile name reported in hello. @default "dev" */
   profile: z._default(z.string().check(z.minLength(1), z.maxLength(64)), "dev"),
@@ -51,6 +62,8 @@ export const agentConfigSchema = z.object({
     }),
     { path: "ax-journal.sqlite", synchronous: "NORMAL", maxOutbox: 100_000, retainMs: 86_400_000 },
   ),
+  /** Built-in device handlers to offer (mqtt.publish, http.request, file.write, exec); see docs/handlers.md. @default {} */
+  handlers: z._default(deviceHandlersConfigSchema, {}),
   /** Wheel tick for device commands. @default 20 */
   tickMs: z._default(z.int().check(z.gte(1), z.lte(1000)), 20),
   /** Heartbeat period until the coordinator's welcome says otherwise. @default 5000 */

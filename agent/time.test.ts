@@ -33,7 +33,10 @@ function rig() {
     tickMs: 20,
     log: () => {},
   });
-  closers.push(() => ex.close(), () => journal.close());
+  closers.push(
+    () => ex.close(),
+    () => journal.close(),
+  );
   const dispatch = (executionId: string, fireAt: number) =>
     ex.dispatch({
       v: 1,
@@ -83,7 +86,7 @@ describe("agent time", () => {
       const { clock, time, dispatch, started } = rig();
       const t = time.coordNow();
       const fireAts = [t + 1000, t + 1500, t + 4000, t + 30_000];
-      fireAts.forEach((f, i) => dispatch(`j-${i}`, f));
+      for (const [i, f] of fireAts.entries()) dispatch(`j-${i}`, f);
       clock.advance(700);
       clock.jumpWall(jump);
       for (let step = 0; step < 31_000; step += 5) {

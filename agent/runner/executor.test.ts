@@ -775,3 +775,16 @@ describe("Executor: counts and runningRefs", () => {
     expect(h.ex.runningRefs().map((r) => r.executionId)).toEqual(["r2", "q1"]);
   });
 });
+
+describe("Executor: result size", () => {
+  it("replaces a result too large for a report with a note of its size", async () => {
+    const h = setup();
+    h.dispatch({ executionId: "big", handler: "echo", params: { blob: "x".repeat(60_000) } });
+    h.clock.advance(1000);
+    await flush();
+    const f = h.of("finished", "big")[0];
+    expect(f?.outcome).toBe("succeeded");
+    expect(f?.result).toEqual({ truncated: true, bytes: 60_020 });
+    expect(f?.message).toBe("ok (result of 60020 bytes not sent: over the 49152-byte limit)");
+  });
+});

@@ -37,6 +37,9 @@ export interface ExecutorOptions {
   ): void;
 }
 
+/** Largest handler result sent in a `finished` report; the whole message must stay under 64 KiB. */
+export const MAX_RESULT_BYTES = 48 * 1024;
+
 const OUTCOME_STATE: Record<Outcome, CommandState> = {
   succeeded: "succeeded",
   failed: "failed",
@@ -282,7 +285,7 @@ export class Executor {
   private onWheel(payload: number): void {
     if (payload > 0) {
       const row = this.o.journal.get(payload);
-      if (!row || row.state !== "scheduled") return; // canceled or replaced meanwhile
+      if (row?.state !== "scheduled") return; // canceled or replaced meanwhile
       // The wheel runs on the monotonic clock; the offset estimate may have moved since this was
       // scheduled. Never start before fireAt on the coordinator's clock (rule 4).
       const early = this.notYet(row.dispatch.fireAt);
@@ -294,7 +297,7 @@ export class Executor {
       return;
     }
     const active = this.active.get(-payload);
-    if (!active || active.state !== "queued") return;
+    if (active?.state !== "queued") return;
     const early = this.notYet(active.row.dispatch.deadline);
     if (early !== undefined) {
       active.deadlineHandle = this.wheel.schedule(early, payload);
@@ -452,6 +455,17 @@ export class Executor {
     r: { outcome: Outcome; retryable: boolean; message: string; result?: Record<string, unknown> },
   ): void {
     const row = active.row;
+    if (r.result !== undefined) {
+      // A report must fit the protocol's payload limit, or it would be refused and re-sent forever.
+      const bytes = Buffer.byteLength(JSON.stringify(r.result));
+      if (bytes > MAX_RESULT_BYTES) {
+        r = {
+          ...r,
+          result: { truncated: true, bytes },
+          message: `${r.message} (result of ${bytes} bytes not sent: over the ${MAX_RESULT_BYTES}-byte limit)`,
+        };
+      }
+    }
     this.release(row);
     this.move(row, "running", OUTCOME_STATE[r.outcome], {
       type: "finished",

@@ -27,6 +27,7 @@ export class CoordinatorPeer {
   readonly received: Report[] = [];
   readonly hellos: Hello[] = [];
   readonly invalid: string[] = [];
+  readonly presences: { agentId: string; status: string; instanceId: string }[] = [];
   private readonly acked = new Map<string, { journalId: string; upTo: number }>();
   /** When false, reports are recorded but not acknowledged (to test outbox replay). */
   ackReports = true;
@@ -46,7 +47,9 @@ export class CoordinatorPeer {
     });
     this.client = client;
     const subscribe = () =>
-      client.subscribeAsync([this.topics.allUp, this.topics.allPresence], { qos: 1 }).catch(() => {});
+      client
+        .subscribeAsync([this.topics.allUp, this.topics.allPresence], { qos: 1 })
+        .catch(() => {});
     client.on("connect", () => void subscribe());
     client.on("message", (topic, payload) => {
       const r = decode(topic, payload, { prefix: this.topics.prefix });
@@ -60,13 +63,22 @@ export class CoordinatorPeer {
   }
 
   private onMessage(d: Decoded): void {
+    if (d.channel === "presence") {
+      this.presences.push({
+        agentId: d.agentId,
+        status: d.message.status,
+        instanceId: d.message.instanceId,
+      });
+      return;
+    }
     if (d.channel !== "up") return;
     const m = d.message;
     const now = Date.now();
     if (m.type === "hello") {
       this.hellos.push(m);
       const prev = this.acked.get(m.agentId);
-      if (!prev || prev.journalId !== m.journalId) this.acked.set(m.agentId, { journalId: m.journalId, upTo: 0 });
+      if (!prev || prev.journalId !== m.journalId)
+        this.acked.set(m.agentId, { journalId: m.journalId, upTo: 0 });
       this.send(m.agentId, {
         type: "welcome",
         instanceId: m.instanceId,
@@ -123,10 +135,15 @@ export class CoordinatorPeer {
   }
 
   /** Stored reports of one agent, optionally of one type and execution. */
-  of<T extends Report["type"]>(agentId: string, type?: T, executionId?: string): Extract<Report, { type: T }>[] {
+  of<T extends Report["type"]>(
+    agentId: string,
+    type?: T,
+    executionId?: string,
+  ): Extract<Report, { type: T }>[] {
     return (this.reports.get(agentId) ?? []).filter(
       (r): r is Extract<Report, { type: T }> =>
-        (type === undefined || r.type === type) && (executionId === undefined || r.executionId === executionId),
+        (type === undefined || r.type === type) &&
+        (executionId === undefined || r.executionId === executionId),
     );
   }
 

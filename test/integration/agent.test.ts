@@ -1,3 +1,5 @@
+import { spawnSync } from "node:child_process";
+import { readFileSync } from "node:fs";
 import { afterEach, describe, expect, it } from "vitest";
 import type { AgentConfigInput } from "../../agent/config.js";
 import { startEmbeddedBroker } from "../../coordinator/broker/embedded.js";
@@ -25,11 +27,17 @@ afterEach(async () => {
     await r.agent.stop(3000);
     await r.peer.close();
     await r.broker.close();
-    r.tmp.cleanup();
+    if (process.env.AX_KEEP_TEST_DIRS) console.log(`kept ${r.tmp.dir}`);
+    else r.tmp.cleanup();
   }
 });
 
-async function rig(overrides: Partial<AgentConfigInput> = {}, broker?: TestBroker): Promise<Rig> {
+async function rig(
+  overrides: Partial<Omit<AgentConfigInput, "mqtt">> & {
+    mqtt?: Partial<AgentConfigInput["mqtt"]>;
+  } = {},
+  broker?: TestBroker,
+): Promise<Rig> {
   const b = broker ?? (await testBroker());
   const tmp = tempDir();
   const peer = new CoordinatorPeer(b.url, b.prefix);
@@ -37,9 +45,15 @@ async function rig(overrides: Partial<AgentConfigInput> = {}, broker?: TestBroke
   const agentId = `${b.prefix}-a`;
   const config: AgentConfigInput = {
     agentId,
-    mqtt: { url: b.url, prefix: b.prefix, keepaliveS: 5 },
     heartbeatMs: 500,
     ...overrides,
+    mqtt: {
+      url: b.url,
+      prefix: b.prefix,
+      keepaliveS: 5,
+      reconnect: { baseMs: 100, capMs: 1000 },
+      ...overrides.mqtt,
+    },
   };
   const r: Rig = {
     broker: b,
@@ -49,7 +63,9 @@ async function rig(overrides: Partial<AgentConfigInput> = {}, broker?: TestBroke
     agent: spawnAgentProcess(tmp.dir, config),
     async restart() {
       r.agent = spawnAgentProcess(tmp.dir, config);
-      await waitFor("the restarted agent's hello", () => (peer.hellos.length >= 2 ? true : undefined));
+      await waitFor("the restarted agent's hello", () =>
+        peer.hellos.length >= 2 ? true : undefined,
+      );
     },
   };
   rigs.push(r);
@@ -61,26 +77,42 @@ describe("agent: duplicates and bad input", () => {
   it("runs a dispatch delivered three times once, and answers every delivery", async () => {
     const { peer, agentId } = await rig();
     const fireAt = Date.now() + 800;
-    for (let i = 0; i < 3; i++) peer.dispatch(agentId, { executionId: "dup-1", fireAt, params: { i: 1 } });
-    await waitFor("finished", () => (peer.of(agentId, "finished", "dup-1").length === 1 ? true : undefined));
+    for (let i = 0; i < 3; i++)
+      peer.dispatch(agentId, { executionId: "dup-1", fireAt, params: { i: 1 } });
+    await waitFor("finished", () =>
+      peer.of(agentId, "finished", "dup-1").length === 1 ? true : undefined,
+    );
     await new Promise((r) => setTimeout(r, 300));
     expect(peer.of(agentId, "accepted", "dup-1")).toHaveLength(1);
     expect(peer.of(agentId, "state", "dup-1").map((s) => s.localState)).toHaveLength(2);
     expect(peer.of(agentId, "started", "dup-1")).toHaveLength(1);
-    expect(peer.of(agentId, "finished", "dup-1")[0]).toMatchObject({ outcome: "succeeded", result: { echo: { i: 1 } } });
+    expect(peer.of(agentId, "finished", "dup-1")[0]).toMatchObject({
+      outcome: "succeeded",
+      result: { echo: { i: 1 } },
+    });
   });
 
   it("rejects malformed, unknown-handler and bad-params dispatches with a reason, and keeps running", async () => {
     const { peer, agentId } = await rig();
     await peer.sendRaw(
       agentId,
-      JSON.stringify({ v: 1, type: "dispatch", msgId: "m1", sentAt: Date.now(), executionId: "bad-1", round: 1, handler: 5 }),
+      JSON.stringify({
+        v: 1,
+        type: "dispatch",
+        msgId: "m1",
+        sentAt: Date.now(),
+        executionId: "bad-1",
+        round: 1,
+        handler: 5,
+      }),
     );
     await peer.sendRaw(agentId, "{ not json");
     peer.dispatch(agentId, { executionId: "bad-2", handler: "no.such.handler" });
     peer.dispatch(agentId, { executionId: "bad-3", handler: "sleep", params: { ms: "x" } });
     peer.dispatch(agentId, { executionId: "good-1", handler: "echo", params: { ok: true } });
-    await waitFor("good-1 finished", () => (peer.of(agentId, "finished", "good-1").length ? true : undefined));
+    await waitFor("good-1 finished", () =>
+      peer.of(agentId, "finished", "good-1").length ? true : undefined,
+    );
     const rejected = peer.of(agentId, "rejected");
     expect(rejected.map((r) => [r.executionId, r.reason])).toEqual([
       ["bad-1", "invalid_dispatch"],
@@ -96,7 +128,9 @@ describe("agent: duplicates and bad input", () => {
   it("answers busy when the slot and queue are full, and journal_full when it holds maxPending", async () => {
     const { peer, agentId } = await rig({ capacity: { concurrency: 1, queue: 0, maxPending: 3 } });
     peer.dispatch(agentId, { executionId: "run-1", handler: "sleep", params: { ms: 3000 } });
-    await waitFor("run-1 started", () => (peer.of(agentId, "started", "run-1").length ? true : undefined));
+    await waitFor("run-1 started", () =>
+      peer.of(agentId, "started", "run-1").length ? true : undefined,
+    );
     // Due a second ago: due now whatever the agent's clock-offset estimate is.
     peer.dispatch(agentId, { executionId: "now-2", handler: "echo", fireAt: Date.now() - 1000 });
     const later = Date.now() + 60_000;
@@ -105,7 +139,11 @@ describe("agent: duplicates and bad input", () => {
     peer.dispatch(agentId, { executionId: "later-5", fireAt: later, deadline: later + 1000 });
     await waitFor("five answers", () => (peer.of(agentId).length >= 7 ? true : undefined));
     expect(peer.of(agentId, "busy").map((r) => r.executionId)).toEqual(["now-2"]);
-    expect(peer.of(agentId, "accepted").map((r) => r.executionId)).toEqual(["run-1", "later-3", "later-4"]);
+    expect(peer.of(agentId, "accepted").map((r) => r.executionId)).toEqual([
+      "run-1",
+      "later-3",
+      "later-4",
+    ]);
     const full = peer.of(agentId, "rejected");
     expect(full.map((r) => [r.executionId, r.reason])).toEqual([["later-5", "journal_full"]]);
     expect(full[0]?.message).toBe("holding 3 open commands (maxPending 3)");
@@ -114,7 +152,9 @@ describe("agent: duplicates and bad input", () => {
 
 describe("agent: timing", () => {
   it("fires 1,000 commands 1-3 s ahead: all of them, none early, each with its lateness", async () => {
-    const { peer, agentId } = await rig({ capacity: { concurrency: 64, queue: 2000, maxPending: 5000 } });
+    const { peer, agentId } = await rig({
+      capacity: { concurrency: 64, queue: 2000, maxPending: 5000 },
+    });
     const base = Date.now() + 1000;
     const fireAts = new Map<string, number>();
     for (let i = 0; i < 1000; i++) {
@@ -122,7 +162,11 @@ describe("agent: timing", () => {
       fireAts.set(`t-${i}`, fireAt);
       peer.dispatch(agentId, { executionId: `t-${i}`, fireAt, deadline: fireAt + 20_000 });
     }
-    await waitFor("1,000 finished", () => (peer.of(agentId, "finished").length === 1000 ? true : undefined), 30_000);
+    await waitFor(
+      "1,000 finished",
+      () => (peer.of(agentId, "finished").length === 1000 ? true : undefined),
+      30_000,
+    );
     const started = peer.of(agentId, "started");
     expect(started).toHaveLength(1000);
     const early = started.filter((s) => s.startedAt < (fireAts.get(s.executionId) ?? 0));
@@ -141,17 +185,32 @@ describe("agent: outages", () => {
     const port = first.port;
     const prefix = `axt${Date.now().toString(36)}`;
     let embedded = first;
-    const broker: TestBroker = { url: first.url, prefix, embedded: first, close: async () => embedded.close() };
+    const broker: TestBroker = {
+      url: first.url,
+      prefix,
+      embedded: first,
+      close: async () => embedded.close(),
+    };
     const { peer, agentId } = await rig({ heartbeatMs: 500 }, broker);
     for (let i = 0; i < 5; i++) {
-      peer.dispatch(agentId, { executionId: `o-${i}`, handler: "sleep", params: { ms: 1500 + i * 200 } });
+      peer.dispatch(agentId, {
+        executionId: `o-${i}`,
+        handler: "sleep",
+        params: { ms: 1500 + i * 200 },
+      });
     }
-    await waitFor("all started", () => (peer.of(agentId, "started").length === 5 ? true : undefined));
+    await waitFor("all started", () =>
+      peer.of(agentId, "started").length === 5 ? true : undefined,
+    );
     await first.close();
     // The runs finish while the broker is down; their reports wait in the journal's outbox.
     await new Promise((r) => setTimeout(r, 10_000));
     embedded = await startEmbeddedBroker(port);
-    await waitFor("all finished after the outage", () => (peer.of(agentId, "finished").length === 5 ? true : undefined), 30_000);
+    await waitFor(
+      "all finished after the outage",
+      () => (peer.of(agentId, "finished").length === 5 ? true : undefined),
+      30_000,
+    );
     const stored = peer.reports.get(agentId) ?? [];
     expect(stored.map((r) => r.seq)).toEqual(stored.map((_, i) => i + 1));
     for (let i = 0; i < 5; i++) {
@@ -163,5 +222,78 @@ describe("agent: outages", () => {
       const original = stored.find((s) => s.seq === r.seq);
       expect(original?.msgId).toBe(r.msgId);
     }
+  }, 60_000);
+});
+
+describe("agent: crashes and restarts", () => {
+  it("reports a run killed by kill -9 as interrupted exactly once after restart, and never runs it again", async () => {
+    const r = await rig({ handlers: { exec: { enabled: true, allow: ["/bin/sh"] } } });
+    const counter = `${r.tmp.dir}/runs.txt`;
+    const marker = `ax-kill-test-${r.agentId}`;
+    r.peer.dispatch(r.agentId, {
+      executionId: "k-1",
+      handler: "exec",
+      params: {
+        command: "/bin/sh",
+        args: ["-c", `echo run >> ${counter}; exec sleep 30 # ${marker}`],
+      },
+      timeoutMs: 60_000,
+    });
+    await waitFor("the handler's side effect", () => {
+      try {
+        return readFileSync(counter, "utf8").length > 0 ? true : undefined;
+      } catch {
+        return undefined;
+      }
+    });
+    await r.agent.kill();
+    await r.restart();
+    await waitFor("interrupted", () =>
+      r.peer.of(r.agentId, "finished", "k-1").length ? true : undefined,
+    );
+    await new Promise((res) => setTimeout(res, 1500));
+    const finished = r.peer.of(r.agentId, "finished", "k-1");
+    expect(finished).toHaveLength(1);
+    expect(finished[0]).toMatchObject({ outcome: "interrupted", retryable: true });
+    expect(finished[0]?.startedAt).toBe(r.peer.of(r.agentId, "started", "k-1")[0]?.startedAt);
+    expect(readFileSync(counter, "utf8")).toBe("run\n");
+    // The same dispatch delivered again after the restart is not run again either.
+    r.peer.dispatch(r.agentId, {
+      executionId: "k-1",
+      handler: "exec",
+      params: { command: "/bin/sh", args: ["-c", "true"] },
+    });
+    await waitFor("state answer", () =>
+      r.peer.of(r.agentId, "state", "k-1").length ? true : undefined,
+    );
+    expect(r.peer.of(r.agentId, "state", "k-1")[0]?.localState).toBe("interrupted");
+    expect(readFileSync(counter, "utf8")).toBe("run\n");
+    spawnSync("pkill", ["-f", marker]);
+  }, 60_000);
+
+  it("on SIGTERM finishes running work, publishes offline, and fires journaled commands after restart", async () => {
+    const r = await rig({ shutdownGraceMs: 5000 });
+    r.peer.dispatch(r.agentId, { executionId: "g-run", handler: "sleep", params: { ms: 1200 } });
+    const later = Date.now() + 4000;
+    r.peer.dispatch(r.agentId, { executionId: "g-later", fireAt: later, deadline: later + 20_000 });
+    await waitFor("both accepted", () =>
+      r.peer.of(r.agentId, "accepted").length === 2 ? true : undefined,
+    );
+    await waitFor("g-run started", () =>
+      r.peer.of(r.agentId, "started", "g-run").length ? true : undefined,
+    );
+    const code = await r.agent.stop(10_000);
+    expect(code).toBe(0);
+    expect(r.peer.of(r.agentId, "finished", "g-run")[0]?.outcome).toBe("succeeded");
+    await waitFor("offline presence", () =>
+      r.peer.presences.some((p) => p.status === "offline") ? true : undefined,
+    );
+    expect(r.peer.of(r.agentId, "started", "g-later")).toHaveLength(0);
+    await r.restart();
+    await waitFor("g-later finished after restart", () =>
+      r.peer.of(r.agentId, "finished", "g-later").length ? true : undefined,
+    );
+    const started = r.peer.of(r.agentId, "started", "g-later")[0];
+    expect(started?.startedAt).toBeGreaterThanOrEqual(later);
   }, 60_000);
 });

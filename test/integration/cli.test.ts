@@ -26,7 +26,10 @@ describe("the ax command", () => {
   }, 90_000);
 
   it.each([
-    [["demo", "--duration", "abc"], 'demo: --duration must be a positive number of seconds, got "abc"'],
+    [
+      ["demo", "--duration", "abc"],
+      'demo: --duration must be a positive number of seconds, got "abc"',
+    ],
     [["demo", "--duration=-3"], 'demo: --duration must be a positive number of seconds, got "-3"'],
     [["demo", "--speed", "2"], "demo: Unknown option '--speed'"],
     [["coordinator", "stop"], 'coordinator: unknown subcommand "stop" (expected start)'],
@@ -57,11 +60,16 @@ describe("the ax command", () => {
     const tmp = tempDir();
     try {
       const file = `${tmp.dir}/coordinator.json`;
-      writeFileSync(file, JSON.stringify({ mqtt: { url: "mqtt://127.0.0.1:1" }, heartbeat: "fast" }));
+      writeFileSync(
+        file,
+        JSON.stringify({ mqtt: { url: "mqtt://127.0.0.1:1" }, heartbeat: "fast" }),
+      );
       const r = ax(["coordinator", "start", "--config", file]);
       expect(r.code).toBe(1);
       expect(r.stderr).toContain(`ax: AX_CONFIG_INVALID: ${file}: invalid coordinator config`);
-      expect(r.stderr).toContain('heartbeat: must be milliseconds or a duration such as 500ms, 2s, 5m, 1h (got "fast")');
+      expect(r.stderr).toContain(
+        'heartbeat: must be milliseconds or a duration such as 500ms, 2s, 5m, 1h (got "fast")',
+      );
       writeFileSync(file, "{ not json");
       const r2 = ax(["coordinator", "start", "--config", file]);
       expect(r2.code).toBe(1);

@@ -39,7 +39,9 @@ describe("a job runs end to end", () => {
       );
     }
     await waitFor("both agents online", () =>
-      coordinator.registry.list().filter((a) => a.status === "online").length === 2 ? true : undefined,
+      coordinator.registry.list().filter((a) => a.status === "online").length === 2
+        ? true
+        : undefined,
     );
   }, 60_000);
 
@@ -62,12 +64,23 @@ describe("a job runs end to end", () => {
     // A malformed message on an agent's up topic, mid-run: rejected, counted, nothing else.
     await new Promise((r) => setTimeout(r, 2000));
     const intruder = await mqtt.connectAsync(broker.url, { clientId: `${broker.prefix}-x` });
-    await intruder.publishAsync(`${broker.prefix}/v1/agents/${agents[0]?.agentId}/up`, '{"v":1,"type":"finished"', {
-      qos: 1,
-    });
     await intruder.publishAsync(
       `${broker.prefix}/v1/agents/${agents[0]?.agentId}/up`,
-      JSON.stringify({ v: 1, type: "finished", msgId: "x1", sentAt: 1, executionId: "ex", round: 0 }),
+      '{"v":1,"type":"finished"',
+      {
+        qos: 1,
+      },
+    );
+    await intruder.publishAsync(
+      `${broker.prefix}/v1/agents/${agents[0]?.agentId}/up`,
+      JSON.stringify({
+        v: 1,
+        type: "finished",
+        msgId: "x1",
+        sentAt: 1,
+        executionId: "ex",
+        round: 0,
+      }),
       { qos: 1 },
     );
     await intruder.endAsync();
@@ -114,13 +127,22 @@ describe("a job runs end to end", () => {
     const counters = await coordinator.store.counters();
     expect(counters.invalid_messages).toBe(2);
     // The agents are still registered and online: nothing was disturbed.
-    expect(coordinator.registry.list().map((a: { status: string }) => a.status)).toEqual(["online", "online"]);
+    expect(coordinator.registry.list().map((a: { status: string }) => a.status)).toEqual([
+      "online",
+      "online",
+    ]);
   }, 60_000);
 
   it("runs a device command on its target agent at its time", async () => {
     const agentId = agents[1]?.agentId ?? "";
     const at = Date.now() + 1500;
-    const id = await coordinator.sendCommand({ agentId, handler: "echo", params: { relay: "on" }, at, deadline: at + 5000 });
+    const id = await coordinator.sendCommand({
+      agentId,
+      handler: "echo",
+      params: { relay: "on" },
+      at,
+      deadline: at + 5000,
+    });
     const done: ExecutionRecord = await waitFor("the command to end", async () => {
       const e = await coordinator.store.getExecution(id);
       return e && TERMINAL_STATES.has(e.state) ? e : undefined;

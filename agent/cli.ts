@@ -1,0 +1,31 @@
+/**
+ * The agent's own entry point, for a bundled agent on a device: `node agent.mjs --config FILE`.
+ * (`ax agent start --config FILE` does the same from the full package.)
+ */
+import { parseArgs } from "node:util";
+import { isAxError } from "../shared/errors.js";
+import { loadAgentConfig } from "./config.js";
+import { runAgent } from "./main.js";
+
+async function cli(argv: string[]): Promise<number> {
+  try {
+    const { values } = parseArgs({
+      args: argv,
+      options: { config: { type: "string" } },
+      strict: true,
+    });
+    if (!values.config) {
+      process.stderr.write("usage: agent --config FILE\n");
+      return 2;
+    }
+    await runAgent(loadAgentConfig(values.config));
+    return 0;
+  } catch (err) {
+    process.stderr.write(
+      `agent: ${isAxError(err) ? `${err.code}: ${err.message}` : String((err as Error).stack ?? err)}\n`,
+    );
+    return isAxError(err) ? 1 : 2;
+  }
+}
+
+process.exitCode = await cli(process.argv.slice(2));

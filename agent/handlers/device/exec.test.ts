@@ -1,0 +1,202 @@
+import { mkdtemp, realpath, rm } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { EXEC_DEFAULT_MAX_OUTPUT_BYTES, EXEC_KILL_GRACE_MS, execHandler } from "./exec.js";
+import { failureOf, paramsError, testContext } from "./test-context.js";
+
+const ALLOW = ["/bin/echo", "/bin/sh", "/bin/sleep"];
+const exec = execHandler({ enabled: true, allow: ALLOW });
+
+let dir: string;
+beforeAll(async () => {
+  dir = await realpath(await mkdtemp(join(tmpdir(), "ax-exec-")));
+});
+afterAll(async () => {
+  await rm(dir, { recursive: true, force: true });
+});
+
+describe("exec", () => {
+  it("runs an allow-listed command and returns its exit code and output", async () => {
+    expect(exec.name).toBe("exec");
+    await expect(
+      exec.run(testContext(), { command: "/bin/echo", args: ["hello", "gpio 17"] }),
+    ).resolves.toEqual({
+      exitCode: 0,
+      stdout: "hello gpio 17\n",
+      stderr: "",
+      stdoutTruncated: false,
+      stderrTruncated: false,
+    });
+  });
+
+  it("never uses a shell: metacharacters in args are plain text", async () => {
+    const result = await exec.run(testContext(), {
+      command: "/bin/echo",
+      args: ["$HOME", "; rm -rf /", "`id`", "*"],
+    });
+    expect(result).toMatchObject({ stdout: "$HOME ; rm -rf / `id` *\n" });
+  });
+
+  it("passes cwd and env", async () => {
+    const result = await exec.run(testContext(), {
+      command: "/bin/sh",
+      args: ["-c", 'pwd; echo "$AX_PIN"'],
+      cwd: dir,
+      env: { AX_PIN: "17" },
+    });
+    expect(result).toMatchObject({ exitCode: 0, stdout: `${dir}\n17\n` });
+  });
+
+  it("fails retryable on a non-zero exit, with the code and the end of stderr", async () => {
+    expect(
+      await failureOf(exec.run(testContext(), { command: "/bin/sh", args: ["-c", "exit 3"] })),
+    ).toEqual({
+      name: "HandlerFailure",
+      message: "exec: /bin/sh exited with code 3",
+      retryable: true,
+    });
+    const noisy = "i=0; while [ $i -lt 200 ]; do echo line $i >&2; i=$((i+1)); done; exit 4";
+    const failure = await failureOf(
+      exec.run(testContext(), { command: "/bin/sh", args: ["-c", noisy] }),
+    );
+    expect(failure.retryable).toBe(true);
+    expect(failure.message).toMatch(/^exec: \/bin\/sh exited with code 4: …/);
+    expect(failure.message.endsWith("line 198\nline 199")).toBe(true);
+    expect(failure.message.length).toBeLessThan(600);
+  });
+
+  it("refuses a command that is not in the allow-list", async () => {
+    expect(await failureOf(exec.run(testContext(), { command: "/bin/ls" }))).toEqual({
+      name: "HandlerFailure",
+      message: 'exec: "/bin/ls" is not in this agent\'s exec allow-list',
+      retryable: false,
+    });
+    // Exact match: the same binary by another spelling is not on the list.
+    expect(await failureOf(exec.run(testContext(), { command: "/bin/../bin/echo" }))).toEqual({
+      name: "HandlerFailure",
+      message: 'exec: "/bin/../bin/echo" is not in this agent\'s exec allow-list',
+      retryable: false,
+    });
+  });
+
+  it("refuses everything when disabled", async () => {
+    const off = execHandler({ enabled: false, allow: ALLOW });
+    expect(await failureOf(off.run(testContext(), { command: "/bin/echo" }))).toEqual({
+      name: "HandlerFailure",
+      message: "exec is disabled in this agent's config",
+      retryable: false,
+    });
+  });
+
+  it("fails for good when an allow-listed command does not exist", async () => {
+    const handler = execHandler({ enabled: true, allow: ["/nonexistent/ax-tool"] });
+    expect(
+      await failureOf(handler.run(testContext(), { command: "/nonexistent/ax-tool" })),
+    ).toEqual({
+      name: "HandlerFailure",
+      message:
+        "exec: cannot start /nonexistent/ax-tool: ENOENT (the command or the cwd does not exist)",
+      retryable: false,
+    });
+  });
+
+  it("kills the child promptly when the execution is aborted", async () => {
+    const ctx = testContext();
+    const started = performance.now();
+    const run = exec.run(ctx, { command: "/bin/sleep", args: ["30"] });
+    setTimeout(() => ctx.abort.abort(), 100);
+    expect(await failureOf(run)).toEqual({
+      name: "HandlerFailure",
+      message: "exec: /bin/sleep aborted",
+      retryable: true,
+    });
+    expect(performance.now() - started).toBeLessThan(10_000);
+  });
+
+  it("sends SIGKILL to a child that ignores SIGTERM, after the grace period", async () => {
+    const ctx = testContext();
+    const started = performance.now();
+    const run = exec.run(ctx, { command: "/bin/sh", args: ["-c", 'trap "" TERM; sleep 30'] });
+    setTimeout(() => ctx.abort.abort(), 100);
+    expect(await failureOf(run)).toMatchObject({ message: "exec: /bin/sh aborted" });
+    const took = performance.now() - started;
+    expect(took).toBeGreaterThanOrEqual(EXEC_KILL_GRACE_MS);
+    expect(took).toBeLessThan(15_000);
+  });
+
+  it("kills the child after its own timeoutMs", async () => {
+    expect(
+      await failureOf(
+        exec.run(testContext(), { command: "/bin/sleep", args: ["30"], timeoutMs: 100 }),
+      ),
+    ).toEqual({
+      name: "HandlerFailure",
+      message: "exec: /bin/sleep timed out after 100 ms",
+      retryable: true,
+    });
+  });
+
+  it("does not start when already aborted", async () => {
+    const ctx = testContext();
+    ctx.abort.abort();
+    expect(await failureOf(exec.run(ctx, { command: "/bin/echo" }))).toEqual({
+      name: "HandlerFailure",
+      message: "exec: aborted before start",
+      retryable: true,
+    });
+  });
+
+  it("keeps the first maxOutputBytes of stdout and the last of stderr", async () => {
+    const small = execHandler({ enabled: true, allow: ALLOW, maxOutputBytes: 1000 });
+    const script = "i=0; while [ $i -lt 500 ]; do echo out$i; echo err$i >&2; i=$((i+1)); done";
+    const result = (await small.run(testContext(), {
+      command: "/bin/sh",
+      args: ["-c", script],
+    })) as Record<string, unknown>;
+    const stdout = result.stdout as string;
+    const stderr = result.stderr as string;
+    expect(Buffer.byteLength(stdout)).toBe(1000);
+    expect(stdout.startsWith("out0\nout1\n")).toBe(true);
+    expect(Buffer.byteLength(stderr)).toBe(1000);
+    expect(stderr.endsWith("err498\nerr499\n")).toBe(true);
+    expect(result).toMatchObject({ exitCode: 0, stdoutTruncated: true, stderrTruncated: true });
+  });
+
+  it("keeps 16 KiB of each stream by default, so the finished report fits 64 KiB", async () => {
+    const result = (await exec.run(testContext(), {
+      command: "/bin/sh",
+      args: ["-c", "i=0; while [ $i -lt 3000 ]; do echo 0123456789; i=$((i+1)); done"],
+    })) as { stdout: string; stdoutTruncated: boolean };
+    expect(EXEC_DEFAULT_MAX_OUTPUT_BYTES).toBe(16_384);
+    expect(result.stdout.length).toBe(EXEC_DEFAULT_MAX_OUTPUT_BYTES);
+    expect(result.stdoutTruncated).toBe(true);
+  });
+
+  it("validates params with messages that name the field", () => {
+    const check = (input: unknown) => paramsError(exec.params, input);
+    expect(
+      check({ command: "/bin/echo", args: ["a"], cwd: "/", env: { A_B: "1" }, timeoutMs: 10 }),
+    ).toBe("ok");
+    expect(check({ command: "echo" })).toBe("params.command: must be an absolute path");
+    expect(check({})).toBe("params.command: is required (string)");
+    expect(check({ command: "/bin/echo", args: "a b" })).toBe(
+      "params.args: expected array, got string",
+    );
+    expect(check({ command: "/bin/echo", args: [1] })).toBe(
+      "params.args.0: expected string, got number",
+    );
+    expect(check({ command: "/bin/echo", cwd: "tmp" })).toBe(
+      "params.cwd: must be an absolute path",
+    );
+    expect(check({ command: "/bin/echo", env: { LD_PRELOAD: "/tmp/x.so" } })).toBe(
+      "params.env.LD_PRELOAD: may not be set (it injects code into the child)",
+    );
+    expect(check({ command: "/bin/echo", env: { "A=B": "x" } })).toBe(
+      "params.env.A=B: must be a variable name",
+    );
+    expect(check({ command: "/bin/echo", timeoutMs: 0 })).toBe(
+      "params.timeoutMs: must be at least 1",
+    );
+  });
+});
