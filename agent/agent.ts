@@ -76,6 +76,7 @@ export class Agent {
     this.journal = new Journal({
       path: config.journal.path,
       synchronous: config.journal.synchronous,
+      syncStart: config.journal.syncStart,
       maxOpen: config.capacity.maxPending,
       maxOutbox: config.journal.maxOutbox,
       retainMs: config.journal.retainMs,

@@ -55,12 +55,20 @@ export const agentConfigSchema = z.object({
       path: z._default(z.string().check(z.minLength(1)), "ax-journal.sqlite"),
       /** See docs/benchmarks.md for the cost of each. @default "NORMAL" */
       synchronous: z._default(z.enum(["NORMAL", "FULL"]), "NORMAL"),
+      /** Under NORMAL, still fsync the commit that marks a command running (see docs/agent.md). @default true */
+      syncStart: z._default(z.boolean(), true),
       /** Unacknowledged reports kept at most before new dispatches are refused. @default 100000 */
       maxOutbox: z._default(z.int().check(z.gte(100), z.lte(10_000_000)), 100_000),
       /** How long finished commands are kept to answer duplicates. @default 86400000 (24 h) */
       retainMs: z._default(z.int().check(z.gte(60_000)), 86_400_000),
     }),
-    { path: "ax-journal.sqlite", synchronous: "NORMAL", maxOutbox: 100_000, retainMs: 86_400_000 },
+    {
+      path: "ax-journal.sqlite",
+      synchronous: "NORMAL",
+      syncStart: true,
+      maxOutbox: 100_000,
+      retainMs: 86_400_000,
+    },
   ),
   /** Built-in device handlers to offer (mqtt.publish, http.request, file.write, exec); see docs/handlers.md. @default {} */
   handlers: z._default(deviceHandlersConfigSchema, {}),

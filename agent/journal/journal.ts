@@ -30,6 +30,11 @@ export interface JournalOptions {
    * docs/benchmarks.md for what each costs.
    */
   synchronous?: "NORMAL" | "FULL";
+  /**
+   * With `NORMAL`, still make the commit that marks a command `running` durable before its
+   * handler runs, so a power loss cannot make it run twice. @default true
+   */
+  syncStart?: boolean;
   /** Open commands (scheduled, queued, running) held at most; beyond it dispatches are rejected journal_full. */
   maxOpen: number;
   /** Unacknowledged reports held at most before new dispatches are rejected journal_full. @default 100000 */
@@ -82,17 +87,24 @@ export class Journal {
   private outboxCount: number;
   private readonly maxOutbox: number;
   private readonly retainMs: number;
+  private readonly syncStart: boolean;
   private readonly stmt;
 
   constructor(private readonly options: JournalOptions) {
     this.maxOutbox = options.maxOutbox ?? 100_000;
+    this.syncStart = (options.synchronous ?? "NORMAL") === "NORMAL" && (options.syncStart ?? true);
     this.retainMs = options.retainMs ?? 86_400_000;
+    let opened: Database.Database | undefined;
     try {
-      this.db = new Database(options.path);
-      this.db.pragma("journal_mode = WAL");
-      this.db.pragma(`synchronous = ${options.synchronous ?? "NORMAL"}`);
-      migrate(this.db, JOURNAL_MIGRATIONS, options.now());
+      opened = new Database(options.path);
+      opened.pragma("journal_mode = WAL");
+      opened.pragma(`synchronous = ${options.synchronous ?? "NORMAL"}`);
+      migrate(opened, JOURNAL_MIGRATIONS, options.now());
+      this.db = opened;
     } catch (err) {
+      // The caller gets no Journal to close, so a half-opened one must not keep its file handle
+      // (a file that is not a database, or one written by a newer build).
+      if (opened?.open) opened.close();
       if (err instanceof AxError) throw err;
       throw new AxError(
         "AX_STORE_FAILED",
@@ -179,25 +191,41 @@ export class Journal {
 
   /** The latest round journaled for an execution. */
   latest(executionId: string): CommandRow | undefined {
-    const r = this.stmt.latest.get(executionId) as CommandDbRow | undefined;
+    const r = this.guard("latest", () => this.stmt.latest.get(executionId)) as
+      | CommandDbRow
+      | undefined;
     return r ? toRow(r) : undefined;
   }
 
   get(id: number): CommandRow | undefined {
-    const r = this.stmt.byId.get(id) as CommandDbRow | undefined;
+    const r = this.guard("get", () => this.stmt.byId.get(id)) as CommandDbRow | undefined;
     return r ? toRow(r) : undefined;
   }
 
   /** Every open command, earliest fire time first (for a restart). */
   openCommands(): CommandRow[] {
-    return (this.stmt.open.all() as CommandDbRow[]).map(toRow);
+    return (this.guard("openCommands", () => this.stmt.open.all()) as CommandDbRow[]).map(toRow);
   }
 
   countsByState(): { scheduled: number; queued: number; running: number } {
     const out = { scheduled: 0, queued: 0, running: 0 };
-    for (const r of this.stmt.countByState.all() as { state: keyof typeof out; n: number }[])
-      out[r.state] = r.n;
+    const rows = this.guard("countsByState", () => this.stmt.countByState.all()) as {
+      state: keyof typeof out;
+      n: number;
+    }[];
+    for (const r of rows) out[r.state] = r.n;
     return out;
+  }
+
+  /** Runs one statement outside a transaction, translating its failure (a closed or broken file). */
+  private guard<T>(what: string, fn: () => T): T {
+    try {
+      return fn();
+    } catch (err) {
+      throw new AxError("AX_STORE_FAILED", `journal: ${what} failed: ${(err as Error).message}`, {
+        cause: err,
+      });
+    }
   }
 
   /** Adds a report to the outbox inside the current transaction; returns it numbered. */
@@ -309,6 +337,26 @@ export class Journal {
     envelope: (body: ReportBody, seq: number) => Report,
     startedAt?: number,
   ): Report | undefined {
+    // The commit that marks a command running is the last one before its side effect. Under
+    // NORMAL a power loss could undo it and the command would run again after the reboot; so
+    // unless told otherwise, that one commit is made durable (fsynced) like under FULL.
+    const syncThis = state === "running" && this.syncStart;
+    if (syncThis) this.db.pragma("synchronous = FULL");
+    try {
+      return this.transitionTx(id, from, state, body, envelope, startedAt);
+    } finally {
+      if (syncThis) this.db.pragma("synchronous = NORMAL");
+    }
+  }
+
+  private transitionTx(
+    id: number,
+    from: CommandState,
+    state: CommandState,
+    body: ReportBody | undefined,
+    envelope: (body: ReportBody, seq: number) => Report,
+    startedAt?: number,
+  ): Report | undefined {
     return this.tx("transition", () => {
       const terminal = !OPEN_STATES.has(state);
       this.stmt.setState.run({
@@ -329,26 +377,29 @@ export class Journal {
 
   /** Unacknowledged reports, oldest first, exactly as first sent. */
   pendingReports(): Report[] {
-    return (this.stmt.outboxAll.all() as { message: string }[]).map(
-      (r) => JSON.parse(r.message) as Report,
-    );
+    return (
+      this.guard("pendingReports", () => this.stmt.outboxAll.all()) as { message: string }[]
+    ).map((r) => JSON.parse(r.message) as Report);
   }
 
   /** The oldest unacknowledged report, if any. */
   oldestReport(): Report | undefined {
-    const r = this.stmt.outboxFirst.get() as { message: string } | undefined;
+    const r = this.guard("oldestReport", () => this.stmt.outboxFirst.get()) as
+      | { message: string }
+      | undefined;
     return r ? (JSON.parse(r.message) as Report) : undefined;
   }
 
   /** Drops every report with seq ≤ upTo (the coordinator stored them). */
   ack(upTo: number): void {
-    const removed = this.stmt.outboxAck.run(upTo).changes;
+    const removed = this.guard("ack", () => this.stmt.outboxAck.run(upTo)).changes;
     this.outboxCount = Math.max(0, this.outboxCount - removed);
   }
 
   /** Deletes at most `limit` terminal commands finished before the retention window; returns how many. */
   purge(limit = 500): number {
-    return this.stmt.purge.run(this.options.now() - this.retainMs, limit).changes;
+    return this.guard("purge", () => this.stmt.purge.run(this.options.now() - this.retainMs, limit))
+      .changes;
   }
 
   close(): void {

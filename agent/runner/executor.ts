@@ -71,6 +71,9 @@ export class Executor {
       clock: o.clock,
       tickMs: o.tickMs,
       slots: 512,
+      // Each fire reads and writes the journal (tens of µs); a turn fires at most this many, so
+      // a burst of commands due together never blocks the loop for more than a couple of ms.
+      maxBatch: 32,
       onError: (err) => o.log("error", `wheel callback failed: ${(err as Error).message}`),
     });
   }
