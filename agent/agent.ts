@@ -3,6 +3,7 @@ import { ClockSync } from "../shared/clock-sync.js";
 import { newId } from "../shared/ids.js";
 import { envelope } from "../shared/message.js";
 import {
+  type Dispatch,
   type DownMessage,
   decode,
   encode,
@@ -58,6 +59,14 @@ export class Agent {
   private helloTimer: TimerHandle | undefined;
   private heartbeatTimer: TimerHandle | undefined;
   private stopped = false;
+  /** Dispatches and the highest ack received since the last batch (see flushBatch). */
+  private pendingDispatches: Dispatch[] = [];
+  private pendingAck = 0;
+  private batchScheduled = false;
+  /** Reports written inside the open batch, sent once it commits. */
+  private held: Report[] | undefined;
+  /** Seq of the oldest unacknowledged report at the previous heartbeat. */
+  private lastOldestSeq: number | undefined;
   private readonly counters = { invalidMessages: 0, dispatches: 0 };
 
   constructor(
@@ -105,7 +114,9 @@ export class Agent {
       journal: this.journal,
       envelope: (body, seq) => ({ ...envelope(body, this.coordNow()), seq }) as Report,
       publish: (report) => {
-        if (this.welcomed) this.publish(() => this.link.publishUp(report));
+        // Inside a batch the journal has not committed yet: hold the report until it has.
+        if (this.held !== undefined) this.held.push(report);
+        else if (this.welcomed) this.publish(() => this.link.publishUp(report));
       },
       log: this.log,
     });
@@ -234,11 +245,14 @@ export class Agent {
         this.sync.addSample(m.clock, receivedLocal);
         return;
       case "ack":
-        this.journal.ack(m.upTo);
+        // Acks come in bursts; only the highest matters, applied once per batch.
+        this.pendingAck = Math.max(this.pendingAck, m.upTo);
+        this.scheduleBatch();
         return;
       case "dispatch":
         this.counters.dispatches++;
-        this.executor.dispatch(m);
+        this.pendingDispatches.push(m);
+        this.scheduleBatch();
         return;
       case "cancel":
         this.executor.cancel(m.executionId, m.round);
@@ -247,6 +261,44 @@ export class Agent {
         this.executor.query(m.executionId, m.round);
         return;
     }
+  }
+
+  private scheduleBatch(): void {
+    if (this.batchScheduled) return;
+    this.batchScheduled = true;
+    setImmediate(() => this.flushBatch());
+  }
+
+  /**
+   * Group commit: the dispatches that arrived together are journaled in one transaction, and
+   * their answers are sent only after it commits (a dispatch is written before it is
+   * acknowledged). Batches are capped so one never holds the loop for long.
+   */
+  private flushBatch(): void {
+    this.batchScheduled = false;
+    if (this.stopped) return;
+    const batch = this.pendingDispatches.splice(0, 64);
+    const ack = this.pendingAck;
+    this.pendingAck = 0;
+    if (this.pendingDispatches.length > 0) this.scheduleBatch();
+    const held: Report[] = [];
+    this.held = held;
+    try {
+      this.journal.batch(() => {
+        if (ack > 0) this.journal.ack(ack);
+        for (const d of batch) this.executor.dispatch(d);
+      });
+    } catch (err) {
+      // The batch rolled back: nothing in it was answered, so the coordinator redispatches.
+      held.length = 0;
+      this.log(
+        "error",
+        `journaling a batch of ${batch.length} dispatches failed: ${(err as Error).message}`,
+      );
+    } finally {
+      this.held = undefined;
+    }
+    if (this.welcomed) for (const r of held) this.publish(() => this.link.publishUp(r));
   }
 
   private scheduleHeartbeat(delayMs: number): void {
@@ -287,8 +339,13 @@ export class Agent {
       );
       // Reports still unacknowledged after a heartbeat period are re-sent in order (rule 1): the
       // coordinator may have restarted or dropped one beyond a gap.
+      // Only when acknowledgements stopped moving: while they progress, the coordinator is just
+      // behind, and re-sending everything would bury it under duplicates.
       const oldest = this.journal.oldestReport();
-      if (oldest && this.coordNow() - oldest.sentAt > this.heartbeatMs) this.replayOutbox();
+      const stalled = this.journal.outboxDepth > 0 && oldest?.seq === this.lastOldestSeq;
+      if (oldest && stalled && this.coordNow() - oldest.sentAt > this.heartbeatMs)
+        this.replayOutbox();
+      this.lastOldestSeq = oldest?.seq;
     }
     // Retention: terminal commands past their window go, a small batch at a time so no
     // synchronous chunk of agent work grows long.

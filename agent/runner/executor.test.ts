@@ -150,6 +150,9 @@ function setup(capacity: { concurrency?: number; queue?: number; maxPending?: nu
         ...p,
       });
       ex.dispatch(d);
+      // A command due on arrival starts on the next turn of the wheel (after the journal
+      // commits); let that turn happen, without moving time.
+      clock.advance(0);
       return d;
     },
   };

@@ -237,8 +237,9 @@ export class Executor {
       dispatch: d,
       startedAt: null,
     };
-    if (dueNow) this.due(row);
-    else this.wheel.schedule(this.o.toMono(d.fireAt), row.id);
+    // Even a command due now starts from the wheel, on a later turn of the loop: never inside
+    // the transaction that journals it, so its side effect cannot happen before that commits.
+    this.wheel.schedule(this.o.toMono(d.fireAt), row.id);
   }
 
   /** Rule 8: stops a scheduled, queued or running command, or says it is too late. */

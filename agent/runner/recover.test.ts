@@ -93,6 +93,7 @@ function boot(path: string, clock: FakeClock, runs: Map<string, number>) {
         ...p,
       }),
     );
+    clock.advance(0); // a command due on arrival starts on the wheel's next turn
   };
   const finished = (id: string) =>
     published.filter((r): r is Finished => r.type === "finished" && r.executionId === id);
