@@ -67,6 +67,7 @@ export class Agent {
   private held: Report[] | undefined;
   /** Seq of the oldest unacknowledged report at the previous heartbeat. */
   private lastOldestSeq: number | undefined;
+  private ackStallSince = 0;
   private readonly counters = { invalidMessages: 0, dispatches: 0 };
 
   constructor(
@@ -337,15 +338,19 @@ export class Agent {
           ),
         ),
       );
-      // Reports still unacknowledged after a heartbeat period are re-sent in order (rule 1): the
-      // coordinator may have restarted or dropped one beyond a gap.
-      // Only when acknowledgements stopped moving: while they progress, the coordinator is just
-      // behind, and re-sending everything would bury it under duplicates.
+      // Unacknowledged reports are re-sent in order (rule 1) when acknowledgements have stopped
+      // moving for a while (three heartbeats, at least 5 s): the coordinator may have restarted
+      // or dropped one beyond a gap. While they progress the coordinator is just behind, and
+      // re-sending everything would bury it under duplicates.
       const oldest = this.journal.oldestReport();
-      const stalled = this.journal.outboxDepth > 0 && oldest?.seq === this.lastOldestSeq;
-      if (oldest && stalled && this.coordNow() - oldest.sentAt > this.heartbeatMs)
+      const now = this.clock.monoNow();
+      if (oldest?.seq !== this.lastOldestSeq) {
+        this.lastOldestSeq = oldest?.seq;
+        this.ackStallSince = now;
+      } else if (oldest && now - this.ackStallSince >= Math.max(3 * this.heartbeatMs, 5_000)) {
         this.replayOutbox();
-      this.lastOldestSeq = oldest?.seq;
+        this.ackStallSince = now;
+      }
     }
     // Retention: terminal commands past their window go, a small batch at a time so no
     // synchronous chunk of agent work grows long.
