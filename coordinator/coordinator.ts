@@ -1,16 +1,19 @@
 import { type Clock, systemClock } from "../shared/clock.js";
 import { AxError } from "../shared/errors.js";
+import { TERMINAL_STATES } from "../shared/fsm.js";
 import type { CoordinatorConfig } from "./config.js";
 import { formatIssues, type JobDefinitionInput, jobDefinitionSchema } from "./domain/job.js";
 import { nextFireAfter } from "./domain/schedule.js";
 import type { EngineContext, Logger } from "./engine/context.js";
 import { Dispatcher } from "./engine/dispatcher.js";
+import { EngineEventBus } from "./engine/events.js";
 import { FiringLoop } from "./engine/firing.js";
 import { Inbound } from "./engine/inbound.js";
+import { Leases } from "./engine/leases.js";
 import { Registry } from "./engine/registry.js";
-import { newExecutionId } from "./engine/transitions.js";
+import { applyEvent, newExecutionId } from "./engine/transitions.js";
 import { CoordinatorLink } from "./link/mqtt-link.js";
-import type { Store, StoredJob } from "./store/port.js";
+import type { ExecutionRecord, Store, StoredJob } from "./store/port.js";
 import { SqliteStore } from "./store/sqlite/sqlite-store.js";
 
 /** A device command: run `handler` on one agent at `at`, and never after `deadline`. */
@@ -40,6 +43,8 @@ export interface CoordinatorDeps {
 export class Coordinator {
   readonly store: Store;
   readonly registry: Registry;
+  /** Typed engine events: transitions, fires, misses, agents, dropped and invalid messages. */
+  readonly events: EngineEventBus;
   private readonly ctx: EngineContext;
   private readonly inbound: Inbound;
   private readonly firing: FiringLoop;
@@ -61,11 +66,16 @@ export class Coordinator {
       },
       () => clock.wallNow(),
     );
-    this.ctx = { config, store: this.store, link, clock, log };
+    this.events = new EngineEventBus((err) =>
+      log("error", `event listener failed: ${(err as Error).message}`),
+    );
+    this.ctx = { config, store: this.store, link, clock, log, events: this.events };
     this.registry = new Registry(this.ctx);
-    this.inbound = new Inbound(this.ctx, this.registry);
+    // A lease lapses after three silent heartbeats; a query gets two heartbeats (2 s at least).
+    const leases = new Leases(config.heartbeat * 3, Math.max(2_000, config.heartbeat * 2));
+    this.inbound = new Inbound(this.ctx, this.registry, leases);
     this.firing = new FiringLoop(this.ctx);
-    this.dispatcher = new Dispatcher(this.ctx, this.registry);
+    this.dispatcher = new Dispatcher(this.ctx, this.registry, leases);
     this.inbound.onChange = () => this.dispatcher.kick();
     this.firing.onFired = () => this.dispatcher.kick();
   }
@@ -101,6 +111,113 @@ export class Coordinator {
     const job = await this.store.putJob(def, nextFireAt, now);
     await this.firing.rescan();
     return job;
+  }
+
+  /**
+   * Cancels an execution (DESIGN §3). One not yet dispatched ends CANCELED at once; one held by
+   * an agent is sent a cancel, and the agent's answer ends it (or says it was too late).
+   */
+  async cancelExecution(id: string): Promise<ExecutionRecord> {
+    const exec = await this.store.getExecution(id);
+    if (!exec)
+      throw new AxError("AX_EXEC_NOT_FOUND", `execution "${id}" not found`, { context: { id } });
+    if (TERMINAL_STATES.has(exec.state)) {
+      throw new AxError("AX_EXEC_CONFLICT", `execution "${id}" already ended ${exec.state}`, {
+        context: { id },
+      });
+    }
+    await applyEvent(this.ctx, id, { type: "cancel" }, () => ({}), { by: "operator" });
+    return (await this.store.getExecution(id)) as ExecutionRecord;
+  }
+
+  /**
+   * Retries an execution that ended FAILED, TIMED_OUT, EXPIRED or CANCELED, as a new attempt: a
+   * new execution (terminal states stay final) that records which one it retries.
+   */
+  async retryExecution(id: string): Promise<string> {
+    const old = await this.store.getExecution(id);
+    if (!old)
+      throw new AxError("AX_EXEC_NOT_FOUND", `execution "${id}" not found`, { context: { id } });
+    if (!["FAILED", "TIMED_OUT", "EXPIRED", "CANCELED"].includes(old.state)) {
+      throw new AxError(
+        "AX_EXEC_CONFLICT",
+        `execution "${id}" is ${old.state}; only a failed, timed-out, expired or canceled one can be retried`,
+        {
+          context: { id },
+        },
+      );
+    }
+    const now = this.ctx.clock.wallNow();
+    const newId = newExecutionId(now);
+    await this.store.createExecution(
+      {
+        ...old,
+        id: newId,
+        fireAt: now,
+        deadline: now + Math.max(0, old.deadline - old.fireAt),
+        maxAttempts: Math.max(old.maxAttempts, old.attempt + 1),
+        createdAt: now,
+      },
+      now,
+    );
+    this.ctx.log("info", `execution ${id} retried as ${newId}`, {
+      executionId: newId,
+      retryOf: id,
+    });
+    this.dispatcher.kick();
+    return newId;
+  }
+
+  /** Fires a job now, outside its trigger (an operator's "run now"); returns the execution id. */
+  async triggerJob(jobId: string): Promise<string> {
+    const job = await this.store.getJob(jobId);
+    if (!job)
+      throw new AxError("AX_JOB_NOT_FOUND", `job "${jobId}" not found`, { context: { jobId } });
+    const now = this.ctx.clock.wallNow();
+    const def = job.definition;
+    const id = newExecutionId(now);
+    await this.store.createExecution(
+      {
+        id,
+        kind: "job",
+        jobId,
+        jobVersion: job.version,
+        handler: def.handler,
+        params: def.params,
+        targetAgentId: null,
+        fireAt: now,
+        deadline: now + def.deadline,
+        timeoutMs: def.timeout,
+        dispatchTimeoutMs: def.dispatchTimeout,
+        maxAttempts: def.retry.maxAttempts,
+        maxDispatches: def.maxDispatches,
+        priority: def.priority,
+        retryBaseMs: def.retry.baseMs,
+        retryCapMs: def.retry.capMs,
+        createdAt: now,
+      },
+      now,
+    );
+    this.dispatcher.kick();
+    return id;
+  }
+
+  /** Pauses a job: it fires nothing until resumed (a new version with `paused: true`). */
+  async pauseJob(jobId: string): Promise<StoredJob> {
+    return this.setPaused(jobId, true);
+  }
+
+  /** Resumes a job; nominal times missed while paused follow its misfire policy. */
+  async resumeJob(jobId: string): Promise<StoredJob> {
+    return this.setPaused(jobId, false);
+  }
+
+  private async setPaused(jobId: string, paused: boolean): Promise<StoredJob> {
+    const job = await this.store.getJob(jobId);
+    if (!job)
+      throw new AxError("AX_JOB_NOT_FOUND", `job "${jobId}" not found`, { context: { jobId } });
+    if (job.definition.paused === paused) return job;
+    return this.putJob({ ...job.definition, paused });
   }
 
   /** Creates a device command aimed at one agent; returns its execution id. */

@@ -19,6 +19,8 @@ export const ERROR_CODES = {
   AX_JOB_INVALID: "A job definition is invalid.",
   AX_JOB_NOT_FOUND: "No job has the given id.",
   AX_JOB_EXISTS: "A job with the given id already exists.",
+  AX_EXEC_NOT_FOUND: "No execution has the given id.",
+  AX_EXEC_CONFLICT: "The execution is not in a state that allows the operation.",
   AX_TRIGGER_INVALID: "A trigger (cron expression, interval, instant or time zone) is invalid.",
   AX_FSM_ILLEGAL_TRANSITION: "An execution event is not allowed in the execution's current state.",
   AX_STORE_FAILED: "The store failed to read or write.",

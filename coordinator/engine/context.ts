@@ -2,6 +2,7 @@ import type { Clock } from "../../shared/clock.js";
 import type { CoordinatorConfig } from "../config.js";
 import type { CoordinatorLink } from "../link/mqtt-link.js";
 import type { Store } from "../store/port.js";
+import type { EngineEventBus } from "./events.js";
 
 /** A structured log line sink; the CLI decides how lines are shown. */
 export type Logger = (
@@ -17,4 +18,5 @@ export interface EngineContext {
   link: CoordinatorLink;
   clock: Clock;
   log: Logger;
+  events: EngineEventBus;
 }

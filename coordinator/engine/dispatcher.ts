@@ -1,6 +1,8 @@
+import { envelope } from "../../shared/message.js";
 import { eligibleAgents, roundRobin } from "../domain/routing.js";
 import type { ExecutionRecord } from "../store/port.js";
 import type { EngineContext } from "./context.js";
+import type { Leases } from "./leases.js";
 import type { Registry } from "./registry.js";
 import { applyEvent } from "./transitions.js";
 
@@ -22,6 +24,7 @@ export class Dispatcher {
   constructor(
     private readonly ctx: EngineContext,
     private readonly registry: Registry,
+    private readonly leases: Leases,
   ) {}
 
   start(): void {
@@ -111,6 +114,7 @@ export class Dispatcher {
 
     const grace = this.ctx.config.timeoutGrace;
     for (const exec of await store.listExecutionsInStates(["RUNNING", "SCHEDULED"], BATCH)) {
+      if (await this.checkLease(exec, now)) continue;
       const startedBy = exec.state === "RUNNING" ? (exec.startedAt ?? exec.fireAt) : exec.deadline;
       const limit =
         exec.state === "RUNNING" ? startedBy + exec.timeoutMs + grace : startedBy + grace;
@@ -128,6 +132,38 @@ export class Dispatcher {
         }));
       }
     }
+  }
+
+  /**
+   * Leases: a running execution whose agent stopped vouching for it is queried, then failed over
+   * by its retry policy. A scheduled one is never failed over this way: an agent keeps firing
+   * what it holds while offline, so moving it elsewhere could run it twice; its deadline bounds
+   * it instead. Returns true when the execution was handled here.
+   */
+  private async checkLease(exec: ExecutionRecord, now: number): Promise<boolean> {
+    if (exec.agentId === null || exec.state !== "RUNNING") return false;
+    const agentLive = this.registry.get(exec.agentId)?.status === "online";
+    const decision = this.leases.check(exec, agentLive, now);
+    if (decision.action === "query") {
+      await this.ctx.link
+        .send(
+          exec.agentId,
+          envelope({ type: "query", executionId: exec.id, round: exec.round }, now),
+        )
+        .catch(() => {});
+      return true;
+    }
+    if (decision.action === "fail_over") {
+      await applyEvent(
+        this.ctx,
+        exec.id,
+        { type: "finished", round: exec.round, outcome: "interrupted", retryable: true },
+        () => ({ finishedAt: now, message: decision.reason }),
+        { reason: decision.reason },
+      );
+      return true;
+    }
+    return false;
   }
 
   private route(exec: ExecutionRecord, now: number): string | undefined {

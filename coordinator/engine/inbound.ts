@@ -1,6 +1,7 @@
 import { envelope } from "../../shared/message.js";
 import type { Decoded, ProtocolError, Report, UpMessage } from "../../shared/protocol/index.js";
 import type { EngineContext } from "./context.js";
+import type { Leases } from "./leases.js";
 import type { Registry } from "./registry.js";
 import { applyEvent } from "./transitions.js";
 
@@ -16,6 +17,7 @@ export class Inbound {
   constructor(
     private readonly ctx: EngineContext,
     private readonly registry: Registry,
+    private readonly leases: Leases,
   ) {}
 
   handle(decoded: Decoded, receivedAt: number): void {
@@ -43,6 +45,12 @@ export class Inbound {
       code: error.code,
     });
     this.ctx.store.bumpCounter("invalid_messages").catch(() => {});
+    this.ctx.events.emit("invalidMessage", {
+      topic,
+      code: error.code,
+      message: error.message,
+      at: this.ctx.clock.wallNow(),
+    });
   }
 
   /** Resolves when every message received so far has been handled. */
@@ -82,6 +90,7 @@ export class Inbound {
       }
       case "heartbeat": {
         if (!(await this.registry.heartbeat(d.agentId, m, receivedAt))) return;
+        for (const ref of m.running) this.leases.renew(ref.executionId, ref.round, receivedAt);
         await this.ctx.link.send(
           d.agentId,
           envelope(
@@ -144,6 +153,7 @@ export class Inbound {
         );
         return;
       case "started":
+        this.leases.renew(id, r.round, this.ctx.clock.wallNow());
         await applyEvent(this.ctx, id, { type: "started", round: r.round }, () => ({
           startedAt: r.startedAt,
           lateMs: r.lateMs,
@@ -164,10 +174,36 @@ export class Inbound {
         );
         return;
       case "progress":
-      case "state":
-        // Progress notes and state answers are acknowledged; reconciling from them is the lease
-        // layer's work.
+        this.leases.renew(id, r.round, this.ctx.clock.wallNow());
         return;
+      case "state":
+        await this.reconcile(agentId, r);
+        return;
+    }
+  }
+
+  /**
+   * A `state` answer (to a query, a cancel or a duplicate dispatch). Held or running under the
+   * current round: the lease is renewed. `unknown` for an execution the coordinator believes it
+   * holds (a wiped journal, a lost dispatch): failed over at once, by the retry policy. A final
+   * state: its `finished` report is on its way through the outbox and settles it.
+   */
+  private async reconcile(agentId: string, r: Extract<Report, { type: "state" }>): Promise<void> {
+    const exec = await this.ctx.store.getExecution(r.executionId);
+    if (!exec || exec.agentId !== agentId || r.round < exec.round) return;
+    const now = this.ctx.clock.wallNow();
+    if (r.localState === "scheduled" || r.localState === "queued" || r.localState === "running") {
+      this.leases.renew(exec.id, r.round, now);
+      return;
+    }
+    if (r.localState === "unknown" && (exec.state === "SCHEDULED" || exec.state === "RUNNING")) {
+      await applyEvent(
+        this.ctx,
+        exec.id,
+        { type: "finished", round: exec.round, outcome: "interrupted", retryable: true },
+        () => ({ finishedAt: now, message: `agent ${agentId} does not know this execution` }),
+        { reason: "agent answered unknown", agentId },
+      );
     }
   }
 

@@ -61,6 +61,14 @@ export class Registry {
     this.agents.set(h.agentId, record);
     this.busyUntil.delete(h.agentId);
     await this.ctx.store.putAgent(record);
+    if (prev?.status !== "online" || prev.instanceId !== h.instanceId) {
+      this.ctx.events.emit("agent", {
+        agentId: h.agentId,
+        status: "online",
+        reason: "hello",
+        at: now,
+      });
+    }
     return record;
   }
 
@@ -90,6 +98,12 @@ export class Registry {
       a.status = "offline";
       await this.ctx.store.putAgent(a);
       this.ctx.log("info", `agent ${agentId} offline (presence)`, { agentId });
+      this.ctx.events.emit("agent", {
+        agentId,
+        status: "offline",
+        reason: "presence",
+        at: this.ctx.clock.wallNow(),
+      });
     }
   }
 
@@ -118,6 +132,12 @@ export class Registry {
             agentId: a.agentId,
           },
         );
+        this.ctx.events.emit("agent", {
+          agentId: a.agentId,
+          status: "offline",
+          reason: `${MISSED_HEARTBEATS} heartbeats missed`,
+          at: now,
+        });
       }
     }
   }

@@ -27,6 +27,11 @@ export async function applyEvent(
       await ctx.store.bumpCounter(
         result.error.code === "stale_round" ? "stale_reports" : "illegal_transitions",
       );
+      ctx.events.emit("dropped", {
+        executionId,
+        reason: result.error.message,
+        at: ctx.clock.wallNow(),
+      });
       ctx.log("debug", `dropped ${event.type}: ${result.error.message}`, { executionId });
       return result.error.code;
     }
@@ -48,6 +53,16 @@ export async function applyEvent(
       ...(detail === undefined ? {} : { detail }),
     });
     if (!written) continue;
+    ctx.events.emit("transition", {
+      executionId,
+      jobId: exec.jobId,
+      agentId: fullPatch.agentId ?? exec.agentId,
+      event: event.type,
+      from: exec.state,
+      to: result.next.state,
+      round: result.next.round,
+      at: now,
+    });
     await perform(ctx, { ...exec, ...result.next, ...fullPatch }, result.effects);
     return "applied";
   }

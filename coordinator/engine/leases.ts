@@ -1,0 +1,81 @@
+import type { ExecutionRecord } from "../store/port.js";
+
+/** Where a lease stands for one execution (by id), kept in memory and rebuilt after a restart. */
+interface Lease {
+  round: number;
+  /** When its agent last vouched for it: a heartbeat listing it, a state answer, a report. */
+  renewedAt: number;
+  /** When a query was sent because the lease lapsed; undefined while none is outstanding. */
+  queriedAt: number | undefined;
+}
+
+export type LeaseAction =
+  | { action: "ok" }
+  | { action: "query" }
+  | { action: "fail_over"; reason: string };
+
+/**
+ * Execution leases (DESIGN §3 "Leases"). A running execution is held by its agent as long as the
+ * agent's heartbeats list it. When they stop (the agent is gone, or no longer runs it) the lease
+ * lapses: the coordinator queries the agent, and without an answer in time fails the execution
+ * over by its retry policy — the next dispatch's higher round fences the old holder.
+ *
+ * Leases live in memory: after a coordinator restart every lease starts fresh from the restart
+ * time, which only delays a fail-over, never causes a wrong one.
+ */
+export class Leases {
+  private readonly leases = new Map<string, Lease>();
+
+  constructor(
+    private readonly leaseMs: number,
+    private readonly queryTimeoutMs: number,
+  ) {}
+
+  /** The agent vouched for (executionId, round) at `now`. */
+  renew(executionId: string, round: number, now: number): void {
+    const l = this.leases.get(executionId);
+    if (l && l.round > round) return;
+    this.leases.set(executionId, { round, renewedAt: now, queriedAt: undefined });
+  }
+
+  forget(executionId: string): void {
+    this.leases.delete(executionId);
+  }
+
+  /**
+   * What to do about a running execution at `now`: nothing, send a query, or fail it over.
+   * `agentLive` is false once the registry has taken the agent offline.
+   */
+  check(
+    exec: Pick<ExecutionRecord, "id" | "round" | "startedAt" | "updatedAt">,
+    agentLive: boolean,
+    now: number,
+  ): LeaseAction {
+    let l = this.leases.get(exec.id);
+    if (!l || l.round < exec.round) {
+      // First sight (or a new round): the lease starts now.
+      l = {
+        round: exec.round,
+        renewedAt: Math.max(now - (agentLive ? 0 : this.leaseMs), exec.updatedAt),
+        queriedAt: undefined,
+      };
+      this.leases.set(exec.id, l);
+    }
+    const lapsed = !agentLive || now - l.renewedAt > this.leaseMs;
+    if (!lapsed) return { action: "ok" };
+    if (l.queriedAt === undefined) {
+      l.queriedAt = now;
+      return { action: "query" };
+    }
+    if (now - l.queriedAt > this.queryTimeoutMs) {
+      this.leases.delete(exec.id);
+      return {
+        action: "fail_over",
+        reason: agentLive
+          ? `lease lapsed: not in the agent's heartbeats, and no answer to a query within ${this.queryTimeoutMs} ms`
+          : `lease lapsed: the agent is offline, and no answer to a query within ${this.queryTimeoutMs} ms`,
+      };
+    }
+    return { action: "ok" };
+  }
+}

@@ -1,0 +1,170 @@
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { type AgentProcess, spawnAgentProcess } from "../../coordinator/cli/agent-process.js";
+import { parseCoordinatorConfig } from "../../coordinator/config.js";
+import { Coordinator } from "../../coordinator/coordinator.js";
+import type { ExecutionRecord } from "../../coordinator/store/port.js";
+import { isAxError } from "../../shared/errors.js";
+import { TERMINAL_STATES } from "../../shared/fsm.js";
+import { type TestBroker, tempDir, testBroker, waitFor } from "../helpers/env.js";
+
+/** Operator control and leases, on a real broker, a real store and a real agent process. */
+describe("coordinator: control and leases", () => {
+  let broker: TestBroker;
+  let tmp: ReturnType<typeof tempDir>;
+  let coordinator: Coordinator;
+  let agent: AgentProcess;
+  let agentId: string;
+
+  const ended = (id: string, timeoutMs = 15_000) =>
+    waitFor(
+      `${id} to end`,
+      async () => {
+        const e = await coordinator.store.getExecution(id);
+        return e && TERMINAL_STATES.has(e.state) ? e : undefined;
+      },
+      timeoutMs,
+    );
+
+  const startAgent = () =>
+    spawnAgentProcess(tmp.dir, {
+      agentId,
+      mqtt: {
+        url: broker.url,
+        prefix: broker.prefix,
+        keepaliveS: 5,
+        reconnect: { baseMs: 100, capMs: 1000 },
+      },
+      heartbeatMs: 500,
+    });
+
+  beforeAll(async () => {
+    broker = await testBroker();
+    tmp = tempDir();
+    agentId = `${broker.prefix}-c1`;
+    coordinator = new Coordinator(
+      parseCoordinatorConfig({
+        store: { path: `${tmp.dir}/ax.sqlite` },
+        mqtt: { url: broker.url, prefix: broker.prefix },
+        heartbeat: 500,
+      }),
+    );
+    await coordinator.start();
+    agent = startAgent();
+    await waitFor("agent online", () =>
+      coordinator.registry.get(agentId)?.status === "online" ? true : undefined,
+    );
+  }, 60_000);
+
+  afterAll(async () => {
+    await agent?.stop(3000);
+    await coordinator?.close();
+    await broker?.close();
+    tmp?.cleanup();
+  });
+
+  it("cancels a pending execution at once, and a running one through the agent", async () => {
+    const pending = await coordinator.sendCommand({
+      agentId: "nobody-here",
+      handler: "echo",
+      deadline: Date.now() + 60_000,
+    });
+    const canceled = await coordinator.cancelExecution(pending);
+    expect(canceled.state).toBe("CANCELED");
+
+    const running = await coordinator.sendCommand({
+      agentId,
+      handler: "sleep",
+      params: { ms: 20_000 },
+    });
+    await waitFor("running", async () =>
+      (await coordinator.store.getExecution(running))?.state === "RUNNING" ? true : undefined,
+    );
+    await coordinator.cancelExecution(running);
+    const done = await ended(running);
+    expect(done.state).toBe("CANCELED");
+    const events = (await coordinator.store.getTimeline(running)).map(
+      (t) => `${t.event}:${t.toState}`,
+    );
+    expect(events).toContain("cancel:RUNNING");
+    expect(events.at(-1)).toBe("finished:CANCELED");
+
+    await expect(coordinator.cancelExecution(running)).rejects.toSatisfy(
+      (e) =>
+        isAxError(e, "AX_EXEC_CONFLICT") &&
+        e.message === `execution "${running}" already ended CANCELED`,
+    );
+    await expect(coordinator.cancelExecution("ex_nope")).rejects.toSatisfy((e) =>
+      isAxError(e, "AX_EXEC_NOT_FOUND"),
+    );
+  }, 30_000);
+
+  it("retries a failed execution as a new attempt, and refuses to retry one that succeeded", async () => {
+    const failed = await coordinator.sendCommand({
+      agentId,
+      handler: "fail",
+      params: { retryable: false, message: "relay stuck" },
+    });
+    const first = await ended(failed);
+    expect(first.state).toBe("FAILED");
+    expect(first.message).toBe("relay stuck");
+    const retryId = await coordinator.retryExecution(failed);
+    const second: ExecutionRecord = await ended(retryId);
+    expect(second.state).toBe("FAILED");
+    expect(second.attempt).toBe(1);
+    expect(second.handler).toBe("fail");
+    const ok = await coordinator.sendCommand({ agentId, handler: "echo" });
+    await ended(ok);
+    await expect(coordinator.retryExecution(ok)).rejects.toSatisfy((e) =>
+      isAxError(e, "AX_EXEC_CONFLICT"),
+    );
+  }, 30_000);
+
+  it("triggers a manual run, and pauses and resumes a job", async () => {
+    await coordinator.putJob({
+      id: "pausable",
+      handler: "echo",
+      trigger: { type: "every", every: "1s" },
+    });
+    const manual = await coordinator.triggerJob("pausable");
+    expect((await ended(manual)).state).toBe("SUCCEEDED");
+    await coordinator.pauseJob("pausable");
+    await new Promise((r) => setTimeout(r, 1500));
+    const before = (await coordinator.store.listExecutions({ jobId: "pausable" })).length;
+    await new Promise((r) => setTimeout(r, 2500));
+    expect((await coordinator.store.listExecutions({ jobId: "pausable" })).length).toBe(before);
+    await coordinator.resumeJob("pausable");
+    await waitFor("a fire after resume", async () =>
+      (await coordinator.store.listExecutions({ jobId: "pausable" })).length > before
+        ? true
+        : undefined,
+    );
+    await coordinator.pauseJob("pausable");
+  }, 30_000);
+
+  it("fails a running execution over when its agent dies and never answers the query", async () => {
+    const id = await coordinator.sendCommand({
+      agentId,
+      handler: "sleep",
+      params: { ms: 60_000 },
+      timeoutMs: 120_000,
+    });
+    await waitFor("running", async () =>
+      (await coordinator.store.getExecution(id))?.state === "RUNNING" ? true : undefined,
+    );
+    await agent.kill();
+    const done = await ended(id, 20_000);
+    expect(done.state).toBe("FAILED");
+    expect(done.message).toMatch(
+      /^lease lapsed: the agent is offline, and no answer to a query within \d+ ms$/,
+    );
+    agent = startAgent();
+    await waitFor("agent back", () =>
+      coordinator.registry.get(agentId)?.status === "online" ? true : undefined,
+    );
+    // The restarted agent reports the killed run interrupted; that late report is dropped, counted.
+    await waitFor("the late report dropped", async () =>
+      ((await coordinator.store.counters()).illegal_transitions ?? 0) >= 1 ? true : undefined,
+    );
+    expect((await coordinator.store.getExecution(id))?.state).toBe("FAILED");
+  }, 60_000);
+});
