@@ -11,6 +11,8 @@ export interface Peer {
   /** PENDING or RETRY_WAITING count as waiting; DISPATCHED, SCHEDULED, RUNNING as active. */
   state: string;
   createdAt: number;
+  /** The firing this execution is a shard of, as in `OverlapInput.execution`. */
+  shardOf?: string | null;
 }
 
 export interface OverlapInput {
@@ -52,15 +54,19 @@ export function decideOverlap(input: OverlapInput): OverlapDecision {
   if (groupAhead) return { action: "wait", reason: `group: ${groupAhead.id} is ahead` };
 
   const active = input.sameJob.filter((p) => ACTIVE.has(p.state));
-  if (e.attempt === 1 && active.length > 0) {
-    const first = active[0]?.id;
+  // Sibling shards are the same firing, not an overlap: the policy looks past them (concurrency
+  // and the group still count them).
+  const others = input.sameJob.filter((p) => e.shardOf == null || p.shardOf !== e.shardOf);
+  const othersActive = others.filter((p) => ACTIVE.has(p.state));
+  if (e.attempt === 1 && othersActive.length > 0) {
+    const first = othersActive[0]?.id;
     switch (input.policy) {
       case "PARALLEL":
         break;
       case "SKIP":
         return { action: "skip", reason: `overlap SKIP: ${first} is still running` };
       case "QUEUE": {
-        const ahead = input.sameJob.filter((p) => p.state === "PENDING" && earlier(p, e)).length;
+        const ahead = others.filter((p) => p.state === "PENDING" && earlier(p, e)).length;
         if (ahead >= input.queueMax) {
           return {
             action: "skip",
@@ -72,14 +78,14 @@ export function decideOverlap(input: OverlapInput): OverlapDecision {
       case "REPLACE":
         return {
           action: "replace",
-          cancel: active.map((p) => p.id),
+          cancel: othersActive.map((p) => p.id),
           reason: `overlap REPLACE: canceling ${first}`,
         };
     }
   }
   if (e.attempt === 1 && input.policy === "QUEUE") {
     // FIFO: an older pending one of the same job goes first.
-    const older = input.sameJob.find((p) => p.state === "PENDING" && earlier(p, e));
+    const older = others.find((p) => p.state === "PENDING" && earlier(p, e));
     if (older) return { action: "wait", reason: `overlap QUEUE: ${older.id} is ahead` };
   }
   if (input.concurrency !== undefined && active.length >= input.concurrency) {
