@@ -49,6 +49,17 @@ export const coordinatorConfigSchema = z
       .min(1024)
       .max(16 * 1024 * 1024)
       .default(65_536),
+    /**
+     * Finished executions and their timelines are purged this many days after they end.
+     * @default 30
+     */
+    retentionDays: z.number().int().min(1).max(3650).default(30),
+    /**
+     * Stored error text (an execution's message, a timeline entry's detail) is capped at this many
+     * UTF-8 bytes.
+     * @default 2048
+     */
+    maxErrorTextBytes: z.number().int().min(256).max(65_536).default(2048),
   })
   .strict();
 

@@ -11,6 +11,7 @@ import { FiringLoop } from "./engine/firing.js";
 import { Inbound } from "./engine/inbound.js";
 import { Leases } from "./engine/leases.js";
 import { Registry } from "./engine/registry.js";
+import { RetentionLoop } from "./engine/retention.js";
 import { applyEvent, newExecutionId } from "./engine/transitions.js";
 import { CoordinatorLink } from "./link/mqtt-link.js";
 import type { ExecutionRecord, Store, StoredJob } from "./store/port.js";
@@ -49,12 +50,18 @@ export class Coordinator {
   private readonly inbound: Inbound;
   private readonly firing: FiringLoop;
   private readonly dispatcher: Dispatcher;
+  private readonly retention: RetentionLoop;
 
   constructor(config: CoordinatorConfig, deps: CoordinatorDeps = {}) {
     const clock = deps.clock ?? systemClock;
     const log: Logger = deps.log ?? (() => {});
     this.store =
-      deps.store ?? new SqliteStore({ path: config.store.path, now: () => clock.wallNow() });
+      deps.store ??
+      new SqliteStore({
+        path: config.store.path,
+        now: () => clock.wallNow(),
+        maxErrorTextBytes: config.maxErrorTextBytes,
+      });
     const link = new CoordinatorLink(
       {
         url: config.mqtt.url,
@@ -76,6 +83,7 @@ export class Coordinator {
     this.inbound = new Inbound(this.ctx, this.registry, leases);
     this.firing = new FiringLoop(this.ctx);
     this.dispatcher = new Dispatcher(this.ctx, this.registry, leases);
+    this.retention = new RetentionLoop(this.ctx);
     this.inbound.onChange = () => this.dispatcher.kick();
     this.firing.onFired = () => this.dispatcher.kick();
   }
@@ -88,6 +96,7 @@ export class Coordinator {
     });
     this.firing.start();
     this.dispatcher.start();
+    this.retention.start();
     this.ctx.log("info", "coordinator started", { mqtt: this.ctx.config.mqtt.url });
   }
 
@@ -277,7 +286,9 @@ export class Coordinator {
   async close(): Promise<void> {
     this.firing.close();
     this.dispatcher.close();
+    this.retention.close();
     await this.dispatcher.idle();
+    await this.retention.idle();
     await this.ctx.link.close();
     await this.inbound.drain();
     await this.store.close();

@@ -41,7 +41,10 @@ export interface ExecutionRecord extends ExecSnapshot {
   lateMs: number | null;
   nextAttemptAt: number | null;
   result: Record<string, unknown> | null;
+  /** Error or status text, capped by the store at its byte limit (never inside a character). */
   message: string | null;
+  /** The size in UTF-8 bytes of `message` as written, before the cap; null when there is none. */
+  messageBytes: number | null;
 }
 
 /** A new execution (state PENDING, round 0, attempt 1). */
@@ -60,6 +63,7 @@ export type NewExecution = Omit<
   | "nextAttemptAt"
   | "result"
   | "message"
+  | "messageBytes"
 >;
 
 /** One entry of an execution's timeline. */
@@ -72,6 +76,7 @@ export interface TimelineEntry {
   toState: ExecState;
   round: number;
   agentId: string | null;
+  /** As written, or `{ truncated: true, bytes }` when its JSON was over the store's byte limit. */
   detail: Record<string, unknown> | null;
 }
 
@@ -167,9 +172,19 @@ export interface Store {
   listExecutions(filter?: ExecutionFilter): Promise<ExecutionRecord[]>;
   /** Executions in `states` ordered by priority (high first), then fire time. */
   listExecutionsInStates(states: ExecState[], limit: number): Promise<ExecutionRecord[]>;
-  /** Writes a transition if the execution is still in `expected`; appends it to the timeline. */
+  /**
+   * Writes a transition if the execution is still in `expected`; appends it to the timeline.
+   * `patch.message` is stored capped, with its full size in `messageBytes`.
+   */
   applyTransition(write: TransitionWrite): Promise<boolean>;
   getTimeline(executionId: string): Promise<TimelineEntry[]>;
+  /**
+   * Retention (DESIGN §6): deletes up to `limit` executions in a terminal state whose finish time
+   * (`finishedAt`, else `updatedAt`) is before `cutoffMs`, oldest first, with their timelines, in
+   * one short transaction; fire records older than the cutoff may go too, but never one at or
+   * after its job's next fire time. Returns how many executions were deleted (0 when `limit` < 1).
+   */
+  purgeFinishedBefore(cutoffMs: number, limit: number): Promise<number>;
 
   getAgent(agentId: string): Promise<AgentRecord | undefined>;
   listAgents(): Promise<AgentRecord[]>;

@@ -14,6 +14,7 @@ import Database from "better-sqlite3";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import { SQLITE_MIGRATIONS } from "../../coordinator/store/sqlite/migrations.js";
 import { SqliteStore } from "../../coordinator/store/sqlite/sqlite-store.js";
+import { migrate } from "../../shared/migrate.js";
 import { jobDef, newExecution, storeContract } from "./store.contract.js";
 
 /** A fresh temp folder; realpath so that /proc fd links compare equal. */
@@ -59,8 +60,12 @@ describe("SqliteStore (SQLite specifics)", () => {
   let path: string;
   const stores: SqliteStore[] = [];
   const raws: Database.Database[] = [];
-  const open = (now = 1_000) => {
-    const s = new SqliteStore({ path, now: () => now });
+  const open = (now = 1_000, maxErrorTextBytes?: number) => {
+    const s = new SqliteStore({
+      path,
+      now: () => now,
+      ...(maxErrorTextBytes === undefined ? {} : { maxErrorTextBytes }),
+    });
     stores.push(s);
     return s;
   };
@@ -170,6 +175,117 @@ describe("SqliteStore (SQLite specifics)", () => {
       expect.objectContaining({ name: "AxError", code: "AX_STORE_FAILED" }),
     );
     expect(fdsOn(path)).toBe(0);
+  });
+
+  it("migration 2 records the byte size of messages already stored", async () => {
+    const db = raw();
+    db.pragma("journal_mode = WAL");
+    migrate(
+      db,
+      SQLITE_MIGRATIONS.filter((m) => m.version === 1),
+      1,
+    );
+    const columns =
+      "id, kind, handler, params, state, round, attempt, max_attempts, dispatches, max_dispatches, fire_at, deadline, timeout_ms, dispatch_timeout_ms, priority, retry_base_ms, retry_cap_ms, created_at, updated_at, message";
+    const insert = db.prepare(
+      `INSERT INTO executions (${columns}) VALUES (?, 'job', 'echo', '{}', 'FAILED', 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, ?)`,
+    );
+    insert.run("with", "grüße 😀");
+    insert.run("without", null);
+    const store = open();
+    expect((await store.getExecution("with"))?.messageBytes).toBe(12);
+    expect((await store.getExecution("without"))?.messageBytes).toBeNull();
+    expect(
+      db.prepare("SELECT version FROM schema_migrations ORDER BY version").pluck().all(),
+    ).toEqual(SQLITE_MIGRATIONS.map((m) => m.version));
+  });
+
+  it("caps message and detail at maxErrorTextBytes when set", async () => {
+    const store = open(1_000, 256);
+    await store.createExecution(newExecution("ex-1"), 1);
+    const message = "€".repeat(100); // 300 bytes; 256 falls inside the 86th character
+    await store.applyTransition({
+      executionId: "ex-1",
+      expected: { state: "PENDING", round: 0 },
+      next: {
+        state: "FAILED",
+        round: 0,
+        attempt: 1,
+        maxAttempts: 3,
+        dispatches: 0,
+        maxDispatches: 4,
+      },
+      patch: { message },
+      at: 2,
+      event: "finished",
+      detail: { error: "x".repeat(250) },
+    });
+    const e = await store.getExecution("ex-1");
+    expect([e?.message, e?.messageBytes]).toEqual(["€".repeat(85), 300]);
+    expect((await store.getTimeline("ex-1"))[1]?.detail).toEqual({ truncated: true, bytes: 262 });
+  });
+
+  it("purges through its indexes: no scan of the executions, timeline or fires tables", () => {
+    open();
+    const plan = (sql: string) =>
+      (raw().prepare(`EXPLAIN QUERY PLAN ${sql}`).all() as { detail: string }[])
+        .map((r) => r.detail)
+        .join("; ");
+    const terminal =
+      "state IN ('SUCCEEDED', 'FAILED', 'TIMED_OUT', 'EXPIRED', 'CANCELED', 'SKIPPED')";
+    expect(
+      plan(
+        `SELECT id FROM executions INDEXED BY executions_finished WHERE ${terminal}
+         AND COALESCE(finished_at, updated_at) < 1 ORDER BY COALESCE(finished_at, updated_at) LIMIT 5`,
+      ),
+    ).toBe("SEARCH executions USING INDEX executions_finished (<expr><?)");
+    expect(plan("DELETE FROM timeline WHERE execution_id = 'x'")).toContain(
+      "SEARCH timeline USING INDEX sqlite_autoindex_timeline_1 (execution_id=?)",
+    );
+    expect(
+      plan(`SELECT rowid FROM fires WHERE scheduled_for < 1 ORDER BY scheduled_for LIMIT 5`),
+    ).toContain("USING COVERING INDEX fires_scheduled (scheduled_for<?)");
+  });
+
+  it("deletes old fire rows below each job's next fire time and keeps the rest", async () => {
+    const store = open();
+    const fire = (jobId: string, t: number, at = t) =>
+      store.recordFire({
+        jobId,
+        scheduledFor: t,
+        nextFireAt: t + 1_000,
+        execution: newExecution(`${jobId}-${t}`, { jobId, fireAt: t }),
+        at,
+      });
+    // job-a fired 1,000..4,000 and was then set back to 3,000 by a putJob from a stale read.
+    await store.putJob(jobDef("job-a"), 1_000, 1);
+    for (const t of [1_000, 2_000, 3_000, 4_000]) expect(await fire("job-a", t)).toBe(true);
+    await store.putJob(jobDef("job-a", { params: { v: 2 } }), 3_000, 4_500);
+    // job-b is exhausted (no next fire time).
+    await store.putJob(jobDef("job-b"), 1_000, 1);
+    expect(
+      await store.recordFire({
+        jobId: "job-b",
+        scheduledFor: 1_000,
+        nextFireAt: null,
+        execution: newExecution("job-b-1000", { jobId: "job-b" }),
+        at: 1_000,
+      }),
+    ).toBe(true);
+    // job-c fired at 1,000 but its fire was recorded late, after the cutoff.
+    await store.putJob(jobDef("job-c"), 1_000, 1);
+    expect(await fire("job-c", 1_000, 9_000)).toBe(true);
+
+    expect(await store.purgeFinishedBefore(5_000, 100)).toBe(0); // nothing finished yet
+    const fires = () =>
+      (
+        raw()
+          .prepare("SELECT job_id, scheduled_for FROM fires ORDER BY job_id, scheduled_for")
+          .all() as { job_id: string; scheduled_for: number }[]
+      ).map((f) => `${f.job_id}@${f.scheduled_for}`);
+    expect(fires()).toEqual(["job-a@3000", "job-a@4000", "job-c@1000"]);
+    // Executions are untouched by the fires purge.
+    expect(await store.listExecutions()).toHaveLength(6);
   });
 
   describe("two coordinator processes on one file", () => {

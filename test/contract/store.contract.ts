@@ -8,7 +8,12 @@ import type {
   Store,
   TransitionWrite,
 } from "../../coordinator/store/port.js";
-import type { ExecSnapshot } from "../../shared/fsm.js";
+import {
+  EXEC_STATES,
+  type ExecSnapshot,
+  type ExecState,
+  TERMINAL_STATES,
+} from "../../shared/fsm.js";
 
 /** What an adapter's test file hands the contract suite: a fresh, empty store. */
 export interface StoreFixture {
@@ -291,6 +296,7 @@ export function storeContract(name: string, makeStore: () => Promise<StoreFixtur
           nextAttemptAt: null,
           result: null,
           message: null,
+          messageBytes: null,
         } satisfies ExecutionRecord);
         expect(await store.getTimeline("ex-1")).toEqual([
           {
@@ -535,7 +541,8 @@ export function storeContract(name: string, makeStore: () => Promise<StoreFixtur
           updatedAt: 1_600,
           result,
         });
-        expect(e.message).toBe("m".repeat(4_096));
+        expect(e.message).toBe("m".repeat(2_048));
+        expect(e.messageBytes).toBe(5_000);
         // Explicit nulls clear fields; absent fields stay.
         await store.applyTransition(
           move(e, { state: "PENDING", attempt: 2, dispatches: 0 }, "retry_due", 2_600, {
@@ -554,25 +561,76 @@ export function storeContract(name: string, makeStore: () => Promise<StoreFixtur
           nextAttemptAt: null,
           result: null,
           message: null,
+          messageBytes: null,
           startedAt: 1_510,
           finishedAt: 1_600,
         });
       });
 
-      it("caps a message at 4096 characters without splitting a character", async () => {
-        const e = await firedExecution("ex-1");
-        // An emoji is two UTF-16 units; here it straddles the cap.
-        const message = `${"x".repeat(4_095)}😀${"y".repeat(10)}`;
+      it("caps a message at 2048 UTF-8 bytes without splitting a character, and keeps its size", async () => {
+        const cases: [string, string, number][] = [
+          // A 4-byte emoji straddling the cap is left out whole.
+          [`${"x".repeat(2_046)}😀${"y".repeat(10)}`, "x".repeat(2_046), 2_060],
+          // One ending exactly on the cap is kept.
+          [`${"x".repeat(2_044)}😀`, `${"x".repeat(2_044)}😀`, 2_048],
+          [`${"x".repeat(2_044)}😀z`, `${"x".repeat(2_044)}😀`, 2_049],
+          // 3-byte and 2-byte characters across the cap.
+          [`${"x".repeat(2_047)}€`, "x".repeat(2_047), 2_050],
+          [`${"x".repeat(2_047)}é`, "x".repeat(2_047), 2_049],
+          ["é", "é", 2],
+          ["", "", 0],
+        ];
+        for (const [n, [message, stored, bytes]] of cases.entries()) {
+          const e = await firedExecution(`ex-${n}`, { jobId: `job-${n}` });
+          await store.applyTransition(
+            move(e, { state: "FAILED" }, "finished", 1_001, { message, finishedAt: 1_001 }),
+          );
+          const after = await mustGet(store, `ex-${n}`);
+          expect([after.message, after.messageBytes], message.slice(-4)).toEqual([stored, bytes]);
+          expect(Buffer.byteLength(after.message ?? "", "utf8")).toBeLessThanOrEqual(2_048);
+        }
+      });
+
+      it("messageBytes follows the message: null when cleared, unchanged when absent", async () => {
+        let e = await firedExecution("ex-1");
+        expect(e.messageBytes).toBeNull();
         await store.applyTransition(
-          move(e, { state: "FAILED" }, "expire", 1_001, { message, finishedAt: 1_001 }),
+          move(e, { state: "RETRY_WAITING" }, "finished", 1_001, { message: "grüße" }),
         );
-        const stored = (await mustGet(store, "ex-1")).message ?? "";
-        expect(stored.length).toBeGreaterThanOrEqual(4_095);
-        expect(stored.length).toBeLessThanOrEqual(4_096);
-        expect(message.startsWith(stored)).toBe(true);
-        const short = await firedExecution("ex-2", { jobId: "job-b" });
-        await store.applyTransition(move(short, { state: "FAILED" }, "x", 1_001, { message: "é" }));
-        expect((await mustGet(store, "ex-2")).message).toBe("é");
+        e = await mustGet(store, "ex-1");
+        expect([e.message, e.messageBytes]).toEqual(["grüße", 7]);
+        await store.applyTransition(move(e, { state: "PENDING", attempt: 2 }, "retry_due", 1_002));
+        e = await mustGet(store, "ex-1");
+        expect([e.message, e.messageBytes]).toEqual(["grüße", 7]);
+        await store.applyTransition(
+          move(e, { state: "FAILED" }, "expire", 1_003, { message: null }),
+        );
+        e = await mustGet(store, "ex-1");
+        expect([e.message, e.messageBytes]).toEqual([null, null]);
+      });
+
+      it("replaces a timeline detail whose JSON is over 2048 bytes with its size", async () => {
+        const e = await firedExecution("ex-1");
+        const big = { reason: "ü".repeat(1_100) };
+        const fits = { reason: "x".repeat(2_048 - '{"reason":""}'.length) };
+        await store.applyTransition(
+          move(e, { state: "DISPATCHED", round: 1, dispatches: 1 }, "dispatch", 1_001, {}, big),
+        );
+        await store.applyTransition(
+          move(
+            { ...e, state: "DISPATCHED", round: 1 },
+            { state: "FAILED", round: 1, dispatches: 1 },
+            "expire",
+            1_002,
+            {},
+            fits,
+          ),
+        );
+        expect((await store.getTimeline("ex-1")).map((t) => t.detail)).toEqual([
+          { scheduledFor: 1_000 },
+          { truncated: true, bytes: Buffer.byteLength(JSON.stringify(big), "utf8") },
+          fits,
+        ]);
       });
 
       it("appends the timeline in order with states, round, agent and detail", async () => {
@@ -611,6 +669,121 @@ export function storeContract(name: string, makeStore: () => Promise<StoreFixtur
           [1_050, "finished", "RUNNING", "SUCCEEDED", 2, "ag-1", { outcome: "succeeded" }],
         ]);
         expect(timeline.every((t) => t.executionId === "ex-1")).toBe(true);
+      });
+    });
+
+    describe("retention", () => {
+      /**
+       * Creates execution `id` and writes it straight into `state` at `at` (the store does not
+       * check the state machine), leaving three timeline entries.
+       */
+      async function ended(
+        id: string,
+        state: ExecState,
+        at: number,
+        patch: ExecutionPatch = { finishedAt: at },
+      ): Promise<void> {
+        await store.createExecution(newExecution(id, { createdAt: at - 20 }), at - 20);
+        let e = await mustGet(store, id);
+        await store.applyTransition(
+          move(e, { state: "DISPATCHED", round: 1, dispatches: 1 }, "dispatch", at - 10),
+        );
+        e = await mustGet(store, id);
+        await store.applyTransition(move(e, { state }, "end", at, { message: "bye", ...patch }));
+      }
+      const allIds = async () =>
+        (await store.listExecutions({ limit: 1_000 })).map((e) => e.id).sort();
+
+      it("purges only terminal executions finished before the cutoff, with their timelines", async () => {
+        const cutoff = 3_000;
+        for (const state of EXEC_STATES) {
+          await ended(`old-${state}`, state, 1_000);
+          await ended(`new-${state}`, state, 5_000);
+        }
+        // No finish time: the last update counts.
+        await ended("old-unfinished", "EXPIRED", 1_000, {});
+        await ended("new-unfinished", "EXPIRED", 5_000, {});
+        // A finish time counts before the last update.
+        await ended("finished-old-updated-new", "CANCELED", 5_000, { finishedAt: 1_000 });
+        await ended("finished-new-updated-old", "CANCELED", 1_000, { finishedAt: 5_000 });
+        // "Before" is strict.
+        await ended("at-cutoff", "SUCCEEDED", cutoff);
+        const before = await allIds();
+        const purged = [
+          ...[...TERMINAL_STATES].map((s) => `old-${s}`),
+          "old-unfinished",
+          "finished-old-updated-new",
+        ].sort();
+
+        expect(await store.purgeFinishedBefore(cutoff, 1_000)).toBe(purged.length);
+        expect(await allIds()).toEqual(before.filter((id) => !purged.includes(id)));
+        for (const id of purged) {
+          expect(await store.getExecution(id), id).toBeUndefined();
+          expect(await store.getTimeline(id), id).toEqual([]);
+        }
+        for (const id of await allIds()) expect(await store.getTimeline(id), id).toHaveLength(3);
+        expect(purged).toHaveLength(8);
+        expect(await store.purgeFinishedBefore(cutoff, 1_000)).toBe(0);
+      });
+
+      it("deletes at most `limit` executions per call, oldest first", async () => {
+        for (const n of [4, 1, 7, 3, 6, 2, 5]) await ended(`e${n}`, "SUCCEEDED", n * 100);
+        expect(await store.purgeFinishedBefore(10_000, 0)).toBe(0);
+        expect(await store.purgeFinishedBefore(10_000, -1)).toBe(0);
+        expect(await allIds()).toHaveLength(7);
+        expect(await store.purgeFinishedBefore(10_000, 3)).toBe(3);
+        expect(await allIds()).toEqual(["e4", "e5", "e6", "e7"]);
+        expect(await store.purgeFinishedBefore(10_000, 3)).toBe(3);
+        expect(await allIds()).toEqual(["e7"]);
+        expect(await store.purgeFinishedBefore(10_000, 3)).toBe(1);
+        expect(await store.purgeFinishedBefore(10_000, 3)).toBe(0);
+        expect(await allIds()).toEqual([]);
+      });
+
+      it("purges commands like job executions", async () => {
+        await store.createExecution(
+          newExecution("cmd-1", { kind: "command", jobId: null, targetAgentId: "ag-1" }),
+          900,
+        );
+        const e = await mustGet(store, "cmd-1");
+        await store.applyTransition(move(e, { state: "SKIPPED" }, "skip", 1_000));
+        expect(await store.purgeFinishedBefore(1_001, 10)).toBe(1);
+        expect(await store.getExecution("cmd-1")).toBeUndefined();
+      });
+
+      it("keeps the fire record at or after a job's next fire time, so it never fires twice", async () => {
+        await store.putJob(jobDef("job-a"), 1_000, 10);
+        for (const [t, id] of [
+          [1_000, "ex-1"],
+          [2_000, "ex-2"],
+        ] as const) {
+          expect(
+            await store.recordFire({
+              jobId: "job-a",
+              scheduledFor: t,
+              nextFireAt: t + 1_000,
+              execution: newExecution(id, { fireAt: t }),
+              at: t,
+            }),
+          ).toBe(true);
+          const e = await mustGet(store, id);
+          await store.applyTransition(
+            move(e, { state: "SUCCEEDED" }, "finished", t + 100, { finishedAt: t + 100 }),
+          );
+        }
+        // A putJob from a stale read sets next_fire_at back to a time already fired.
+        await store.putJob(jobDef("job-a", { params: { v: 2 } }), 2_000, 2_500);
+        expect(await store.purgeFinishedBefore(1_000_000, 100)).toBe(2);
+        expect(
+          await store.recordFire({
+            jobId: "job-a",
+            scheduledFor: 2_000,
+            nextFireAt: 3_000,
+            execution: newExecution("ex-again", { fireAt: 2_000 }),
+            at: 1_000_001,
+          }),
+        ).toBe(false);
+        expect(await store.getExecution("ex-again")).toBeUndefined();
       });
     });
 

@@ -91,4 +91,20 @@ export const SQLITE_MIGRATIONS: readonly Migration[] = [
       );
     `,
   },
+  {
+    version: 2,
+    name: "retention: message_bytes, purge indexes",
+    sql: `
+      -- The size of an execution's message before the store capped it.
+      ALTER TABLE executions ADD COLUMN message_bytes INTEGER;
+      -- Rows from before this step: what is stored is all that is known of their size.
+      UPDATE executions SET message_bytes = length(CAST(message AS BLOB)) WHERE message IS NOT NULL;
+      -- The purge's scan, oldest finished first. Partial: only terminal rows are ever purged, and
+      -- the query must repeat this WHERE clause word for word for SQLite to use the index.
+      CREATE INDEX executions_finished ON executions (COALESCE(finished_at, updated_at))
+        WHERE state IN ('SUCCEEDED', 'FAILED', 'TIMED_OUT', 'EXPIRED', 'CANCELED', 'SKIPPED');
+      -- Old fire records, oldest first (the primary key leads with job_id).
+      CREATE INDEX fires_scheduled ON fires (scheduled_for);
+    `,
+  },
 ];

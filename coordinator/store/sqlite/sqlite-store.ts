@@ -55,10 +55,21 @@ interface ExecutionRow {
   next_attempt_at: number | null;
   result: string | null;
   message: string | null;
+  message_bytes: number | null;
 }
 
-/** Stored error and result text is capped so one bad handler cannot bloat the store. */
-const MAX_MESSAGE_CHARS = 4096;
+/**
+ * Stored error text (an execution's message, a timeline entry's detail) is capped at this many
+ * UTF-8 bytes by default, so one bad handler cannot bloat the store (DESIGN §6).
+ */
+export const DEFAULT_MAX_ERROR_TEXT_BYTES = 2048;
+
+/**
+ * The states a purge may delete. Written out, not built from TERMINAL_STATES: the purge query must
+ * repeat the WHERE clause of the partial index `executions_finished` (migration 2) exactly.
+ */
+const TERMINAL_SQL =
+  "state IN ('SUCCEEDED', 'FAILED', 'TIMED_OUT', 'EXPIRED', 'CANCELED', 'SKIPPED')";
 
 function toJob(row: JobRow): StoredJob {
   return {
@@ -103,6 +114,7 @@ function toExecution(r: ExecutionRow): ExecutionRecord {
     nextAttemptAt: r.next_attempt_at,
     result: r.result === null ? null : (JSON.parse(r.result) as Record<string, unknown>),
     message: r.message,
+    messageBytes: r.message_bytes,
   };
 }
 
@@ -115,11 +127,19 @@ function canonicalJson(value: unknown): string {
   );
 }
 
-/** Cuts `text` to `max` UTF-16 units without leaving half a surrogate pair (stored as U+FFFD). */
-function capText(text: string, max: number): string {
-  if (text.length <= max) return text;
-  const code = text.charCodeAt(max - 1);
-  return text.slice(0, code >= 0xd800 && code <= 0xdbff ? max - 1 : max);
+/**
+ * Cuts `text` to at most `maxBytes` UTF-8 bytes, never inside a character, and returns it with the
+ * full size in bytes. (A lone surrogate counts as U+FFFD, three bytes, which is how it is stored.)
+ */
+function capUtf8(text: string, maxBytes: number): { text: string; bytes: number } {
+  const bytes = Buffer.byteLength(text, "utf8");
+  if (bytes <= maxBytes) return { text, bytes };
+  const buf = Buffer.from(text, "utf8");
+  let end = Math.max(0, maxBytes);
+  // The first byte left out is a continuation byte (10xxxxxx) when the cap falls inside a
+  // character: back up to that character's lead byte and leave it out whole.
+  while (end > 0 && ((buf[end] ?? 0) & 0xc0) === 0x80) end--;
+  return { text: buf.toString("utf8", 0, end), bytes };
 }
 
 /** Translates a driver error into an AxError, keeping AxErrors as they are. */
@@ -139,13 +159,20 @@ export interface SqliteStoreOptions {
   /** The database file; `:memory:` for a throwaway store. */
   path: string;
   now?: () => number;
+  /**
+   * Cap, in UTF-8 bytes, on an execution's stored message and a timeline entry's detail JSON.
+   * @default 2048
+   */
+  maxErrorTextBytes?: number;
 }
 
 /** The embedded store: one SQLite file in WAL mode. */
 export class SqliteStore implements Store {
   private readonly db: Database.Database;
+  private readonly maxErrorTextBytes: number;
 
   constructor(options: SqliteStoreOptions) {
+    this.maxErrorTextBytes = options.maxErrorTextBytes ?? DEFAULT_MAX_ERROR_TEXT_BYTES;
     this.db = wrap("open", () => new Database(options.path));
     try {
       wrap("configure", () => {
@@ -303,17 +330,15 @@ export class SqliteStore implements Store {
         `INSERT INTO timeline (execution_id, seq, at, event, from_state, to_state, round, agent_id, detail)
          VALUES (?, (SELECT COALESCE(MAX(seq), 0) + 1 FROM timeline WHERE execution_id = ?), ?, ?, ?, ?, ?, ?, ?)`,
       )
-      .run(
-        executionId,
-        executionId,
-        at,
-        event,
-        from,
-        to,
-        round,
-        agentId,
-        detail ? JSON.stringify(detail) : null,
-      );
+      .run(executionId, executionId, at, event, from, to, round, agentId, this.detailJson(detail));
+  }
+
+  /** A detail's JSON, or a marker with its size when it is over the byte cap. */
+  private detailJson(detail: Record<string, unknown> | null): string | null {
+    if (detail === null) return null;
+    const json = JSON.stringify(detail);
+    const bytes = Buffer.byteLength(json, "utf8");
+    return bytes <= this.maxErrorTextBytes ? json : JSON.stringify({ truncated: true, bytes });
   }
 
   async getExecution(id: string): Promise<ExecutionRecord | undefined> {
@@ -392,8 +417,13 @@ export class SqliteStore implements Store {
           sets.push(`${column} = @${key}`);
           let value = p[key] ?? null;
           if (key === "result" && value !== null) value = JSON.stringify(value);
-          if (key === "message" && typeof value === "string")
-            value = capText(value, MAX_MESSAGE_CHARS);
+          if (key === "message") {
+            const capped =
+              typeof value === "string" ? capUtf8(value, this.maxErrorTextBytes) : null;
+            value = capped?.text ?? null;
+            sets.push("message_bytes = @messageBytes");
+            params.messageBytes = capped?.bytes ?? null;
+          }
           params[key] = value;
         }
         const res = this.db
@@ -452,6 +482,50 @@ export class SqliteStore implements Store {
       agentId: r.agent_id,
       detail: r.detail === null ? null : (JSON.parse(r.detail) as Record<string, unknown>),
     }));
+  }
+
+  async purgeFinishedBefore(cutoffMs: number, limit: number): Promise<number> {
+    // SQLite reads a negative LIMIT as "no limit".
+    if (!(limit >= 1)) return 0;
+    const max = Math.floor(limit);
+    return wrap("purgeFinishedBefore", () =>
+      this.write(() => {
+        // INDEXED BY: without statistics the planner prefers executions_state and then reads
+        // every terminal row to sort them, which makes each batch cost the whole table.
+        const ids = this.db
+          .prepare(
+            `SELECT id FROM executions INDEXED BY executions_finished
+             WHERE ${TERMINAL_SQL} AND COALESCE(finished_at, updated_at) < ?
+             ORDER BY COALESCE(finished_at, updated_at) LIMIT ?`,
+          )
+          .pluck()
+          .all(cutoffMs, max) as string[];
+        const dropTimeline = this.db.prepare("DELETE FROM timeline WHERE execution_id = ?");
+        const dropExecution = this.db.prepare("DELETE FROM executions WHERE id = ?");
+        for (const id of ids) {
+          dropTimeline.run(id);
+          dropExecution.run(id);
+        }
+        // The fires ledger makes firing exactly-once, and deleting its old rows is safe only
+        // because a job's next_fire_at only moves forward: recordFire first compare-and-sets
+        // next_fire_at from the nominal time it fires, so a time below the job's current
+        // next_fire_at can never be fired again and its row guards nothing. A row at or after
+        // next_fire_at may still be needed (a putJob from a stale read can set next_fire_at back
+        // to a time already fired; only the row stops a second fire), so it is never deleted. A
+        // job with no next fire time (exhausted, or gone) only gets a new one after `now`, far
+        // past the cutoff, which also leaves a stale read the whole retention age of margin.
+        this.db
+          .prepare(
+            `DELETE FROM fires WHERE rowid IN (
+               SELECT f.rowid FROM fires f LEFT JOIN jobs j ON j.id = f.job_id
+               WHERE f.scheduled_for < @cutoff AND f.fired_at < @cutoff
+                 AND (j.next_fire_at IS NULL OR f.scheduled_for < j.next_fire_at)
+               ORDER BY f.scheduled_for LIMIT @max)`,
+          )
+          .run({ cutoff: cutoffMs, max });
+        return ids.length;
+      }),
+    );
   }
 
   async getAgent(agentId: string): Promise<AgentRecord | undefined> {
