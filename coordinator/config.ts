@@ -40,6 +40,8 @@ export const coordinatorConfigSchema = z
     poll: durationSchema.default(100),
     /** Jobs due within this window are held on the firing wheel. @default 5s */
     lookAhead: durationSchema.default(5_000),
+    /** A fire this late is a misfire, handled by the job's misfire policy. @default 5s */
+    misfireThreshold: durationSchema.default(5_000),
     /** Grace past an execution's timeout before the coordinator times it out itself. @default 5s */
     timeoutGrace: durationSchema.default(5_000),
     /** @default 65536 */

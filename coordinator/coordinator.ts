@@ -3,7 +3,7 @@ import { AxError } from "../shared/errors.js";
 import { TERMINAL_STATES } from "../shared/fsm.js";
 import type { CoordinatorConfig } from "./config.js";
 import { formatIssues, type JobDefinitionInput, jobDefinitionSchema } from "./domain/job.js";
-import { nextFireAfter } from "./domain/schedule.js";
+import { firstFireAt } from "./domain/schedule.js";
 import type { EngineContext, Logger } from "./engine/context.js";
 import { Dispatcher } from "./engine/dispatcher.js";
 import { EngineEventBus } from "./engine/events.js";
@@ -116,7 +116,7 @@ export class Coordinator {
     const sameTrigger =
       existing && JSON.stringify(existing.definition.trigger) === JSON.stringify(def.trigger);
     // An unchanged trigger keeps its next fire time, so re-loading a jobs file fires nothing twice.
-    const nextFireAt = sameTrigger ? existing.nextFireAt : nextFireAfter(def.trigger, now);
+    const nextFireAt = sameTrigger ? existing.nextFireAt : firstFireAt(def.trigger, now);
     const job = await this.store.putJob(def, nextFireAt, now);
     await this.firing.rescan();
     return job;

@@ -21,7 +21,9 @@ export interface AgentBuildOptions {
  * Builds the agent into one ESM file for Node 20. better-sqlite3 stays external: it is a native
  * addon, shipped beside the bundle.
  */
-export async function buildAgentBundle(options: AgentBuildOptions): Promise<{ outfile: string; metafile: Metafile }> {
+export async function buildAgentBundle(
+  options: AgentBuildOptions,
+): Promise<{ outfile: string; metafile: Metafile }> {
   const result = await build({
     entryPoints: [ENTRY],
     outfile: options.outfile,

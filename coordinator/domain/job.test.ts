@@ -59,6 +59,10 @@ describe("jobDefinitionSchema", () => {
       params: {},
       trigger: { type: "every", everyMs: 2_000 },
       routing: { strategy: "ROUND_ROBIN" },
+      tags: {},
+      shards: 1,
+      overlap: { policy: "SKIP", queueMax: 10 },
+      misfire: { policy: "FIRE_ONCE", maxCatchUp: 10, windowMs: 3_600_000 },
       timeout: 60_000,
       deadline: 60_000,
       dispatchTimeout: 5_000,
@@ -141,6 +145,72 @@ describe("jobDefinitionSchema", () => {
       type: "at",
       at: 1_777_636_800_000,
     });
+    expect(parse({ type: "delay", delay: "10m" })).toEqual({ type: "delay", delayMs: 600_000 });
+    expect(parse({ type: "delay", delay: 0 })).toEqual({ type: "delay", delayMs: 0 });
+    expect(parse({ type: "delay", delayMs: 1_500 })).toEqual({ type: "delay", delayMs: 1_500 });
+    expect(parse({ type: "event", name: "door.opened:b-7" })).toEqual({
+      type: "event",
+      name: "door.opened:b-7",
+    });
+    expect(parse({ type: "after", job: "extract" })).toEqual({
+      type: "after",
+      job: "extract",
+      states: ["SUCCEEDED"],
+    });
+    expect(parse({ type: "after", job: "extract", states: ["FAILED", "TIMED_OUT"] })).toEqual({
+      type: "after",
+      job: "extract",
+      states: ["FAILED", "TIMED_OUT"],
+    });
+    expect(parse({ type: "manual" })).toEqual({ type: "manual" });
+  });
+
+  it("keeps given values of the fleet fields over their defaults", () => {
+    const job = jobDefinitionSchema.parse({
+      ...base,
+      shards: 1024,
+      overlap: { policy: "QUEUE", queueMax: 1_000 },
+      misfire: { policy: "CATCH_UP", maxCatchUp: 10_000, window: "15m" },
+      group: "line-3:press",
+      concurrency: 10_000,
+      tags: { site: "plant-2", "hw.rev": "B", [`${"t".repeat(64)}`]: "v".repeat(128) },
+    });
+    expect(job).toMatchObject({
+      shards: 1024,
+      overlap: { policy: "QUEUE", queueMax: 1_000 },
+      misfire: { policy: "CATCH_UP", maxCatchUp: 10_000, windowMs: 900_000 },
+      group: "line-3:press",
+      concurrency: 10_000,
+      tags: { site: "plant-2", "hw.rev": "B", [`${"t".repeat(64)}`]: "v".repeat(128) },
+    });
+  });
+
+  it("leaves group and concurrency out when not given", () => {
+    const job = jobDefinitionSchema.parse(base);
+    expect("group" in job).toBe(false);
+    expect("concurrency" in job).toBe(false);
+  });
+
+  it("misfire: a partial object gets the other defaults; windowMs is accepted as given", () => {
+    const parse = (misfire: unknown) => jobDefinitionSchema.parse({ ...base, misfire }).misfire;
+    expect(parse({})).toEqual({ policy: "FIRE_ONCE", maxCatchUp: 10, windowMs: 3_600_000 });
+    expect(parse({ policy: "SKIP" })).toEqual({
+      policy: "SKIP",
+      maxCatchUp: 10,
+      windowMs: 3_600_000,
+    });
+    expect(parse({ window: "30s" })).toEqual({
+      policy: "FIRE_ONCE",
+      maxCatchUp: 10,
+      windowMs: 30_000,
+    });
+    expect(parse({ windowMs: 0 })).toEqual({ policy: "FIRE_ONCE", maxCatchUp: 10, windowMs: 0 });
+  });
+
+  it("overlap: a partial object gets the other default", () => {
+    const parse = (overlap: unknown) => jobDefinitionSchema.parse({ ...base, overlap }).overlap;
+    expect(parse({ policy: "REPLACE" })).toEqual({ policy: "REPLACE", queueMax: 10 });
+    expect(parse({ queueMax: 1 })).toEqual({ policy: "SKIP", queueMax: 1 });
   });
 
   it("a parsed definition parses again to itself (stored definitions round-trip)", () => {
@@ -149,9 +219,34 @@ describe("jobDefinitionSchema", () => {
       { type: "every", every: 250 },
       { type: "cron", expr: "*/2 * * * * *", tz: "Europe/London" },
       { type: "at", at: "2026-05-01T12:00:00Z" },
+      { type: "delay", delay: "90s" },
+      { type: "event", name: "door.opened" },
+      { type: "after", job: "extract" },
+      { type: "after", job: "extract", states: ["FAILED", "CANCELED"] },
+      { type: "manual" },
     ]) {
       const once = jobDefinitionSchema.parse({ ...base, trigger, timeout: "5m", retry: {} });
       expect(jobDefinitionSchema.parse(once)).toEqual(once);
+    }
+  });
+
+  it("a definition with every fleet field given round-trips too", () => {
+    for (const extra of [
+      {},
+      { overlap: {}, misfire: {} },
+      {
+        shards: 8,
+        overlap: { policy: "QUEUE", queueMax: 3 },
+        misfire: { policy: "CATCH_UP", maxCatchUp: 50, window: "2h" },
+        group: "g1",
+        concurrency: 2,
+        tags: { site: "plant-2" },
+      },
+    ]) {
+      const once = jobDefinitionSchema.parse({ ...base, ...extra });
+      expect(jobDefinitionSchema.parse(once)).toEqual(once);
+      // Also after a trip through JSON, as the store keeps it.
+      expect(jobDefinitionSchema.parse(JSON.parse(JSON.stringify(once)))).toEqual(once);
     }
   });
 
@@ -194,7 +289,8 @@ describe("jobDefinitionSchema", () => {
     {
       name: "unknown trigger type",
       input: { ...base, trigger: { type: "weekly" } },
-      issues: "trigger.type: Invalid discriminator value. Expected 'cron' | 'every' | 'at'",
+      issues:
+        "trigger.type: Invalid discriminator value. Expected 'cron' | 'every' | 'at' | 'delay' | 'event' | 'after' | 'manual'",
     },
     {
       name: "cron with 4 fields",
@@ -289,6 +385,227 @@ describe("jobDefinitionSchema", () => {
       input: { ...base, maxDispatches: 1.5 },
       issues: "maxDispatches: Invalid input: expected int, received number",
     },
+    {
+      name: "shards 0",
+      input: { ...base, shards: 0 },
+      issues: "shards: Too small: expected number to be >=1",
+    },
+    {
+      name: "shards 1025",
+      input: { ...base, shards: 1025 },
+      issues: "shards: Too big: expected number to be <=1024",
+    },
+    {
+      name: "shards 2.5",
+      input: { ...base, shards: 2.5 },
+      issues: "shards: Invalid input: expected int, received number",
+    },
+    {
+      name: "overlap.policy unknown",
+      input: { ...base, overlap: { policy: "DROP" } },
+      issues: 'overlap.policy: Invalid option: expected one of "PARALLEL"|"SKIP"|"QUEUE"|"REPLACE"',
+    },
+    {
+      name: "overlap.policy in lower case",
+      input: { ...base, overlap: { policy: "skip" } },
+      issues: 'overlap.policy: Invalid option: expected one of "PARALLEL"|"SKIP"|"QUEUE"|"REPLACE"',
+    },
+    {
+      name: "overlap.queueMax 0",
+      input: { ...base, overlap: { policy: "QUEUE", queueMax: 0 } },
+      issues: "overlap.queueMax: Too small: expected number to be >=1",
+    },
+    {
+      name: "overlap.queueMax 1001",
+      input: { ...base, overlap: { queueMax: 1001 } },
+      issues: "overlap.queueMax: Too big: expected number to be <=1000",
+    },
+    {
+      name: "overlap unknown key (strict)",
+      input: { ...base, overlap: { policy: "QUEUE", max: 3 } },
+      issues: 'overlap: Unrecognized key: "max"',
+    },
+    {
+      name: "overlap given as a string",
+      input: { ...base, overlap: "SKIP" },
+      issues: "overlap: Invalid input: expected object, received string",
+    },
+    {
+      name: "misfire.policy unknown",
+      input: { ...base, misfire: { policy: "FIRE_ALL" } },
+      issues: 'misfire.policy: Invalid option: expected one of "FIRE_ONCE"|"SKIP"|"CATCH_UP"',
+    },
+    {
+      name: "misfire.maxCatchUp 0",
+      input: { ...base, misfire: { policy: "CATCH_UP", maxCatchUp: 0 } },
+      issues: "misfire.maxCatchUp: Too small: expected number to be >=1",
+    },
+    {
+      name: "misfire.maxCatchUp 10001",
+      input: { ...base, misfire: { maxCatchUp: 10_001 } },
+      issues: "misfire.maxCatchUp: Too big: expected number to be <=10000",
+    },
+    {
+      name: "misfire.maxCatchUp 1.5",
+      input: { ...base, misfire: { maxCatchUp: 1.5 } },
+      issues: "misfire.maxCatchUp: Invalid input: expected int, received number",
+    },
+    {
+      name: "misfire.window not a duration",
+      input: { ...base, misfire: { window: "an hour" } },
+      issues:
+        'misfire.window: must be milliseconds or a duration such as 500ms, 2s, 5m, 1h (got "an hour")',
+    },
+    {
+      name: "misfire.windowMs negative",
+      input: { ...base, misfire: { windowMs: -1 } },
+      issues:
+        "misfire.windowMs: must be milliseconds or a duration such as 500ms, 2s, 5m, 1h (got -1)",
+    },
+    {
+      name: "misfire window and windowMs both given",
+      input: { ...base, misfire: { window: "1h", windowMs: 3_600_000 } },
+      issues: 'misfire.window: give the window once, as window (e.g. "1h")',
+    },
+    {
+      name: "misfire unknown key (strict)",
+      input: { ...base, misfire: { threshold: "1m" } },
+      issues: 'misfire: Unrecognized key: "threshold"',
+    },
+    {
+      name: "group with /",
+      input: { ...base, group: "line/3" },
+      issues: "group: must be 1-128 of A-Z a-z 0-9 . _ : - and start with a letter or digit",
+    },
+    {
+      name: "group empty",
+      input: { ...base, group: "" },
+      issues: "group: must be 1-128 of A-Z a-z 0-9 . _ : - and start with a letter or digit",
+    },
+    {
+      name: "group not a string",
+      input: { ...base, group: 3 },
+      issues: "group: Invalid input: expected string, received number",
+    },
+    {
+      name: "concurrency 0",
+      input: { ...base, concurrency: 0 },
+      issues: "concurrency: Too small: expected number to be >=1",
+    },
+    {
+      name: "concurrency 10001",
+      input: { ...base, concurrency: 10_001 },
+      issues: "concurrency: Too big: expected number to be <=10000",
+    },
+    {
+      name: "concurrency null",
+      input: { ...base, concurrency: null },
+      issues: "concurrency: Invalid input: expected number, received null",
+    },
+    {
+      name: "tag name with a space",
+      input: { ...base, tags: { "bad tag": "x" } },
+      issues: "tags.bad tag: must be a tag name: 1-64 of A-Z a-z 0-9 . _ -",
+    },
+    {
+      name: "tag name with :",
+      input: { ...base, tags: { "site:eu": "x" } },
+      issues: "tags.site:eu: must be a tag name: 1-64 of A-Z a-z 0-9 . _ -",
+    },
+    {
+      name: "tag name of 65 characters",
+      input: { ...base, tags: { ["t".repeat(65)]: "x" } },
+      issues: `tags.${"t".repeat(65)}: must be a tag name: 1-64 of A-Z a-z 0-9 . _ -`,
+    },
+    {
+      name: "tag value of 129 characters",
+      input: { ...base, tags: { site: "v".repeat(129) } },
+      issues: "tags.site: Too big: expected string to have <=128 characters",
+    },
+    {
+      name: "tag value not a string",
+      input: { ...base, tags: { rev: 2 } },
+      issues: "tags.rev: Invalid input: expected string, received number",
+    },
+    {
+      name: "tags given as a list",
+      input: { ...base, tags: ["site"] },
+      issues: "tags: Invalid input: expected record, received array",
+    },
+    {
+      name: "delay without a delay",
+      input: { ...base, trigger: { type: "delay" } },
+      issues: 'trigger.delay: give the delay as delay (e.g. "10m")',
+    },
+    {
+      name: "delay and delayMs both given",
+      input: { ...base, trigger: { type: "delay", delay: "1m", delayMs: 60_000 } },
+      issues: 'trigger.delay: give the delay as delay (e.g. "10m")',
+    },
+    {
+      name: "delay not a duration",
+      input: { ...base, trigger: { type: "delay", delay: "later" } },
+      issues:
+        'trigger.delay: must be milliseconds or a duration such as 500ms, 2s, 5m, 1h (got "later")',
+    },
+    {
+      name: "delayMs negative",
+      input: { ...base, trigger: { type: "delay", delayMs: -5 } },
+      issues:
+        "trigger.delayMs: must be milliseconds or a duration such as 500ms, 2s, 5m, 1h (got -5)",
+    },
+    {
+      name: "event without a name",
+      input: { ...base, trigger: { type: "event" } },
+      issues: "trigger.name: Invalid input: expected string, received undefined",
+    },
+    {
+      name: "event name with a topic wildcard",
+      input: { ...base, trigger: { type: "event", name: "door/#" } },
+      issues: "trigger.name: must be 1-128 of A-Z a-z 0-9 . _ : - and start with a letter or digit",
+    },
+    {
+      name: "event unknown key (strict)",
+      input: { ...base, trigger: { type: "event", name: "door", topic: "x" } },
+      issues: 'trigger: Unrecognized key: "topic"',
+    },
+    {
+      name: "after without a job",
+      input: { ...base, trigger: { type: "after" } },
+      issues: "trigger.job: Invalid input: expected string, received undefined",
+    },
+    {
+      name: "after a job id starting with $",
+      input: { ...base, trigger: { type: "after", job: "$extract" } },
+      issues: "trigger.job: must be 1-128 of A-Z a-z 0-9 . _ : - and start with a letter or digit",
+    },
+    {
+      name: "after with no states",
+      input: { ...base, trigger: { type: "after", job: "extract", states: [] } },
+      issues: "trigger.states: Too small: expected array to have >=1 items",
+    },
+    {
+      name: "after with a state that is not terminal",
+      input: { ...base, trigger: { type: "after", job: "extract", states: ["RUNNING"] } },
+      issues:
+        'trigger.states.0: Invalid option: expected one of "SUCCEEDED"|"FAILED"|"TIMED_OUT"|"EXPIRED"|"CANCELED"|"SKIPPED"',
+    },
+    {
+      name: "after with a bad second state",
+      input: { ...base, trigger: { type: "after", job: "extract", states: ["FAILED", "failed"] } },
+      issues:
+        'trigger.states.1: Invalid option: expected one of "SUCCEEDED"|"FAILED"|"TIMED_OUT"|"EXPIRED"|"CANCELED"|"SKIPPED"',
+    },
+    {
+      name: "after with states as a string",
+      input: { ...base, trigger: { type: "after", job: "extract", states: "FAILED" } },
+      issues: "trigger.states: Invalid input: expected array, received string",
+    },
+    {
+      name: "manual with a time (strict)",
+      input: { ...base, trigger: { type: "manual", at: 0 } },
+      issues: 'trigger: Unrecognized key: "at"',
+    },
   ])("$name", ({ input, issues }) => {
     expect(issuesOf(jobDefinitionSchema, input)).toBe(issues);
   });
@@ -298,6 +615,27 @@ describe("jobDefinitionSchema", () => {
       [
         "id: must be 1-128 of A-Z a-z 0-9 . _ : - and start with a letter or digit",
         "priority: Too big: expected number to be <=1000",
+      ].join("\n"),
+    );
+  });
+
+  it("lists every issue of the fleet fields, each at its path", () => {
+    expect(
+      issuesOf(jobDefinitionSchema, {
+        ...base,
+        shards: 0,
+        overlap: { policy: "X", queueMax: 0 },
+        misfire: { maxCatchUp: 0 },
+        tags: { "a b": "x", ok: 1 },
+      }),
+    ).toBe(
+      [
+        "tags.a b: must be a tag name: 1-64 of A-Z a-z 0-9 . _ -",
+        "tags.ok: Invalid input: expected string, received number",
+        "shards: Too small: expected number to be >=1",
+        'overlap.policy: Invalid option: expected one of "PARALLEL"|"SKIP"|"QUEUE"|"REPLACE"',
+        "overlap.queueMax: Too small: expected number to be >=1",
+        "misfire.maxCatchUp: Too small: expected number to be >=1",
       ].join("\n"),
     );
   });

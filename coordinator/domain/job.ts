@@ -3,6 +3,11 @@ import { HANDLER_NAME_PATTERN, ID_PATTERN } from "../../shared/ids.js";
 import { durationSchema } from "./duration.js";
 import { isValidTimeZone, validateCron } from "./schedule.js";
 
+const ID_MESSAGE = "must be 1-128 of A-Z a-z 0-9 . _ : - and start with a letter or digit";
+
+/** A job, group or event id: it may travel in an MQTT topic (see ID_PATTERN). */
+const idSchema = z.string().regex(ID_PATTERN, ID_MESSAGE);
+
 const instantSchema = z.union([z.number(), z.string()]).transform((value, ctx) => {
   const ms = typeof value === "number" ? value : Date.parse(value);
   if (!Number.isFinite(ms) || ms < 0) {
@@ -15,9 +20,15 @@ const instantSchema = z.union([z.number(), z.string()]).transform((value, ctx) =
   return ms;
 });
 
+/**
+ * Fires on a cron expression's local times in `tz`. Around daylight-saving changes a fixed time
+ * that is skipped fires once right after the gap and one that repeats fires once, while
+ * interval-like expressions follow the local clock (see `nextFireAfter` in schedule.ts).
+ */
 const cronTriggerSchema = z
   .object({
     type: z.literal("cron"),
+    /** 5 fields (minute hour day month weekday) or 6 (seconds first). */
     expr: z.string().min(1),
     /** IANA time zone; UTC unless given, never the host's zone. */
     tz: z.string().default("UTC"),
@@ -66,10 +77,62 @@ const everyTriggerSchema = z
 
 const atTriggerSchema = z.object({ type: z.literal("at"), at: instantSchema }).strict();
 
+/** Fires once, `delayMs` after the job version is stored. */
+const delayTriggerSchema = z
+  .object({
+    type: z.literal("delay"),
+    /** How long after the job version is stored, e.g. `10m` or 600000. */
+    delay: durationSchema.optional(),
+    /** The same in milliseconds: the resolved form, so a stored definition parses again. */
+    delayMs: durationSchema.optional(),
+  })
+  .strict()
+  .superRefine((t, ctx) => {
+    if ((t.delay === undefined) === (t.delayMs === undefined)) {
+      ctx.addIssue({
+        code: "custom",
+        path: ["delay"],
+        message: 'give the delay as delay (e.g. "10m")',
+      });
+    }
+  })
+  .transform(({ type, delay, delayMs }) => ({ type, delayMs: (delay ?? delayMs) as number }));
+
+/** Fired by a message on `ax/v1/events/{name}`; no time-based fires. */
+const eventTriggerSchema = z.object({ type: z.literal("event"), name: idSchema }).strict();
+
+/** The terminal states an `after` trigger can wait for. */
+export const TERMINAL_STATES = [
+  "SUCCEEDED",
+  "FAILED",
+  "TIMED_OUT",
+  "EXPIRED",
+  "CANCELED",
+  "SKIPPED",
+] as const;
+
+/** Fires when an execution of job `job` ends in one of `states`. */
+const afterTriggerSchema = z
+  .object({
+    type: z.literal("after"),
+    job: idSchema,
+    /** @default ["SUCCEEDED"] */
+    states: z.array(z.enum(TERMINAL_STATES)).min(1).default(["SUCCEEDED"]),
+  })
+  .strict();
+
+/** Fired only by an operator (CLI, API, console). */
+const manualTriggerSchema = z.object({ type: z.literal("manual") }).strict();
+
+/** When a job fires; the output is the resolved form, which parses again to itself. */
 export const triggerSchema = z.discriminatedUnion("type", [
   cronTriggerSchema,
   everyTriggerSchema,
   atTriggerSchema,
+  delayTriggerSchema,
+  eventTriggerSchema,
+  afterTriggerSchema,
+  manualTriggerSchema,
 ]);
 export type TriggerInput = z.input<typeof triggerSchema>;
 export type Trigger = z.output<typeof triggerSchema>;
@@ -85,24 +148,106 @@ export const retrySchema = z
   })
   .strict();
 
+/** What happens when a job fires while an execution of it is still running. */
+export const overlapSchema = z
+  .object({
+    /**
+     * `PARALLEL`: run both; `SKIP`: the new execution is SKIPPED; `QUEUE`: it waits for the
+     * running one (serial); `REPLACE`: the running one is canceled. @default "SKIP"
+     */
+    policy: z.enum(["PARALLEL", "SKIP", "QUEUE", "REPLACE"]).default("SKIP"),
+    /** With `QUEUE`: executions waiting at most; a fire beyond it is SKIPPED. @default 10 */
+    queueMax: z.number().int().min(1).max(1000).default(10),
+  })
+  .strict();
+
+const MISFIRE_WINDOW_MS = 3_600_000;
+
+/** What happens to fires missed while the coordinator was down. */
+export const misfireSchema = z
+  .object({
+    /**
+     * `FIRE_ONCE`: the latest missed fire fires once; `SKIP`: none fires, the job waits for its
+     * next fire time; `CATCH_UP`: the latest `maxCatchUp` missed fires within `window` fire.
+     * @default "FIRE_ONCE"
+     */
+    policy: z.enum(["FIRE_ONCE", "SKIP", "CATCH_UP"]).default("FIRE_ONCE"),
+    /** With `CATCH_UP`: the most missed fires fired. @default 10 */
+    maxCatchUp: z.number().int().min(1).max(10_000).default(10),
+    /** With `CATCH_UP`: only missed fires this long before now or less fire. @default 1h */
+    window: durationSchema.optional(),
+    /** The same in milliseconds: the resolved form, so a stored definition parses again. */
+    windowMs: durationSchema.optional(),
+  })
+  .strict()
+  .superRefine((m, ctx) => {
+    if (m.window !== undefined && m.windowMs !== undefined) {
+      ctx.addIssue({
+        code: "custom",
+        path: ["window"],
+        message: 'give the window once, as window (e.g. "1h")',
+      });
+    }
+  })
+  .transform(({ policy, maxCatchUp, window, windowMs }) => ({
+    policy,
+    maxCatchUp,
+    windowMs: window ?? windowMs ?? MISFIRE_WINDOW_MS,
+  }));
+
+const TAG_NAME_PATTERN = /^[A-Za-z0-9._-]{1,64}$/;
+
+/** Agent tags a job requires: only agents whose tags include all of these run it. */
+export const tagsSchema = z.record(
+  z.string().regex(TAG_NAME_PATTERN),
+  z.string().max(128),
+  // zod names a bad key only as "Invalid key in record"; say what a tag name is.
+  {
+    error: (issue) =>
+      issue.code === "invalid_key" ? "must be a tag name: 1-64 of A-Z a-z 0-9 . _ -" : undefined,
+  },
+);
+
 export const routingSchema = z
   .object({
     strategy: z.enum(["ROUND_ROBIN"]).default("ROUND_ROBIN"),
   })
   .strict();
 
-/** A job definition as users write it (JSON jobs file, CLI). */
+/**
+ * A job definition as users write it (JSON jobs file, CLI). The output is the resolved form
+ * (defaults filled in, durations in milliseconds), which is stored and parses again to itself.
+ */
 export const jobDefinitionSchema = z
   .object({
-    id: z
-      .string()
-      .regex(ID_PATTERN, "must be 1-128 of A-Z a-z 0-9 . _ : - and start with a letter or digit"),
+    id: idSchema,
     handler: z
       .string()
       .regex(HANDLER_NAME_PATTERN, "must be a handler name such as echo or mqtt.publish"),
+    /** Passed to the handler. @default {} */
     params: z.record(z.string(), z.unknown()).default({}),
     trigger: triggerSchema,
+    /** @default { strategy: "ROUND_ROBIN" } */
     routing: routingSchema.default({ strategy: "ROUND_ROBIN" }),
+    /** Only agents whose tags include all of these run the job. @default {} */
+    tags: tagsSchema.default({}),
+    /** Executions per fire, one per shard (each told its shard number). @default 1 */
+    shards: z.number().int().min(1).max(1024).default(1),
+    /** @default { policy: "SKIP", queueMax: 10 } */
+    overlap: overlapSchema.default({ policy: "SKIP", queueMax: 10 }),
+    /** @default { policy: "FIRE_ONCE", maxCatchUp: 10, windowMs: 3600000 } (window 1h) */
+    misfire: misfireSchema.default({
+      policy: "FIRE_ONCE",
+      maxCatchUp: 10,
+      windowMs: MISFIRE_WINDOW_MS,
+    }),
+    /**
+     * Executions of all jobs with the same group run one at a time across the fleet, in fire
+     * order (FIFO). @default none
+     */
+    group: idSchema.optional(),
+    /** Most executions of this job running at once across the fleet. @default no limit */
+    concurrency: z.number().int().min(1).max(10_000).optional(),
     /** Longest a run may take on the agent. @default 60s */
     timeout: durationSchema.default(60_000),
     /** Latest start after the nominal fire time; past it the execution is EXPIRED. @default 60s */
@@ -111,9 +256,11 @@ export const jobDefinitionSchema = z
     dispatchTimeout: durationSchema.default(5_000),
     /** Dispatches per attempt before the attempt fails as undeliverable. @default 3 */
     maxDispatches: z.number().int().min(1).max(20).default(3),
+    /** @default { maxAttempts: 1, baseMs: 1000, capMs: 60000 } */
     retry: retrySchema.default({ maxAttempts: 1, baseMs: 1000, capMs: 60_000 }),
     /** Higher dispatches first when agents are saturated. @default 0 */
     priority: z.number().int().min(-1000).max(1000).default(0),
+    /** A paused job does not fire. @default false */
     paused: z.boolean().default(false),
   })
   .strict();

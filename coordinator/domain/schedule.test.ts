@@ -1,7 +1,14 @@
 import { describe, expect, it } from "vitest";
 import { AxError } from "../../shared/errors.js";
 import type { Trigger } from "./job.js";
-import { isValidTimeZone, nextFireAfter, preview, validateCron } from "./schedule.js";
+import {
+  firstFireAt,
+  isFixedTimeCron,
+  isValidTimeZone,
+  nextFireAfter,
+  preview,
+  validateCron,
+} from "./schedule.js";
 
 const ms = (iso: string): number => {
   const t = Date.parse(iso);
@@ -101,6 +108,17 @@ describe("nextFireAfter: cron", () => {
     expect(iso(nextFireAfter(t, ms("2026-07-15T00:00:00Z"))!)).toBe("2026-07-15T09:00:00.000Z");
   });
 
+  it("H fields are hashed from the expression: the same minute on every call", () => {
+    const t = cron("H * * * *");
+    const times = preview(t, ms("2026-01-01T00:00:00Z"), 3).map(iso);
+    // Pinned: cron-parser 5.10.6 with the expression as hashSeed picks minute 47.
+    expect(times).toEqual([
+      "2026-01-01T00:47:00.000Z",
+      "2026-01-01T01:47:00.000Z",
+      "2026-01-01T02:47:00.000Z",
+    ]);
+  });
+
   it("throws AX_TRIGGER_INVALID for an expression cron-parser refuses", () => {
     let caught: unknown;
     try {
@@ -113,43 +131,6 @@ describe("nextFireAfter: cron", () => {
     expect((caught as AxError).message).toBe(
       'cron "61 * * * *": Constraint error, got value 61 expected range 0-59',
     );
-  });
-});
-
-describe("nextFireAfter: cron across DST in Europe/London (cron-parser 5.10)", () => {
-  // 2026-03-29: at 01:00 GMT clocks jump to 02:00 BST, so local 01:30 does not exist that day.
-  // cron-parser 5.10 does not skip the day: it fires at 01:30Z, i.e. 02:30 BST, one hour later
-  // on the local clock than intended (the missing local time is shifted forward by the gap).
-  // From the next day on 01:30 BST is 00:30Z.
-  it("spring forward 2026-03-29: the missing 01:30 fires at 01:30Z (02:30 BST), once", () => {
-    expect(
-      preview(cron("30 1 * * *", "Europe/London"), ms("2026-03-27T12:00:00Z"), 4).map(iso),
-    ).toEqual([
-      "2026-03-28T01:30:00.000Z", // 01:30 GMT
-      "2026-03-29T01:30:00.000Z", // 02:30 BST: the shifted firing
-      "2026-03-30T00:30:00.000Z", // 01:30 BST
-      "2026-03-31T00:30:00.000Z",
-    ]);
-  });
-
-  // 2026-10-25: at 02:00 BST clocks go back to 01:00 GMT, so local 01:30 happens twice
-  // (00:30Z BST and 01:30Z GMT). cron-parser 5.10 fires on the first only.
-  it("fall back 2026-10-25: the doubled 01:30 fires once, at the first (00:30Z, BST)", () => {
-    const t = cron("30 1 * * *", "Europe/London");
-    expect(preview(t, ms("2026-10-23T12:00:00Z"), 4).map(iso)).toEqual([
-      "2026-10-24T00:30:00.000Z", // 01:30 BST
-      "2026-10-25T00:30:00.000Z", // 01:30 BST, the first of the two
-      "2026-10-26T01:30:00.000Z", // 01:30 GMT
-      "2026-10-27T01:30:00.000Z",
-    ]);
-    // Asked from between the two local 01:30s, it still does not fire at the second one.
-    expect(iso(nextFireAfter(t, ms("2026-10-25T00:45:00Z"))!)).toBe("2026-10-26T01:30:00.000Z");
-  });
-
-  it("fall back: an hourly job fires in both local 01:00 hours (each UTC hour once)", () => {
-    expect(
-      preview(cron("0 * * * *", "Europe/London"), ms("2026-10-24T23:30:00Z"), 3).map(iso),
-    ).toEqual(["2026-10-25T00:00:00.000Z", "2026-10-25T01:00:00.000Z", "2026-10-25T02:00:00.000Z"]);
   });
 });
 
@@ -206,6 +187,83 @@ describe("nextFireAfter: at", () => {
   });
 });
 
+describe("nextFireAfter: delay, event, after, manual", () => {
+  it.each<[string, Trigger]>([
+    ["delay", { type: "delay", delayMs: 5_000 }],
+    ["event", { type: "event", name: "door.opened" }],
+    ["after", { type: "after", job: "extract", states: ["SUCCEEDED"] }],
+    ["manual", { type: "manual" }],
+  ])("%s: no time-based next fire", (_name, t) => {
+    expect(nextFireAfter(t, 0)).toBeNull();
+    expect(nextFireAfter(t, ms("2026-05-01T12:00:00Z"))).toBeNull();
+  });
+});
+
+describe("firstFireAt", () => {
+  const now = ms("2026-05-01T12:00:00Z");
+
+  it("delay: now + delayMs (0 fires at once)", () => {
+    expect(firstFireAt({ type: "delay", delayMs: 90_000 }, now)).toBe(now + 90_000);
+    expect(firstFireAt({ type: "delay", delayMs: 0 }, now)).toBe(now);
+  });
+
+  it.each<[string, Trigger]>([
+    ["event", { type: "event", name: "door.opened" }],
+    ["after", { type: "after", job: "extract", states: ["FAILED"] }],
+    ["manual", { type: "manual" }],
+  ])("%s: null", (_name, t) => {
+    expect(firstFireAt(t, now)).toBeNull();
+  });
+
+  it("cron: the first fire time at or after now (inclusive)", () => {
+    const t = cron("0 12 * * *");
+    expect(iso(firstFireAt(t, now)!)).toBe("2026-05-01T12:00:00.000Z");
+    expect(iso(firstFireAt(t, now + 1)!)).toBe("2026-05-02T12:00:00.000Z");
+    expect(iso(firstFireAt(t, now - 1)!)).toBe("2026-05-01T12:00:00.000Z");
+    // nextFireAfter stays strict.
+    expect(iso(nextFireAfter(t, now)!)).toBe("2026-05-02T12:00:00.000Z");
+  });
+
+  it("cron: a fractional now never gives a time before it", () => {
+    expect(firstFireAt(cron("* * * * * *"), 1000)).toBe(1000);
+    expect(firstFireAt(cron("* * * * * *"), 1000.5)).toBe(2000);
+    expect(firstFireAt(cron("* * * * * *"), 999.5)).toBe(1000);
+  });
+
+  it("every: on the grid at or after now", () => {
+    expect(firstFireAt({ type: "every", everyMs: 1000 }, 2000)).toBe(2000);
+    expect(firstFireAt({ type: "every", everyMs: 1000 }, 2001)).toBe(3000);
+    expect(firstFireAt({ type: "every", everyMs: 1000, anchor: 5000 }, 0)).toBe(5000);
+  });
+
+  it("at: the instant when now or later, else never", () => {
+    expect(firstFireAt({ type: "at", at: now }, now)).toBe(now);
+    expect(firstFireAt({ type: "at", at: now + 1 }, now)).toBe(now + 1);
+    expect(firstFireAt({ type: "at", at: now - 1 }, now)).toBeNull();
+  });
+});
+
+describe("isFixedTimeCron", () => {
+  it.each([
+    ["30 1 * * *", true],
+    ["0 9-17 * * 1-5", true],
+    ["0,30 2 * * *", true],
+    ["0 30 2 * * *", true],
+    ["15 2/6 * * *", true],
+    ["H H * * *", true],
+    ["*/15 * * * *", false],
+    ["0 * * * *", false],
+    ["*/15 2 * * *", false],
+    ["? 2 * * *", false],
+    ["5,*/20 2 * * *", false],
+    ["*/30 * * * * *", false],
+    ["*/10 30 2 * * *", false],
+    ["0 */10 2 * * *", false],
+  ])("%j → %s", (expr, fixed) => {
+    expect(isFixedTimeCron(expr)).toBe(fixed);
+  });
+});
+
 describe("preview", () => {
   it.each<[string, Trigger]>([
     ["cron 5 fields", cron("*/7 * * * *")],
@@ -227,6 +285,19 @@ describe("preview", () => {
 
   it("count 0 gives nothing", () => {
     expect(preview(cron("* * * * *"), 0, 0)).toEqual([]);
+    expect(preview({ type: "delay", delayMs: 1 }, 0, 0)).toEqual([]);
+  });
+
+  it("delay: its one fire as if stored at the start", () => {
+    expect(preview({ type: "delay", delayMs: 60_000 }, 1_000, 5)).toEqual([61_000]);
+  });
+
+  it.each<[string, Trigger]>([
+    ["event", { type: "event", name: "door.opened" }],
+    ["after", { type: "after", job: "extract", states: ["SUCCEEDED"] }],
+    ["manual", { type: "manual" }],
+  ])("%s: nothing", (_name, t) => {
+    expect(preview(t, 0, 5)).toEqual([]);
   });
 
   it("weekdays 09:00 New York skips the weekend", () => {

@@ -1,12 +1,17 @@
+import type { ExecState } from "../../shared/fsm.js";
 import { envelope } from "../../shared/message.js";
+import { decideOverlap } from "../domain/overlap.js";
 import { eligibleAgents, roundRobin } from "../domain/routing.js";
-import type { ExecutionRecord } from "../store/port.js";
+import type { ExecutionRecord, StoredJob } from "../store/port.js";
 import type { EngineContext } from "./context.js";
 import type { Leases } from "./leases.js";
 import type { Registry } from "./registry.js";
 import { applyEvent } from "./transitions.js";
 
 const BATCH = 500;
+
+/** States in which an execution still takes part in overlap, group and concurrency rules. */
+const OPEN_STATES: ExecState[] = ["PENDING", "RETRY_WAITING", "DISPATCHED", "SCHEDULED", "RUNNING"];
 
 /**
  * The loop that moves executions along on the coordinator's own clock: dispatches what is due,
@@ -20,6 +25,8 @@ export class Dispatcher {
   private closed = false;
   /** Last agent chosen per job (or per handler for commands), for ROUND_ROBIN. */
   private readonly cursors = new Map<string, string>();
+  /** Executions already sent a cancel because a newer firing replaces them (overlap REPLACE). */
+  private readonly replacing = new Set<string>();
 
   constructor(
     private readonly ctx: EngineContext,
@@ -79,6 +86,7 @@ export class Dispatcher {
       }
     }
 
+    const jobs = new Map<string, StoredJob | undefined>();
     for (const exec of await store.listExecutionsInStates(["PENDING"], BATCH)) {
       if (exec.deadline < now) {
         await applyEvent(this.ctx, exec.id, { type: "expire" }, () => ({}), {
@@ -87,6 +95,7 @@ export class Dispatcher {
         continue;
       }
       if (exec.fireAt - this.ctx.config.dispatchLead > now) continue;
+      if (!(await this.admit(exec, jobs, now))) continue;
       const agentId = this.route(exec, now);
       if (agentId === undefined) continue; // waits in PENDING until an agent is live or it expires
       await applyEvent(
@@ -135,6 +144,90 @@ export class Dispatcher {
   }
 
   /**
+   * Overlap, group and concurrency rules for a pending job execution (DESIGN §3): true when it
+   * may be dispatched now. A SKIP ends it SKIPPED with its reason; a REPLACE cancels the running
+   * ones (once) and waits for them to end; a wait leaves it PENDING for a later pass.
+   */
+  private async admit(
+    exec: ExecutionRecord,
+    jobs: Map<string, StoredJob | undefined>,
+    now: number,
+  ): Promise<boolean> {
+    if (exec.jobId === null) return true;
+    if (!jobs.has(exec.jobId)) jobs.set(exec.jobId, await this.ctx.store.getJob(exec.jobId));
+    const job = jobs.get(exec.jobId);
+    const def = job?.definition;
+    if (!def) return true;
+    const overlapFree =
+      def.overlap.policy === "PARALLEL" && def.concurrency === undefined && exec.groupKey === null;
+    if (overlapFree) return true;
+    const peer = (e: ExecutionRecord) => ({
+      id: e.id,
+      state: e.state,
+      createdAt: e.createdAt,
+      shardOf: e.shardTotal !== null ? `${e.jobId}@${e.scheduledFor}` : null,
+    });
+    const sameJob = (
+      await this.ctx.store.listExecutions({ jobId: exec.jobId, states: OPEN_STATES, limit: 10_000 })
+    )
+      .filter((e) => e.id !== exec.id)
+      .map(peer);
+    const sameGroup =
+      exec.groupKey === null
+        ? []
+        : (
+            await this.ctx.store.listExecutions({
+              groupKey: exec.groupKey,
+              states: OPEN_STATES,
+              limit: 10_000,
+            })
+          )
+            .filter((e) => e.id !== exec.id)
+            .map(peer);
+    // Overlap is about a run still going when the next one is due. Dispatched ahead of its
+    // time, a firing cannot know yet whether the one before will have finished by then: while
+    // anything of its job or group is in flight, it is decided at its fire time instead.
+    const inFlight = (p: { state: string }) =>
+      p.state === "DISPATCHED" || p.state === "SCHEDULED" || p.state === "RUNNING";
+    if (now < exec.fireAt && (sameJob.some(inFlight) || sameGroup.some(inFlight))) return false;
+    const decision = decideOverlap({
+      execution: { ...peer(exec), attempt: exec.attempt },
+      policy: def.overlap.policy,
+      queueMax: def.overlap.queueMax,
+      concurrency: def.concurrency,
+      sameJob,
+      sameGroup,
+    });
+    switch (decision.action) {
+      case "dispatch":
+        return true;
+      case "wait":
+        return false;
+      case "skip":
+        await applyEvent(
+          this.ctx,
+          exec.id,
+          { type: "skip", reason: decision.reason },
+          () => ({
+            finishedAt: now,
+            message: decision.reason,
+          }),
+          { reason: decision.reason },
+        );
+        return false;
+      case "replace":
+        for (const id of decision.cancel) {
+          if (this.replacing.has(id)) continue;
+          this.replacing.add(id);
+          await applyEvent(this.ctx, id, { type: "cancel" }, () => ({}), {
+            reason: `replaced by ${exec.id}`,
+          });
+        }
+        return false;
+    }
+  }
+
+  /**
    * Leases: a running execution whose agent stopped vouching for it is queried, then failed over
    * by its retry policy. A scheduled one is never failed over this way: an agent keeps firing
    * what it holds while offline, so moving it elsewhere could run it twice; its deadline bounds
@@ -170,8 +263,11 @@ export class Dispatcher {
     if (exec.targetAgentId !== null) {
       return this.registry.isLive(exec.targetAgentId, now) ? exec.targetAgentId : undefined;
     }
-    const candidates = eligibleAgents(this.registry.list(), exec.handler, (a) =>
-      this.registry.isLive(a.agentId, now),
+    const tags = Object.entries(exec.tags);
+    const candidates = eligibleAgents(
+      this.registry.list(),
+      exec.handler,
+      (a) => this.registry.isLive(a.agentId, now) && tags.every(([k, v]) => a.tags[k] === v),
     );
     const key = exec.jobId ?? `handler:${exec.handler}`;
     const chosen = roundRobin(candidates, this.cursors.get(key));

@@ -1,6 +1,7 @@
 import { TimingWheel } from "../../shared/wheel.js";
+import { planMisfire } from "../domain/misfire.js";
 import { nextFireAfter } from "../domain/schedule.js";
-import type { StoredJob } from "../store/port.js";
+import type { NewExecution, StoredJob } from "../store/port.js";
 import type { EngineContext } from "./context.js";
 import { newExecutionId } from "./transitions.js";
 
@@ -91,21 +92,80 @@ export class FiringLoop {
   }
 
   private async fireAsync(p: PlannedFire): Promise<void> {
-    const { store, clock } = this.ctx;
+    const { store, clock, config } = this.ctx;
     const job = await store.getJob(p.jobId);
     if (!job || job.nextFireAt !== p.scheduledFor || job.definition.paused) return;
     const now = clock.wallNow();
     const def = job.definition;
-    // A fire found late (the coordinator was down) fires once now; the times missed meanwhile
-    // are not fired again (misfire policy FIRE_ONCE).
-    const fireAt = Math.max(p.scheduledFor, now);
-    const nextFireAt = nextFireAfter(def.trigger, Math.max(p.scheduledFor, now));
-    const fired = await store.recordFire({
+    // The wheel fires `dispatchLead` early, so "late" is measured against the nominal time.
+    const plan = planMisfire(
+      p.scheduledFor,
+      Math.max(now, p.scheduledFor),
+      (t) => nextFireAfter(def.trigger, t),
+      {
+        policy: def.misfire.policy,
+        maxCatchUp: def.misfire.maxCatchUp,
+        windowMs: def.misfire.windowMs,
+        thresholdMs: config.misfireThreshold,
+        enumerateMax: 1000,
+      },
+    );
+    const fires = plan.fire.map((scheduledFor) => {
+      // A fire decided late fires now; one on time keeps its nominal time.
+      const fireAt = plan.misfired ? now : scheduledFor;
+      return { scheduledFor, executions: this.executionsFor(job, fireAt, now) };
+    });
+    const recorded = await store.recordFires({
       jobId: job.id,
-      scheduledFor: p.scheduledFor,
-      nextFireAt,
+      expectedNext: p.scheduledFor,
+      nextFireAt: plan.nextFireAt,
+      fires,
+      missed: plan.missed,
       at: now,
-      execution: {
+    });
+    if (recorded) {
+      for (const f of fires) {
+        const first = f.executions[0];
+        if (first) {
+          this.ctx.events.emit("fired", {
+            jobId: job.id,
+            scheduledFor: f.scheduledFor,
+            executionId: first.id,
+            at: now,
+            late: plan.misfired,
+          });
+        }
+      }
+      const missedCount = plan.missed.length + plan.missedUncounted;
+      if (missedCount > 0) {
+        await store.bumpCounter("missed_fires", missedCount);
+        this.ctx.events.emit("missed", {
+          jobId: job.id,
+          scheduledFor: plan.missed,
+          uncounted: plan.missedUncounted,
+          policy: def.misfire.policy,
+          at: now,
+        });
+        this.ctx.log(
+          "warn",
+          `job ${job.id}: ${missedCount} fire(s) missed, policy ${def.misfire.policy}`,
+          {
+            jobId: job.id,
+            fired: plan.fire.length,
+          },
+        );
+      }
+      if (fires.length > 0) this.onFired();
+    }
+    await this.scan();
+  }
+
+  /** One execution per shard for a firing of `job` at `fireAt`. */
+  private executionsFor(job: StoredJob, fireAt: number, now: number): NewExecution[] {
+    const def = job.definition;
+    const out: NewExecution[] = [];
+    for (let index = 0; index < def.shards; index++) {
+      out.push({
         id: newExecutionId(now),
         kind: "job",
         jobId: job.id,
@@ -123,10 +183,12 @@ export class FiringLoop {
         retryBaseMs: def.retry.baseMs,
         retryCapMs: def.retry.capMs,
         createdAt: now,
-      },
-    });
-    if (fired) this.onFired();
-    await this.scan();
+        groupKey: def.group ?? null,
+        tags: def.tags,
+        ...(def.shards > 1 ? { shardIndex: index, shardTotal: def.shards } : {}),
+      });
+    }
+    return out;
   }
 
   close(): void {

@@ -91,6 +91,9 @@ async function perform(
               deadline: exec.deadline,
               timeoutMs: exec.timeoutMs,
               priority: exec.priority,
+              ...(exec.shardTotal !== null && exec.shardIndex !== null
+                ? { shard: { index: exec.shardIndex, total: exec.shardTotal } }
+                : {}),
             },
             ctx.clock.wallNow(),
           ),

@@ -45,7 +45,19 @@ export interface ExecutionRecord extends ExecSnapshot {
   message: string | null;
   /** The size in UTF-8 bytes of `message` as written, before the cap; null when there is none. */
   messageBytes: number | null;
+  /** The nominal time a job execution fired for (null for commands and manual runs). */
+  scheduledFor: number | null;
+  /** This execution's shard of its firing, when the job is sharded. */
+  shardIndex: number | null;
+  shardTotal: number | null;
+  /** Executions with the same group key run one at a time across the fleet. */
+  groupKey: string | null;
+  /** Agent tags required to run it (all must match). */
+  tags: Record<string, string>;
 }
+
+/** Fields a new execution may leave out (they default to null / {}). */
+type OptionalOnCreate = "scheduledFor" | "shardIndex" | "shardTotal" | "groupKey" | "tags";
 
 /** A new execution (state PENDING, round 0, attempt 1). */
 export type NewExecution = Omit<
@@ -64,7 +76,9 @@ export type NewExecution = Omit<
   | "result"
   | "message"
   | "messageBytes"
->;
+  | OptionalOnCreate
+> &
+  Partial<Pick<ExecutionRecord, OptionalOnCreate>>;
 
 /** One entry of an execution's timeline. */
 export interface TimelineEntry {
@@ -135,6 +149,9 @@ export interface AgentRecord {
 
 export interface ExecutionFilter {
   jobId?: string;
+  groupKey?: string;
+  /** Only executions fired for this nominal time (with jobId: one firing's shards). */
+  scheduledFor?: number;
   states?: ExecState[];
   agentId?: string;
   limit?: number;
@@ -163,6 +180,22 @@ export interface Store {
     scheduledFor: number;
     nextFireAt: number | null;
     execution: NewExecution;
+    at: number;
+  }): Promise<boolean>;
+
+  /**
+   * Records a firing decided under the job's misfire policy, exactly once: in one transaction it
+   * advances the job's next fire time from `expectedNext` to `nextFireAt` (only if it still is
+   * `expectedNext`), inserts a UNIQUE fire row and the executions (one per shard) for every
+   * nominal time in `fires`, and a `missed` fire row for every one in `missed`. Returns false, and
+   * writes nothing, when another writer got there first.
+   */
+  recordFires(batch: {
+    jobId: string;
+    expectedNext: number;
+    nextFireAt: number | null;
+    fires: { scheduledFor: number; executions: NewExecution[] }[];
+    missed: number[];
     at: number;
   }): Promise<boolean>;
 

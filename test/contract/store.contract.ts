@@ -297,6 +297,11 @@ export function storeContract(name: string, makeStore: () => Promise<StoreFixtur
           result: null,
           message: null,
           messageBytes: null,
+          scheduledFor: null,
+          shardIndex: null,
+          shardTotal: null,
+          groupKey: null,
+          tags: {},
         } satisfies ExecutionRecord);
         expect(await store.getTimeline("ex-1")).toEqual([
           {

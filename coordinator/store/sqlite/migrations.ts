@@ -107,4 +107,23 @@ export const SQLITE_MIGRATIONS: readonly Migration[] = [
       CREATE INDEX fires_scheduled ON fires (scheduled_for);
     `,
   },
+  {
+    version: 3,
+    name: "shards, groups, routing tags, missed fires",
+    sql: `
+      -- The nominal time a job execution fired for, and its shard of that firing.
+      ALTER TABLE executions ADD COLUMN scheduled_for REAL;
+      ALTER TABLE executions ADD COLUMN shard_index INTEGER;
+      ALTER TABLE executions ADD COLUMN shard_total INTEGER;
+      -- Executions with one group key run one at a time across the fleet.
+      ALTER TABLE executions ADD COLUMN group_key TEXT;
+      -- The agent tags the execution requires (JSON object), from its job.
+      ALTER TABLE executions ADD COLUMN tags TEXT;
+      CREATE INDEX executions_group ON executions (group_key, state) WHERE group_key IS NOT NULL;
+      CREATE INDEX executions_job_state ON executions (job_id, state);
+      -- A nominal time that was missed and not fired (misfire policy) is recorded too, never
+      -- silent: status 'missed' with no execution.
+      ALTER TABLE fires ADD COLUMN status TEXT NOT NULL DEFAULT 'fired';
+    `,
+  },
 ];

@@ -56,6 +56,11 @@ interface ExecutionRow {
   result: string | null;
   message: string | null;
   message_bytes: number | null;
+  scheduled_for: number | null;
+  shard_index: number | null;
+  shard_total: number | null;
+  group_key: string | null;
+  tags: string | null;
 }
 
 /**
@@ -115,6 +120,11 @@ function toExecution(r: ExecutionRow): ExecutionRecord {
     result: r.result === null ? null : (JSON.parse(r.result) as Record<string, unknown>),
     message: r.message,
     messageBytes: r.message_bytes,
+    scheduledFor: r.scheduled_for,
+    shardIndex: r.shard_index,
+    shardTotal: r.shard_total,
+    groupKey: r.group_key,
+    tags: r.tags === null ? {} : (JSON.parse(r.tags) as Record<string, string>),
   };
 }
 
@@ -293,6 +303,48 @@ export class SqliteStore implements Store {
     );
   }
 
+  async recordFires(batch: {
+    jobId: string;
+    expectedNext: number;
+    nextFireAt: number | null;
+    fires: { scheduledFor: number; executions: NewExecution[] }[];
+    missed: number[];
+    at: number;
+  }): Promise<boolean> {
+    return wrap("recordFires", () =>
+      this.write(() => {
+        // Compare-and-set on the job's next fire time: only one writer advances it.
+        const advanced = this.db
+          .prepare(
+            "UPDATE jobs SET next_fire_at = ?, updated_at = ? WHERE id = ? AND next_fire_at = ?",
+          )
+          .run(batch.nextFireAt, batch.at, batch.jobId, batch.expectedNext);
+        if (advanced.changes !== 1) return false;
+        const insertFire = this.db.prepare(
+          "INSERT OR IGNORE INTO fires (job_id, scheduled_for, fired_at, execution_id, status) VALUES (?, ?, ?, ?, ?)",
+        );
+        for (const t of batch.missed) insertFire.run(batch.jobId, t, batch.at, "", "missed");
+        for (const fire of batch.fires) {
+          const first = fire.executions[0];
+          if (!first) continue;
+          // A nominal time already in the ledger is never fired again.
+          if (
+            insertFire.run(batch.jobId, fire.scheduledFor, batch.at, first.id, "fired").changes !==
+            1
+          )
+            continue;
+          for (const e of fire.executions) {
+            this.insertExecution({ ...e, scheduledFor: fire.scheduledFor }, batch.at, {
+              scheduledFor: fire.scheduledFor,
+              ...(e.shardTotal ? { shard: `${e.shardIndex}/${e.shardTotal}` } : {}),
+            });
+          }
+        }
+        return true;
+      }),
+    );
+  }
+
   async createExecution(execution: NewExecution, at: number): Promise<void> {
     wrap("createExecution", () => this.write(() => this.insertExecution(execution, at, null)));
   }
@@ -306,12 +358,37 @@ export class SqliteStore implements Store {
       .prepare(
         `INSERT INTO executions (id, kind, job_id, job_version, handler, params, target_agent_id, agent_id,
            state, round, attempt, max_attempts, dispatches, max_dispatches, fire_at, deadline, timeout_ms,
-           dispatch_timeout_ms, priority, retry_base_ms, retry_cap_ms, created_at, updated_at)
+           dispatch_timeout_ms, priority, retry_base_ms, retry_cap_ms, created_at, updated_at,
+           scheduled_for, shard_index, shard_total, group_key, tags)
          VALUES (@id, @kind, @jobId, @jobVersion, @handler, @params, @targetAgentId, NULL,
            'PENDING', 0, 1, @maxAttempts, 0, @maxDispatches, @fireAt, @deadline, @timeoutMs,
-           @dispatchTimeoutMs, @priority, @retryBaseMs, @retryCapMs, @createdAt, @createdAt)`,
+           @dispatchTimeoutMs, @priority, @retryBaseMs, @retryCapMs, @createdAt, @createdAt,
+           @scheduledFor, @shardIndex, @shardTotal, @groupKey, @tags)`,
       )
-      .run({ ...e, params: JSON.stringify(e.params) });
+      .run({
+        id: e.id,
+        kind: e.kind,
+        jobId: e.jobId,
+        jobVersion: e.jobVersion,
+        handler: e.handler,
+        params: JSON.stringify(e.params),
+        targetAgentId: e.targetAgentId,
+        maxAttempts: e.maxAttempts,
+        maxDispatches: e.maxDispatches,
+        fireAt: e.fireAt,
+        deadline: e.deadline,
+        timeoutMs: e.timeoutMs,
+        dispatchTimeoutMs: e.dispatchTimeoutMs,
+        priority: e.priority,
+        retryBaseMs: e.retryBaseMs,
+        retryCapMs: e.retryCapMs,
+        createdAt: e.createdAt,
+        scheduledFor: e.scheduledFor ?? null,
+        shardIndex: e.shardIndex ?? null,
+        shardTotal: e.shardTotal ?? null,
+        groupKey: e.groupKey ?? null,
+        tags: e.tags && Object.keys(e.tags).length > 0 ? JSON.stringify(e.tags) : null,
+      });
     this.appendTimeline(e.id, at, "created", null, "PENDING", 0, null, detail);
   }
 
@@ -358,6 +435,14 @@ export class SqliteStore implements Store {
     if (filter.agentId !== undefined) {
       where.push("agent_id = ?");
       args.push(filter.agentId);
+    }
+    if (filter.groupKey !== undefined) {
+      where.push("group_key = ?");
+      args.push(filter.groupKey);
+    }
+    if (filter.scheduledFor !== undefined) {
+      where.push("scheduled_for = ?");
+      args.push(filter.scheduledFor);
     }
     if (filter.states !== undefined && filter.states.length > 0) {
       where.push(`state IN (${filter.states.map(() => "?").join(", ")})`);
