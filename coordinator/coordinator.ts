@@ -13,6 +13,7 @@ import { Leases } from "./engine/leases.js";
 import { Registry } from "./engine/registry.js";
 import { RetentionLoop } from "./engine/retention.js";
 import { applyEvent, newExecutionId } from "./engine/transitions.js";
+import { EventTriggers } from "./engine/triggers.js";
 import { CoordinatorLink } from "./link/mqtt-link.js";
 import type { ExecutionRecord, Store, StoredJob } from "./store/port.js";
 import { SqliteStore } from "./store/sqlite/sqlite-store.js";
@@ -51,6 +52,7 @@ export class Coordinator {
   private readonly firing: FiringLoop;
   private readonly dispatcher: Dispatcher;
   private readonly retention: RetentionLoop;
+  private readonly triggers: EventTriggers;
 
   constructor(config: CoordinatorConfig, deps: CoordinatorDeps = {}) {
     const clock = deps.clock ?? systemClock;
@@ -85,6 +87,14 @@ export class Coordinator {
     this.dispatcher = new Dispatcher(this.ctx, this.registry, leases);
     this.retention = new RetentionLoop(this.ctx);
     this.inbound.onChange = () => this.dispatcher.kick();
+    this.triggers = new EventTriggers(this.ctx, () => this.dispatcher.kick());
+    this.inbound.onEvent = (name, msgId, payload) => this.triggers.onEvent(name, msgId, payload);
+    this.events.on("transition", (e) => {
+      if (!TERMINAL_STATES.has(e.to)) return;
+      this.triggers
+        .onTransition(e)
+        .catch((err: unknown) => log("error", `after-trigger failed: ${(err as Error).message}`));
+    });
     this.firing.onFired = () => this.dispatcher.kick();
   }
 
@@ -111,6 +121,12 @@ export class Coordinator {
       );
     }
     const def = parsed.data;
+    if (def.trigger.type === "after" && def.trigger.job === def.id) {
+      throw new AxError(
+        "AX_JOB_INVALID",
+        `job "${def.id}" is invalid\ntrigger.job: a job cannot fire after itself`,
+      );
+    }
     const now = this.ctx.clock.wallNow();
     const existing = await this.store.getJob(def.id);
     const sameTrigger =
@@ -118,6 +134,7 @@ export class Coordinator {
     // An unchanged trigger keeps its next fire time, so re-loading a jobs file fires nothing twice.
     const nextFireAt = sameTrigger ? existing.nextFireAt : firstFireAt(def.trigger, now);
     const job = await this.store.putJob(def, nextFireAt, now);
+    this.triggers.invalidate();
     await this.firing.rescan();
     return job;
   }
@@ -209,6 +226,14 @@ export class Coordinator {
     );
     this.dispatcher.kick();
     return id;
+  }
+
+  /**
+   * Fires every job listening for event `name` (as a message on `ax/v1/events/{name}` would),
+   * with `payload` merged into their params. Returns how many jobs fired.
+   */
+  async fireEvent(name: string, payload: Record<string, unknown> = {}): Promise<number> {
+    return this.triggers.onEvent(name, newExecutionId(this.ctx.clock.wallNow()), payload);
   }
 
   /** Pauses a job: it fires nothing until resumed (a new version with `paused: true`). */

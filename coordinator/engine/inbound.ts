@@ -13,6 +13,10 @@ export class Inbound {
   private readonly chains = new Map<string, Promise<void>>();
   /** Called after a report changed an execution, so the dispatcher can act at once. */
   onChange: () => void = () => {};
+  /** Called for a message on an event topic. */
+  onEvent:
+    | ((name: string, msgId: string, payload: Record<string, unknown>) => Promise<unknown>)
+    | undefined;
 
   constructor(
     private readonly ctx: EngineContext,
@@ -63,7 +67,11 @@ export class Inbound {
       await this.registry.presence(d.agentId, d.message.status, d.message.instanceId);
       return;
     }
-    if (d.channel !== "up") return; // events: a later issue; down: our own traffic
+    if (d.channel === "event") {
+      await this.onEvent?.(d.name, d.message.msgId, d.message.payload ?? {});
+      return;
+    }
+    if (d.channel !== "up") return; // down: our own traffic
     const m: UpMessage = d.message;
     switch (m.type) {
       case "hello": {

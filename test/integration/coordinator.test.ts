@@ -1,3 +1,4 @@
+import mqtt from "mqtt";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { type AgentProcess, spawnAgentProcess } from "../../coordinator/cli/agent-process.js";
 import { parseCoordinatorConfig } from "../../coordinator/config.js";
@@ -139,6 +140,76 @@ describe("coordinator: control and leases", () => {
         : undefined,
     );
     await coordinator.pauseJob("pausable");
+  }, 30_000);
+
+  it("fires event-triggered jobs from an MQTT event, once per message, with the payload in params", async () => {
+    await coordinator.putJob({
+      id: "on-door",
+      handler: "echo",
+      params: { site: "north" },
+      trigger: { type: "event", name: "door-open" },
+    });
+    const client = await mqtt.connectAsync(broker.url, { clientId: `${broker.prefix}-ev` });
+    const message = JSON.stringify({
+      v: 1,
+      type: "event",
+      msgId: "ev-1",
+      sentAt: Date.now(),
+      payload: { door: 7 },
+    });
+    await client.publishAsync(`${broker.prefix}/v1/events/door-open`, message, { qos: 1 });
+    await client.publishAsync(`${broker.prefix}/v1/events/door-open`, message, { qos: 1 }); // redelivered
+    await client.endAsync();
+    const [exec] = await waitFor("the event's execution", async () => {
+      const list = await coordinator.store.listExecutions({ jobId: "on-door" });
+      return list.length > 0 ? list : undefined;
+    });
+    const done = await ended(exec?.id ?? "");
+    expect(done.state).toBe("SUCCEEDED");
+    expect(done.result).toEqual({ echo: { site: "north", door: 7 } });
+    await new Promise((r) => setTimeout(r, 300));
+    expect(await coordinator.store.listExecutions({ jobId: "on-door" })).toHaveLength(1);
+    expect((await coordinator.store.counters()).duplicate_events).toBe(1);
+  }, 30_000);
+
+  it("fires a job after another ends in a listed state, with its outcome in params", async () => {
+    await coordinator.putJob({
+      id: "step-a",
+      handler: "echo",
+      params: { n: 1 },
+      trigger: { type: "manual" },
+    });
+    await coordinator.putJob({
+      id: "step-b",
+      handler: "echo",
+      trigger: { type: "after", job: "step-a", states: ["SUCCEEDED"] },
+    });
+    const a = await coordinator.triggerJob("step-a");
+    await ended(a);
+    const [b] = await waitFor("step-b to fire", async () => {
+      const list = await coordinator.store.listExecutions({ jobId: "step-b" });
+      return list.length > 0 ? list : undefined;
+    });
+    const done = await ended(b?.id ?? "");
+    expect(done.state).toBe("SUCCEEDED");
+    expect(done.result).toEqual({
+      echo: {
+        after: {
+          jobId: "step-a",
+          executionId: a,
+          state: "SUCCEEDED",
+          result: { echo: { n: 1 } },
+          message: "ok",
+        },
+      },
+    });
+    await expect(
+      coordinator.putJob({ id: "loop", handler: "echo", trigger: { type: "after", job: "loop" } }),
+    ).rejects.toSatisfy(
+      (e) =>
+        isAxError(e, "AX_JOB_INVALID") &&
+        e.message === 'job "loop" is invalid\ntrigger.job: a job cannot fire after itself',
+    );
   }, 30_000);
 
   it("fails a running execution over when its agent dies and never answers the query", async () => {

@@ -1,0 +1,126 @@
+import type { StoredJob } from "../store/port.js";
+import type { EngineContext } from "./context.js";
+import type { EngineEvents } from "./events.js";
+import { newExecutionId } from "./transitions.js";
+
+/** Event deliveries remembered to drop a redelivery of the same message (QoS 1 may repeat). */
+const SEEN_EVENTS = 10_000;
+
+/**
+ * The triggers that are not times: `event` (a message on `ax/v1/events/{name}` fires every job
+ * listening, its payload merged into the job's params) and `after` (job B fires when an execution
+ * of job A ends in one of the listed states, with A's outcome in B's params).
+ */
+export class EventTriggers {
+  private readonly seen = new Set<string>();
+  private jobs: StoredJob[] | undefined;
+
+  constructor(
+    private readonly ctx: EngineContext,
+    private readonly onCreated: () => void,
+  ) {}
+
+  /** Forget the cached job list (a job was added, changed or removed). */
+  invalidate(): void {
+    this.jobs = undefined;
+  }
+
+  private async listening(): Promise<StoredJob[]> {
+    this.jobs ??= (await this.ctx.store.listJobs()).filter(
+      (j) => j.definition.trigger.type === "event" || j.definition.trigger.type === "after",
+    );
+    return this.jobs;
+  }
+
+  /** An event message: fires every unpaused job whose trigger names it. Returns how many fired. */
+  async onEvent(name: string, msgId: string, payload: Record<string, unknown>): Promise<number> {
+    const key = `${name}\u0000${msgId}`;
+    if (this.seen.has(key)) {
+      await this.ctx.store.bumpCounter("duplicate_events");
+      return 0;
+    }
+    this.seen.add(key);
+    if (this.seen.size > SEEN_EVENTS) {
+      const oldest = this.seen.values().next().value;
+      if (oldest !== undefined) this.seen.delete(oldest);
+    }
+    let fired = 0;
+    for (const job of await this.listening()) {
+      const t = job.definition.trigger;
+      if (t.type !== "event" || t.name !== name || job.definition.paused) continue;
+      await this.create(job, { ...job.definition.params, ...payload }, { event: name, msgId });
+      fired++;
+    }
+    if (fired === 0) await this.ctx.store.bumpCounter("events_without_jobs");
+    return fired;
+  }
+
+  /** A transition: an execution of a job ending in a listed state fires the jobs after it. */
+  async onTransition(e: EngineEvents["transition"]): Promise<void> {
+    if (e.jobId === null || e.from === e.to) return;
+    const followers = (await this.listening()).filter((j) => {
+      const t = j.definition.trigger;
+      return (
+        t.type === "after" &&
+        t.job === e.jobId &&
+        (t.states as string[]).includes(e.to) &&
+        !j.definition.paused
+      );
+    });
+    if (followers.length === 0) return;
+    const exec = await this.ctx.store.getExecution(e.executionId);
+    const after = {
+      jobId: e.jobId,
+      executionId: e.executionId,
+      state: e.to,
+      ...(exec?.result ? { result: exec.result } : {}),
+      ...(exec?.message ? { message: exec.message } : {}),
+    };
+    for (const job of followers) {
+      await this.create(job, { ...job.definition.params, after }, { after: e.executionId });
+    }
+  }
+
+  private async create(
+    job: StoredJob,
+    params: Record<string, unknown>,
+    cause: Record<string, unknown>,
+  ): Promise<void> {
+    const def = job.definition;
+    const now = this.ctx.clock.wallNow();
+    for (let index = 0; index < def.shards; index++) {
+      const id = newExecutionId(now);
+      await this.ctx.store.createExecution(
+        {
+          id,
+          kind: "job",
+          jobId: job.id,
+          jobVersion: job.version,
+          handler: def.handler,
+          params,
+          targetAgentId: null,
+          fireAt: now,
+          deadline: now + def.deadline,
+          timeoutMs: def.timeout,
+          dispatchTimeoutMs: def.dispatchTimeout,
+          maxAttempts: def.retry.maxAttempts,
+          maxDispatches: def.maxDispatches,
+          priority: def.priority,
+          retryBaseMs: def.retry.baseMs,
+          retryCapMs: def.retry.capMs,
+          createdAt: now,
+          groupKey: def.group ?? null,
+          tags: def.tags,
+          ...(def.shards > 1 ? { shardIndex: index, shardTotal: def.shards } : {}),
+        },
+        now,
+      );
+      this.ctx.log("info", `job ${job.id} fired by ${Object.keys(cause)[0]}`, {
+        jobId: job.id,
+        executionId: id,
+        ...cause,
+      });
+    }
+    this.onCreated();
+  }
+}
