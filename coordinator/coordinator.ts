@@ -236,6 +236,22 @@ export class Coordinator {
     return this.triggers.onEvent(name, newExecutionId(this.ctx.clock.wallNow()), payload);
   }
 
+  /**
+   * The outcome of one firing of a job (all its shards): SUCCEEDED when every shard succeeded,
+   * RUNNING while any has not ended, FAILED otherwise; with the count of shards in each state.
+   */
+  async firingOutcome(
+    jobId: string,
+    scheduledFor: number,
+  ): Promise<{ state: "SUCCEEDED" | "RUNNING" | "FAILED"; shards: number; byState: Record<string, number> }> {
+    const execs = await this.store.listExecutions({ jobId, scheduledFor, limit: 10_000 });
+    const byState: Record<string, number> = {};
+    for (const e of execs) byState[e.state] = (byState[e.state] ?? 0) + 1;
+    const open = execs.some((e) => !TERMINAL_STATES.has(e.state));
+    const state = open ? "RUNNING" : execs.length > 0 && execs.every((e) => e.state === "SUCCEEDED") ? "SUCCEEDED" : "FAILED";
+    return { state, shards: execs.length, byState };
+  }
+
   /** Pauses a job: it fires nothing until resumed (a new version with `paused: true`). */
   async pauseJob(jobId: string): Promise<StoredJob> {
     return this.setPaused(jobId, true);
