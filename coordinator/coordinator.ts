@@ -243,12 +243,20 @@ export class Coordinator {
   async firingOutcome(
     jobId: string,
     scheduledFor: number,
-  ): Promise<{ state: "SUCCEEDED" | "RUNNING" | "FAILED"; shards: number; byState: Record<string, number> }> {
+  ): Promise<{
+    state: "SUCCEEDED" | "RUNNING" | "FAILED";
+    shards: number;
+    byState: Record<string, number>;
+  }> {
     const execs = await this.store.listExecutions({ jobId, scheduledFor, limit: 10_000 });
     const byState: Record<string, number> = {};
     for (const e of execs) byState[e.state] = (byState[e.state] ?? 0) + 1;
     const open = execs.some((e) => !TERMINAL_STATES.has(e.state));
-    const state = open ? "RUNNING" : execs.length > 0 && execs.every((e) => e.state === "SUCCEEDED") ? "SUCCEEDED" : "FAILED";
+    const state = open
+      ? "RUNNING"
+      : execs.length > 0 && execs.every((e) => e.state === "SUCCEEDED")
+        ? "SUCCEEDED"
+        : "FAILED";
     return { state, shards: execs.length, byState };
   }
 
