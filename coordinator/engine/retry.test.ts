@@ -1,0 +1,98 @@
+import { afterEach, describe, expect, it } from "vitest";
+import { FakeClock } from "../../shared/clock.js";
+import { parseCoordinatorConfig } from "../config.js";
+import { CoordinatorLink } from "../link/mqtt-link.js";
+import { SqliteStore } from "../store/sqlite/sqlite-store.js";
+import type { EngineContext } from "./context.js";
+import { EngineEventBus } from "./events.js";
+import { applyEvent } from "./transitions.js";
+
+/**
+ * Retry timing on an injected clock: a retryable failure waits a full-jitter backoff of
+ * random(0, min(cap, base·2^(n−1))) from the failure, attempt after attempt, and the last
+ * attempt's failure is final. The link is never started: no effect here needs the broker.
+ */
+const stores: SqliteStore[] = [];
+afterEach(async () => {
+  for (const s of stores.splice(0)) await s.close();
+});
+
+function context(): { ctx: EngineContext; clock: FakeClock; store: SqliteStore } {
+  const clock = new FakeClock({ wall: 1_900_000_000_000 });
+  const store = new SqliteStore({ path: ":memory:", now: () => clock.wallNow() });
+  stores.push(store);
+  const config = parseCoordinatorConfig({ mqtt: { url: "mqtt://127.0.0.1:1" } });
+  const ctx: EngineContext = {
+    config,
+    store,
+    link: new CoordinatorLink({ url: config.mqtt.url }, () => clock.wallNow()),
+    clock,
+    log: () => {},
+    events: new EngineEventBus(),
+  };
+  return { ctx, clock, store };
+}
+
+describe("retry timing", () => {
+  it("waits a jittered, capped backoff after each retryable failure, and stops after the last attempt", async () => {
+    const { ctx, clock, store } = context();
+    const now = clock.wallNow();
+    await store.createExecution(
+      {
+        id: "ex-r",
+        kind: "command",
+        jobId: null,
+        jobVersion: null,
+        handler: "fail",
+        params: {},
+        targetAgentId: "a1",
+        fireAt: now,
+        deadline: now + 3_600_000,
+        timeoutMs: 1000,
+        dispatchTimeoutMs: 5000,
+        maxAttempts: 4,
+        maxDispatches: 3,
+        priority: 0,
+        retryBaseMs: 1000,
+        retryCapMs: 3000,
+        createdAt: now,
+      },
+      now,
+    );
+    const ceilings = [1000, 2000, 3000]; // base·2^(n−1), capped at 3000
+    for (let attempt = 1; attempt <= 4; attempt++) {
+      expect(await applyEvent(ctx, "ex-r", { type: "dispatch" }, () => ({ agentId: "a1" }))).toBe(
+        "applied",
+      );
+      const e = await store.getExecution("ex-r");
+      const round = e?.round ?? 0;
+      await applyEvent(ctx, "ex-r", { type: "started", round });
+      clock.advance(100);
+      const failedAt = clock.wallNow();
+      await applyEvent(ctx, "ex-r", {
+        type: "finished",
+        round,
+        outcome: "failed",
+        retryable: true,
+      });
+      const after = await store.getExecution("ex-r");
+      if (attempt === 4) {
+        expect(after?.state).toBe("FAILED");
+        break;
+      }
+      expect(after?.state).toBe("RETRY_WAITING");
+      const wait = (after?.nextAttemptAt ?? 0) - failedAt;
+      expect(wait).toBeGreaterThanOrEqual(0);
+      expect(wait).toBeLessThan(ceilings[attempt - 1] ?? 0);
+      // Not before nextAttemptAt: the retry is due exactly then.
+      clock.advance(wait);
+      expect(await applyEvent(ctx, "ex-r", { type: "retry_due" })).toBe("applied");
+      expect((await store.getExecution("ex-r"))?.attempt).toBe(attempt + 1);
+    }
+    const timeline = await store.getTimeline("ex-r");
+    expect(timeline.filter((t) => t.event === "retry_due")).toHaveLength(3);
+    // Rounds rise across attempts and never restart (rule 2).
+    const rounds = timeline.map((t) => t.round);
+    expect([...rounds].sort((a, b) => a - b)).toEqual(rounds);
+  });
+});
