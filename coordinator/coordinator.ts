@@ -9,6 +9,7 @@ import { Dispatcher } from "./engine/dispatcher.js";
 import { EngineEventBus } from "./engine/events.js";
 import { FiringLoop } from "./engine/firing.js";
 import { Inbound } from "./engine/inbound.js";
+import { jobExecutions } from "./engine/job-executions.js";
 import { Leases } from "./engine/leases.js";
 import { Registry } from "./engine/registry.js";
 import { RetentionLoop } from "./engine/retention.js";
@@ -194,38 +195,19 @@ export class Coordinator {
     return newId;
   }
 
-  /** Fires a job now, outside its trigger (an operator's "run now"); returns the execution id. */
+  /**
+   * Fires a job now, outside its trigger (an operator's "run now"), with all its rules: shards,
+   * group, routing tags. Returns the id of the first execution (the only one unless sharded).
+   */
   async triggerJob(jobId: string): Promise<string> {
     const job = await this.store.getJob(jobId);
     if (!job)
       throw new AxError("AX_JOB_NOT_FOUND", `job "${jobId}" not found`, { context: { jobId } });
     const now = this.ctx.clock.wallNow();
-    const def = job.definition;
-    const id = newExecutionId(now);
-    await this.store.createExecution(
-      {
-        id,
-        kind: "job",
-        jobId,
-        jobVersion: job.version,
-        handler: def.handler,
-        params: def.params,
-        targetAgentId: null,
-        fireAt: now,
-        deadline: now + def.deadline,
-        timeoutMs: def.timeout,
-        dispatchTimeoutMs: def.dispatchTimeout,
-        maxAttempts: def.retry.maxAttempts,
-        maxDispatches: def.maxDispatches,
-        priority: def.priority,
-        retryBaseMs: def.retry.baseMs,
-        retryCapMs: def.retry.capMs,
-        createdAt: now,
-      },
-      now,
-    );
+    const executions = jobExecutions(job, now, now);
+    for (const e of executions) await this.store.createExecution(e, now);
     this.dispatcher.kick();
-    return id;
+    return executions[0]?.id ?? "";
   }
 
   /**

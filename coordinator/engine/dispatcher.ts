@@ -186,9 +186,13 @@ export class Dispatcher {
             .map(peer);
     // Overlap is about a run still going when the next one is due. Dispatched ahead of its
     // time, a firing cannot know yet whether the one before will have finished by then: while
-    // anything of its job or group is in flight, it is decided at its fire time instead.
-    const inFlight = (p: { state: string }) =>
-      p.state === "DISPATCHED" || p.state === "SCHEDULED" || p.state === "RUNNING";
+    // anything of its job or group is in flight, it is decided at its fire time instead. Its
+    // sibling shards are the same firing, not one before it: they do not hold it back (the
+    // group and concurrency rules below still count them).
+    const shardOf = peer(exec).shardOf;
+    const inFlight = (p: { state: string; shardOf: string | null }) =>
+      (p.state === "DISPATCHED" || p.state === "SCHEDULED" || p.state === "RUNNING") &&
+      (shardOf === null || p.shardOf !== shardOf);
     if (now < exec.fireAt && (sameJob.some(inFlight) || sameGroup.some(inFlight))) return false;
     const decision = decideOverlap({
       execution: { ...peer(exec), attempt: exec.attempt },
@@ -218,6 +222,8 @@ export class Dispatcher {
       case "replace":
         for (const id of decision.cancel) {
           if (this.replacing.has(id)) continue;
+          // Bounded: forgetting one at worst sends a second cancel, which the agent answers.
+          if (this.replacing.size >= 10_000) this.replacing.clear();
           this.replacing.add(id);
           await applyEvent(this.ctx, id, { type: "cancel" }, () => ({}), {
             reason: `replaced by ${exec.id}`,

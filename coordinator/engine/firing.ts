@@ -1,9 +1,9 @@
 import { TimingWheel } from "../../shared/wheel.js";
 import { planMisfire } from "../domain/misfire.js";
 import { nextFireAfter } from "../domain/schedule.js";
-import type { NewExecution, StoredJob } from "../store/port.js";
+import type { StoredJob } from "../store/port.js";
 import type { EngineContext } from "./context.js";
-import { newExecutionId } from "./transitions.js";
+import { jobExecutions } from "./job-executions.js";
 
 interface PlannedFire {
   jobId: string;
@@ -113,7 +113,7 @@ export class FiringLoop {
     const fires = plan.fire.map((scheduledFor) => {
       // A fire decided late fires now; one on time keeps its nominal time.
       const fireAt = plan.misfired ? now : scheduledFor;
-      return { scheduledFor, executions: this.executionsFor(job, fireAt, now) };
+      return { scheduledFor, executions: jobExecutions(job, fireAt, now) };
     });
     const recorded = await store.recordFires({
       jobId: job.id,
@@ -158,37 +158,6 @@ export class FiringLoop {
       if (fires.length > 0) this.onFired();
     }
     await this.scan();
-  }
-
-  /** One execution per shard for a firing of `job` at `fireAt`. */
-  private executionsFor(job: StoredJob, fireAt: number, now: number): NewExecution[] {
-    const def = job.definition;
-    const out: NewExecution[] = [];
-    for (let index = 0; index < def.shards; index++) {
-      out.push({
-        id: newExecutionId(now),
-        kind: "job",
-        jobId: job.id,
-        jobVersion: job.version,
-        handler: def.handler,
-        params: def.params,
-        targetAgentId: null,
-        fireAt,
-        deadline: fireAt + def.deadline,
-        timeoutMs: def.timeout,
-        dispatchTimeoutMs: def.dispatchTimeout,
-        maxAttempts: def.retry.maxAttempts,
-        maxDispatches: def.maxDispatches,
-        priority: def.priority,
-        retryBaseMs: def.retry.baseMs,
-        retryCapMs: def.retry.capMs,
-        createdAt: now,
-        groupKey: def.group ?? null,
-        tags: def.tags,
-        ...(def.shards > 1 ? { shardIndex: index, shardTotal: def.shards } : {}),
-      });
-    }
-    return out;
   }
 
   close(): void {

@@ -1,7 +1,7 @@
 import type { StoredJob } from "../store/port.js";
 import type { EngineContext } from "./context.js";
 import type { EngineEvents } from "./events.js";
-import { newExecutionId } from "./transitions.js";
+import { jobExecutions } from "./job-executions.js";
 
 /** Event deliveries remembered to drop a redelivery of the same message (QoS 1 may repeat). */
 const SEEN_EVENTS = 10_000;
@@ -86,38 +86,12 @@ export class EventTriggers {
     params: Record<string, unknown>,
     cause: Record<string, unknown>,
   ): Promise<void> {
-    const def = job.definition;
     const now = this.ctx.clock.wallNow();
-    for (let index = 0; index < def.shards; index++) {
-      const id = newExecutionId(now);
-      await this.ctx.store.createExecution(
-        {
-          id,
-          kind: "job",
-          jobId: job.id,
-          jobVersion: job.version,
-          handler: def.handler,
-          params,
-          targetAgentId: null,
-          fireAt: now,
-          deadline: now + def.deadline,
-          timeoutMs: def.timeout,
-          dispatchTimeoutMs: def.dispatchTimeout,
-          maxAttempts: def.retry.maxAttempts,
-          maxDispatches: def.maxDispatches,
-          priority: def.priority,
-          retryBaseMs: def.retry.baseMs,
-          retryCapMs: def.retry.capMs,
-          createdAt: now,
-          groupKey: def.group ?? null,
-          tags: def.tags,
-          ...(def.shards > 1 ? { shardIndex: index, shardTotal: def.shards } : {}),
-        },
-        now,
-      );
+    for (const e of jobExecutions(job, now, now, params)) {
+      await this.ctx.store.createExecution(e, now);
       this.ctx.log("info", `job ${job.id} fired by ${Object.keys(cause)[0]}`, {
         jobId: job.id,
-        executionId: id,
+        executionId: e.id,
         ...cause,
       });
     }
