@@ -90,6 +90,8 @@ export interface TimelineEntry {
   toState: ExecState;
   round: number;
   agentId: string | null;
+  /** Why, when the event carried a reason (`detail.reason`): an overlap skip, a lease fail-over… */
+  reason: string | null;
   /** As written, or `{ truncated: true, bytes }` when its JSON was over the store's byte limit. */
   detail: Record<string, unknown> | null;
 }

@@ -313,6 +313,7 @@ export function storeContract(name: string, makeStore: () => Promise<StoreFixtur
             toState: "PENDING",
             round: 0,
             agentId: null,
+            reason: null,
             detail: { scheduledFor: 1_000 },
           },
         ]);

@@ -228,6 +228,13 @@ describe("coordinator: control and leases", () => {
     expect(done.message).toMatch(
       /^lease lapsed: the agent is offline, and no answer to a query within \d+ ms$/,
     );
+    const last = (await coordinator.store.getTimeline(id)).at(-1);
+    expect(last).toMatchObject({
+      event: "finished",
+      fromState: "RUNNING",
+      toState: "FAILED",
+      reason: done.message,
+    });
     agent = startAgent();
     await waitFor("agent back", () =>
       coordinator.registry.get(agentId)?.status === "online" ? true : undefined,

@@ -556,17 +556,21 @@ export class SqliteStore implements Store {
       agent_id: string | null;
       detail: string | null;
     }[];
-    return rows.map((r) => ({
-      executionId: r.execution_id,
-      seq: r.seq,
-      at: r.at,
-      event: r.event,
-      fromState: r.from_state,
-      toState: r.to_state,
-      round: r.round,
-      agentId: r.agent_id,
-      detail: r.detail === null ? null : (JSON.parse(r.detail) as Record<string, unknown>),
-    }));
+    return rows.map((r) => {
+      const detail = r.detail === null ? null : (JSON.parse(r.detail) as Record<string, unknown>);
+      return {
+        executionId: r.execution_id,
+        seq: r.seq,
+        at: r.at,
+        event: r.event,
+        fromState: r.from_state,
+        toState: r.to_state,
+        round: r.round,
+        agentId: r.agent_id,
+        reason: typeof detail?.reason === "string" ? detail.reason : null,
+        detail,
+      };
+    });
   }
 
   async purgeFinishedBefore(cutoffMs: number, limit: number): Promise<number> {
