@@ -27,6 +27,7 @@ export class Dispatcher {
   private readonly cursors = new Map<string, string>();
   /** Executions already sent a cancel because a newer firing replaces them (overlap REPLACE). */
   private readonly replacing = new Set<string>();
+  private lastSlowScan = 0;
 
   constructor(
     private readonly ctx: EngineContext,
@@ -121,6 +122,10 @@ export class Dispatcher {
       );
     }
 
+    // Timeouts and leases are measured in seconds: checking them every pass would re-read every
+    // execution in flight ten times a second for nothing.
+    if (now - this.lastSlowScan < 1000) return;
+    this.lastSlowScan = now;
     const grace = this.ctx.config.timeoutGrace;
     for (const exec of await store.listExecutionsInStates(["RUNNING", "SCHEDULED"], BATCH)) {
       if (await this.checkLease(exec, now)) continue;

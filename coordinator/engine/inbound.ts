@@ -38,8 +38,31 @@ export class Inbound {
       });
     this.chains.set(key, next);
     void next.finally(() => {
-      if (this.chains.get(key) === next) this.chains.delete(key);
+      if (this.chains.get(key) !== next) return;
+      this.chains.delete(key);
+      // The agent's burst is handled: acknowledge it once, with the highest seq stored.
+      this.flushAck(key);
     });
+  }
+
+  /** Acks owed per agent; sent when its queue of messages drains (or every 64 reports). */
+  private readonly owedAcks = new Map<string, { upTo: number; count: number }>();
+
+  private owe(agentId: string, upTo: number): void {
+    const owed = this.owedAcks.get(agentId) ?? { upTo: 0, count: 0 };
+    owed.upTo = Math.max(owed.upTo, upTo);
+    owed.count++;
+    this.owedAcks.set(agentId, owed);
+    if (owed.count >= 64) this.flushAck(agentId);
+  }
+
+  private flushAck(agentId: string): void {
+    const owed = this.owedAcks.get(agentId);
+    if (!owed) return;
+    this.owedAcks.delete(agentId);
+    this.sendAck(agentId, owed.upTo).catch((err: unknown) =>
+      this.ctx.log("warn", `ack to ${agentId} failed: ${(err as Error).message}`, { agentId }),
+    );
   }
 
   /** An undecodable message: rejected, logged with its reason, counted; never a crash. */
@@ -126,7 +149,7 @@ export class Inbound {
     }
     if (r.seq <= agent.ackedSeq) {
       await this.ctx.store.bumpCounter("duplicate_reports");
-      await this.sendAck(agentId, agent.ackedSeq);
+      this.owe(agentId, agent.ackedSeq);
       return;
     }
     if (r.seq > agent.ackedSeq + 1) {
@@ -135,7 +158,7 @@ export class Inbound {
     }
     await this.applyReport(agentId, r);
     await this.registry.ackedTo(agentId, r.seq);
-    await this.sendAck(agentId, r.seq);
+    this.owe(agentId, r.seq);
     this.onChange();
   }
 
