@@ -12,6 +12,13 @@ export interface EmbeddedBroker {
 /** Starts an embedded broker on 127.0.0.1; `port` 0 picks a free one. */
 export async function startEmbeddedBroker(port = 0): Promise<EmbeddedBroker> {
   const broker = await Aedes.createBroker();
+  // Rule 10 applies to the broker too: without TCP_NODELAY its small writes (a welcome, a time
+  // answer) wait on delayed ACKs, which skews the agents' clock samples by tens of ms.
+  broker.on("client", (client) => {
+    (client as unknown as { conn?: { setNoDelay?: (on: boolean) => void } }).conn?.setNoDelay?.(
+      true,
+    );
+  });
   const server: Server = createServer(broker.handle);
   await new Promise<void>((resolve, reject) => {
     server.once("error", reject);

@@ -1,7 +1,6 @@
 import { TimingWheel } from "../../shared/wheel.js";
 import { planMisfire } from "../domain/misfire.js";
 import { nextFireAfter } from "../domain/schedule.js";
-import type { StoredJob } from "../store/port.js";
 import type { EngineContext } from "./context.js";
 import { jobExecutions } from "./job-executions.js";
 
@@ -20,6 +19,7 @@ export class FiringLoop {
   private readonly planned = new Map<string, number>();
   private scanTimer: ReturnType<EngineContext["clock"]["setTimer"]> | undefined;
   private scanning: Promise<void> | undefined;
+  private pendingScan: Promise<void> | undefined;
   private closed = false;
   onFired: () => void = () => {};
 
@@ -52,33 +52,41 @@ export class FiringLoop {
     }, delayMs);
   }
 
+  /**
+   * Scans are coalesced: at most one runs, and callers arriving meanwhile share one more that
+   * starts when it ends. (Chaining one scan per caller let scans pile up faster than they ran.)
+   */
   private scan(): Promise<void> {
-    // One scan at a time; a caller arriving during a scan waits for it and then scans again.
-    const run = (this.scanning ?? Promise.resolve()).then(() => this.scanOnce());
-    this.scanning = run.finally(() => {
-      if (this.scanning === run) this.scanning = undefined;
+    if (this.pendingScan) return this.pendingScan;
+    const run = (this.scanning ?? Promise.resolve()).then(() => {
+      this.pendingScan = undefined;
+      return this.scanOnce();
     });
+    this.pendingScan = run;
+    this.scanning = run.finally(() => {
+      if (this.scanning === tracked) this.scanning = undefined;
+    });
+    const tracked = this.scanning;
     return run;
   }
 
   private async scanOnce(): Promise<void> {
     const { clock, config } = this.ctx;
     const wallNow = clock.wallNow();
-    const jobs = await this.ctx.store.listJobsDueBy(
-      wallNow + config.dispatchLead + config.lookAhead,
-    );
-    for (const job of jobs) this.plan(job, wallNow);
+    // Only ids and times: a definition is read when its fire comes, not for every job in view.
+    const due = await this.ctx.store.listDueFires(wallNow + config.dispatchLead + config.lookAhead);
+    for (const d of due) this.plan(d.jobId, d.nextFireAt, wallNow);
   }
 
-  private plan(job: StoredJob, wallNow: number): void {
-    if (job.nextFireAt === null) return;
-    const key = `${job.id}\u0000${job.nextFireAt}`;
+  private plan(jobId: string, nextFireAt: number | null, wallNow: number): void {
+    if (nextFireAt === null) return;
+    const key = `${jobId}\u0000${nextFireAt}`;
     if (this.planned.has(key)) return;
     // Fire `dispatchLead` early: the execution is created and dispatched ahead of its nominal
     // time, and the agent starts it from its own wheel at exactly `fireAt`.
-    const dueWall = job.nextFireAt - this.ctx.config.dispatchLead;
+    const dueWall = nextFireAt - this.ctx.config.dispatchLead;
     const dueMono = this.ctx.clock.monoNow() + (dueWall - wallNow);
-    const handle = this.wheel.schedule(dueMono, { jobId: job.id, scheduledFor: job.nextFireAt });
+    const handle = this.wheel.schedule(dueMono, { jobId, scheduledFor: nextFireAt });
     this.planned.set(key, handle);
   }
 
@@ -156,8 +164,16 @@ export class FiringLoop {
         );
       }
       if (fires.length > 0) this.onFired();
+      // The job's next fire, if it is within the look-ahead, goes on the wheel now; the periodic
+      // scan finds it otherwise. (Rescanning after every fire cost O(rate) per fire.)
+      const wallNow = clock.wallNow();
+      if (
+        plan.nextFireAt !== null &&
+        plan.nextFireAt <= wallNow + config.dispatchLead + config.lookAhead
+      ) {
+        this.plan(job.id, plan.nextFireAt, wallNow);
+      }
     }
-    await this.scan();
   }
 
   close(): void {

@@ -168,6 +168,8 @@ export interface Store {
   putJob(definition: JobDefinition, nextFireAt: number | null, now: number): Promise<StoredJob>;
   getJob(id: string): Promise<StoredJob | undefined>;
   listJobs(): Promise<StoredJob[]>;
+  /** Ids and next fire times of the jobs, not paused, due at or before `untilMs` (no definitions). */
+  listDueFires(untilMs: number): Promise<{ jobId: string; nextFireAt: number }[]>;
   /** Jobs, not paused, whose next fire time is at or before `untilMs`. */
   listJobsDueBy(untilMs: number): Promise<StoredJob[]>;
 

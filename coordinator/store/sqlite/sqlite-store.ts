@@ -179,6 +179,17 @@ export interface SqliteStoreOptions {
 /** The embedded store: one SQLite file in WAL mode. */
 export class SqliteStore implements Store {
   private readonly db: Database.Database;
+  /** Prepared statements by SQL text: preparing on every call cost more than running them. */
+  private readonly statements = new Map<string, Database.Statement>();
+
+  private prepare(sql: string): Database.Statement {
+    let st = this.statements.get(sql);
+    if (!st) {
+      st = this.db.prepare(sql);
+      this.statements.set(sql, st);
+    }
+    return st;
+  }
   private readonly maxErrorTextBytes: number;
 
   constructor(options: SqliteStoreOptions) {
@@ -205,8 +216,12 @@ export class SqliteStore implements Store {
    * process's write lock: it fails at once with SQLITE_BUSY, whatever busy_timeout says.
    */
   private write<T>(fn: () => T): T {
-    return this.db.transaction(fn).immediate();
+    this.runWrite ??= this.db.transaction((f: () => unknown) => f());
+    return this.runWrite.immediate(fn) as T;
   }
+
+  /** One transaction wrapper, reused: creating one per call costs more than a short write. */
+  private runWrite: Database.Transaction<(f: () => unknown) => unknown> | undefined;
 
   async putJob(
     definition: JobDefinition,
@@ -216,42 +231,36 @@ export class SqliteStore implements Store {
     return wrap("putJob", () =>
       this.write(() => {
         const json = JSON.stringify(definition);
-        const row = this.db.prepare("SELECT * FROM jobs WHERE id = ?").get(definition.id) as
+        const row = this.prepare("SELECT * FROM jobs WHERE id = ?").get(definition.id) as
           | JobRow
           | undefined;
         if (row && canonicalJson(JSON.parse(row.definition)) === canonicalJson(definition)) {
           return toJob(row);
         }
         const version = row ? row.version + 1 : 1;
-        this.db
-          .prepare(
-            `INSERT INTO jobs (id, version, definition, next_fire_at, paused, created_at, updated_at)
+        this.prepare(
+          `INSERT INTO jobs (id, version, definition, next_fire_at, paused, created_at, updated_at)
              VALUES (@id, @version, @definition, @nextFireAt, @paused, @now, @now)
              ON CONFLICT (id) DO UPDATE SET version = @version, definition = @definition,
                next_fire_at = @nextFireAt, paused = @paused, updated_at = @now`,
-          )
-          .run({
-            id: definition.id,
-            version,
-            definition: json,
-            nextFireAt,
-            paused: definition.paused ? 1 : 0,
-            now,
-          });
-        this.db
-          .prepare(
-            "INSERT INTO job_versions (job_id, version, definition, created_at) VALUES (?, ?, ?, ?)",
-          )
-          .run(definition.id, version, json, now);
-        return toJob(
-          this.db.prepare("SELECT * FROM jobs WHERE id = ?").get(definition.id) as JobRow,
-        );
+        ).run({
+          id: definition.id,
+          version,
+          definition: json,
+          nextFireAt,
+          paused: definition.paused ? 1 : 0,
+          now,
+        });
+        this.prepare(
+          "INSERT INTO job_versions (job_id, version, definition, created_at) VALUES (?, ?, ?, ?)",
+        ).run(definition.id, version, json, now);
+        return toJob(this.prepare("SELECT * FROM jobs WHERE id = ?").get(definition.id) as JobRow);
       }),
     );
   }
 
   async getJob(id: string): Promise<StoredJob | undefined> {
-    const row = wrap("getJob", () => this.db.prepare("SELECT * FROM jobs WHERE id = ?").get(id)) as
+    const row = wrap("getJob", () => this.prepare("SELECT * FROM jobs WHERE id = ?").get(id)) as
       | JobRow
       | undefined;
     return row ? toJob(row) : undefined;
@@ -259,18 +268,26 @@ export class SqliteStore implements Store {
 
   async listJobs(): Promise<StoredJob[]> {
     return wrap("listJobs", () =>
-      (this.db.prepare("SELECT * FROM jobs ORDER BY id").all() as JobRow[]).map(toJob),
+      (this.prepare("SELECT * FROM jobs ORDER BY id").all() as JobRow[]).map(toJob),
+    );
+  }
+
+  async listDueFires(untilMs: number): Promise<{ jobId: string; nextFireAt: number }[]> {
+    return wrap("listDueFires", () =>
+      (
+        this.prepare(
+          "SELECT id, next_fire_at FROM jobs WHERE paused = 0 AND next_fire_at IS NOT NULL AND next_fire_at <= ? ORDER BY next_fire_at",
+        ).all(untilMs) as { id: string; next_fire_at: number }[]
+      ).map((r) => ({ jobId: r.id, nextFireAt: r.next_fire_at })),
     );
   }
 
   async listJobsDueBy(untilMs: number): Promise<StoredJob[]> {
     return wrap("listJobsDueBy", () =>
       (
-        this.db
-          .prepare(
-            "SELECT * FROM jobs WHERE paused = 0 AND next_fire_at IS NOT NULL AND next_fire_at <= ? ORDER BY next_fire_at",
-          )
-          .all(untilMs) as JobRow[]
+        this.prepare(
+          "SELECT * FROM jobs WHERE paused = 0 AND next_fire_at IS NOT NULL AND next_fire_at <= ? ORDER BY next_fire_at",
+        ).all(untilMs) as JobRow[]
       ).map(toJob),
     );
   }
@@ -285,17 +302,13 @@ export class SqliteStore implements Store {
     return wrap("recordFire", () =>
       this.write(() => {
         // Compare-and-set on the job's next fire time: only one writer advances it.
-        const advanced = this.db
-          .prepare(
-            "UPDATE jobs SET next_fire_at = ?, updated_at = ? WHERE id = ? AND next_fire_at = ?",
-          )
-          .run(fire.nextFireAt, fire.at, fire.jobId, fire.scheduledFor);
+        const advanced = this.prepare(
+          "UPDATE jobs SET next_fire_at = ?, updated_at = ? WHERE id = ? AND next_fire_at = ?",
+        ).run(fire.nextFireAt, fire.at, fire.jobId, fire.scheduledFor);
         if (advanced.changes !== 1) return false;
-        const inserted = this.db
-          .prepare(
-            "INSERT OR IGNORE INTO fires (job_id, scheduled_for, fired_at, execution_id) VALUES (?, ?, ?, ?)",
-          )
-          .run(fire.jobId, fire.scheduledFor, fire.at, fire.execution.id);
+        const inserted = this.prepare(
+          "INSERT OR IGNORE INTO fires (job_id, scheduled_for, fired_at, execution_id) VALUES (?, ?, ?, ?)",
+        ).run(fire.jobId, fire.scheduledFor, fire.at, fire.execution.id);
         if (inserted.changes !== 1) return false;
         this.insertExecution(fire.execution, fire.at, { scheduledFor: fire.scheduledFor });
         return true;
@@ -314,13 +327,11 @@ export class SqliteStore implements Store {
     return wrap("recordFires", () =>
       this.write(() => {
         // Compare-and-set on the job's next fire time: only one writer advances it.
-        const advanced = this.db
-          .prepare(
-            "UPDATE jobs SET next_fire_at = ?, updated_at = ? WHERE id = ? AND next_fire_at = ?",
-          )
-          .run(batch.nextFireAt, batch.at, batch.jobId, batch.expectedNext);
+        const advanced = this.prepare(
+          "UPDATE jobs SET next_fire_at = ?, updated_at = ? WHERE id = ? AND next_fire_at = ?",
+        ).run(batch.nextFireAt, batch.at, batch.jobId, batch.expectedNext);
         if (advanced.changes !== 1) return false;
-        const insertFire = this.db.prepare(
+        const insertFire = this.prepare(
           "INSERT OR IGNORE INTO fires (job_id, scheduled_for, fired_at, execution_id, status) VALUES (?, ?, ?, ?, ?)",
         );
         for (const t of batch.missed) insertFire.run(batch.jobId, t, batch.at, "", "missed");
@@ -354,9 +365,8 @@ export class SqliteStore implements Store {
     at: number,
     detail: Record<string, unknown> | null,
   ): void {
-    this.db
-      .prepare(
-        `INSERT INTO executions (id, kind, job_id, job_version, handler, params, target_agent_id, agent_id,
+    this.prepare(
+      `INSERT INTO executions (id, kind, job_id, job_version, handler, params, target_agent_id, agent_id,
            state, round, attempt, max_attempts, dispatches, max_dispatches, fire_at, deadline, timeout_ms,
            dispatch_timeout_ms, priority, retry_base_ms, retry_cap_ms, created_at, updated_at,
            scheduled_for, shard_index, shard_total, group_key, tags)
@@ -364,31 +374,30 @@ export class SqliteStore implements Store {
            'PENDING', 0, 1, @maxAttempts, 0, @maxDispatches, @fireAt, @deadline, @timeoutMs,
            @dispatchTimeoutMs, @priority, @retryBaseMs, @retryCapMs, @createdAt, @createdAt,
            @scheduledFor, @shardIndex, @shardTotal, @groupKey, @tags)`,
-      )
-      .run({
-        id: e.id,
-        kind: e.kind,
-        jobId: e.jobId,
-        jobVersion: e.jobVersion,
-        handler: e.handler,
-        params: JSON.stringify(e.params),
-        targetAgentId: e.targetAgentId,
-        maxAttempts: e.maxAttempts,
-        maxDispatches: e.maxDispatches,
-        fireAt: e.fireAt,
-        deadline: e.deadline,
-        timeoutMs: e.timeoutMs,
-        dispatchTimeoutMs: e.dispatchTimeoutMs,
-        priority: e.priority,
-        retryBaseMs: e.retryBaseMs,
-        retryCapMs: e.retryCapMs,
-        createdAt: e.createdAt,
-        scheduledFor: e.scheduledFor ?? null,
-        shardIndex: e.shardIndex ?? null,
-        shardTotal: e.shardTotal ?? null,
-        groupKey: e.groupKey ?? null,
-        tags: e.tags && Object.keys(e.tags).length > 0 ? JSON.stringify(e.tags) : null,
-      });
+    ).run({
+      id: e.id,
+      kind: e.kind,
+      jobId: e.jobId,
+      jobVersion: e.jobVersion,
+      handler: e.handler,
+      params: JSON.stringify(e.params),
+      targetAgentId: e.targetAgentId,
+      maxAttempts: e.maxAttempts,
+      maxDispatches: e.maxDispatches,
+      fireAt: e.fireAt,
+      deadline: e.deadline,
+      timeoutMs: e.timeoutMs,
+      dispatchTimeoutMs: e.dispatchTimeoutMs,
+      priority: e.priority,
+      retryBaseMs: e.retryBaseMs,
+      retryCapMs: e.retryCapMs,
+      createdAt: e.createdAt,
+      scheduledFor: e.scheduledFor ?? null,
+      shardIndex: e.shardIndex ?? null,
+      shardTotal: e.shardTotal ?? null,
+      groupKey: e.groupKey ?? null,
+      tags: e.tags && Object.keys(e.tags).length > 0 ? JSON.stringify(e.tags) : null,
+    });
     this.appendTimeline(e.id, at, "created", null, "PENDING", 0, null, detail);
   }
 
@@ -402,12 +411,10 @@ export class SqliteStore implements Store {
     agentId: string | null,
     detail: Record<string, unknown> | null,
   ): void {
-    this.db
-      .prepare(
-        `INSERT INTO timeline (execution_id, seq, at, event, from_state, to_state, round, agent_id, detail)
+    this.prepare(
+      `INSERT INTO timeline (execution_id, seq, at, event, from_state, to_state, round, agent_id, detail)
          VALUES (?, (SELECT COALESCE(MAX(seq), 0) + 1 FROM timeline WHERE execution_id = ?), ?, ?, ?, ?, ?, ?, ?)`,
-      )
-      .run(executionId, executionId, at, event, from, to, round, agentId, this.detailJson(detail));
+    ).run(executionId, executionId, at, event, from, to, round, agentId, this.detailJson(detail));
   }
 
   /** A detail's JSON, or a marker with its size when it is over the byte cap. */
@@ -420,7 +427,7 @@ export class SqliteStore implements Store {
 
   async getExecution(id: string): Promise<ExecutionRecord | undefined> {
     const row = wrap("getExecution", () =>
-      this.db.prepare("SELECT * FROM executions WHERE id = ?").get(id),
+      this.prepare("SELECT * FROM executions WHERE id = ?").get(id),
     ) as ExecutionRow | undefined;
     return row ? toExecution(row) : undefined;
   }
@@ -452,7 +459,7 @@ export class SqliteStore implements Store {
       ORDER BY created_at DESC, id DESC LIMIT ?`;
     args.push(filter.limit ?? 100);
     return wrap("listExecutions", () =>
-      (this.db.prepare(sql).all(...args) as ExecutionRow[]).map(toExecution),
+      (this.prepare(sql).all(...args) as ExecutionRow[]).map(toExecution),
     );
   }
 
@@ -461,7 +468,7 @@ export class SqliteStore implements Store {
     const sql = `SELECT * FROM executions WHERE state IN (${states.map(() => "?").join(", ")})
       ORDER BY priority DESC, fire_at, created_at LIMIT ?`;
     return wrap("listExecutionsInStates", () =>
-      (this.db.prepare(sql).all(...states, limit) as ExecutionRow[]).map(toExecution),
+      (this.prepare(sql).all(...states, limit) as ExecutionRow[]).map(toExecution),
     );
   }
 
@@ -511,17 +518,15 @@ export class SqliteStore implements Store {
           }
           params[key] = value;
         }
-        const res = this.db
-          .prepare(
-            `UPDATE executions SET ${sets.join(", ")}
+        const res = this.prepare(
+          `UPDATE executions SET ${sets.join(", ")}
              WHERE id = @id AND state = @expectedState AND round = @expectedRound`,
-          )
-          .run(params);
+        ).run(params);
         if (res.changes !== 1) return false;
         const agentId =
           p.agentId ??
           (
-            this.db.prepare("SELECT agent_id FROM executions WHERE id = ?").get(w.executionId) as {
+            this.prepare("SELECT agent_id FROM executions WHERE id = ?").get(w.executionId) as {
               agent_id: string | null;
             }
           ).agent_id;
@@ -542,9 +547,7 @@ export class SqliteStore implements Store {
 
   async getTimeline(executionId: string): Promise<TimelineEntry[]> {
     const rows = wrap("getTimeline", () =>
-      this.db
-        .prepare("SELECT * FROM timeline WHERE execution_id = ? ORDER BY seq")
-        .all(executionId),
+      this.prepare("SELECT * FROM timeline WHERE execution_id = ? ORDER BY seq").all(executionId),
     ) as {
       execution_id: string;
       seq: number;
@@ -581,16 +584,15 @@ export class SqliteStore implements Store {
       this.write(() => {
         // INDEXED BY: without statistics the planner prefers executions_state and then reads
         // every terminal row to sort them, which makes each batch cost the whole table.
-        const ids = this.db
-          .prepare(
-            `SELECT id FROM executions INDEXED BY executions_finished
+        const ids = this.prepare(
+          `SELECT id FROM executions INDEXED BY executions_finished
              WHERE ${TERMINAL_SQL} AND COALESCE(finished_at, updated_at) < ?
              ORDER BY COALESCE(finished_at, updated_at) LIMIT ?`,
-          )
+        )
           .pluck()
           .all(cutoffMs, max) as string[];
-        const dropTimeline = this.db.prepare("DELETE FROM timeline WHERE execution_id = ?");
-        const dropExecution = this.db.prepare("DELETE FROM executions WHERE id = ?");
+        const dropTimeline = this.prepare("DELETE FROM timeline WHERE execution_id = ?");
+        const dropExecution = this.prepare("DELETE FROM executions WHERE id = ?");
         for (const id of ids) {
           dropTimeline.run(id);
           dropExecution.run(id);
@@ -603,15 +605,13 @@ export class SqliteStore implements Store {
         // to a time already fired; only the row stops a second fire), so it is never deleted. A
         // job with no next fire time (exhausted, or gone) only gets a new one after `now`, far
         // past the cutoff, which also leaves a stale read the whole retention age of margin.
-        this.db
-          .prepare(
-            `DELETE FROM fires WHERE rowid IN (
+        this.prepare(
+          `DELETE FROM fires WHERE rowid IN (
                SELECT f.rowid FROM fires f LEFT JOIN jobs j ON j.id = f.job_id
                WHERE f.scheduled_for < @cutoff AND f.fired_at < @cutoff
                  AND (j.next_fire_at IS NULL OR f.scheduled_for < j.next_fire_at)
                ORDER BY f.scheduled_for LIMIT @max)`,
-          )
-          .run({ cutoff: cutoffMs, max });
+        ).run({ cutoff: cutoffMs, max });
         return ids.length;
       }),
     );
@@ -619,7 +619,7 @@ export class SqliteStore implements Store {
 
   async getAgent(agentId: string): Promise<AgentRecord | undefined> {
     const row = wrap("getAgent", () =>
-      this.db.prepare("SELECT record, acked_seq FROM agents WHERE agent_id = ?").get(agentId),
+      this.prepare("SELECT record, acked_seq FROM agents WHERE agent_id = ?").get(agentId),
     ) as { record: string; acked_seq: number } | undefined;
     return row
       ? { ...(JSON.parse(row.record) as AgentRecord), ackedSeq: row.acked_seq }
@@ -628,48 +628,40 @@ export class SqliteStore implements Store {
 
   async listAgents(): Promise<AgentRecord[]> {
     const rows = wrap("listAgents", () =>
-      this.db.prepare("SELECT record, acked_seq FROM agents ORDER BY agent_id").all(),
+      this.prepare("SELECT record, acked_seq FROM agents ORDER BY agent_id").all(),
     ) as { record: string; acked_seq: number }[];
     return rows.map((r) => ({ ...(JSON.parse(r.record) as AgentRecord), ackedSeq: r.acked_seq }));
   }
 
   async putAgent(agent: AgentRecord): Promise<void> {
     wrap("putAgent", () =>
-      this.db
-        .prepare(
-          `INSERT INTO agents (agent_id, record, instance_id, journal_id, acked_seq, status)
+      this.prepare(
+        `INSERT INTO agents (agent_id, record, instance_id, journal_id, acked_seq, status)
            VALUES (@agentId, @record, @instanceId, @journalId, @ackedSeq, @status)
            ON CONFLICT (agent_id) DO UPDATE SET record = @record, instance_id = @instanceId,
              journal_id = @journalId, acked_seq = @ackedSeq, status = @status`,
-        )
-        .run({ ...agent, record: JSON.stringify(agent) }),
+      ).run({ ...agent, record: JSON.stringify(agent) }),
     );
   }
 
   async setAckedSeq(agentId: string, journalId: string, seq: number): Promise<void> {
     wrap("setAckedSeq", () =>
-      this.db
-        .prepare(
-          "UPDATE agents SET acked_seq = ? WHERE agent_id = ? AND journal_id = ? AND acked_seq < ?",
-        )
-        .run(seq, agentId, journalId, seq),
+      this.prepare(
+        "UPDATE agents SET acked_seq = ? WHERE agent_id = ? AND journal_id = ? AND acked_seq < ?",
+      ).run(seq, agentId, journalId, seq),
     );
   }
 
   async bumpCounter(name: string, by = 1): Promise<void> {
     wrap("bumpCounter", () =>
-      this.db
-        .prepare(
-          "INSERT INTO counters (name, value) VALUES (?, ?) ON CONFLICT (name) DO UPDATE SET value = value + excluded.value",
-        )
-        .run(name, by),
+      this.prepare(
+        "INSERT INTO counters (name, value) VALUES (?, ?) ON CONFLICT (name) DO UPDATE SET value = value + excluded.value",
+      ).run(name, by),
     );
   }
 
   async counters(): Promise<Record<string, number>> {
-    const rows = wrap("counters", () =>
-      this.db.prepare("SELECT name, value FROM counters").all(),
-    ) as {
+    const rows = wrap("counters", () => this.prepare("SELECT name, value FROM counters").all()) as {
       name: string;
       value: number;
     }[];
