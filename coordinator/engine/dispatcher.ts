@@ -112,7 +112,20 @@ export class Dispatcher {
 
     for (const exec of await store.listExecutionsInStates(["DISPATCHED"], BATCH)) {
       if ((exec.dispatchedAt ?? 0) + exec.dispatchTimeoutMs > now) continue;
-      const agentId = this.route(exec, now) ?? exec.agentId ?? undefined;
+      // The agent that was sent the dispatch may well hold it (only its answer is missing): send
+      // the next round to that same agent while it is live, so it can never run on two. Only an
+      // agent gone offline is routed around — and it is sent a cancel for the old round first.
+      const previous = exec.agentId;
+      const stay = previous !== null && this.registry.isLive(previous, now);
+      const agentId = stay ? previous : (this.route(exec, now) ?? previous ?? undefined);
+      if (previous !== null && agentId !== previous) {
+        await this.ctx.link
+          .send(
+            previous,
+            envelope({ type: "cancel", executionId: exec.id, round: exec.round }, now),
+          )
+          .catch(() => {});
+      }
       await applyEvent(
         this.ctx,
         exec.id,

@@ -1,0 +1,110 @@
+import mqtt, { type MqttClient } from "mqtt";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { parseCoordinatorConfig } from "../../coordinator/config.js";
+import { Coordinator } from "../../coordinator/coordinator.js";
+import { envelope } from "../../shared/message.js";
+import { type Dispatch, decode, encode, topics } from "../../shared/protocol/index.js";
+import { type TestBroker, tempDir, testBroker, waitFor } from "../helpers/env.js";
+
+/**
+ * An agent that receives a dispatch but whose answer never arrives must not lead to the command
+ * running on two agents: the next round goes to the same agent while it is live.
+ */
+describe("redispatch after a missing answer", () => {
+  let broker: TestBroker;
+  let tmp: ReturnType<typeof tempDir>;
+  let coordinator: Coordinator;
+  const silent: { client: MqttClient; id: string; got: Dispatch[] }[] = [];
+
+  /** A live agent (hello, heartbeats) that takes dispatches and never answers them. */
+  async function silentAgent(id: string): Promise<void> {
+    const t = topics(broker.prefix);
+    const client = await mqtt.connectAsync(broker.url, { clientId: id });
+    const got: Dispatch[] = [];
+    client.on("message", (topic, payload) => {
+      const r = decode(topic, payload, { prefix: broker.prefix });
+      if (r.ok && r.value.message.type === "dispatch") got.push(r.value.message);
+    });
+    await client.subscribeAsync(t.down(id), { qos: 1 });
+    const hello = {
+      type: "hello" as const,
+      agentId: id,
+      instanceId: `i-${id}`,
+      journalId: `j-${id}`,
+      lastSeq: 0,
+      profile: "test",
+      bundle: { version: "test", sha256: "dev" },
+      handlers: ["echo"],
+      capacity: { concurrency: 4, queue: 4 },
+      tags: {},
+    };
+    await client.publishAsync(t.up(id), encode(envelope(hello, Date.now())), { qos: 1 });
+    const beat = setInterval(() => {
+      const hb = {
+        type: "heartbeat" as const,
+        instanceId: `i-${id}`,
+        running: [],
+        queued: 0,
+        scheduled: 0,
+        load: 0,
+        clockOffset: { offsetMs: 0, uncertaintyMs: 0 },
+        journal: { depth: 0, outboxDepth: 0 },
+      };
+      client.publishAsync(t.up(id), encode(envelope(hb, Date.now())), { qos: 1 }).catch(() => {});
+    }, 300);
+    client.on("end", () => clearInterval(beat));
+    silent.push({ client, id, got });
+  }
+
+  beforeAll(async () => {
+    broker = await testBroker();
+    tmp = tempDir();
+    coordinator = new Coordinator(
+      parseCoordinatorConfig({
+        store: { path: `${tmp.dir}/ax.sqlite` },
+        mqtt: { url: broker.url, prefix: broker.prefix },
+        heartbeat: 500,
+      }),
+    );
+    await coordinator.start();
+    await silentAgent(`${broker.prefix}-s1`);
+    await silentAgent(`${broker.prefix}-s2`);
+    await waitFor("both online", () =>
+      coordinator.registry.list().filter((a) => a.status === "online").length === 2
+        ? true
+        : undefined,
+    );
+  }, 30_000);
+
+  afterAll(async () => {
+    for (const s of silent) await s.client.endAsync();
+    await coordinator?.close();
+    await broker?.close();
+    tmp?.cleanup();
+  });
+
+  it("sends every round to the agent that got the first, until the attempt fails undeliverable", async () => {
+    await coordinator.putJob({
+      id: "quiet",
+      handler: "echo",
+      trigger: { type: "manual" },
+      dispatchTimeout: "600ms",
+      maxDispatches: 3,
+    });
+    const id = await coordinator.triggerJob("quiet");
+    const done = await waitFor(
+      "the attempt to fail",
+      async () => {
+        const e = await coordinator.store.getExecution(id);
+        return e?.state === "FAILED" ? e : undefined;
+      },
+      15_000,
+    );
+    expect(done.round).toBe(3);
+    const holders = silent.filter((s) => s.got.some((d) => d.executionId === id));
+    expect(holders).toHaveLength(1);
+    expect(holders[0]?.got.filter((d) => d.executionId === id).map((d) => d.round)).toEqual([
+      1, 2, 3,
+    ]);
+  }, 30_000);
+});
