@@ -1,0 +1,88 @@
+/** Parameters and message shapes shared by bench/coordinator.ts and its child processes. */
+
+/** MQTT topic prefix of every run. */
+export const PREFIX = "axbench";
+/** Jobs in the store, every run. */
+export const JOBS = 100_000;
+/** Agents (bundled child processes) executing the fires. */
+export const AGENTS = 4;
+/** From the start of the store prefill to the first nominal time: prefill, coordinator, agents. */
+export const SETUP_MS = 8_000;
+/** Nominal times in this first stretch fire but are not counted (JIT, caches, first plans). */
+export const WARMUP_MS = 2_000;
+/** After the window, at most this long for the window's fires to finish… */
+export const DRAIN_MAX_MS = 15_000;
+/** …and no longer once the store has not moved for this long (a coordinator stuck for good). */
+export const DRAIN_STALL_MS = 3_000;
+/**
+ * How long the coordinator worker may take to exit after SIGTERM before it is killed. A worker far
+ * behind handles the signal late; its stats and profile were written at the window's end.
+ */
+export const STOP_GRACE_MS = 5_000;
+/** /proc sampling period. */
+export const SAMPLE_MS = 500;
+
+/** The high-resolution host clock: the realtime clock at process start plus monotonic time. */
+export function hostNow(): number {
+  return performance.timeOrigin + performance.now();
+}
+
+/** What bench/coordinator.ts passes to the coordinator worker (argv[2], JSON). */
+export interface WorkerArgs {
+  storePath: string;
+  mqttUrl: string;
+  prefix: string;
+  /** Measured window on the wall clock (UTC ms): the event-loop histogram covers it. */
+  windowStart: number;
+  windowEnd: number;
+  /** When set, a CPU profile of the window is written here (.cpuprofile JSON). */
+  profilePath?: string;
+}
+
+/** Engine events, logs and the event loop as the worker saw them. */
+export interface WorkerStats {
+  events: {
+    fired: number;
+    missed: number;
+    dropped: number;
+    invalidMessages: number;
+    agentOffline: number;
+    transitions: number;
+  };
+  logs: { debug: number; info: number; warn: number; error: number; samples: string[] };
+  /**
+   * Event-loop delay over the window, ms: how late each turn of a 10 ms interval timer ran, and
+   * at the window's end how long the loop had been held since its last turn.
+   */
+  loopDelay: { p50: number; p99: number; max: number; mean: number } | null;
+  /** Store calls over the window, by method (listExecutionsInStates ≈ dispatcher passes). */
+  storeCalls: Record<string, number> | null;
+  /** When the profile was started and stopped (wall ms), or why it was not written. */
+  profile: { startedAt: number; stoppedAt: number } | { error: string } | null;
+  /** process.memoryUsage() at the end of the window, and heapUsed after a full GC then, MiB. */
+  memory: {
+    rss: number;
+    heapUsed: number;
+    heapTotal: number;
+    external: number;
+    liveHeapAfterGc: number;
+  } | null;
+}
+
+/** One JSON line on the worker's stdout. */
+export type WorkerLine =
+  | { t: "started"; pid: number }
+  | { t: "agent"; agentId: string; status: "online" | "offline"; reason: string; at: number }
+  | { t: "stats"; stats: WorkerStats };
+
+/** What the bench agent writes when it stops: every handler start it saw. */
+export interface AgentLog {
+  agentId: string;
+  /**
+   * Date.now() (the coordinator's clock) − hostNow() (the echo's), measured at a millisecond tick
+   * at start and at stop, ms: a few µs when the two agree.
+   */
+  clockAlignment: [number, number];
+  /** [executionId, round, hostNow() as the echo handler was entered]. */
+  runs: [string, number, number][];
+}

@@ -1,0 +1,413 @@
+/**
+ * One run of bench/coordinator.ts at one aggregate rate: a fresh store of JOBS jobs, the embedded
+ * broker in this process, the coordinator worker and AGENTS bench agents as child processes.
+ *
+ * Steps: prefill → broker → coordinator → agents → (first nominal time) → warm-up → window →
+ * drain → stop coordinator → stop agents → read the store and the agents' logs.
+ */
+import { type ChildProcess, spawn } from "node:child_process";
+import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import Database from "better-sqlite3";
+import { startEmbeddedBroker } from "../coordinator/broker/embedded.js";
+import {
+  AGENTS,
+  type AgentLog,
+  DRAIN_MAX_MS,
+  DRAIN_STALL_MS,
+  hostNow,
+  JOBS,
+  PREFIX,
+  SAMPLE_MS,
+  SETUP_MS,
+  STOP_GRACE_MS,
+  WARMUP_MS,
+  type WorkerArgs,
+  type WorkerLine,
+  type WorkerStats,
+} from "./coordinator-params.js";
+import { type ProfileSummary, summariseProfile } from "./coordinator-profile.js";
+import {
+  analyze,
+  drainProgress,
+  expectedFires,
+  type FireFigures,
+  prefillStore,
+} from "./coordinator-store.js";
+
+export interface RunOptions {
+  rate: number;
+  durationMs: number;
+  workerFile: string;
+  agentFile: string;
+  /** Run the coordinator under --cpu-prof and summarise the profile. */
+  profile: boolean;
+  /** The agents' journal.syncStart (the agent's default is true). */
+  agentSyncStart: boolean;
+}
+
+/** Process figures over the window (from /proc, sampled every SAMPLE_MS). */
+export interface ProcessFigures {
+  coordinatorCores: number;
+  coordinatorCpuMsPerFire: number;
+  /** VmRSS once the agents were welcomed, before the first fire (store loaded, no work), MB. */
+  coordinatorIdleRssMB: number;
+  /** VmRSS at the last sample of the window, and the highest in it, MB (10^6 bytes). */
+  coordinatorRssMB: number;
+  coordinatorRssMaxMB: number;
+  /** The larger of VmHWM when the drain ended and every VmRSS sample, MB. */
+  coordinatorPeakMB: number;
+  /** This process: the broker, the dispatch observer and the sampler. */
+  brokerCores: number;
+  agentCores: number;
+  /** Every other process on the machine, from /proc/stat. */
+  otherCores: number;
+  /**
+   * The coordinator's main (JavaScript) thread, as shares of wall time, from /proc/PID/schedstat:
+   * on a CPU, runnable but waiting for one, and asleep (idle in the event loop, or blocked in a
+   * call such as SQLite's writes and fsyncs).
+   */
+  mainThread: { onCpu: number; waitingForCpu: number; asleep: number };
+}
+
+export interface RateResult {
+  rate: number;
+  durationMs: number;
+  jobs: number;
+  periodMs: number;
+  agents: number;
+  agentSyncStart: boolean;
+  /** Prefill time, and how long before the first nominal time the last agent was welcomed. */
+  setup: { prefillMs: number; agentsReadyAheadMs: number };
+  drain: { ms: number; complete: boolean };
+  /** How the coordinator worker ended. */
+  stop: string;
+  fires: FireFigures;
+  process: ProcessFigures;
+  worker: WorkerStats | null;
+  profile: ProfileSummary | null;
+}
+
+const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms));
+
+/** CPU time (user + system) of a process, ms, from /proc/PID/stat (USER_HZ 100). */
+function cpuMs(pid: number): number {
+  try {
+    const fields = (readFileSync(`/proc/${pid}/stat`, "utf8").split(") ")[1] ?? "").split(" ");
+    return (Number(fields[11]) + Number(fields[12])) * 10;
+  } catch {
+    return Number.NaN;
+  }
+}
+
+/** Main-thread time on a CPU and waiting for one, ns, from /proc/PID/schedstat. */
+function schedNs(pid: number): [number, number] {
+  try {
+    const [run, wait] = readFileSync(`/proc/${pid}/schedstat`, "utf8").split(" ").map(Number);
+    return [run ?? Number.NaN, wait ?? Number.NaN];
+  } catch {
+    return [Number.NaN, Number.NaN];
+  }
+}
+
+function statusKb(pid: number, field: "VmRSS" | "VmHWM"): number {
+  try {
+    const m = new RegExp(`^${field}:\\s+(\\d+) kB`, "m").exec(
+      readFileSync(`/proc/${pid}/status`, "utf8"),
+    );
+    return m ? Number(m[1]) : Number.NaN;
+  } catch {
+    return Number.NaN;
+  }
+}
+
+/** Busy CPU time of the whole machine, ms, from /proc/stat. */
+function machineBusyMs(): number {
+  const f = (readFileSync("/proc/stat", "utf8").split("\n", 1)[0] ?? "")
+    .trim()
+    .split(/\s+/)
+    .slice(1)
+    .map(Number);
+  return ((f[0] ?? 0) + (f[1] ?? 0) + (f[2] ?? 0) + (f[5] ?? 0) + (f[6] ?? 0) + (f[7] ?? 0)) * 10;
+}
+
+interface Sample {
+  at: number;
+  coord: number;
+  /** Coordinator main thread on a CPU, and waiting for one, ns. */
+  runNs: number;
+  waitNs: number;
+  rssKb: number;
+  agents: number;
+  self: number;
+  machine: number;
+}
+
+function takeSample(coordPid: number, agentPids: number[]): Sample {
+  const u = process.cpuUsage();
+  const [runNs, waitNs] = schedNs(coordPid);
+  return {
+    at: hostNow(),
+    coord: cpuMs(coordPid),
+    runNs,
+    waitNs,
+    rssKb: statusKb(coordPid, "VmRSS"),
+    agents: agentPids.reduce((sum, pid) => sum + cpuMs(pid), 0),
+    self: (u.user + u.system) / 1000,
+    machine: machineBusyMs(),
+  };
+}
+
+/** Ends a child: SIGTERM, then SIGKILL after `graceMs`; says how it ended. */
+function stopChild(child: ChildProcess, graceMs: number): Promise<string> {
+  if (child.exitCode !== null || child.signalCode !== null) {
+    return Promise.resolve(`had already ended (${child.exitCode ?? child.signalCode})`);
+  }
+  return new Promise((resolve) => {
+    const kill = setTimeout(() => child.kill("SIGKILL"), graceMs);
+    child.once("exit", (code, signal) => {
+      clearTimeout(kill);
+      resolve(signal ? `signal ${signal}` : `exit code ${code}`);
+    });
+    child.kill("SIGTERM");
+  });
+}
+
+/** Keeps the last `max` characters a stream wrote, for error messages. */
+function tail(child: ChildProcess, max = 4_000): () => string {
+  let text = "";
+  child.stderr?.setEncoding("utf8").on("data", (c: string) => {
+    text = (text + c).slice(-max);
+  });
+  return () => text.trim();
+}
+
+export async function runRate(o: RunOptions): Promise<RateResult> {
+  const dir = mkdtempSync(join(tmpdir(), "ax-bench-coordinator-"));
+  const children: ChildProcess[] = [];
+  const broker = await startEmbeddedBroker(0);
+  let db: Database.Database | undefined;
+  try {
+    // Dispatches as the broker receives them: the moment the coordinator published each one.
+    const dispatches = new Map<string, number>();
+    const marker = Buffer.from('"type":"dispatch"');
+    broker.broker.on("publish", (packet, client) => {
+      if (client === null || !packet.topic.endsWith("/down")) return;
+      const payload = packet.payload;
+      if (typeof payload === "string" || payload.indexOf(marker) < 0) return;
+      const at = hostNow();
+      const id = (JSON.parse(payload.toString("utf8")) as { executionId: string }).executionId;
+      if (!dispatches.has(id)) dispatches.set(id, at);
+    });
+
+    const storePath = join(dir, "ax.sqlite");
+    const t0 = Date.now();
+    const firstAt = t0 + SETUP_MS;
+    const schedule = prefillStore(storePath, { jobs: JOBS, rate: o.rate, firstAt, now: t0 });
+    const prefillMs = Date.now() - t0;
+    const window = { start: firstAt + WARMUP_MS, end: firstAt + WARMUP_MS + o.durationMs };
+    const expected = expectedFires(schedule, window.start, window.end);
+
+    // The coordinator.
+    const profilePath = join(dir, "coordinator.cpuprofile");
+    const args: WorkerArgs = {
+      storePath,
+      mqttUrl: broker.url,
+      prefix: PREFIX,
+      windowStart: window.start,
+      windowEnd: window.end,
+      ...(o.profile ? { profilePath } : {}),
+    };
+    const worker = spawn(process.execPath, ["--expose-gc", o.workerFile, JSON.stringify(args)], {
+      stdio: ["ignore", "pipe", "pipe"],
+    });
+    children.push(worker);
+    const workerErr = tail(worker);
+    const online = new Set<string>();
+    // Filled in by the stdout handler (a holder object, so control flow does not narrow them).
+    const seen: { started?: Extract<WorkerLine, { t: "started" }>; stats: WorkerStats | null } = {
+      stats: null,
+    };
+    let buffered = "";
+    worker.stdout?.setEncoding("utf8").on("data", (chunk: string) => {
+      buffered += chunk;
+      for (let nl = buffered.indexOf("\n"); nl >= 0; nl = buffered.indexOf("\n")) {
+        const line = JSON.parse(buffered.slice(0, nl)) as WorkerLine;
+        buffered = buffered.slice(nl + 1);
+        if (line.t === "started") seen.started = line;
+        else if (line.t === "agent") {
+          if (line.status === "online") online.add(line.agentId);
+          else online.delete(line.agentId);
+        } else seen.stats = line.stats;
+      }
+    });
+    const alive = (what: string) => {
+      if (worker.exitCode !== null || worker.signalCode !== null) {
+        throw new Error(`coordinator worker ended while ${what}: ${workerErr()}`);
+      }
+    };
+    const until = async (what: string, deadline: number, cond: () => boolean) => {
+      while (!cond()) {
+        alive(what);
+        if (Date.now() > deadline) throw new Error(`timed out ${what}`);
+        await sleep(20);
+      }
+    };
+    await until("waiting for the coordinator to start", firstAt, () => seen.started !== undefined);
+
+    // The agents, once the coordinator listens (a hello before that waits 2 s for its retry).
+    const agentPids: number[] = [];
+    const agentErr: (() => string)[] = [];
+    for (let n = 1; n <= AGENTS; n++) {
+      const agentId = `bench-agent-${n}`;
+      const configFile = join(dir, `${agentId}.json`);
+      writeFileSync(
+        configFile,
+        JSON.stringify({
+          agentId,
+          mqtt: { url: broker.url, prefix: PREFIX },
+          capacity: { concurrency: 256, queue: 10_000, maxPending: 100_000 },
+          journal: {
+            path: join(dir, `${agentId}.journal.sqlite`),
+            synchronous: "NORMAL",
+            syncStart: o.agentSyncStart,
+          },
+          shutdownGraceMs: 2_000,
+        }),
+      );
+      const child = spawn(
+        process.execPath,
+        [o.agentFile, configFile, join(dir, `${agentId}.log.json`)],
+        { stdio: ["ignore", "ignore", "pipe"] },
+      );
+      children.push(child);
+      agentErr.push(tail(child));
+      agentPids.push(child.pid as number);
+    }
+    // Dispatches go out dispatchLead (500 ms) before the first nominal time.
+    await until("waiting for the agents to be welcomed", firstAt - 600, () => {
+      const dead = children.findIndex((c, i) => i > 0 && c.exitCode !== null);
+      if (dead > 0) throw new Error(`agent ${dead} ended: ${agentErr[dead - 1]?.() ?? ""}`);
+      return online.size === AGENTS;
+    });
+    const agentsReadyAheadMs = firstAt - Date.now();
+    const idleRssKb = statusKb(worker.pid as number, "VmRSS");
+
+    // The window, sampled.
+    const coordPid = worker.pid as number;
+    const samples: Sample[] = [];
+    const sampler = setInterval(() => samples.push(takeSample(coordPid, agentPids)), SAMPLE_MS);
+    try {
+      await until("the window ran", window.end + SAMPLE_MS, () => Date.now() >= window.end);
+      // Drain: the window's nominal times all recorded, and none of their executions open.
+      db = new Database(storePath, { readonly: true, fileMustExist: true });
+      const drainStart = Date.now();
+      let complete = false;
+      let last = "";
+      let movedAt = drainStart;
+      while (Date.now() - drainStart < DRAIN_MAX_MS && Date.now() - movedAt < DRAIN_STALL_MS) {
+        alive("draining");
+        const p = drainProgress(db, window.start, window.end);
+        if (p.recorded >= expected && p.open === 0) {
+          complete = true;
+          break;
+        }
+        if (`${p.recorded}/${p.open}` !== last) {
+          last = `${p.recorded}/${p.open}`;
+          movedAt = Date.now();
+        }
+        await sleep(500);
+      }
+      db.close();
+      db = undefined;
+      const drainMs = Date.now() - drainStart;
+      const peakKb = statusKb(coordPid, "VmHWM");
+      clearInterval(sampler);
+
+      const stop = await stopChild(worker, STOP_GRACE_MS);
+      await Promise.all(children.slice(1).map((c) => stopChild(c, 10_000)));
+      const logs: AgentLog[] = [];
+      for (let n = 1; n <= AGENTS; n++) {
+        const path = join(dir, `bench-agent-${n}.log.json`);
+        try {
+          logs.push(JSON.parse(readFileSync(path, "utf8")) as AgentLog);
+        } catch (err) {
+          throw new Error(
+            `agent ${n} left no log (${(err as Error).message}): ${agentErr[n - 1]?.()}`,
+          );
+        }
+      }
+
+      const fires = analyze(storePath, schedule, window, { dispatches, logs });
+      const proc = windowFigures(samples, window, fires.expected, peakKb, idleRssKb);
+      let profile: ProfileSummary | null = null;
+      if (o.profile && existsSync(profilePath)) {
+        profile = summariseProfile(profilePath, o.workerFile);
+      }
+      return {
+        rate: o.rate,
+        durationMs: o.durationMs,
+        jobs: JOBS,
+        periodMs: schedule.periodMs,
+        agents: AGENTS,
+        agentSyncStart: o.agentSyncStart,
+        setup: { prefillMs, agentsReadyAheadMs },
+        drain: { ms: drainMs, complete },
+        stop,
+        fires,
+        process: proc,
+        worker: seen.stats,
+        profile,
+      };
+    } finally {
+      clearInterval(sampler);
+    }
+  } finally {
+    db?.close();
+    await Promise.all(children.map((c) => stopChild(c, 2_000)));
+    await broker.close();
+    rmSync(dir, { recursive: true, force: true });
+  }
+}
+
+/** CPU over the window from the samples nearest its edges; RSS at its end and highest in it. */
+function windowFigures(
+  samples: Sample[],
+  window: { start: number; end: number },
+  fires: number,
+  peakKb: number,
+  idleRssKb: number,
+): ProcessFigures {
+  const inside = samples.filter((s) => s.at >= window.start && s.at <= window.end);
+  const a = inside[0];
+  const b = inside[inside.length - 1];
+  if (!a || !b || a === b) throw new Error("too few /proc samples in the window");
+  const wall = b.at - a.at;
+  const cores = (x: number, y: number) => (y - x) / wall;
+  const coord = b.coord - a.coord;
+  const MB = (kb: number) => (kb * 1024) / 1e6;
+  return {
+    coordinatorCores: cores(a.coord, b.coord),
+    coordinatorCpuMsPerFire: (coord / wall) * ((window.end - window.start) / Math.max(1, fires)),
+    coordinatorIdleRssMB: MB(idleRssKb),
+    coordinatorRssMB: MB(b.rssKb),
+    coordinatorRssMaxMB: MB(Math.max(...inside.map((s) => s.rssKb))),
+    // VmHWM is updated lazily, so a sample may be above it.
+    coordinatorPeakMB: MB(Math.max(peakKb, ...samples.map((s) => s.rssKb))),
+    brokerCores: cores(a.self, b.self),
+    agentCores: cores(a.agents, b.agents),
+    mainThread: {
+      onCpu: (b.runNs - a.runNs) / 1e6 / wall,
+      waitingForCpu: (b.waitNs - a.waitNs) / 1e6 / wall,
+      asleep: 1 - (b.runNs - a.runNs + b.waitNs - a.waitNs) / 1e6 / wall,
+    },
+    otherCores: Math.max(
+      0,
+      cores(a.machine, b.machine) -
+        cores(a.coord, b.coord) -
+        cores(a.self, b.self) -
+        cores(a.agents, b.agents),
+    ),
+  };
+}

@@ -1,0 +1,226 @@
+/**
+ * The coordinator child process of bench/coordinator.ts: the real Coordinator with the default
+ * config, on the store the bench prefilled, connected to the bench's broker. bench/coordinator.ts
+ * bundles it with esbuild (packages external) to dist/bench/coordinator-worker.mjs and runs it
+ * with plain node, so its RSS and CPU in /proc are the coordinator's alone.
+ *
+ * argv[2]: WorkerArgs as JSON. stdout: one JSON line per WorkerLine. Stats (and the CPU profile,
+ * when asked for) are written when the window ends, and the stats again on SIGTERM, after which
+ * it exits at once: the figures are read from the store, whose commits are in its WAL already.
+ *
+ * A coordinator far behind can hold its event loop in one chain of microtasks for many seconds
+ * (its firing scans did, chained one per fire, before they were coalesced), during which no timer
+ * runs and no signal is handled. So the window's edges run on whichever comes first: a timer, or the first store call
+ * after the edge (the store is the coordinator's own SqliteStore, passed in through
+ * `deps.store` behind a Proxy that only looks at the clock). The inspector answers a session on
+ * this thread synchronously, so the profile is started and stopped right there.
+ */
+import { writeFileSync, writeSync } from "node:fs";
+import { Session } from "node:inspector";
+import { parseCoordinatorConfig } from "../coordinator/config.js";
+import { Coordinator } from "../coordinator/coordinator.js";
+import type { Store } from "../coordinator/store/port.js";
+import { SqliteStore } from "../coordinator/store/sqlite/sqlite-store.js";
+import type { WorkerArgs, WorkerLine, WorkerStats } from "./coordinator-params.js";
+import { percentile } from "./lib.js";
+
+const MiB = 1024 * 1024;
+const TICK_MS = 10;
+
+function emit(line: WorkerLine): void {
+  // Synchronous, so the line is out even when process.exit() follows.
+  writeSync(1, `${JSON.stringify(line)}\n`);
+}
+
+/** Actions due at wall times, run once each by a timer or by `check()`, whichever is first. */
+class Edges {
+  private readonly due: { at: number; run: () => void }[] = [];
+
+  add(at: number, run: () => void): void {
+    this.due.push({ at, run });
+    this.due.sort((a, b) => a.at - b.at);
+    setTimeout(() => this.check(), Math.max(0, at - Date.now())).unref();
+  }
+
+  check(): void {
+    const first = this.due[0];
+    if (first === undefined || first.at > Date.now()) return;
+    this.due.shift();
+    first.run();
+    this.check();
+  }
+}
+
+/**
+ * Event-loop delay from a 10 ms interval timer: each turn's lateness, plus (when read) how long
+ * the loop has been held since the last turn, which a loop held to the end would never report.
+ */
+class LoopMonitor {
+  private last = 0;
+  private late: number[] = [];
+  private timer: NodeJS.Timeout | undefined;
+
+  start(): void {
+    this.late = [];
+    this.last = performance.now();
+    this.timer = setInterval(() => {
+      const now = performance.now();
+      this.late.push(Math.max(0, now - this.last - TICK_MS));
+      this.last = now;
+    }, TICK_MS);
+    this.timer.unref();
+  }
+
+  read(): NonNullable<WorkerStats["loopDelay"]> {
+    if (this.timer !== undefined) clearInterval(this.timer);
+    const late = [...this.late, Math.max(0, performance.now() - this.last - TICK_MS)];
+    const sorted = Float64Array.from(late).sort();
+    return {
+      p50: percentile(sorted, 50),
+      p99: percentile(sorted, 99),
+      max: percentile(sorted, 100),
+      mean: late.reduce((a, b) => a + b, 0) / late.length,
+    };
+  }
+}
+
+/** `store` behind a Proxy that runs `edges.check()` before every call and counts the calls. */
+function watched(store: SqliteStore, edges: Edges, calls: Record<string, number>): Store {
+  const wrapped = new Map<PropertyKey, unknown>();
+  return new Proxy(store, {
+    get(target, prop) {
+      const value = Reflect.get(target, prop, target) as unknown;
+      if (typeof value !== "function") return value;
+      let fn = wrapped.get(prop);
+      if (!fn) {
+        const name = String(prop);
+        fn = (...args: unknown[]) => {
+          calls[name] = (calls[name] ?? 0) + 1;
+          edges.check();
+          return (value as (...a: unknown[]) => unknown).apply(target, args);
+        };
+        wrapped.set(prop, fn);
+      }
+      return fn;
+    },
+  });
+}
+
+function main(args: WorkerArgs): Promise<void> {
+  const stats: WorkerStats = {
+    events: {
+      fired: 0,
+      missed: 0,
+      dropped: 0,
+      invalidMessages: 0,
+      agentOffline: 0,
+      transitions: 0,
+    },
+    logs: { debug: 0, info: 0, warn: 0, error: 0, samples: [] },
+    loopDelay: null,
+    memory: null,
+    profile: null,
+    storeCalls: null,
+  };
+  const calls: Record<string, number> = {};
+  const config = parseCoordinatorConfig(
+    { store: { path: args.storePath }, mqtt: { url: args.mqttUrl, prefix: args.prefix } },
+    "bench",
+  );
+  const edges = new Edges();
+  // As the Coordinator builds its own store from the config.
+  const store = new SqliteStore({
+    path: config.store.path,
+    now: () => Date.now(),
+    maxErrorTextBytes: config.maxErrorTextBytes,
+  });
+  const coordinator = new Coordinator(config, {
+    store: watched(store, edges, calls),
+    log: (level, msg) => {
+      stats.logs[level]++;
+      if ((level === "warn" || level === "error") && stats.logs.samples.length < 10) {
+        stats.logs.samples.push(`${level}: ${msg.slice(0, 300)}`);
+      }
+    },
+  });
+  const ev = coordinator.events;
+  ev.on("fired", () => {
+    stats.events.fired++;
+  });
+  ev.on("missed", (m) => {
+    stats.events.missed += m.scheduledFor.length + m.uncounted;
+  });
+  ev.on("dropped", () => {
+    stats.events.dropped++;
+  });
+  ev.on("invalidMessage", () => {
+    stats.events.invalidMessages++;
+  });
+  ev.on("transition", () => {
+    stats.events.transitions++;
+  });
+  ev.on("agent", (a) => {
+    if (a.status === "offline") stats.events.agentOffline++;
+    emit({ t: "agent", agentId: a.agentId, status: a.status, reason: a.reason, at: a.at });
+  });
+
+  const loop = new LoopMonitor();
+  const session = args.profilePath ? new Session() : undefined;
+  let profileStartedAt = 0;
+  let callsAtStart: Record<string, number> = {};
+  edges.add(args.windowStart, () => {
+    callsAtStart = { ...calls };
+    loop.start();
+    if (!session) return;
+    session.connect();
+    profileStartedAt = Date.now();
+    session.post("Profiler.enable");
+    session.post("Profiler.setSamplingInterval", { interval: 1000 });
+    session.post("Profiler.start");
+  });
+  edges.add(args.windowEnd, () => {
+    stats.loopDelay = loop.read();
+    stats.storeCalls = Object.fromEntries(
+      Object.entries(calls).map(([name, count]) => [name, count - (callsAtStart[name] ?? 0)]),
+    );
+    const m = process.memoryUsage();
+    // The bench runs this process with --expose-gc: a full collection tells live data from garbage
+    // not yet collected (after the window's figures are taken).
+    (globalThis as { gc?: () => void }).gc?.();
+    stats.memory = {
+      rss: m.rss / MiB,
+      heapUsed: m.heapUsed / MiB,
+      heapTotal: m.heapTotal / MiB,
+      external: m.external / MiB,
+      liveHeapAfterGc: process.memoryUsage().heapUsed / MiB,
+    };
+    if (session && args.profilePath) {
+      const path = args.profilePath;
+      // Answered synchronously on this thread: the callback has run when post() returns.
+      session.post("Profiler.stop", (err, result) => {
+        if (err) {
+          stats.profile = { error: err.message };
+          return;
+        }
+        writeFileSync(path, JSON.stringify(result.profile));
+        stats.profile = { startedAt: profileStartedAt, stoppedAt: Date.now() };
+      });
+      session.disconnect();
+    }
+    emit({ t: "stats", stats });
+  });
+
+  const stop = () => {
+    emit({ t: "stats", stats });
+    process.exit(0);
+  };
+  process.once("SIGTERM", stop);
+  process.once("SIGINT", stop);
+
+  return coordinator.start().then(() => emit({ t: "started", pid: process.pid }));
+}
+
+main(JSON.parse(process.argv[2] ?? "{}") as WorkerArgs).catch((err: unknown) => {
+  process.stderr.write(`${(err as Error).stack ?? String(err)}\n`);
+  process.exit(1);
+});

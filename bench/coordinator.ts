@@ -1,0 +1,197 @@
+/**
+ * Coordinator benchmark: 100,000 jobs in the store, aggregate fire rates of 500, 2,000 and 5,000
+ * per second (and 50 and 100 for reference), executed by bundled agents over the embedded broker; start, trigger and end-to-end
+ * lateness, lost and duplicated fires, the coordinator's RSS and CPU, and a CPU profile of it.
+ *
+ *   npm run bench:coordinator                      # 20 s per rate, about 4 minutes
+ *   npm run bench:coordinator -- --duration 60     # the full 60 s per rate, about 7½ minutes
+ *   options: --rates 50,2000  --no-profile  --profile-rates 500,2000  --profile-duration 10
+ *            --agent-sync-start (agents fsync each start, their default; off here, see the doc)
+ *
+ * Each rate is a fresh run (bench/coordinator-run.ts): a new store, broker, coordinator process
+ * (bench/coordinator-worker.ts, bundled) and agents (bench/coordinator-agent.ts, bundled).
+ */
+import { execFileSync } from "node:child_process";
+import { mkdirSync } from "node:fs";
+import { cpus, loadavg } from "node:os";
+import { join } from "node:path";
+import { fileURLToPath } from "node:url";
+import { parseArgs } from "node:util";
+import { build } from "esbuild";
+import { AGENTS, JOBS } from "./coordinator-params.js";
+import {
+  printProfile,
+  printRates,
+  renderMarkdown,
+  TARGET_RATE,
+  TARGETS,
+  targetRows,
+} from "./coordinator-report.js";
+import { type RateResult, runRate } from "./coordinator-run.js";
+import { printTable, writeResults } from "./lib.js";
+
+/**
+ * The issue's rates, and two lower ones that show where the coordinator stops keeping up (it is
+ * far from the issue's rates yet; see the findings in docs/benchmarks.md).
+ */
+const RATES = [50, 100, 500, 2_000, 5_000];
+/** A rate it keeps up with (late) and the target rate, each a separate run under the profiler. */
+const PROFILE_RATES = [500, TARGET_RATE];
+
+const ROOT = fileURLToPath(new URL("..", import.meta.url));
+const DIST = join(ROOT, "dist", "bench");
+const WORKER = join(DIST, "coordinator-worker.mjs");
+const AGENT = join(DIST, "coordinator-agent.mjs");
+
+/** As coordinator/bundle/build.ts: mqtt.js is CommonJS and requires Node built-ins at run time. */
+const REQUIRE_BANNER =
+  'import { createRequire as __axCreateRequire } from "node:module"; const require = __axCreateRequire(import.meta.url);';
+
+async function buildAll(): Promise<void> {
+  mkdirSync(DIST, { recursive: true });
+  // The coordinator: packages stay imports (resolved from node_modules), and the bundle is not
+  // minified, so the profile keeps function names and esbuild's `// file` marks.
+  await build({
+    entryPoints: [join(ROOT, "bench", "coordinator-worker.ts")],
+    outfile: WORKER,
+    bundle: true,
+    packages: "external",
+    platform: "node",
+    format: "esm",
+    target: "node20",
+    logLevel: "silent",
+  });
+  // The agent: as buildAgentBundle builds agent/cli.ts.
+  await build({
+    entryPoints: [join(ROOT, "bench", "coordinator-agent.ts")],
+    outfile: AGENT,
+    bundle: true,
+    platform: "node",
+    format: "esm",
+    target: "node20",
+    minify: true,
+    external: ["better-sqlite3"],
+    banner: { js: REQUIRE_BANNER },
+    logLevel: "silent",
+  });
+}
+
+/** The commit measured, and whether the code the bench runs had uncommitted changes. */
+function source(): { commit: string; modified: boolean } {
+  const git = (...args: string[]) =>
+    execFileSync("git", args, { cwd: ROOT, encoding: "utf8", stdio: ["ignore", "pipe", "ignore"] });
+  try {
+    return {
+      commit: git("rev-parse", "--short", "HEAD").trim(),
+      modified: git("status", "--porcelain", "--", "coordinator", "agent", "shared").trim() !== "",
+    };
+  } catch {
+    return { commit: "unknown", modified: false };
+  }
+}
+
+function options() {
+  const { values } = parseArgs({
+    options: {
+      duration: { type: "string", default: "20" },
+      rates: { type: "string", default: RATES.join(",") },
+      "no-profile": { type: "boolean", default: false },
+      "profile-rates": { type: "string", default: PROFILE_RATES.join(",") },
+      "profile-duration": { type: "string", default: "10" },
+      "agent-sync-start": { type: "boolean", default: false },
+    },
+    strict: true,
+  });
+  const positive = (name: string, text: string) => {
+    const n = Number(text);
+    if (!Number.isFinite(n) || n <= 0) throw new Error(`--${name} must be a positive number`);
+    return n;
+  };
+  return {
+    durationS: positive("duration", values.duration),
+    rates: values.rates.split(",").map((r) => positive("rates", r)),
+    profileRates: values["no-profile"]
+      ? []
+      : values["profile-rates"].split(",").map((r) => positive("profile-rates", r)),
+    profileDurationS: positive("profile-duration", values["profile-duration"]),
+    agentSyncStart: values["agent-sync-start"],
+  };
+}
+
+async function main(): Promise<void> {
+  const o = options();
+  const started = performance.now();
+  const round = (v: number) => Math.round(v * 100) / 100;
+  const machine = {
+    cpus: cpus().length,
+    cpuModel: cpus()[0]?.model ?? "?",
+    loadavgAtStart: loadavg().map(round),
+    loadavgAtEnd: [] as number[],
+    runSeconds: 0,
+    source: source(),
+  };
+  console.log(
+    `coordinator bench: ${machine.cpus} cores, load average ${machine.loadavgAtStart.join(" ")}; ` +
+      `${JOBS.toLocaleString("en-US")} jobs, ${AGENTS} agents, ${o.durationS} s per rate` +
+      (o.durationS < 60 ? " (the full run: --duration 60)" : ""),
+  );
+  await buildAll();
+
+  const results: RateResult[] = [];
+  for (const rate of o.rates) {
+    console.log(`\n${rate.toLocaleString("en-US")} fires/s for ${o.durationS} s …`);
+    const r = await runRate({
+      rate,
+      durationMs: o.durationS * 1000,
+      workerFile: WORKER,
+      agentFile: AGENT,
+      profile: false,
+      agentSyncStart: o.agentSyncStart,
+    });
+    results.push(r);
+    printRates([r]);
+  }
+  const profiles: RateResult[] = [];
+  for (const rate of o.profileRates) {
+    console.log(
+      `\nCPU profile: ${rate.toLocaleString("en-US")} fires/s for ${o.profileDurationS} s …`,
+    );
+    const r = await runRate({
+      rate,
+      durationMs: o.profileDurationS * 1000,
+      workerFile: WORKER,
+      agentFile: AGENT,
+      profile: true,
+      agentSyncStart: o.agentSyncStart,
+    });
+    profiles.push(r);
+    if (r.profile) printProfile(r.profile);
+    else console.log(`no profile was written: ${JSON.stringify(r.worker?.profile ?? null)}`);
+  }
+
+  console.log("\nall rates");
+  printRates(results);
+  machine.loadavgAtEnd = loadavg().map(round);
+  machine.runSeconds = Math.round((performance.now() - started) / 1000);
+  const targets = targetRows(results);
+  console.log(`\ntargets (at ${TARGET_RATE.toLocaleString("en-US")} fires/s)`);
+  printTable(
+    ["target", "figure", "verdict"],
+    targets.map((t) => [t.target, t.figure, t.met === null ? "n/a" : t.met ? "met" : "NOT MET"]),
+  );
+  const figures = {
+    machine,
+    settings: { ...o, jobs: JOBS, agents: AGENTS },
+    targets: TARGETS,
+    verdicts: Object.fromEntries(targets.map((t) => [t.key, { figure: t.value, met: t.met }])),
+    rates: results,
+    profiles,
+  };
+  writeResults("coordinator", figures, renderMarkdown({ results, profiles, targets, machine, o }));
+  console.log(`done in ${machine.runSeconds} s`);
+}
+
+main().catch((err: unknown) => {
+  console.error(err);
+  process.exitCode = 1;
+});
