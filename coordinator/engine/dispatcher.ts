@@ -28,6 +28,7 @@ export class Dispatcher {
   /** Executions already sent a cancel because a newer firing replaces them (overlap REPLACE). */
   private readonly replacing = new Set<string>();
   private lastSlowScan = 0;
+  private armedNow = false;
 
   constructor(
     private readonly ctx: EngineContext,
@@ -45,6 +46,8 @@ export class Dispatcher {
       this.again = true;
       return;
     }
+    // A pass already armed to run at once needs no new timer (every fire and report kicks).
+    if (this.armedNow) return;
     this.arm(0);
   }
 
@@ -56,8 +59,10 @@ export class Dispatcher {
   private arm(delayMs: number): void {
     if (this.closed) return;
     if (this.timer !== undefined) this.ctx.clock.clearTimer(this.timer);
+    this.armedNow = delayMs === 0;
     this.timer = this.ctx.clock.setTimer(() => {
       this.timer = undefined;
+      this.armedNow = false;
       this.running = this.pass()
         .catch((err: unknown) =>
           this.ctx.log("error", `dispatch pass failed: ${(err as Error).message}`),

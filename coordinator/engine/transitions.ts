@@ -77,27 +77,36 @@ async function perform(
   for (const effect of effects) {
     try {
       if (effect.type === "send_dispatch" && exec.agentId) {
-        await ctx.link.send(
-          exec.agentId,
-          envelope(
-            {
-              type: "dispatch",
+        // Not awaited: waiting for the broker's PUBACK serialised every dispatch of a pass behind
+        // a round trip. A publish that fails is covered by the dispatch timeout.
+        const agentId = exec.agentId;
+        ctx.link
+          .send(
+            agentId,
+            envelope(
+              {
+                type: "dispatch",
+                executionId: exec.id,
+                round: effect.round,
+                attempt: exec.attempt,
+                handler: exec.handler,
+                params: exec.params,
+                fireAt: exec.fireAt,
+                deadline: exec.deadline,
+                timeoutMs: exec.timeoutMs,
+                priority: exec.priority,
+                ...(exec.shardTotal !== null && exec.shardIndex !== null
+                  ? { shard: { index: exec.shardIndex, total: exec.shardTotal } }
+                  : {}),
+              },
+              ctx.clock.wallNow(),
+            ),
+          )
+          .catch((err: unknown) =>
+            ctx.log("warn", `dispatch to ${agentId} not published: ${(err as Error).message}`, {
               executionId: exec.id,
-              round: effect.round,
-              attempt: exec.attempt,
-              handler: exec.handler,
-              params: exec.params,
-              fireAt: exec.fireAt,
-              deadline: exec.deadline,
-              timeoutMs: exec.timeoutMs,
-              priority: exec.priority,
-              ...(exec.shardTotal !== null && exec.shardIndex !== null
-                ? { shard: { index: exec.shardIndex, total: exec.shardTotal } }
-                : {}),
-            },
-            ctx.clock.wallNow(),
-          ),
-        );
+            }),
+          );
       } else if (effect.type === "send_cancel" && exec.agentId) {
         await ctx.link.send(
           exec.agentId,
