@@ -18,6 +18,7 @@ import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { parseArgs } from "node:util";
 import { build } from "esbuild";
+import { REQUIRE_BANNER } from "../coordinator/bundle/build.js";
 import { AGENTS, JOBS } from "./coordinator-params.js";
 import {
   printProfile,
@@ -42,10 +43,6 @@ const ROOT = fileURLToPath(new URL("..", import.meta.url));
 const DIST = join(ROOT, "dist", "bench");
 const WORKER = join(DIST, "coordinator-worker.mjs");
 const AGENT = join(DIST, "coordinator-agent.mjs");
-
-/** As coordinator/bundle/build.ts: mqtt.js is CommonJS and requires Node built-ins at run time. */
-const REQUIRE_BANNER =
-  'import { createRequire as __axCreateRequire } from "node:module"; const require = __axCreateRequire(import.meta.url);';
 
 async function buildAll(): Promise<void> {
   mkdirSync(DIST, { recursive: true });

@@ -1,4 +1,5 @@
 import { describe, expect, it } from "vitest";
+import { seededRandom } from "../test/helpers/random.js";
 import {
   ALLOWED_FROM,
   type Effect,
@@ -616,18 +617,6 @@ describe("transition: stale rounds", () => {
   });
 });
 
-/** mulberry32: a small seeded PRNG so a failing sequence can be replayed from its seed. */
-function mulberry32(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
-
 describe("transition: random event sequences", () => {
   // Events that end an execution from PENDING are rarer, so sequences live long enough to retry.
   const WEIGHTS: Record<ExecEventType, number> = {
@@ -666,7 +655,7 @@ describe("transition: random event sequences", () => {
   }
 
   it.each([1, 2, 3, 42, 2026])("seed %i: invariants hold over 500 random sequences", (seed) => {
-    const rand = mulberry32(seed);
+    const rand = seededRandom(seed);
     let applied = 0;
     let retries = 0;
     const reached = new Set<ExecState>();

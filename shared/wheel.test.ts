@@ -1,4 +1,5 @@
 import { describe, expect, it } from "vitest";
+import { seededRandom } from "../test/helpers/random.js";
 import { type Clock, FakeClock, systemClock, type TimerHandle } from "./clock.js";
 import { TimingWheel, type WheelOptions } from "./wheel.js";
 
@@ -60,18 +61,6 @@ function setup<T = number>(
   return { fake, clock, fires, wheel };
 }
 
-/** A small seeded PRNG (mulberry32) so failures reproduce. */
-function random(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
-
 function expectAscendingDue<T>(fires: Fire<T>[]): void {
   for (let k = 1; k < fires.length; k++) {
     expect(fires[k]?.due).toBeGreaterThanOrEqual(fires[k - 1]?.due ?? Number.NaN);
@@ -121,7 +110,7 @@ describe("TimingWheel timing", () => {
     "fires many entries of one slot in due order (timers late by $lateBy ms)",
     ({ lateBy, turns }) => {
       const { fake, clock, fires, wheel } = setup({ tickMs: 20 }, (d) => d + lateBy);
-      const rnd = random(1);
+      const rnd = seededRandom(1);
       const base = fake.monoNow() + 200; // one slot: [base, base + 20)
       const dues = Array.from({ length: 200 }, (_, k) => base + (k + rnd()) / 10);
       dues.sort(() => rnd() - 0.5);
@@ -136,7 +125,7 @@ describe("TimingWheel timing", () => {
 
   it("catches up after a big advance, in due order", () => {
     const { fake, fires, wheel } = setup({ tickMs: 20, slots: 16 });
-    const rnd = random(2);
+    const rnd = seededRandom(2);
     const dues = Array.from({ length: 500 }, () => fake.monoNow() + rnd() * 20_000);
     for (const d of dues) wheel.schedule(d, d);
     fake.advance(25_000);
@@ -150,7 +139,7 @@ describe("TimingWheel timing", () => {
   it("catches up after a blocked event loop: every slot passed, one sorted batch", () => {
     // Timers fire 30 s late, as if the event loop had been blocked that long.
     const { fake, clock, fires, wheel } = setup({ tickMs: 20, slots: 16 }, (d) => d + 30_000);
-    const rnd = random(3);
+    const rnd = seededRandom(3);
     const start = fake.monoNow();
     // Spans many revolutions (one is 320 ms), so some entries sit in overflow.
     const dues = Array.from({ length: 300 }, () => start + rnd() * 10_000);
@@ -173,7 +162,7 @@ describe("TimingWheel timing", () => {
     const { fake, clock, fires, wheel } = setup({ tickMs: 20, slots: 8 }, (d) =>
       Math.max(1, d - 2),
     );
-    const rnd = random(4);
+    const rnd = seededRandom(4);
     const start = fake.monoNow();
     const dues = Array.from({ length: 100 }, () => start + rnd() * 2_000);
     for (const d of dues) wheel.schedule(d, d);
@@ -259,7 +248,7 @@ describe("TimingWheel overflow", () => {
 
   it("mixes overflow and wheel entries scheduled over time", () => {
     const { fake, fires, wheel } = setup({ slots: 8, tickMs: 20 });
-    const rnd = random(5);
+    const rnd = seededRandom(5);
     const expected: number[] = [];
     for (let round = 0; round < 200; round++) {
       for (let k = 0; k < 5; k++) {
@@ -548,7 +537,7 @@ describe("TimingWheel timers and lifecycle", () => {
   it("works with one slot and with fractional ticks", () => {
     for (const options of [{ slots: 1, tickMs: 20 }, { tickMs: 0.1 }, { tickMs: 0.3, slots: 7 }]) {
       const { fake, fires, wheel } = setup(options);
-      const rnd = random(6);
+      const rnd = seededRandom(6);
       const dues = Array.from({ length: 200 }, () => fake.monoNow() + rnd() * 500);
       for (const d of dues) wheel.schedule(d, d);
       for (let t = 0; t < 600; t += 0.7) fake.advance(0.7);
@@ -563,7 +552,7 @@ describe("TimingWheel timers and lifecycle", () => {
 describe("TimingWheel pool", () => {
   it("grows past initialCapacity: 10k random entries each fire once, in order", () => {
     const { fake, fires, wheel } = setup({ initialCapacity: 16, tickMs: 20, slots: 64 });
-    const rnd = random(7);
+    const rnd = seededRandom(7);
     const start = fake.monoNow();
     const handles: number[] = [];
     const dues: number[] = [];
@@ -603,7 +592,7 @@ describe("TimingWheel pool", () => {
 describe("TimingWheel on the system clock", () => {
   it("fires ~50 entries 5–150 ms ahead, none early", async () => {
     const fires: { due: number; now: number; real: number }[] = [];
-    const rnd = random(8);
+    const rnd = seededRandom(8);
     const count = 50;
     let resolveDone: () => void = () => {};
     const done = new Promise<void>((resolve) => {

@@ -7,7 +7,7 @@ const ENTRY = fileURLToPath(new URL("../../agent/cli.ts", import.meta.url));
  * mqtt.js and its dependencies are CommonJS and `require()` Node built-ins at run time; an ESM
  * bundle has no `require`, so the bundle defines one.
  */
-const REQUIRE_BANNER =
+export const REQUIRE_BANNER =
   'import { createRequire as __axCreateRequire } from "node:module"; const require = __axCreateRequire(import.meta.url);';
 
 export interface AgentBuildOptions {

@@ -1,4 +1,5 @@
 import { describe, expect, it } from "vitest";
+import { seededRandom } from "../../test/helpers/random.js";
 import { type MisfireOptions, type MisfirePlan, planMisfire } from "./misfire.js";
 
 const M = 60_000;
@@ -337,20 +338,8 @@ describe("planMisfire", () => {
   });
 });
 
-/** mulberry32: a small seeded PRNG, so a failure reproduces. */
-function prng(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
-
 describe("planMisfire invariants on random inputs", () => {
-  const rand = prng(0xa5c0ffee);
+  const rand = seededRandom(0xa5c0ffee);
   const int = (lo: number, hi: number): number => lo + Math.floor(rand() * (hi - lo + 1));
   const MIN_GAP = 1_000;
 

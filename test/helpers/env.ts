@@ -2,6 +2,8 @@ import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { type EmbeddedBroker, startEmbeddedBroker } from "../../coordinator/broker/embedded.js";
+import { parseCoordinatorConfig } from "../../coordinator/config.js";
+import { Coordinator } from "../../coordinator/coordinator.js";
 import { newId } from "../../shared/ids.js";
 
 /**
@@ -44,4 +46,24 @@ export async function waitFor<T>(
     if (Date.now() > until) throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}`);
     await new Promise((r) => setTimeout(r, everyMs));
   }
+}
+
+/**
+ * A started coordinator for a test: its store a SQLite file in `dir`, on the test's broker and
+ * topic prefix, with `heartbeatMs` (short, so liveness moves quickly).
+ */
+export async function startTestCoordinator(
+  broker: TestBroker,
+  dir: string,
+  heartbeatMs: number,
+): Promise<Coordinator> {
+  const coordinator = new Coordinator(
+    parseCoordinatorConfig({
+      store: { path: join(dir, "ax.sqlite") },
+      mqtt: { url: broker.url, prefix: broker.prefix },
+      heartbeat: heartbeatMs,
+    }),
+  );
+  await coordinator.start();
+  return coordinator;
 }

@@ -1,12 +1,17 @@
 import mqtt from "mqtt";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { type AgentProcess, spawnAgentProcess } from "../../coordinator/cli/agent-process.js";
-import { parseCoordinatorConfig } from "../../coordinator/config.js";
-import { Coordinator } from "../../coordinator/coordinator.js";
+import type { Coordinator } from "../../coordinator/coordinator.js";
 import type { ExecutionRecord } from "../../coordinator/store/port.js";
 import { isAxError } from "../../shared/errors.js";
 import { TERMINAL_STATES } from "../../shared/fsm.js";
-import { type TestBroker, tempDir, testBroker, waitFor } from "../helpers/env.js";
+import {
+  startTestCoordinator,
+  type TestBroker,
+  tempDir,
+  testBroker,
+  waitFor,
+} from "../helpers/env.js";
 
 /** Operator control and leases, on a real broker, a real store and a real agent process. */
 describe("coordinator: control and leases", () => {
@@ -42,14 +47,7 @@ describe("coordinator: control and leases", () => {
     broker = await testBroker();
     tmp = tempDir();
     agentId = `${broker.prefix}-c1`;
-    coordinator = new Coordinator(
-      parseCoordinatorConfig({
-        store: { path: `${tmp.dir}/ax.sqlite` },
-        mqtt: { url: broker.url, prefix: broker.prefix },
-        heartbeat: 500,
-      }),
-    );
-    await coordinator.start();
+    coordinator = await startTestCoordinator(broker, tmp.dir, 500);
     agent = startAgent();
     await waitFor("agent online", () =>
       coordinator.registry.get(agentId)?.status === "online" ? true : undefined,

@@ -1,11 +1,16 @@
 import mqtt from "mqtt";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { type AgentProcess, spawnAgentProcess } from "../../coordinator/cli/agent-process.js";
-import { parseCoordinatorConfig } from "../../coordinator/config.js";
-import { Coordinator } from "../../coordinator/coordinator.js";
+import type { Coordinator } from "../../coordinator/coordinator.js";
 import type { ExecutionRecord } from "../../coordinator/store/port.js";
 import { TERMINAL_STATES } from "../../shared/fsm.js";
-import { type TestBroker, tempDir, testBroker, waitFor } from "../helpers/env.js";
+import {
+  startTestCoordinator,
+  type TestBroker,
+  tempDir,
+  testBroker,
+  waitFor,
+} from "../helpers/env.js";
 
 /**
  * The foundation's proof on real parts: a broker, a coordinator on a SQLite file, and two agents
@@ -21,14 +26,7 @@ describe("a job runs end to end", () => {
   beforeAll(async () => {
     broker = await testBroker();
     tmp = tempDir();
-    coordinator = new Coordinator(
-      parseCoordinatorConfig({
-        store: { path: `${tmp.dir}/ax.sqlite` },
-        mqtt: { url: broker.url, prefix: broker.prefix },
-        heartbeat: 1000,
-      }),
-    );
-    await coordinator.start();
+    coordinator = await startTestCoordinator(broker, tmp.dir, 1000);
     for (const n of [1, 2]) {
       agents.push(
         spawnAgentProcess(tmp.dir, {

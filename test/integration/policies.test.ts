@@ -6,7 +6,13 @@ import { Coordinator } from "../../coordinator/coordinator.js";
 import type { JobDefinitionInput } from "../../coordinator/domain/job.js";
 import type { ExecutionRecord } from "../../coordinator/store/port.js";
 import { TERMINAL_STATES } from "../../shared/fsm.js";
-import { type TestBroker, tempDir, testBroker, waitFor } from "../helpers/env.js";
+import {
+  startTestCoordinator,
+  type TestBroker,
+  tempDir,
+  testBroker,
+  waitFor,
+} from "../helpers/env.js";
 
 /**
  * The job policies of DESIGN §3 on real parts: a broker, a coordinator on a SQLite file, and two
@@ -85,14 +91,7 @@ describe("job policies on real parts", () => {
   beforeAll(async () => {
     broker = await testBroker();
     tmp = tempDir("ax-policies-");
-    coordinator = new Coordinator(
-      parseCoordinatorConfig({
-        store: { path: join(tmp.dir, "ax.sqlite") },
-        mqtt: { url: broker.url, prefix: broker.prefix },
-        heartbeat: 1000,
-      }),
-    );
-    await coordinator.start();
+    coordinator = await startTestCoordinator(broker, tmp.dir, 1000);
     plainAgent = `${broker.prefix}-plain`;
     northAgent = `${broker.prefix}-north`;
     for (const [agentId, tags] of [

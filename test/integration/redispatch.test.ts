@@ -1,10 +1,15 @@
 import mqtt, { type MqttClient } from "mqtt";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { parseCoordinatorConfig } from "../../coordinator/config.js";
-import { Coordinator } from "../../coordinator/coordinator.js";
+import type { Coordinator } from "../../coordinator/coordinator.js";
 import { envelope } from "../../shared/message.js";
 import { type Dispatch, decode, encode, topics } from "../../shared/protocol/index.js";
-import { type TestBroker, tempDir, testBroker, waitFor } from "../helpers/env.js";
+import {
+  startTestCoordinator,
+  type TestBroker,
+  tempDir,
+  testBroker,
+  waitFor,
+} from "../helpers/env.js";
 
 /**
  * An agent that receives a dispatch but whose answer never arrives must not lead to the command
@@ -59,14 +64,7 @@ describe("redispatch after a missing answer", () => {
   beforeAll(async () => {
     broker = await testBroker();
     tmp = tempDir();
-    coordinator = new Coordinator(
-      parseCoordinatorConfig({
-        store: { path: `${tmp.dir}/ax.sqlite` },
-        mqtt: { url: broker.url, prefix: broker.prefix },
-        heartbeat: 500,
-      }),
-    );
-    await coordinator.start();
+    coordinator = await startTestCoordinator(broker, tmp.dir, 500);
     await silentAgent(`${broker.prefix}-s1`);
     await silentAgent(`${broker.prefix}-s2`);
     await waitFor("both online", () =>
