@@ -19,14 +19,17 @@ export const EXEC_STATES = [
 ] as const;
 export type ExecState = (typeof EXEC_STATES)[number];
 
-export const TERMINAL_STATES: ReadonlySet<ExecState> = new Set([
+/** The final states, in a fixed order (for schemas); {@link TERMINAL_STATES} for lookups. */
+export const TERMINAL_STATE_NAMES = [
   "SUCCEEDED",
   "FAILED",
   "TIMED_OUT",
   "EXPIRED",
   "CANCELED",
   "SKIPPED",
-]);
+] as const satisfies readonly ExecState[];
+
+export const TERMINAL_STATES: ReadonlySet<ExecState> = new Set(TERMINAL_STATE_NAMES);
 
 /** States in which an agent may hold the execution under its current round. */
 export const ACTIVE_STATES: ReadonlySet<ExecState> = new Set([

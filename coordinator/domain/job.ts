@@ -1,4 +1,5 @@
 import { z } from "zod";
+import { TERMINAL_STATE_NAMES } from "../../shared/fsm.js";
 import { HANDLER_NAME_PATTERN, ID_PATTERN } from "../../shared/ids.js";
 import { durationSchema } from "./duration.js";
 import { isValidTimeZone, validateCron } from "./schedule.js";
@@ -101,23 +102,13 @@ const delayTriggerSchema = z
 /** Fired by a message on `ax/v1/events/{name}`; no time-based fires. */
 const eventTriggerSchema = z.object({ type: z.literal("event"), name: idSchema }).strict();
 
-/** The terminal states an `after` trigger can wait for. */
-export const TERMINAL_STATES = [
-  "SUCCEEDED",
-  "FAILED",
-  "TIMED_OUT",
-  "EXPIRED",
-  "CANCELED",
-  "SKIPPED",
-] as const;
-
 /** Fires when an execution of job `job` ends in one of `states`. */
 const afterTriggerSchema = z
   .object({
     type: z.literal("after"),
     job: idSchema,
     /** @default ["SUCCEEDED"] */
-    states: z.array(z.enum(TERMINAL_STATES)).min(1).default(["SUCCEEDED"]),
+    states: z.array(z.enum(TERMINAL_STATE_NAMES)).min(1).default(["SUCCEEDED"]),
   })
   .strict();
 

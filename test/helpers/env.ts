@@ -67,3 +67,12 @@ export async function startTestCoordinator(
   await coordinator.start();
   return coordinator;
 }
+
+/** Waits until `count` agents are online in the coordinator's registry. */
+export async function waitForAgentsOnline(coordinator: Coordinator, count: number): Promise<void> {
+  await waitFor(`${count} agents online`, () =>
+    coordinator.registry.list().filter((a) => a.status === "online").length === count
+      ? true
+      : undefined,
+  );
+}

@@ -10,6 +10,7 @@ import {
   tempDir,
   testBroker,
   waitFor,
+  waitForAgentsOnline,
 } from "../helpers/env.js";
 
 /**
@@ -36,11 +37,7 @@ describe("a job runs end to end", () => {
         }),
       );
     }
-    await waitFor("both agents online", () =>
-      coordinator.registry.list().filter((a) => a.status === "online").length === 2
-        ? true
-        : undefined,
-    );
+    await waitForAgentsOnline(coordinator, 2);
   }, 60_000);
 
   afterAll(async () => {

@@ -12,6 +12,7 @@ import {
   tempDir,
   testBroker,
   waitFor,
+  waitForAgentsOnline,
 } from "../helpers/env.js";
 
 /**
@@ -108,11 +109,7 @@ describe("job policies on real parts", () => {
         }),
       );
     }
-    await waitFor("both agents online", () =>
-      coordinator.registry.list().filter((a) => a.status === "online").length === 2
-        ? true
-        : undefined,
-    );
+    await waitForAgentsOnline(coordinator, 2);
   }, 60_000);
 
   afterAll(async () => {

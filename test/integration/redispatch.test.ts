@@ -9,6 +9,7 @@ import {
   tempDir,
   testBroker,
   waitFor,
+  waitForAgentsOnline,
 } from "../helpers/env.js";
 
 /**
@@ -67,11 +68,7 @@ describe("redispatch after a missing answer", () => {
     coordinator = await startTestCoordinator(broker, tmp.dir, 500);
     await silentAgent(`${broker.prefix}-s1`);
     await silentAgent(`${broker.prefix}-s2`);
-    await waitFor("both online", () =>
-      coordinator.registry.list().filter((a) => a.status === "online").length === 2
-        ? true
-        : undefined,
-    );
+    await waitForAgentsOnline(coordinator, 2);
   }, 30_000);
 
   afterAll(async () => {
