@@ -18,9 +18,9 @@
 import { writeFileSync, writeSync } from "node:fs";
 import { Session } from "node:inspector";
 import { parseCoordinatorConfig } from "../coordinator/config.js";
-import { Coordinator } from "../coordinator/coordinator.js";
+import { Coordinator, openStore } from "../coordinator/coordinator.js";
 import type { Store } from "../coordinator/store/port.js";
-import { SqliteStore } from "../coordinator/store/sqlite/sqlite-store.js";
+import type { SqliteStore } from "../coordinator/store/sqlite/sqlite-store.js";
 import type { WorkerArgs, WorkerLine, WorkerStats } from "./coordinator-params.js";
 import { percentile } from "./lib.js";
 
@@ -128,12 +128,7 @@ function main(args: WorkerArgs): Promise<void> {
     "bench",
   );
   const edges = new Edges();
-  // As the Coordinator builds its own store from the config.
-  const store = new SqliteStore({
-    path: config.store.path,
-    now: () => Date.now(),
-    maxErrorTextBytes: config.maxErrorTextBytes,
-  });
+  const store = openStore(config);
   const coordinator = new Coordinator(config, {
     store: watched(store, edges, calls),
     log: (level, msg) => {

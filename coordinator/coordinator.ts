@@ -39,6 +39,16 @@ export interface CoordinatorDeps {
   store?: Store;
 }
 
+/** The store a coordinator opens from its config: SQLite, with group commit. */
+export function openStore(config: CoordinatorConfig, clock: Clock = systemClock): SqliteStore {
+  return new SqliteStore({
+    path: config.store.path,
+    now: () => clock.wallNow(),
+    maxErrorTextBytes: config.maxErrorTextBytes,
+    groupCommit: true,
+  });
+}
+
 /**
  * The coordinator service: the store, the MQTT link, the registry and the engine loops, wired.
  * Owns every timer, socket and handle it opens; `close()` releases them.
@@ -58,13 +68,13 @@ export class Coordinator {
   constructor(config: CoordinatorConfig, deps: CoordinatorDeps = {}) {
     const clock = deps.clock ?? systemClock;
     const log: Logger = deps.log ?? (() => {});
-    this.store =
-      deps.store ??
-      new SqliteStore({
-        path: config.store.path,
-        now: () => clock.wallNow(),
-        maxErrorTextBytes: config.maxErrorTextBytes,
-      });
+    this.store = deps.store ?? openStore(config, clock);
+    // The writes of a failed commit were undone: what the registry caches of them (acked seqs)
+    // is re-read, and the agents, never acked, re-send those reports.
+    this.store.onCommitError = (err) => {
+      log("error", err.message);
+      this.registry.load().catch(() => {});
+    };
     const link = new CoordinatorLink(
       {
         url: config.mqtt.url,
@@ -137,6 +147,7 @@ export class Coordinator {
     const job = await this.store.putJob(def, nextFireAt, now);
     this.triggers.invalidate();
     await this.firing.rescan();
+    await this.store.flush();
     return job;
   }
 
@@ -154,6 +165,7 @@ export class Coordinator {
       });
     }
     await applyEvent(this.ctx, id, { type: "cancel" }, () => ({}), { by: "operator" });
+    await this.store.flush();
     return (await this.store.getExecution(id)) as ExecutionRecord;
   }
 
@@ -191,6 +203,7 @@ export class Coordinator {
       executionId: newId,
       retryOf: id,
     });
+    await this.store.flush();
     this.dispatcher.kick();
     return newId;
   }
@@ -206,6 +219,7 @@ export class Coordinator {
     const now = this.ctx.clock.wallNow();
     const executions = jobExecutions(job, now, now);
     for (const e of executions) await this.store.createExecution(e, now);
+    await this.store.flush();
     this.dispatcher.kick();
     return executions[0]?.id ?? "";
   }
@@ -215,7 +229,13 @@ export class Coordinator {
    * with `payload` merged into their params. Returns how many jobs fired.
    */
   async fireEvent(name: string, payload: Record<string, unknown> = {}): Promise<number> {
-    return this.triggers.onEvent(name, newExecutionId(this.ctx.clock.wallNow()), payload);
+    const fired = await this.triggers.onEvent(
+      name,
+      newExecutionId(this.ctx.clock.wallNow()),
+      payload,
+    );
+    await this.store.flush();
+    return fired;
   }
 
   /**
@@ -287,6 +307,7 @@ export class Coordinator {
       },
       now,
     );
+    await this.store.flush();
     this.dispatcher.kick();
     return id;
   }

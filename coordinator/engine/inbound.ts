@@ -60,9 +60,7 @@ export class Inbound {
     const owed = this.owedAcks.get(agentId);
     if (!owed) return;
     this.owedAcks.delete(agentId);
-    this.sendAck(agentId, owed.upTo).catch((err: unknown) =>
-      this.ctx.log("warn", `ack to ${agentId} failed: ${(err as Error).message}`, { agentId }),
-    );
+    this.sendAck(agentId, owed.upTo);
   }
 
   /** An undecodable message: rejected, logged with its reason, counted; never a crash. */
@@ -115,7 +113,7 @@ export class Inbound {
           ),
         );
         // Tell the agent what is already stored, so it prunes its outbox and replays the rest.
-        await this.sendAck(m.agentId, rec.ackedSeq);
+        this.sendAck(m.agentId, rec.ackedSeq);
         this.onChange();
         return;
       }
@@ -238,7 +236,17 @@ export class Inbound {
     }
   }
 
-  private async sendAck(agentId: string, upTo: number): Promise<void> {
-    await this.ctx.link.send(agentId, envelope({ type: "ack", upTo }, this.ctx.clock.wallNow()));
+  /**
+   * An ack says "stored": it is sent once the reports it covers are committed (never, if that
+   * commit fails: the agent then re-sends them from its outbox).
+   */
+  private sendAck(agentId: string, upTo: number): void {
+    this.ctx.store.afterCommit(() => {
+      this.ctx.link
+        .send(agentId, envelope({ type: "ack", upTo }, this.ctx.clock.wallNow()))
+        .catch((err: unknown) =>
+          this.ctx.log("warn", `ack to ${agentId} failed: ${(err as Error).message}`, { agentId }),
+        );
+    });
   }
 }

@@ -63,7 +63,12 @@ export async function applyEvent(
       round: result.next.round,
       at: now,
     });
-    await perform(ctx, { ...exec, ...result.next, ...fullPatch }, result.effects);
+    // Effects tell agents about the transition, so they wait for it to be committed: a dispatch
+    // sent for a fire that a crash then undid could run a nominal time that fires again.
+    const after = { ...exec, ...result.next, ...fullPatch };
+    if (result.effects.length > 0) {
+      ctx.store.afterCommit(() => void perform(ctx, after, result.effects));
+    }
     return "applied";
   }
   return "conflict";

@@ -162,8 +162,20 @@ export interface ExecutionFilter {
 /**
  * The coordinator's store, in domain operations. Async so that SQLite and PostgreSQL both fit;
  * every method is atomic on its own.
+ *
+ * Writes may be grouped into one commit (SQLite's group commit): a write's effects are visible
+ * to this store's reads when its promise resolves, and durable once committed. Whatever tells
+ * the world outside the process about a write — a dispatch, an ack to an agent, an answer to an
+ * operator — waits for that commit, through {@link Store.afterCommit} or {@link Store.flush}.
  */
 export interface Store {
+  /** Runs `fn` once every write made so far is committed; never, if that commit fails. */
+  afterCommit(fn: () => void): void;
+  /** Resolves when every write made so far is committed; rejects if that commit fails. */
+  flush(): Promise<void>;
+  /** Told when a commit failed: its writes were undone and their after-commit work dropped. */
+  onCommitError: ((err: Error) => void) | undefined;
+
   /** Creates the job, or a new version when its definition changed. Returns the stored job. */
   putJob(definition: JobDefinition, nextFireAt: number | null, now: number): Promise<StoredJob>;
   getJob(id: string): Promise<StoredJob | undefined>;

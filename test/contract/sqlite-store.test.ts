@@ -13,7 +13,10 @@ import { fileURLToPath } from "node:url";
 import Database from "better-sqlite3";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import { SQLITE_MIGRATIONS } from "../../coordinator/store/sqlite/migrations.js";
-import { SqliteStore } from "../../coordinator/store/sqlite/sqlite-store.js";
+import {
+  GROUP_COMMIT_MAX_WRITES,
+  SqliteStore,
+} from "../../coordinator/store/sqlite/sqlite-store.js";
 import { migrate } from "../../shared/migrate.js";
 import { jobDef, newExecution, storeContract } from "./store.contract.js";
 
@@ -36,6 +39,20 @@ storeContract("sqlite", async () => {
     openAnother: async () => open(),
     cleanup: async () => {
       for (const s of opened) await s.close();
+      rmSync(dir, { recursive: true, force: true });
+    },
+  };
+});
+
+// The coordinator's own store: writes grouped into one commit per turn of the event loop. It is
+// the file's only writer in its thread, so the contract's second-store cases do not apply.
+storeContract("sqlite, group commit", async () => {
+  const dir = freshDir();
+  const store = new SqliteStore({ path: join(dir, "ax.sqlite"), groupCommit: true });
+  return {
+    store,
+    cleanup: async () => {
+      await store.close();
       rmSync(dir, { recursive: true, force: true });
     },
   };
@@ -83,6 +100,84 @@ describe("SqliteStore (SQLite specifics)", () => {
     for (const s of stores.splice(0)) await s.close();
     for (const db of raws.splice(0)) db.close();
     rmSync(dir, { recursive: true, force: true });
+  });
+
+  describe("group commit", () => {
+    const grouped = () => {
+      const s = new SqliteStore({ path, groupCommit: true });
+      stores.push(s);
+      return s;
+    };
+    const countIn = (db: Database.Database) =>
+      (db.prepare("SELECT COUNT(*) AS n FROM executions").get() as { n: number }).n;
+
+    it("shows a write to its own reads at once, to other connections only after the commit, and runs afterCommit after that", async () => {
+      const store = grouped();
+      const other = raw();
+      await store.createExecution(newExecution("ex-1"), 1_000);
+      await store.createExecution(newExecution("ex-2"), 1_000);
+      expect((await store.getExecution("ex-1"))?.state).toBe("PENDING");
+      expect(countIn(other)).toBe(0);
+      const seenAtCallback = await new Promise<number>((resolve) =>
+        store.afterCommit(() => resolve(countIn(other))),
+      );
+      expect(seenAtCallback).toBe(2);
+    });
+
+    it("resolves flush() once the writes are committed", async () => {
+      const store = grouped();
+      const other = raw();
+      await store.putJob(jobDef("job-a"), 5_000, 10);
+      await store.bumpCounter("x", 3);
+      expect(other.prepare("SELECT COUNT(*) AS n FROM jobs").get()).toEqual({ n: 0 });
+      await store.flush();
+      expect(other.prepare("SELECT COUNT(*) AS n FROM jobs").get()).toEqual({ n: 1 });
+      expect(other.prepare("SELECT value FROM counters WHERE name = 'x'").get()).toEqual({
+        value: 3,
+      });
+    });
+
+    it("undoes only the write that failed, not the rest of its group", async () => {
+      const store = grouped();
+      await store.createExecution(newExecution("ex-1"), 1_000);
+      // A second execution with the same id breaks the primary key: that write fails alone.
+      await expect(store.createExecution(newExecution("ex-1"), 1_000)).rejects.toThrow(
+        /AX_STORE_FAILED|UNIQUE/,
+      );
+      await store.createExecution(newExecution("ex-2"), 1_000);
+      await store.flush();
+      const db = raw();
+      expect(countIn(db)).toBe(2);
+      // The failed insert's timeline row went with it: one "created" entry each.
+      expect(db.prepare("SELECT COUNT(*) AS n FROM timeline").get()).toEqual({ n: 2 });
+    });
+
+    it(`commits at once after ${GROUP_COMMIT_MAX_WRITES} writes, bounding a transaction`, async () => {
+      const store = grouped();
+      const other = raw();
+      for (let i = 0; i < GROUP_COMMIT_MAX_WRITES; i++) await store.bumpCounter("n");
+      // No turn of the event loop has passed (only microtasks): the bound forced the commit.
+      expect(other.prepare("SELECT value FROM counters WHERE name = 'n'").get()).toEqual({
+        value: GROUP_COMMIT_MAX_WRITES,
+      });
+    });
+
+    it("commits what is pending on close", async () => {
+      const store = grouped();
+      await store.createExecution(newExecution("ex-1"), 1_000);
+      await store.close();
+      expect(countIn(raw())).toBe(1);
+    });
+
+    it("runs afterCommit at once when nothing is pending", async () => {
+      const store = grouped();
+      let ran = false;
+      store.afterCommit(() => {
+        ran = true;
+      });
+      await Promise.resolve();
+      expect(ran).toBe(true);
+    });
   });
 
   it("opens the file in WAL mode", () => {

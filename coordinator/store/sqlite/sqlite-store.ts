@@ -174,7 +174,20 @@ export interface SqliteStoreOptions {
    * @default 2048
    */
   maxErrorTextBytes?: number;
+  /**
+   * Group commit: writes join one open transaction, committed once per turn of the event loop
+   * (or every {@link GROUP_COMMIT_MAX_WRITES} writes), instead of one commit each. Their
+   * effects are visible to this store's reads at once and durable at the commit; callers gate
+   * whatever tells the outside world about a write behind {@link SqliteStore.afterCommit}.
+   * Only for a store that is the file's sole writer in its thread: a second connection in the
+   * same thread would wait on the open transaction's lock while holding the thread.
+   * @default false
+   */
+  groupCommit?: boolean;
 }
+
+/** A group commit is forced after this many writes, which bounds a transaction's size. */
+export const GROUP_COMMIT_MAX_WRITES = 4096;
 
 /** The embedded store: one SQLite file in WAL mode. */
 export class SqliteStore implements Store {
@@ -192,8 +205,18 @@ export class SqliteStore implements Store {
   }
   private readonly maxErrorTextBytes: number;
 
+  private readonly groupCommit: boolean;
+  /** Told when a group commit failed: its writes were rolled back and its callbacks dropped. */
+  onCommitError: ((err: Error) => void) | undefined;
+  /** The open group's state: writes in it, callbacks and waiters for its commit, its timer. */
+  private groupWrites = 0;
+  private afterCommitQueue: (() => void)[] = [];
+  private flushWaiters: { resolve: () => void; reject: (err: Error) => void }[] = [];
+  private commitTimer: ReturnType<typeof setImmediate> | undefined;
+
   constructor(options: SqliteStoreOptions) {
     this.maxErrorTextBytes = options.maxErrorTextBytes ?? DEFAULT_MAX_ERROR_TEXT_BYTES;
+    this.groupCommit = options.groupCommit ?? false;
     this.db = wrap("open", () => new Database(options.path));
     try {
       wrap("configure", () => {
@@ -217,7 +240,63 @@ export class SqliteStore implements Store {
    */
   private write<T>(fn: () => T): T {
     this.runWrite ??= this.db.transaction((f: () => unknown) => f());
-    return this.runWrite.immediate(fn) as T;
+    if (!this.groupCommit) return this.runWrite.immediate(fn) as T;
+    if (!this.db.inTransaction) {
+      this.prepare("BEGIN IMMEDIATE").run();
+      this.commitTimer = setImmediate(() => this.commitGroup());
+    }
+    // Inside the open transaction better-sqlite3 runs `fn` in a savepoint: a write that throws
+    // undoes only its own changes, not the group's.
+    const result = this.runWrite(fn) as T;
+    if (++this.groupWrites >= GROUP_COMMIT_MAX_WRITES) this.commitGroup();
+    return result;
+  }
+
+  /** Commits the open group, then runs its after-commit callbacks; on failure rolls it back. */
+  private commitGroup(): void {
+    if (this.commitTimer !== undefined) clearImmediate(this.commitTimer);
+    this.commitTimer = undefined;
+    this.groupWrites = 0;
+    const callbacks = this.afterCommitQueue;
+    const waiters = this.flushWaiters;
+    this.afterCommitQueue = [];
+    this.flushWaiters = [];
+    if (!this.db.inTransaction) {
+      for (const w of waiters) w.resolve();
+      for (const cb of callbacks) queueMicrotask(cb);
+      return;
+    }
+    try {
+      this.prepare("COMMIT").run();
+    } catch (err) {
+      if (this.db.inTransaction) this.db.exec("ROLLBACK");
+      const error = new AxError(
+        "AX_STORE_FAILED",
+        `store: commit failed: ${(err as Error).message}`,
+        { cause: err },
+      );
+      for (const w of waiters) w.reject(error);
+      this.onCommitError?.(error);
+      return;
+    }
+    for (const w of waiters) w.resolve();
+    // Deferred, so a commit forced inside a write never runs callers' code inside that write.
+    for (const cb of callbacks) queueMicrotask(cb);
+  }
+
+  /**
+   * Runs `fn` once every write made so far is committed: at once (as a microtask) when none is
+   * pending, else after the group's commit — or never, if that commit fails.
+   */
+  afterCommit(fn: () => void): void {
+    if (this.groupCommit && this.db.inTransaction) this.afterCommitQueue.push(fn);
+    else queueMicrotask(fn);
+  }
+
+  /** Resolves when every write made so far is committed; rejects if that commit fails. */
+  flush(): Promise<void> {
+    if (!this.groupCommit || !this.db.inTransaction) return Promise.resolve();
+    return new Promise((resolve, reject) => this.flushWaiters.push({ resolve, reject }));
   }
 
   /** One transaction wrapper, reused: creating one per call costs more than a short write. */
@@ -635,7 +714,7 @@ export class SqliteStore implements Store {
 
   async putAgent(agent: AgentRecord): Promise<void> {
     wrap("putAgent", () =>
-      this.prepare(
+      this.writeOne(
         `INSERT INTO agents (agent_id, record, instance_id, journal_id, acked_seq, status)
            VALUES (@agentId, @record, @instanceId, @journalId, @ackedSeq, @status)
            ON CONFLICT (agent_id) DO UPDATE SET record = @record, instance_id = @instanceId,
@@ -646,7 +725,7 @@ export class SqliteStore implements Store {
 
   async setAckedSeq(agentId: string, journalId: string, seq: number): Promise<void> {
     wrap("setAckedSeq", () =>
-      this.prepare(
+      this.writeOne(
         "UPDATE agents SET acked_seq = ? WHERE agent_id = ? AND journal_id = ? AND acked_seq < ?",
       ).run(seq, agentId, journalId, seq),
     );
@@ -654,7 +733,7 @@ export class SqliteStore implements Store {
 
   async bumpCounter(name: string, by = 1): Promise<void> {
     wrap("bumpCounter", () =>
-      this.prepare(
+      this.writeOne(
         "INSERT INTO counters (name, value) VALUES (?, ?) ON CONFLICT (name) DO UPDATE SET value = value + excluded.value",
       ).run(name, by),
     );
@@ -668,7 +747,19 @@ export class SqliteStore implements Store {
     return Object.fromEntries(rows.map((r) => [r.name, r.value]));
   }
 
+  /**
+   * One statement: on its own (autocommit) normally, or joining the open group. Returns the
+   * statement for its `.run(…)`.
+   */
+  private writeOne(sql: string): { run: (...args: unknown[]) => Database.RunResult } {
+    const st = this.prepare(sql);
+    if (!this.groupCommit) return st;
+    return { run: (...args: unknown[]) => this.write(() => st.run(...args)) };
+  }
+
   async close(): Promise<void> {
-    if (this.db.open) this.db.close();
+    if (!this.db.open) return;
+    if (this.db.inTransaction) this.commitGroup();
+    this.db.close();
   }
 }
