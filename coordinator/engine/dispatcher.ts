@@ -1,17 +1,13 @@
-import type { ExecState } from "../../shared/fsm.js";
 import { envelope } from "../../shared/message.js";
 import { decideOverlap } from "../domain/overlap.js";
 import { eligibleAgents, roundRobin } from "../domain/routing.js";
-import type { ExecutionRecord, StoredJob } from "../store/port.js";
+import type { ExecutionRecord, PeerRecord, StoredJob } from "../store/port.js";
 import type { EngineContext } from "./context.js";
 import type { Leases } from "./leases.js";
 import type { Registry } from "./registry.js";
 import { applyEvent } from "./transitions.js";
 
 const BATCH = 500;
-
-/** States in which an execution still takes part in overlap, group and concurrency rules. */
-const OPEN_STATES: ExecState[] = ["PENDING", "RETRY_WAITING", "DISPATCHED", "SCHEDULED", "RUNNING"];
 
 /**
  * The loop that moves executions along on the coordinator's own clock: dispatches what is due,
@@ -80,27 +76,43 @@ export class Dispatcher {
     const now = this.ctx.clock.wallNow();
     await this.registry.sweep(now);
     const { store } = this.ctx;
+    // Only what is due is read: a pass runs after every fire and burst of reports, and reading
+    // every open execution each time cost more than acting on the few that changed.
+    const due = await store.listDue(now, now + this.ctx.config.dispatchLead, BATCH);
 
-    for (const exec of await store.listExecutionsInStates(["RETRY_WAITING"], BATCH)) {
+    for (const exec of due.retry) {
       if (exec.deadline < now) await applyEvent(this.ctx, exec.id, { type: "expire" });
-      else if ((exec.nextAttemptAt ?? 0) <= now) {
+      else {
         // A retry is a new attempt at a new time; it keeps the original start window's length.
-        await applyEvent(this.ctx, exec.id, { type: "retry_due" }, (e) => ({
-          fireAt: now,
-          deadline: now + (e.deadline - e.fireAt),
-        }));
+        await applyEvent(
+          this.ctx,
+          exec.id,
+          { type: "retry_due" },
+          (e) => ({
+            fireAt: now,
+            deadline: now + (e.deadline - e.fireAt),
+          }),
+          undefined,
+          exec,
+        );
       }
     }
 
     const jobs = new Map<string, StoredJob | undefined>();
-    for (const exec of await store.listExecutionsInStates(["PENDING"], BATCH)) {
+    for (const exec of due.pending) {
       if (exec.deadline < now) {
-        await applyEvent(this.ctx, exec.id, { type: "expire" }, () => ({}), {
-          reason: "no agent before deadline",
-        });
+        await applyEvent(
+          this.ctx,
+          exec.id,
+          { type: "expire" },
+          () => ({}),
+          {
+            reason: "no agent before deadline",
+          },
+          exec,
+        );
         continue;
       }
-      if (exec.fireAt - this.ctx.config.dispatchLead > now) continue;
       if (!(await this.admit(exec, jobs, now))) continue;
       const agentId = this.route(exec, now);
       if (agentId === undefined) continue; // waits in PENDING until an agent is live or it expires
@@ -109,14 +121,12 @@ export class Dispatcher {
         exec.id,
         { type: "dispatch" },
         () => ({ agentId, dispatchedAt: now }),
-        {
-          agentId,
-        },
+        { agentId },
+        exec,
       );
     }
 
-    for (const exec of await store.listExecutionsInStates(["DISPATCHED"], BATCH)) {
-      if ((exec.dispatchedAt ?? 0) + exec.dispatchTimeoutMs > now) continue;
+    for (const exec of due.dispatchTimedOut) {
       // The agent that was sent the dispatch may well hold it (only its answer is missing): send
       // the next round to that same agent while it is live, so it can never run on two. Only an
       // agent gone offline is routed around — and it is sent a cancel for the old round first.
@@ -137,6 +147,7 @@ export class Dispatcher {
         { type: "dispatch_timeout", round: exec.round },
         () => ({ dispatchedAt: now, ...(agentId === undefined ? {} : { agentId }) }),
         { reason: "no accepted within dispatchTimeoutMs" },
+        exec,
       );
     }
 
@@ -184,27 +195,19 @@ export class Dispatcher {
     const overlapFree =
       def.overlap.policy === "PARALLEL" && def.concurrency === undefined && exec.groupKey === null;
     if (overlapFree) return true;
-    const peer = (e: ExecutionRecord) => ({
+    const peer = (e: PeerRecord) => ({
       id: e.id,
       state: e.state,
       createdAt: e.createdAt,
       shardOf: e.shardTotal !== null ? `${e.jobId}@${e.scheduledFor}` : null,
     });
-    const sameJob = (
-      await this.ctx.store.listExecutions({ jobId: exec.jobId, states: OPEN_STATES, limit: 10_000 })
-    )
+    const sameJob = (await this.ctx.store.listOpenPeers({ jobId: exec.jobId }))
       .filter((e) => e.id !== exec.id)
       .map(peer);
     const sameGroup =
       exec.groupKey === null
         ? []
-        : (
-            await this.ctx.store.listExecutions({
-              groupKey: exec.groupKey,
-              states: OPEN_STATES,
-              limit: 10_000,
-            })
-          )
+        : (await this.ctx.store.listOpenPeers({ groupKey: exec.groupKey }))
             .filter((e) => e.id !== exec.id)
             .map(peer);
     // Overlap is about a run still going when the next one is due. Dispatched ahead of its

@@ -60,7 +60,14 @@ export class Inbound {
     const owed = this.owedAcks.get(agentId);
     if (!owed) return;
     this.owedAcks.delete(agentId);
-    this.sendAck(agentId, owed.upTo);
+    this.registry
+      .persistAcked(agentId)
+      .then(() => this.sendAck(agentId, owed.upTo))
+      .catch((err: unknown) =>
+        this.ctx.log("warn", `storing acked seq of ${agentId} failed: ${(err as Error).message}`, {
+          agentId,
+        }),
+      );
   }
 
   /** An undecodable message: rejected, logged with its reason, counted; never a crash. */
@@ -155,7 +162,7 @@ export class Inbound {
       return;
     }
     await this.applyReport(agentId, r);
-    await this.registry.ackedTo(agentId, r.seq);
+    this.registry.ackedTo(agentId, r.seq);
     this.owe(agentId, r.seq);
     this.onChange();
   }

@@ -107,11 +107,22 @@ export class Registry {
     }
   }
 
-  async ackedTo(agentId: string, seq: number): Promise<void> {
+  /**
+   * Reports up to `seq` are applied. Kept in memory here and stored by {@link persistAcked}
+   * once per burst, before the ack goes out: a crash in between only makes the agent re-send
+   * reports already applied, which the state machine drops.
+   */
+  ackedTo(agentId: string, seq: number): void {
     const a = this.agents.get(agentId);
     if (!a || seq <= a.ackedSeq) return;
     a.ackedSeq = seq;
-    await this.ctx.store.setAckedSeq(agentId, a.journalId, seq);
+  }
+
+  /** Stores the agent's acknowledged seq (a no-op when the store already has it). */
+  async persistAcked(agentId: string): Promise<void> {
+    const a = this.agents.get(agentId);
+    if (!a) return;
+    await this.ctx.store.setAckedSeq(agentId, a.journalId, a.ackedSeq);
   }
 
   markBusy(agentId: string, untilMs: number): void {

@@ -18,9 +18,14 @@ export async function applyEvent(
   event: ExecEvent,
   patch: (exec: ExecutionRecord) => ExecutionPatch = () => ({}),
   detail?: Record<string, unknown>,
+  /** The execution as the caller just read it, which saves reading it again (the write checks). */
+  known?: ExecutionRecord,
 ): Promise<ApplyOutcome> {
   for (let attempt = 0; attempt < 3; attempt++) {
-    const exec = await ctx.store.getExecution(executionId);
+    const exec =
+      attempt === 0 && known?.id === executionId
+        ? known
+        : await ctx.store.getExecution(executionId);
     if (!exec) return "not_found";
     const result = transition(exec, event);
     if (!result.ok) {
@@ -50,6 +55,7 @@ export async function applyEvent(
       patch: fullPatch,
       at: now,
       event: event.type,
+      agentId: fullPatch.agentId ?? exec.agentId,
       ...(detail === undefined ? {} : { detail }),
     });
     if (!written) continue;

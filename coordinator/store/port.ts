@@ -80,6 +80,12 @@ export type NewExecution = Omit<
 > &
   Partial<Pick<ExecutionRecord, OptionalOnCreate>>;
 
+/** What overlap, group and concurrency rules need of an execution. */
+export type PeerRecord = Pick<
+  ExecutionRecord,
+  "id" | "state" | "createdAt" | "jobId" | "scheduledFor" | "shardTotal"
+>;
+
 /** One entry of an execution's timeline. */
 export interface TimelineEntry {
   executionId: string;
@@ -123,6 +129,11 @@ export interface TransitionWrite {
   at: number;
   event: string;
   detail?: Record<string, unknown>;
+  /**
+   * The agent the timeline entry names: the patch's, else the execution's current one. Callers
+   * that read the execution pass it; without it the store reads it.
+   */
+  agentId?: string | null;
 }
 
 /** What an agent's hello and heartbeats tell the registry. */
@@ -221,6 +232,26 @@ export interface Store {
   listExecutions(filter?: ExecutionFilter): Promise<ExecutionRecord[]>;
   /** Executions in `states` ordered by priority (high first), then fire time. */
   listExecutionsInStates(states: ExecState[], limit: number): Promise<ExecutionRecord[]>;
+  /**
+   * What the dispatcher must act on at `now`, each list at most `limit` long and in dispatch
+   * order (priority, high first, then fire time): `pending`, PENDING with a fire time at or
+   * before `pendingBy`; `retry`, RETRY_WAITING whose next attempt is due or deadline passed;
+   * `dispatchTimedOut`, DISPATCHED for `dispatchTimeoutMs` or longer.
+   */
+  listDue(
+    now: number,
+    pendingBy: number,
+    limit: number,
+  ): Promise<{
+    pending: ExecutionRecord[];
+    retry: ExecutionRecord[];
+    dispatchTimedOut: ExecutionRecord[];
+  }>;
+  /**
+   * The open (not terminal) executions of a job or of a group, with only what overlap, group and
+   * concurrency rules look at, oldest first.
+   */
+  listOpenPeers(by: { jobId: string } | { groupKey: string }): Promise<PeerRecord[]>;
   /**
    * Writes a transition if the execution is still in `expected`; appends it to the timeline.
    * `patch.message` is stored capped, with its full size in `messageBytes`.

@@ -888,6 +888,93 @@ export function storeContract(name: string, makeStore: () => Promise<StoreFixtur
         expect(await store.listExecutionsInStates([], 100)).toEqual([]);
         expect(await store.listExecutionsInStates(["RUNNING"], 100)).toEqual([]);
       });
+
+      it("listDue returns only what is due, each list in dispatch order", async () => {
+        // PENDING: due by fire time (pendingBy = 1,500), in priority then fire-time order.
+        for (const [id, priority, fireAt] of [
+          ["p-late", 0, 1_200],
+          ["p-early", 0, 1_100],
+          ["p-high", 5, 1_400],
+          ["p-future", 9, 1_600],
+        ] as const) {
+          await store.createExecution(newExecution(id, { priority, fireAt }), 1);
+        }
+        // DISPATCHED at 500 with a 5,000 ms dispatch timeout: timed out from 5,500 on.
+        for (const [id, dispatchTimeoutMs] of [
+          ["d-slow", 5_000],
+          ["d-fast", 200],
+        ] as const) {
+          await store.createExecution(newExecution(id, { dispatchTimeoutMs, fireAt: 2_000 }), 1);
+          const e = await mustGet(store, id);
+          await store.applyTransition(
+            move(e, { state: "DISPATCHED", round: 1, dispatches: 1 }, "dispatch", 500, {
+              agentId: "ag-1",
+              dispatchedAt: 500,
+            }),
+          );
+        }
+        // RETRY_WAITING: due when the next attempt comes, or when the deadline has passed.
+        for (const [id, nextAttemptAt, deadline] of [
+          ["r-due", 900, 61_000],
+          ["r-later", 9_000, 61_000],
+          ["r-expired", 9_000, 800],
+        ] as const) {
+          await store.createExecution(newExecution(id, { deadline, fireAt: 700 }), 1);
+          const e = await mustGet(store, id);
+          await store.applyTransition(
+            move(e, { state: "RETRY_WAITING", attempt: 1 }, "retry", 600, { nextAttemptAt }),
+          );
+        }
+        const due = await store.listDue(1_000, 1_500, 100);
+        expect(ids(due.pending)).toEqual(["p-high", "p-early", "p-late"]);
+        expect(ids(due.dispatchTimedOut)).toEqual(["d-fast"]);
+        expect(ids(due.retry).sort()).toEqual(["r-due", "r-expired"]);
+        const later = await store.listDue(6_000, 1_500, 2);
+        expect(ids(later.pending)).toEqual(["p-high", "p-early"]);
+        expect(ids(later.dispatchTimedOut).sort()).toEqual(["d-fast", "d-slow"]);
+      });
+
+      it("listOpenPeers lists a job's or a group's open executions, oldest first", async () => {
+        for (const [id, jobId, groupKey, createdAt] of [
+          ["a1", "ja", "g", 100],
+          ["a2", "ja", null, 200],
+          ["b1", "jb", "g", 150],
+          ["a3", "ja", null, 300],
+        ] as const) {
+          await store.createExecution(newExecution(id, { jobId, groupKey, createdAt }), 1);
+        }
+        const a3 = await mustGet(store, "a3");
+        await store.applyTransition(
+          move(a3, { state: "CANCELED" }, "cancel", 400, { finishedAt: 400 }),
+        );
+        const a1 = await mustGet(store, "a1");
+        await store.applyTransition(
+          move(a1, { state: "DISPATCHED", round: 1, dispatches: 1 }, "dispatch", 400),
+        );
+        expect(await store.listOpenPeers({ jobId: "ja" })).toEqual([
+          {
+            id: "a1",
+            state: "DISPATCHED",
+            createdAt: 100,
+            jobId: "ja",
+            scheduledFor: null,
+            shardTotal: null,
+          },
+          {
+            id: "a2",
+            state: "PENDING",
+            createdAt: 200,
+            jobId: "ja",
+            scheduledFor: null,
+            shardTotal: null,
+          },
+        ]);
+        expect((await store.listOpenPeers({ groupKey: "g" })).map((p) => p.id)).toEqual([
+          "a1",
+          "b1",
+        ]);
+        expect(await store.listOpenPeers({ jobId: "none" })).toEqual([]);
+      });
     });
 
     describe("agents", () => {

@@ -8,6 +8,7 @@ import type {
   ExecutionFilter,
   ExecutionRecord,
   NewExecution,
+  PeerRecord,
   Store,
   StoredJob,
   TimelineEntry,
@@ -551,6 +552,62 @@ export class SqliteStore implements Store {
     );
   }
 
+  async listDue(
+    now: number,
+    pendingBy: number,
+    limit: number,
+  ): Promise<{
+    pending: ExecutionRecord[];
+    retry: ExecutionRecord[];
+    dispatchTimedOut: ExecutionRecord[];
+  }> {
+    const order = "ORDER BY priority DESC, fire_at, created_at LIMIT ?";
+    return wrap("listDue", () => ({
+      pending: (
+        this.prepare(
+          `SELECT * FROM executions WHERE state = 'PENDING' AND fire_at <= ? ${order}`,
+        ).all(pendingBy, limit) as ExecutionRow[]
+      ).map(toExecution),
+      retry: (
+        this.prepare(
+          `SELECT * FROM executions WHERE state = 'RETRY_WAITING'
+             AND (COALESCE(next_attempt_at, 0) <= @now OR deadline < @now) ${order.replace("?", "@limit")}`,
+        ).all({ now, limit }) as ExecutionRow[]
+      ).map(toExecution),
+      dispatchTimedOut: (
+        this.prepare(
+          `SELECT * FROM executions WHERE state = 'DISPATCHED'
+             AND COALESCE(dispatched_at, 0) + dispatch_timeout_ms <= ? ${order}`,
+        ).all(now, limit) as ExecutionRow[]
+      ).map(toExecution),
+    }));
+  }
+
+  async listOpenPeers(by: { jobId: string } | { groupKey: string }): Promise<PeerRecord[]> {
+    const column = "jobId" in by ? "job_id" : "group_key";
+    const rows = wrap("listOpenPeers", () =>
+      this.prepare(
+        `SELECT id, state, created_at, job_id, scheduled_for, shard_total FROM executions
+           WHERE ${column} = ? AND NOT (${TERMINAL_SQL}) ORDER BY created_at, id`,
+      ).all("jobId" in by ? by.jobId : by.groupKey),
+    ) as {
+      id: string;
+      state: ExecState;
+      created_at: number;
+      job_id: string | null;
+      scheduled_for: number | null;
+      shard_total: number | null;
+    }[];
+    return rows.map((r) => ({
+      id: r.id,
+      state: r.state,
+      createdAt: r.created_at,
+      jobId: r.job_id,
+      scheduledFor: r.scheduled_for,
+      shardTotal: r.shard_total,
+    }));
+  }
+
   async applyTransition(w: TransitionWrite): Promise<boolean> {
     return wrap("applyTransition", () =>
       this.write(() => {
@@ -604,11 +661,13 @@ export class SqliteStore implements Store {
         if (res.changes !== 1) return false;
         const agentId =
           p.agentId ??
-          (
-            this.prepare("SELECT agent_id FROM executions WHERE id = ?").get(w.executionId) as {
-              agent_id: string | null;
-            }
-          ).agent_id;
+          (w.agentId !== undefined
+            ? w.agentId
+            : (
+                this.prepare("SELECT agent_id FROM executions WHERE id = ?").get(w.executionId) as {
+                  agent_id: string | null;
+                }
+              ).agent_id);
         this.appendTimeline(
           w.executionId,
           w.at,
