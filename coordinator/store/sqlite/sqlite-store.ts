@@ -1,11 +1,12 @@
 import Database from "better-sqlite3";
 import { AxError } from "../../../shared/errors.js";
-import type { ExecState } from "../../../shared/fsm.js";
+import { type ExecState, TERMINAL_STATES } from "../../../shared/fsm.js";
 import { migrate } from "../../../shared/migrate.js";
 import type { JobDefinition } from "../../domain/job.js";
 import type {
   AgentRecord,
   ExecutionFilter,
+  ExecutionPatch,
   ExecutionRecord,
   NewExecution,
   PeerRecord,
@@ -77,6 +78,9 @@ export const DEFAULT_MAX_ERROR_TEXT_BYTES = 2048;
 const TERMINAL_SQL =
   "state IN ('SUCCEEDED', 'FAILED', 'TIMED_OUT', 'EXPIRED', 'CANCELED', 'SKIPPED')";
 
+/** The WHERE clause of the partial indexes of open executions (migration 4), word for word. */
+const OPEN_SQL = "state IN ('PENDING', 'DISPATCHED', 'SCHEDULED', 'RUNNING', 'RETRY_WAITING')";
+
 function toJob(row: JobRow): StoredJob {
   return {
     id: row.id,
@@ -128,6 +132,34 @@ function toExecution(r: ExecutionRow): ExecutionRecord {
     tags: r.tags === null ? {} : (JSON.parse(r.tags) as Record<string, string>),
   };
 }
+
+/** Patchable fields and their columns, in the order of {@link APPLY_TRANSITION_SQL}'s CASEs. */
+const PATCH_COLUMNS = [
+  ["agentId", "agent_id"],
+  ["dispatchedAt", "dispatched_at"],
+  ["startedAt", "started_at"],
+  ["finishedAt", "finished_at"],
+  ["lateMs", "late_ms"],
+  ["nextAttemptAt", "next_attempt_at"],
+  ["result", "result"],
+  ["message", "message"],
+  ["fireAt", "fire_at"],
+  ["deadline", "deadline"],
+] as const satisfies readonly (readonly [keyof ExecutionPatch, string])[];
+const PATCH_KEYS = PATCH_COLUMNS.map(([key]) => key);
+
+/**
+ * A transition's compare-and-set: the snapshot, then for each patchable column a flag and a
+ * value (`message` also sets `message_bytes`), then id, expected state and round.
+ */
+const APPLY_TRANSITION_SQL = `UPDATE executions SET state = ?, round = ?, attempt = ?,
+    max_attempts = ?, dispatches = ?, max_dispatches = ?, updated_at = ?,
+    ${PATCH_COLUMNS.map(([key, column]) =>
+      key === "message"
+        ? "message = CASE WHEN ? THEN ? ELSE message END, message_bytes = CASE WHEN ? THEN ? ELSE message_bytes END"
+        : `${column} = CASE WHEN ? THEN ? ELSE ${column} END`,
+    ).join(",\n    ")}
+  WHERE id = ? AND state = ? AND round = ?`;
 
 /** JSON with every object's keys sorted: key order alone never makes a new job version. */
 function canonicalJson(value: unknown): string {
@@ -545,7 +577,9 @@ export class SqliteStore implements Store {
 
   async listExecutionsInStates(states: ExecState[], limit: number): Promise<ExecutionRecord[]> {
     if (states.length === 0) return [];
-    const sql = `SELECT * FROM executions WHERE state IN (${states.map(() => "?").join(", ")})
+    // Open states only: the partial index of open executions serves the query.
+    const open = states.every((st) => !TERMINAL_STATES.has(st)) ? `${OPEN_SQL} AND ` : "";
+    const sql = `SELECT * FROM executions WHERE ${open}state IN (${states.map(() => "?").join(", ")})
       ORDER BY priority DESC, fire_at, created_at LIMIT ?`;
     return wrap("listExecutionsInStates", () =>
       (this.prepare(sql).all(...states, limit) as ExecutionRow[]).map(toExecution),
@@ -565,18 +599,18 @@ export class SqliteStore implements Store {
     return wrap("listDue", () => ({
       pending: (
         this.prepare(
-          `SELECT * FROM executions WHERE state = 'PENDING' AND fire_at <= ? ${order}`,
+          `SELECT * FROM executions WHERE ${OPEN_SQL} AND state = 'PENDING' AND fire_at <= ? ${order}`,
         ).all(pendingBy, limit) as ExecutionRow[]
       ).map(toExecution),
       retry: (
         this.prepare(
-          `SELECT * FROM executions WHERE state = 'RETRY_WAITING'
+          `SELECT * FROM executions WHERE ${OPEN_SQL} AND state = 'RETRY_WAITING'
              AND (COALESCE(next_attempt_at, 0) <= @now OR deadline < @now) ${order.replace("?", "@limit")}`,
         ).all({ now, limit }) as ExecutionRow[]
       ).map(toExecution),
       dispatchTimedOut: (
         this.prepare(
-          `SELECT * FROM executions WHERE state = 'DISPATCHED'
+          `SELECT * FROM executions WHERE ${OPEN_SQL} AND state = 'DISPATCHED'
              AND COALESCE(dispatched_at, 0) + dispatch_timeout_ms <= ? ${order}`,
         ).all(now, limit) as ExecutionRow[]
       ).map(toExecution),
@@ -584,11 +618,14 @@ export class SqliteStore implements Store {
   }
 
   async listOpenPeers(by: { jobId: string } | { groupKey: string }): Promise<PeerRecord[]> {
-    const column = "jobId" in by ? "job_id" : "group_key";
+    // By job: INDEXED BY, or the planner walks executions_job for its order, through every
+    // finished execution the job ever had.
+    const [column, index] =
+      "jobId" in by ? ["job_id", "INDEXED BY executions_open_job"] : ["group_key", ""];
     const rows = wrap("listOpenPeers", () =>
       this.prepare(
-        `SELECT id, state, created_at, job_id, scheduled_for, shard_total FROM executions
-           WHERE ${column} = ? AND NOT (${TERMINAL_SQL}) ORDER BY created_at, id`,
+        `SELECT id, state, created_at, job_id, scheduled_for, shard_total FROM executions ${index}
+           WHERE ${column} = ? AND ${OPEN_SQL} ORDER BY created_at, id`,
       ).all("jobId" in by ? by.jobId : by.groupKey),
     ) as {
       id: string;
@@ -612,52 +649,35 @@ export class SqliteStore implements Store {
     return wrap("applyTransition", () =>
       this.write(() => {
         const p = w.patch;
-        const sets = [
-          "state = @state",
-          "round = @round",
-          "attempt = @attempt",
-          "max_attempts = @maxAttempts",
-          "dispatches = @dispatches",
-          "max_dispatches = @maxDispatches",
-          "updated_at = @at",
+        // One statement for every patch: a column the patch leaves out keeps its value. (Building
+        // the SQL for each patch's columns cost more than the update.)
+        const args: unknown[] = [
+          w.next.state,
+          w.next.round,
+          w.next.attempt,
+          w.next.maxAttempts,
+          w.next.dispatches,
+          w.next.maxDispatches,
+          w.at,
         ];
-        const params: Record<string, unknown> = {
-          ...w.next,
-          at: w.at,
-          id: w.executionId,
-          expectedState: w.expected.state,
-          expectedRound: w.expected.round,
-        };
-        const columns: [keyof typeof p, string][] = [
-          ["agentId", "agent_id"],
-          ["dispatchedAt", "dispatched_at"],
-          ["startedAt", "started_at"],
-          ["finishedAt", "finished_at"],
-          ["lateMs", "late_ms"],
-          ["nextAttemptAt", "next_attempt_at"],
-          ["result", "result"],
-          ["message", "message"],
-          ["fireAt", "fire_at"],
-          ["deadline", "deadline"],
-        ];
-        for (const [key, column] of columns) {
-          if (!(key in p)) continue;
-          sets.push(`${column} = @${key}`);
-          let value = p[key] ?? null;
+        for (const key of PATCH_KEYS) {
+          if (!(key in p)) {
+            if (key === "message") args.push(0, null, 0, null);
+            else args.push(0, null);
+            continue;
+          }
+          let value: unknown = p[key] ?? null;
           if (key === "result" && value !== null) value = JSON.stringify(value);
           if (key === "message") {
             const capped =
               typeof value === "string" ? capUtf8(value, this.maxErrorTextBytes) : null;
-            value = capped?.text ?? null;
-            sets.push("message_bytes = @messageBytes");
-            params.messageBytes = capped?.bytes ?? null;
+            args.push(1, capped?.text ?? null, 1, capped?.bytes ?? null);
+            continue;
           }
-          params[key] = value;
+          args.push(1, value);
         }
-        const res = this.prepare(
-          `UPDATE executions SET ${sets.join(", ")}
-             WHERE id = @id AND state = @expectedState AND round = @expectedRound`,
-        ).run(params);
+        args.push(w.executionId, w.expected.state, w.expected.round);
+        const res = this.prepare(APPLY_TRANSITION_SQL).run(...args);
         if (res.changes !== 1) return false;
         const agentId =
           p.agentId ??
