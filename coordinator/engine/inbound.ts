@@ -3,14 +3,29 @@ import type { Decoded, ProtocolError, Report, UpMessage } from "../../shared/pro
 import type { EngineContext } from "./context.js";
 import type { Leases } from "./leases.js";
 import type { Registry } from "./registry.js";
-import { applyEvent } from "./transitions.js";
+import { applyEvent, applyEvents, type EventStep } from "./transitions.js";
+
+/** A message waiting in its sender's queue, with when it arrived. */
+interface Queued {
+  decoded: Decoded;
+  receivedAt: number;
+}
+
+/** The report in a message from an agent, if it is one (not a hello or heartbeat). */
+function reportOf(d: Decoded): Report | undefined {
+  if (d.channel !== "up") return undefined;
+  const m = d.message;
+  return m.type === "hello" || m.type === "heartbeat" ? undefined : m;
+}
 
 /**
  * Everything that arrives from agents. Messages of one agent are handled one at a time, in order,
- * so report seqs are applied in the order the agent numbered them.
+ * so report seqs are applied in the order the agent numbered them. They are taken in bursts —
+ * what arrived by the next turn of the event loop — so that consecutive reports about one
+ * execution are applied as one write.
  */
 export class Inbound {
-  private readonly chains = new Map<string, Promise<void>>();
+  private readonly queues = new Map<string, { items: Queued[]; done: Promise<void> }>();
   /** Called after a report changed an execution, so the dispatcher can act at once. */
   onChange: () => void = () => {};
   /** Called for a message on an event topic. */
@@ -26,23 +41,64 @@ export class Inbound {
 
   handle(decoded: Decoded, receivedAt: number): void {
     const key = decoded.channel === "event" ? `event:${decoded.name}` : decoded.agentId;
-    const prev = this.chains.get(key) ?? Promise.resolve();
-    const next = prev
-      .then(() => this.dispatch(decoded, receivedAt))
-      .catch((err: unknown) => {
+    const queued = this.queues.get(key);
+    if (queued) {
+      queued.items.push({ decoded, receivedAt });
+      return;
+    }
+    const q = { items: [{ decoded, receivedAt }], done: Promise.resolve() };
+    this.queues.set(key, q);
+    // Wait one turn of the loop, so the rest of what the socket delivered joins the burst.
+    q.done = new Promise<void>((resolve) => setImmediate(resolve)).then(() =>
+      this.drainQueue(key, q),
+    );
+  }
+
+  private async drainQueue(key: string, q: { items: Queued[] }): Promise<void> {
+    try {
+      while (q.items.length > 0) await this.burst(q.items.splice(0));
+    } finally {
+      // Nothing runs between the loop's last check and here: a message arriving later starts a
+      // new queue.
+      this.queues.delete(key);
+      // The agent's burst is handled: acknowledge it once, with the highest seq stored.
+      this.flushAck(key);
+    }
+  }
+
+  /** Handles a burst in order; a run of reports about one execution goes as one. */
+  private async burst(items: Queued[]): Promise<void> {
+    for (let i = 0; i < items.length; ) {
+      const { decoded, receivedAt } = items[i] as Queued;
+      const first = reportOf(decoded);
+      let end = i + 1;
+      if (first) {
+        while (
+          end < items.length &&
+          reportOf((items[end] as Queued).decoded)?.executionId === first.executionId
+        ) {
+          end++;
+        }
+      }
+      const run = items.slice(i, end);
+      i = end;
+      try {
+        if (first && decoded.channel === "up") {
+          await this.reports(
+            decoded.agentId,
+            run.map((x) => reportOf(x.decoded) as Report),
+          );
+        } else {
+          await this.dispatch(decoded, receivedAt);
+        }
+      } catch (err) {
         this.ctx.log(
           "error",
           `handling a ${decoded.message.type} failed: ${(err as Error).message}`,
-          { key },
+          { count: run.length },
         );
-      });
-    this.chains.set(key, next);
-    void next.finally(() => {
-      if (this.chains.get(key) !== next) return;
-      this.chains.delete(key);
-      // The agent's burst is handled: acknowledge it once, with the highest seq stored.
-      this.flushAck(key);
-    });
+      }
+    }
   }
 
   /** Acks owed per agent; sent when its queue of messages drains (or every 64 reports). */
@@ -87,7 +143,7 @@ export class Inbound {
 
   /** Resolves when every message received so far has been handled. */
   async drain(): Promise<void> {
-    await Promise.all([...this.chains.values()]);
+    await Promise.all([...this.queues.values()].map((q) => q.done));
   }
 
   private async dispatch(d: Decoded, receivedAt: number): Promise<void> {
@@ -137,85 +193,98 @@ export class Inbound {
         return;
       }
       default:
-        await this.report(d.agentId, m);
+        await this.reports(d.agentId, [m]);
     }
   }
 
   /**
    * Rule 1: a report is applied once, in seq order. Already stored → acknowledged again and
    * dropped; the next expected → applied and acknowledged; beyond a gap → dropped unacknowledged
-   * (the agent re-sends its outbox in order, which fills the gap).
+   * (the agent re-sends its outbox in order, which fills the gap). `rs` are consecutive reports
+   * about one execution.
    */
-  private async report(agentId: string, r: Report): Promise<void> {
+  private async reports(agentId: string, rs: Report[]): Promise<void> {
     const agent = this.registry.get(agentId);
     if (!agent) {
-      await this.ctx.store.bumpCounter("reports_from_unknown_agents");
+      await this.ctx.store.bumpCounter("reports_from_unknown_agents", rs.length);
       return;
     }
-    if (r.seq <= agent.ackedSeq) {
-      await this.ctx.store.bumpCounter("duplicate_reports");
-      this.owe(agentId, agent.ackedSeq);
-      return;
+    const fresh: Report[] = [];
+    let next = agent.ackedSeq + 1;
+    for (const r of rs) {
+      if (r.seq < next) {
+        await this.ctx.store.bumpCounter("duplicate_reports");
+        this.owe(agentId, next - 1);
+      } else if (r.seq > next) {
+        await this.ctx.store.bumpCounter("out_of_order_reports");
+      } else {
+        fresh.push(r);
+        next++;
+      }
     }
-    if (r.seq > agent.ackedSeq + 1) {
-      await this.ctx.store.bumpCounter("out_of_order_reports");
-      return;
-    }
-    await this.applyReport(agentId, r);
-    this.registry.ackedTo(agentId, r.seq);
-    this.owe(agentId, r.seq);
+    const last = fresh.at(-1);
+    if (!last) return;
+    await this.applyReports(agentId, fresh);
+    this.registry.ackedTo(agentId, last.seq);
+    this.owe(agentId, last.seq);
     this.onChange();
   }
 
-  private async applyReport(agentId: string, r: Report): Promise<void> {
-    const id = r.executionId;
-    switch (r.type) {
-      case "accepted":
-        await applyEvent(this.ctx, id, { type: "accepted", round: r.round });
-        return;
-      case "busy":
-        this.registry.markBusy(agentId, this.ctx.clock.wallNow() + 1000);
-        await applyEvent(this.ctx, id, { type: "busy", round: r.round });
-        return;
-      case "rejected":
-        await applyEvent(
-          this.ctx,
-          id,
-          { type: "rejected", round: r.round, reason: r.reason },
-          () => ({
-            message: `rejected by ${agentId}: ${r.reason}${r.message ? `: ${r.message}` : ""}`,
-          }),
-          { reason: r.reason },
-        );
-        return;
-      case "started":
-        this.leases.renew(id, r.round, this.ctx.clock.wallNow());
-        await applyEvent(this.ctx, id, { type: "started", round: r.round }, () => ({
-          startedAt: r.startedAt,
-          lateMs: r.lateMs,
-        }));
-        return;
-      case "finished":
-        await applyEvent(
-          this.ctx,
-          id,
-          { type: "finished", round: r.round, outcome: r.outcome, retryable: r.retryable },
-          () => ({
-            finishedAt: r.finishedAt,
-            message: r.message,
-            result: r.result ?? null,
-            ...(r.startedAt === undefined ? {} : { startedAt: r.startedAt }),
-          }),
-          { outcome: r.outcome, retryable: r.retryable },
-        );
-        return;
-      case "progress":
-        this.leases.renew(id, r.round, this.ctx.clock.wallNow());
-        return;
-      case "state":
-        await this.reconcile(agentId, r);
-        return;
+  /** Applies in-order reports about one execution; their transitions as one write. */
+  private async applyReports(agentId: string, rs: Report[]): Promise<void> {
+    const steps: EventStep[] = [];
+    let id = "";
+    const flush = async () => {
+      if (steps.length > 0) await applyEvents(this.ctx, id, steps.splice(0));
+    };
+    for (const r of rs) {
+      id = r.executionId;
+      switch (r.type) {
+        case "accepted":
+          steps.push({ event: { type: "accepted", round: r.round } });
+          break;
+        case "busy":
+          this.registry.markBusy(agentId, this.ctx.clock.wallNow() + 1000);
+          steps.push({ event: { type: "busy", round: r.round } });
+          break;
+        case "rejected":
+          steps.push({
+            event: { type: "rejected", round: r.round, reason: r.reason },
+            patch: () => ({
+              message: `rejected by ${agentId}: ${r.reason}${r.message ? `: ${r.message}` : ""}`,
+            }),
+            detail: { reason: r.reason },
+          });
+          break;
+        case "started":
+          this.leases.renew(id, r.round, this.ctx.clock.wallNow());
+          steps.push({
+            event: { type: "started", round: r.round },
+            patch: () => ({ startedAt: r.startedAt, lateMs: r.lateMs }),
+          });
+          break;
+        case "finished":
+          steps.push({
+            event: { type: "finished", round: r.round, outcome: r.outcome, retryable: r.retryable },
+            patch: () => ({
+              finishedAt: r.finishedAt,
+              message: r.message,
+              result: r.result ?? null,
+              ...(r.startedAt === undefined ? {} : { startedAt: r.startedAt }),
+            }),
+            detail: { outcome: r.outcome, retryable: r.retryable },
+          });
+          break;
+        case "progress":
+          this.leases.renew(id, r.round, this.ctx.clock.wallNow());
+          break;
+        case "state":
+          await flush();
+          await this.reconcile(agentId, r);
+          break;
+      }
     }
+    await flush();
   }
 
   /**

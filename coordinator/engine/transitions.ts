@@ -2,10 +2,17 @@ import { backoffMs } from "../../shared/backoff.js";
 import { type Effect, type ExecEvent, transition } from "../../shared/fsm.js";
 import { newId } from "../../shared/ids.js";
 import { envelope } from "../../shared/message.js";
-import type { ExecutionPatch, ExecutionRecord } from "../store/port.js";
+import type { ExecutionPatch, ExecutionRecord, TimelineStep } from "../store/port.js";
 import type { EngineContext } from "./context.js";
 
 export type ApplyOutcome = "applied" | "illegal" | "stale_round" | "not_found" | "conflict";
+
+/** One event to apply, with the fields it sets and the detail its timeline entry records. */
+export interface EventStep {
+  event: ExecEvent;
+  patch?: (exec: ExecutionRecord) => ExecutionPatch;
+  detail?: Record<string, unknown>;
+}
 
 /**
  * Applies one event to an execution: asks the pure state machine, writes its decision with a
@@ -21,63 +28,115 @@ export async function applyEvent(
   /** The execution as the caller just read it, which saves reading it again (the write checks). */
   known?: ExecutionRecord,
 ): Promise<ApplyOutcome> {
+  const step: EventStep = detail === undefined ? { event, patch } : { event, patch, detail };
+  const [outcome] = await applyEvents(ctx, executionId, [step], known);
+  return outcome ?? "conflict";
+}
+
+/**
+ * Applies several events to one execution in order, as one write: each is decided by the state
+ * machine on the state the one before left, the last state is written with one compare-and-set,
+ * and each applied event gets its own timeline entry. (An agent's burst of reports about one
+ * execution — `started` then `finished` — costs one write instead of two.) An event the state
+ * machine rejects is dropped and counted, and the others still apply. Returns each one's outcome.
+ */
+export async function applyEvents(
+  ctx: EngineContext,
+  executionId: string,
+  steps: readonly EventStep[],
+  known?: ExecutionRecord,
+): Promise<ApplyOutcome[]> {
   for (let attempt = 0; attempt < 3; attempt++) {
     const exec =
       attempt === 0 && known?.id === executionId
         ? known
         : await ctx.store.getExecution(executionId);
-    if (!exec) return "not_found";
-    const result = transition(exec, event);
-    if (!result.ok) {
-      await ctx.store.bumpCounter(
-        result.error.code === "stale_round" ? "stale_reports" : "illegal_transitions",
-      );
-      ctx.events.emit("dropped", {
-        executionId,
-        reason: result.error.message,
-        at: ctx.clock.wallNow(),
-      });
-      ctx.log("debug", `dropped ${event.type}: ${result.error.message}`, { executionId });
-      return result.error.code;
-    }
+    if (!exec) return steps.map(() => "not_found");
     const now = ctx.clock.wallNow();
-    const fullPatch: ExecutionPatch = { ...patch(exec) };
-    for (const effect of result.effects) {
-      if (effect.type === "schedule_retry") {
-        fullPatch.nextAttemptAt =
-          now + backoffMs(exec.attempt, { baseMs: exec.retryBaseMs, capMs: exec.retryCapMs });
+    const outcomes: ApplyOutcome[] = [];
+    const dropped: { code: "illegal" | "stale_round"; message: string; event: string }[] = [];
+    const applied: (TimelineStep & { effects: Effect[] })[] = [];
+    const merged: ExecutionPatch = {};
+    let cur = exec;
+    for (const step of steps) {
+      const result = transition(cur, step.event);
+      if (!result.ok) {
+        outcomes.push(result.error.code);
+        dropped.push({ ...result.error, event: step.event.type });
+        continue;
       }
+      const patch: ExecutionPatch = { ...step.patch?.(cur) };
+      for (const effect of result.effects) {
+        if (effect.type === "schedule_retry") {
+          patch.nextAttemptAt =
+            now + backoffMs(cur.attempt, { baseMs: cur.retryBaseMs, capMs: cur.retryCapMs });
+        }
+      }
+      Object.assign(merged, patch);
+      applied.push({
+        event: step.event.type,
+        from: cur.state,
+        to: result.next.state,
+        round: result.next.round,
+        agentId: patch.agentId ?? cur.agentId,
+        at: now,
+        ...(step.detail === undefined ? {} : { detail: step.detail }),
+        effects: result.effects,
+      });
+      cur = { ...cur, ...result.next, ...patch };
+      outcomes.push("applied");
     }
-    const written = await ctx.store.applyTransition({
-      executionId,
-      expected: { state: exec.state, round: exec.round },
-      next: result.next,
-      patch: fullPatch,
-      at: now,
-      event: event.type,
-      agentId: fullPatch.agentId ?? exec.agentId,
-      ...(detail === undefined ? {} : { detail }),
-    });
-    if (!written) continue;
-    ctx.events.emit("transition", {
-      executionId,
-      jobId: exec.jobId,
-      agentId: fullPatch.agentId ?? exec.agentId,
-      event: event.type,
-      from: exec.state,
-      to: result.next.state,
-      round: result.next.round,
-      at: now,
-    });
-    // Effects tell agents about the transition, so they wait for it to be committed: a dispatch
-    // sent for a fire that a crash then undid could run a nominal time that fires again.
-    const after = { ...exec, ...result.next, ...fullPatch };
-    if (result.effects.length > 0) {
-      ctx.store.afterCommit(() => void perform(ctx, after, result.effects));
+    const last = applied.at(-1);
+    if (last) {
+      const written = await ctx.store.applyTransition({
+        executionId,
+        expected: { state: exec.state, round: exec.round },
+        next: {
+          state: cur.state,
+          round: cur.round,
+          attempt: cur.attempt,
+          maxAttempts: cur.maxAttempts,
+          dispatches: cur.dispatches,
+          maxDispatches: cur.maxDispatches,
+        },
+        patch: merged,
+        at: now,
+        event: last.event,
+        agentId: last.agentId,
+        ...(last.detail === undefined ? {} : { detail: last.detail }),
+        ...(applied.length > 1 ? { steps: applied.map(({ effects: _, ...t }) => t) } : {}),
+      });
+      if (!written) continue;
     }
-    return "applied";
+    for (const d of dropped) {
+      await ctx.store.bumpCounter(
+        d.code === "stale_round" ? "stale_reports" : "illegal_transitions",
+      );
+      ctx.events.emit("dropped", { executionId, reason: d.message, at: now });
+      ctx.log("debug", `dropped ${d.event}: ${d.message}`, { executionId });
+    }
+    for (const t of applied) {
+      ctx.events.emit("transition", {
+        executionId,
+        jobId: exec.jobId,
+        agentId: t.agentId,
+        event: t.event,
+        from: t.from,
+        to: t.to,
+        round: t.round,
+        at: now,
+      });
+    }
+    // Effects tell agents about the transitions, so they wait for them to be committed: a
+    // dispatch sent for a fire that a crash then undid could run a nominal time that fires again.
+    const effects = applied.flatMap((t) => t.effects);
+    if (effects.length > 0) {
+      const after = cur;
+      ctx.store.afterCommit(() => void perform(ctx, after, effects));
+    }
+    return outcomes;
   }
-  return "conflict";
+  return steps.map(() => "conflict");
 }
 
 async function perform(

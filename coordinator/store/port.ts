@@ -134,6 +134,22 @@ export interface TransitionWrite {
    * that read the execution pass it; without it the store reads it.
    */
   agentId?: string | null;
+  /**
+   * When one write folds several transitions (reports of one burst about one execution), their
+   * timeline entries in order; without it the write is one entry, `expected.state` → `next`.
+   */
+  steps?: TimelineStep[];
+}
+
+/** One folded transition's timeline entry. */
+export interface TimelineStep {
+  event: string;
+  from: ExecState;
+  to: ExecState;
+  round: number;
+  agentId: string | null;
+  at: number;
+  detail?: Record<string, unknown>;
 }
 
 /** What an agent's hello and heartbeats tell the registry. */

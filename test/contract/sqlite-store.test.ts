@@ -335,10 +335,12 @@ describe("SqliteStore (SQLite specifics)", () => {
       ),
     ).toBe("SEARCH executions USING INDEX executions_finished (<expr><?)");
     expect(plan("DELETE FROM timeline WHERE execution_id = 'x'")).toContain(
-      "SEARCH timeline USING INDEX sqlite_autoindex_timeline_1 (execution_id=?)",
+      "SEARCH timeline USING PRIMARY KEY (execution_id=?)",
     );
     expect(
-      plan(`SELECT rowid FROM fires WHERE scheduled_for < 1 ORDER BY scheduled_for LIMIT 5`),
+      plan(
+        `SELECT job_id, scheduled_for FROM fires WHERE scheduled_for < 1 ORDER BY scheduled_for LIMIT 5`,
+      ),
     ).toContain("USING COVERING INDEX fires_scheduled (scheduled_for<?)");
   });
 

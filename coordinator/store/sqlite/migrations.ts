@@ -141,4 +141,40 @@ export const SQLITE_MIGRATIONS: readonly Migration[] = [
         WHERE state IN ('PENDING', 'DISPATCHED', 'SCHEDULED', 'RUNNING', 'RETRY_WAITING');
     `,
   },
+  {
+    version: 5,
+    name: "timeline and fires clustered by their keys",
+    sql: `
+      -- WITHOUT ROWID: each row lives in its primary key's b-tree, so appending a timeline entry
+      -- or a fire writes one b-tree instead of the table's and its key's.
+      CREATE TABLE timeline_new (
+        execution_id TEXT NOT NULL,
+        seq INTEGER NOT NULL,
+        at REAL NOT NULL,
+        event TEXT NOT NULL,
+        from_state TEXT,
+        to_state TEXT NOT NULL,
+        round INTEGER NOT NULL,
+        agent_id TEXT,
+        detail TEXT,
+        PRIMARY KEY (execution_id, seq)
+      ) WITHOUT ROWID;
+      INSERT INTO timeline_new SELECT execution_id, seq, at, event, from_state, to_state, round,
+        agent_id, detail FROM timeline;
+      DROP TABLE timeline;
+      ALTER TABLE timeline_new RENAME TO timeline;
+      CREATE TABLE fires_new (
+        job_id TEXT NOT NULL,
+        scheduled_for REAL NOT NULL,
+        fired_at REAL NOT NULL,
+        execution_id TEXT NOT NULL,
+        status TEXT NOT NULL DEFAULT 'fired',
+        PRIMARY KEY (job_id, scheduled_for)
+      ) WITHOUT ROWID;
+      INSERT INTO fires_new SELECT job_id, scheduled_for, fired_at, execution_id, status FROM fires;
+      DROP TABLE fires;
+      ALTER TABLE fires_new RENAME TO fires;
+      CREATE INDEX fires_scheduled ON fires (scheduled_for);
+    `,
+  },
 ];

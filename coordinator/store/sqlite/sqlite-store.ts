@@ -161,6 +161,18 @@ const APPLY_TRANSITION_SQL = `UPDATE executions SET state = ?, round = ?, attemp
     ).join(",\n    ")}
   WHERE id = ? AND state = ? AND round = ?`;
 
+/** How many parsed job definitions {@link SqliteStore} keeps. */
+const DEFINITION_CACHE_SIZE = 4096;
+
+/** Freezes `value` and everything in it; returns it. */
+function deepFreeze<T>(value: T): T {
+  if (value !== null && typeof value === "object" && !Object.isFrozen(value)) {
+    Object.freeze(value);
+    for (const v of Object.values(value)) deepFreeze(v);
+  }
+  return value;
+}
+
 /** JSON with every object's keys sorted: key order alone never makes a new job version. */
 function canonicalJson(value: unknown): string {
   return JSON.stringify(value, (_key, v: unknown) =>
@@ -256,6 +268,10 @@ export class SqliteStore implements Store {
         this.db.pragma("journal_mode = WAL");
         // WAL with NORMAL loses at most the last transactions on power loss, never consistency.
         this.db.pragma("synchronous = NORMAL");
+        // 64 MiB of page cache (SQLite's default is 2 MiB): the open executions' indexes, the
+        // jobs' next-fire index and the newest rows stay in memory instead of being read back
+        // from the file for every transition.
+        this.db.pragma("cache_size = -65536");
         this.db.pragma("busy_timeout = 5000");
         this.db.pragma("foreign_keys = ON");
       });
@@ -372,11 +388,42 @@ export class SqliteStore implements Store {
   }
 
   async getJob(id: string): Promise<StoredJob | undefined> {
-    const row = wrap("getJob", () => this.prepare("SELECT * FROM jobs WHERE id = ?").get(id)) as
-      | JobRow
-      | undefined;
-    return row ? toJob(row) : undefined;
+    return wrap("getJob", () => {
+      const row = this.prepare(
+        "SELECT id, version, next_fire_at, created_at, updated_at FROM jobs WHERE id = ?",
+      ).get(id) as Omit<JobRow, "definition"> | undefined;
+      if (!row) return undefined;
+      const cached = this.definitions.get(id);
+      let definition: JobDefinition;
+      if (cached?.version === row.version) {
+        definition = cached.definition;
+      } else {
+        const json = this.prepare("SELECT definition FROM jobs WHERE id = ?").pluck().get(id);
+        definition = deepFreeze(JSON.parse(json as string) as JobDefinition);
+        if (this.definitions.size >= DEFINITION_CACHE_SIZE) {
+          // The oldest entry goes (a Map iterates in insertion order).
+          const oldest = this.definitions.keys().next().value;
+          if (oldest !== undefined) this.definitions.delete(oldest);
+        }
+        this.definitions.set(id, { version: row.version, definition });
+      }
+      return {
+        id: row.id,
+        version: row.version,
+        definition,
+        nextFireAt: row.next_fire_at,
+        createdAt: row.created_at,
+        updatedAt: row.updated_at,
+      };
+    });
   }
+
+  /**
+   * Parsed definitions by job id and version: a job is read when it fires and again when its
+   * execution is dispatched, and parsing its JSON each time cost more than reading the row.
+   * Frozen, since callers share them. Versions only rise, so a version seen is its definition.
+   */
+  private readonly definitions = new Map<string, { version: number; definition: JobDefinition }>();
 
   async listJobs(): Promise<StoredJob[]> {
     return wrap("listJobs", () =>
@@ -679,6 +726,21 @@ export class SqliteStore implements Store {
         args.push(w.executionId, w.expected.state, w.expected.round);
         const res = this.prepare(APPLY_TRANSITION_SQL).run(...args);
         if (res.changes !== 1) return false;
+        if (w.steps) {
+          for (const st of w.steps) {
+            this.appendTimeline(
+              w.executionId,
+              st.at,
+              st.event,
+              st.from,
+              st.to,
+              st.round,
+              st.agentId,
+              st.detail ?? null,
+            );
+          }
+          return true;
+        }
         const agentId =
           p.agentId ??
           (w.agentId !== undefined
@@ -764,8 +826,8 @@ export class SqliteStore implements Store {
         // job with no next fire time (exhausted, or gone) only gets a new one after `now`, far
         // past the cutoff, which also leaves a stale read the whole retention age of margin.
         this.prepare(
-          `DELETE FROM fires WHERE rowid IN (
-               SELECT f.rowid FROM fires f LEFT JOIN jobs j ON j.id = f.job_id
+          `DELETE FROM fires WHERE (job_id, scheduled_for) IN (
+               SELECT f.job_id, f.scheduled_for FROM fires f LEFT JOIN jobs j ON j.id = f.job_id
                WHERE f.scheduled_for < @cutoff AND f.fired_at < @cutoff
                  AND (j.next_fire_at IS NULL OR f.scheduled_for < j.next_fire_at)
                ORDER BY f.scheduled_for LIMIT @max)`,
