@@ -42,6 +42,11 @@ export const coordinatorConfigSchema = z
     lookAhead: durationSchema.default(5_000),
     /** A fire this late is a misfire, handled by the job's misfire policy. @default 5s */
     misfireThreshold: durationSchema.default(5_000),
+    /**
+     * An agent that answers `busy` gets no new work for this long, doubled for each further
+     * `busy` in a row (at most 8×); its execution is routed elsewhere or waits. @default 1s
+     */
+    busyBackoff: durationSchema.default(1_000),
     /** Grace past an execution's timeout before the coordinator times it out itself. @default 5s */
     timeoutGrace: durationSchema.default(5_000),
     /** @default 65536 */

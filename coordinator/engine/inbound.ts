@@ -241,10 +241,11 @@ export class Inbound {
       id = r.executionId;
       switch (r.type) {
         case "accepted":
+          this.registry.markAccepting(agentId);
           steps.push({ event: { type: "accepted", round: r.round } });
           break;
         case "busy":
-          this.registry.markBusy(agentId, this.ctx.clock.wallNow() + 1000);
+          this.registry.markBusy(agentId, this.ctx.clock.wallNow());
           steps.push({ event: { type: "busy", round: r.round } });
           break;
         case "rejected":

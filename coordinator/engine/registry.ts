@@ -13,6 +13,8 @@ export class Registry {
   private readonly agents = new Map<string, AgentRecord>();
   /** Agents that answered `busy`, passed over until the given wall time. */
   private readonly busyUntil = new Map<string, number>();
+  /** `busy` answers in a row per agent, which lengthen its back-off. */
+  private readonly busyStreak = new Map<string, number>();
 
   constructor(private readonly ctx: EngineContext) {}
 
@@ -60,6 +62,7 @@ export class Registry {
     };
     this.agents.set(h.agentId, record);
     this.busyUntil.delete(h.agentId);
+    this.busyStreak.delete(h.agentId);
     await this.ctx.store.putAgent(record);
     if (prev?.status !== "online" || prev.instanceId !== h.instanceId) {
       this.ctx.events.emit("agent", {
@@ -93,7 +96,13 @@ export class Registry {
   /** An `offline` presence counts only for the current instance: a late Last Will is ignored. */
   async presence(agentId: string, status: "online" | "offline", instanceId: string): Promise<void> {
     const a = this.agents.get(agentId);
-    if (!a || a.instanceId !== instanceId) return;
+    if (!a) return;
+    if (a.instanceId !== instanceId) {
+      // A superseded process's will (or a retained one from before its restart): not about the
+      // agent as it is now.
+      await this.ctx.store.bumpCounter("superseded_messages");
+      return;
+    }
     if (status === "offline" && a.status !== "offline") {
       a.status = "offline";
       await this.ctx.store.putAgent(a);
@@ -125,8 +134,26 @@ export class Registry {
     await this.ctx.store.setAckedSeq(agentId, a.journalId, a.ackedSeq);
   }
 
-  markBusy(agentId: string, untilMs: number): void {
-    this.busyUntil.set(agentId, untilMs);
+  /**
+   * The agent answered `busy`: it is passed over for the busy back-off, doubled for each `busy`
+   * in a row up to 8×, until it accepts work again. Returns until when.
+   */
+  markBusy(agentId: string, now: number): number {
+    const streak = Math.min((this.busyStreak.get(agentId) ?? 0) + 1, 4);
+    this.busyStreak.set(agentId, streak);
+    const until = now + this.ctx.config.busyBackoff * 2 ** (streak - 1);
+    this.busyUntil.set(agentId, until);
+    return until;
+  }
+
+  /** The agent accepted work: its busy back-off starts again from the shortest. */
+  markAccepting(agentId: string): void {
+    this.busyStreak.delete(agentId);
+  }
+
+  /** Until when (wall ms) the agent is passed over as busy; 0 when it is not. */
+  busyUntilMs(agentId: string): number {
+    return this.busyUntil.get(agentId) ?? 0;
   }
 
   /** Takes offline every agent silent for more than {@link MISSED_HEARTBEATS} heartbeats. */
