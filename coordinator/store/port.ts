@@ -268,6 +268,8 @@ export interface Store {
    * concurrency rules look at, oldest first.
    */
   listOpenPeers(by: { jobId: string } | { groupKey: string }): Promise<PeerRecord[]>;
+  /** How many executions each agent holds (DISPATCHED, SCHEDULED or RUNNING), by agent id. */
+  countInFlightByAgent(): Promise<Record<string, number>>;
   /**
    * Writes a transition if the execution is still in `expected`; appends it to the timeline.
    * `patch.message` is stored capped, with its full size in `messageBytes`.

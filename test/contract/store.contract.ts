@@ -934,6 +934,22 @@ export function storeContract(name: string, makeStore: () => Promise<StoreFixtur
         expect(ids(later.dispatchTimedOut).sort()).toEqual(["d-fast", "d-slow"]);
       });
 
+      it("countInFlightByAgent counts what each agent holds, and nothing else", async () => {
+        await seed();
+        const e3 = await mustGet(store, "e3");
+        await store.applyTransition(
+          move(e3, { state: "DISPATCHED", round: 1, dispatches: 1 }, "dispatch", 500, {
+            agentId: "ag-2",
+          }),
+        );
+        const e4 = await mustGet(store, "e4");
+        await store.applyTransition(
+          move(e4, { state: "SUCCEEDED" }, "finished", 600, { finishedAt: 600 }),
+        );
+        // e1 (ag-1), e2 and e3 (ag-2) are held; e4 ended; the rest were never dispatched.
+        expect(await store.countInFlightByAgent()).toEqual({ "ag-1": 1, "ag-2": 2 });
+      });
+
       it("listOpenPeers lists a job's or a group's open executions, oldest first", async () => {
         for (const [id, jobId, groupKey, createdAt] of [
           ["a1", "ja", "g", 100],

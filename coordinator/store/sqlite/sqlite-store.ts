@@ -692,6 +692,18 @@ export class SqliteStore implements Store {
     }));
   }
 
+  async countInFlightByAgent(): Promise<Record<string, number>> {
+    const rows = wrap("countInFlightByAgent", () =>
+      this.prepare(
+        `SELECT agent_id, COUNT(*) AS n FROM executions
+           WHERE ${OPEN_SQL} AND state IN ('DISPATCHED', 'SCHEDULED', 'RUNNING')
+             AND agent_id IS NOT NULL
+           GROUP BY agent_id`,
+      ).all(),
+    ) as { agent_id: string; n: number }[];
+    return Object.fromEntries(rows.map((r) => [r.agent_id, r.n]));
+  }
+
   async applyTransition(w: TransitionWrite): Promise<boolean> {
     return wrap("applyTransition", () =>
       this.write(() => {
