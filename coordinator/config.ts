@@ -4,6 +4,16 @@ import { AxError } from "../shared/errors.js";
 import { durationSchema } from "./domain/duration.js";
 import { formatIssues } from "./domain/job.js";
 
+/** What webhooks can be told about. */
+export const ALERT_KINDS = [
+  "execution.failed",
+  "execution.timed_out",
+  "execution.expired",
+  "fire.missed",
+  "agent.offline",
+] as const;
+export type AlertKind = (typeof ALERT_KINDS)[number];
+
 /** Coordinator options as users write them in a config file. */
 export const coordinatorConfigSchema = z
   .object({
@@ -49,6 +59,41 @@ export const coordinatorConfigSchema = z
     busyBackoff: durationSchema.default(1_000),
     /** Grace past an execution's timeout before the coordinator times it out itself. @default 5s */
     timeoutGrace: durationSchema.default(5_000),
+    /** Webhooks told about failures, misfires and agents going offline. @default none */
+    alerts: z
+      .object({
+        webhooks: z
+          .array(
+            z
+              .object({
+                url: z.string().regex(/^https?:\/\/.+/, "must be an http:// or https:// URL"),
+                /** Alert kinds sent to this hook. @default all */
+                kinds: z.array(z.enum(ALERT_KINDS)).min(1).optional(),
+                /** Extra request headers (e.g. Authorization). */
+                headers: z.record(z.string(), z.string()).optional(),
+                /** Signs each body: header X-Ax-Signature: sha256=HMAC-SHA256(secret, body). */
+                secret: z.string().min(16).optional(),
+              })
+              .strict(),
+          )
+          .max(32)
+          .default([]),
+        /** Tries per alert and hook before it is recorded failed. @default 6 */
+        maxAttempts: z.number().int().min(1).max(100).default(6),
+        /** Retry back-off: base and cap of the full-jitter exponential. @default 1s, 5m */
+        backoffBase: durationSchema.default(1_000),
+        backoffCap: durationSchema.default(300_000),
+        /** One attempt's time limit. @default 10s */
+        timeout: durationSchema.default(10_000),
+      })
+      .strict()
+      .default({
+        webhooks: [],
+        maxAttempts: 6,
+        backoffBase: 1_000,
+        backoffCap: 300_000,
+        timeout: 10_000,
+      }),
     /** @default 65536 */
     maxPayloadBytes: z
       .number()

@@ -4,6 +4,7 @@ import { TERMINAL_STATES } from "../shared/fsm.js";
 import type { CoordinatorConfig } from "./config.js";
 import { formatIssues, type JobDefinitionInput, jobDefinitionSchema } from "./domain/job.js";
 import { firstFireAt } from "./domain/schedule.js";
+import { Alerts } from "./engine/alerts.js";
 import type { EngineContext, Logger } from "./engine/context.js";
 import { Dispatcher } from "./engine/dispatcher.js";
 import { EngineEventBus } from "./engine/events.js";
@@ -64,6 +65,8 @@ export class Coordinator {
   private readonly dispatcher: Dispatcher;
   private readonly retention: RetentionLoop;
   private readonly triggers: EventTriggers;
+  /** Webhook alerts: failures, misfires, agents offline. */
+  readonly alerts: Alerts;
 
   constructor(config: CoordinatorConfig, deps: CoordinatorDeps = {}) {
     const clock = deps.clock ?? systemClock;
@@ -107,6 +110,7 @@ export class Coordinator {
         .catch((err: unknown) => log("error", `after-trigger failed: ${(err as Error).message}`));
     });
     this.firing.onFired = () => this.dispatcher.kick();
+    this.alerts = new Alerts(this.ctx);
   }
 
   async start(): Promise<void> {
@@ -118,6 +122,7 @@ export class Coordinator {
     this.firing.start();
     this.dispatcher.start();
     this.retention.start();
+    await this.alerts.start();
     this.ctx.log("info", "coordinator started", { mqtt: this.ctx.config.mqtt.url });
   }
 
@@ -336,6 +341,7 @@ export class Coordinator {
   }
 
   async close(): Promise<void> {
+    this.alerts.close();
     this.firing.close();
     this.dispatcher.close();
     this.retention.close();

@@ -80,6 +80,20 @@ export type NewExecution = Omit<
 > &
   Partial<Pick<ExecutionRecord, OptionalOnCreate>>;
 
+/** A webhook alert and how its delivery went. */
+export interface AlertRecord {
+  id: string;
+  /** execution.failed, execution.timed_out, execution.expired, fire.missed, agent.offline */
+  kind: string;
+  url: string;
+  payload: Record<string, unknown>;
+  status: "pending" | "delivered" | "failed";
+  attempts: number;
+  lastError: string | null;
+  createdAt: number;
+  updatedAt: number;
+}
+
 /** What overlap, group and concurrency rules need of an execution. */
 export type PeerRecord = Pick<
   ExecutionRecord,
@@ -268,6 +282,15 @@ export interface Store {
    * concurrency rules look at, oldest first.
    */
   listOpenPeers(by: { jobId: string } | { groupKey: string }): Promise<PeerRecord[]>;
+  /** Records a new alert (status pending, no attempt yet). */
+  putAlert(alert: AlertRecord): Promise<void>;
+  /** Records an attempt's outcome. */
+  updateAlert(
+    id: string,
+    patch: Pick<AlertRecord, "status" | "attempts" | "lastError" | "updatedAt">,
+  ): Promise<void>;
+  /** Alerts, newest first; only pending ones (oldest first) with `pending`. */
+  listAlerts(filter?: { pending?: boolean; limit?: number }): Promise<AlertRecord[]>;
   /** How many executions each agent holds (DISPATCHED, SCHEDULED or RUNNING), by agent id. */
   countInFlightByAgent(): Promise<Record<string, number>>;
   /**

@@ -2,6 +2,7 @@ import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import { type JobDefinition, jobDefinitionSchema } from "../../coordinator/domain/job.js";
 import type {
   AgentRecord,
+  AlertRecord,
   ExecutionPatch,
   ExecutionRecord,
   NewExecution,
@@ -1030,6 +1031,59 @@ export function storeContract(name: string, makeStore: () => Promise<StoreFixtur
         expect(await acked()).toBe(1);
         await store.setAckedSeq("ag-none", "j1", 4);
         expect(await store.getAgent("ag-none")).toBeUndefined();
+      });
+    });
+
+    describe("alerts", () => {
+      const alert = (id: string, createdAt: number, over: Partial<AlertRecord> = {}) =>
+        ({
+          id,
+          kind: "execution.failed",
+          url: "http://hooks.example/a",
+          payload: { id, kind: "execution.failed", executionId: "ex-1" },
+          status: "pending",
+          attempts: 0,
+          lastError: null,
+          createdAt,
+          updatedAt: createdAt,
+          ...over,
+        }) satisfies AlertRecord;
+
+      it("records alerts and their attempts; lists newest first, or pending oldest first", async () => {
+        await store.putAlert(alert("al-1", 100));
+        await store.putAlert(alert("al-2", 200));
+        await store.putAlert(alert("al-3", 300));
+        await store.updateAlert("al-2", {
+          status: "delivered",
+          attempts: 2,
+          lastError: "HTTP 500",
+          updatedAt: 250,
+        });
+        expect((await store.listAlerts()).map((a) => a.id)).toEqual(["al-3", "al-2", "al-1"]);
+        expect((await store.listAlerts({ pending: true })).map((a) => a.id)).toEqual([
+          "al-1",
+          "al-3",
+        ]);
+        expect((await store.listAlerts()).find((a) => a.id === "al-2")).toEqual(
+          alert("al-2", 200, {
+            status: "delivered",
+            attempts: 2,
+            lastError: "HTTP 500",
+            updatedAt: 250,
+          }),
+        );
+        expect(await store.listAlerts({ limit: 1 })).toHaveLength(1);
+      });
+
+      it("purges old alerts that are done, never a pending one", async () => {
+        await store.putAlert(alert("old-done", 100, { status: "failed", attempts: 3 }));
+        await store.putAlert(alert("old-pending", 100));
+        await store.putAlert(alert("new-done", 5_000, { status: "delivered", attempts: 1 }));
+        await store.purgeFinishedBefore(1_000, 100);
+        expect((await store.listAlerts()).map((a) => a.id).sort()).toEqual([
+          "new-done",
+          "old-pending",
+        ]);
       });
     });
 

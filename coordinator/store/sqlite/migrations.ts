@@ -177,4 +177,24 @@ export const SQLITE_MIGRATIONS: readonly Migration[] = [
       CREATE INDEX fires_scheduled ON fires (scheduled_for);
     `,
   },
+  {
+    version: 6,
+    name: "alerts",
+    sql: `
+      -- One row per alert and webhook: what was sent, how often it was tried, how it ended.
+      CREATE TABLE alerts (
+        id TEXT PRIMARY KEY,
+        kind TEXT NOT NULL,
+        url TEXT NOT NULL,
+        payload TEXT NOT NULL,
+        status TEXT NOT NULL,
+        attempts INTEGER NOT NULL,
+        last_error TEXT,
+        created_at REAL NOT NULL,
+        updated_at REAL NOT NULL
+      );
+      CREATE INDEX alerts_pending ON alerts (created_at) WHERE status = 'pending';
+      CREATE INDEX alerts_created ON alerts (created_at);
+    `,
+  },
 ];

@@ -5,6 +5,7 @@ import { migrate } from "../../../shared/migrate.js";
 import type { JobDefinition } from "../../domain/job.js";
 import type {
   AgentRecord,
+  AlertRecord,
   ExecutionFilter,
   ExecutionPatch,
   ExecutionRecord,
@@ -692,6 +693,70 @@ export class SqliteStore implements Store {
     }));
   }
 
+  async putAlert(a: AlertRecord): Promise<void> {
+    wrap("putAlert", () =>
+      this.writeOne(
+        `INSERT INTO alerts (id, kind, url, payload, status, attempts, last_error, created_at, updated_at)
+           VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+      ).run(
+        a.id,
+        a.kind,
+        a.url,
+        JSON.stringify(a.payload),
+        a.status,
+        a.attempts,
+        a.lastError === null ? null : capUtf8(a.lastError, this.maxErrorTextBytes).text,
+        a.createdAt,
+        a.updatedAt,
+      ),
+    );
+  }
+
+  async updateAlert(
+    id: string,
+    p: Pick<AlertRecord, "status" | "attempts" | "lastError" | "updatedAt">,
+  ): Promise<void> {
+    wrap("updateAlert", () =>
+      this.writeOne(
+        "UPDATE alerts SET status = ?, attempts = ?, last_error = ?, updated_at = ? WHERE id = ?",
+      ).run(
+        p.status,
+        p.attempts,
+        p.lastError === null ? null : capUtf8(p.lastError, this.maxErrorTextBytes).text,
+        p.updatedAt,
+        id,
+      ),
+    );
+  }
+
+  async listAlerts(filter: { pending?: boolean; limit?: number } = {}): Promise<AlertRecord[]> {
+    const sql = filter.pending
+      ? "SELECT * FROM alerts WHERE status = 'pending' ORDER BY created_at LIMIT ?"
+      : "SELECT * FROM alerts ORDER BY created_at DESC LIMIT ?";
+    const rows = wrap("listAlerts", () => this.prepare(sql).all(filter.limit ?? 100)) as {
+      id: string;
+      kind: string;
+      url: string;
+      payload: string;
+      status: AlertRecord["status"];
+      attempts: number;
+      last_error: string | null;
+      created_at: number;
+      updated_at: number;
+    }[];
+    return rows.map((r) => ({
+      id: r.id,
+      kind: r.kind,
+      url: r.url,
+      payload: JSON.parse(r.payload) as Record<string, unknown>,
+      status: r.status,
+      attempts: r.attempts,
+      lastError: r.last_error,
+      createdAt: r.created_at,
+      updatedAt: r.updated_at,
+    }));
+  }
+
   async countInFlightByAgent(): Promise<Record<string, number>> {
     const rows = wrap("countInFlightByAgent", () =>
       this.prepare(
@@ -844,6 +909,12 @@ export class SqliteStore implements Store {
                  AND (j.next_fire_at IS NULL OR f.scheduled_for < j.next_fire_at)
                ORDER BY f.scheduled_for LIMIT @max)`,
         ).run({ cutoff: cutoffMs, max });
+        // Alerts age out with the executions they are about; a pending one is still being sent.
+        this.prepare(
+          `DELETE FROM alerts WHERE id IN (
+             SELECT id FROM alerts WHERE created_at < ? AND status != 'pending'
+             ORDER BY created_at LIMIT ?)`,
+        ).run(cutoffMs, max);
         return ids.length;
       }),
     );

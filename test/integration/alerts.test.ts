@@ -1,0 +1,184 @@
+import { createHmac } from "node:crypto";
+import { createServer, type IncomingMessage, type Server } from "node:http";
+import type { AddressInfo } from "node:net";
+import { join } from "node:path";
+import { afterEach, beforeEach, describe, expect, it } from "vitest";
+import { type CoordinatorConfigInput, parseCoordinatorConfig } from "../../coordinator/config.js";
+import { Coordinator } from "../../coordinator/coordinator.js";
+import { type TestBroker, tempDir, testBroker, waitFor } from "../helpers/env.js";
+
+interface Received {
+  headers: IncomingMessage["headers"];
+  body: string;
+}
+
+/** A webhook receiver that answers each request with the next status in `statuses` (then 200). */
+async function receiver(statuses: number[] = [], hang = false) {
+  const received: Received[] = [];
+  const server: Server = createServer((req, res) => {
+    let body = "";
+    req.on("data", (c: Buffer) => {
+      body += c.toString("utf8");
+    });
+    req.on("end", () => {
+      received.push({ headers: req.headers, body });
+      if (hang) return; // never answers
+      res.statusCode = statuses.shift() ?? 200;
+      res.end("ok");
+    });
+  });
+  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+  const url = `http://127.0.0.1:${(server.address() as AddressInfo).port}/hook`;
+  return {
+    url,
+    received,
+    close: () =>
+      new Promise<void>((resolve) => {
+        server.closeAllConnections();
+        server.close(() => resolve());
+      }),
+  };
+}
+
+describe("alerts: webhooks", () => {
+  let broker: TestBroker;
+  let tmp: ReturnType<typeof tempDir>;
+  const coordinators: Coordinator[] = [];
+  const servers: { close(): Promise<void> }[] = [];
+
+  const startCoordinator = async (alerts: CoordinatorConfigInput["alerts"]) => {
+    const c = new Coordinator(
+      parseCoordinatorConfig({
+        store: { path: join(tmp.dir, "ax.sqlite") },
+        mqtt: { url: broker.url, prefix: broker.prefix },
+        heartbeat: 500,
+        alerts,
+      }),
+    );
+    await c.start();
+    coordinators.push(c);
+    return c;
+  };
+  /** A command for an agent that never shows up: it ends EXPIRED at its deadline. */
+  const expireOne = (c: Coordinator, inMs = 200) =>
+    c.sendCommand({ agentId: "nobody", handler: "echo", deadline: Date.now() + inMs });
+
+  beforeEach(async () => {
+    broker = await testBroker();
+    tmp = tempDir();
+  });
+  afterEach(async () => {
+    for (const c of coordinators.splice(0)) await c.close();
+    for (const s of servers.splice(0)) await s.close();
+    await broker.close();
+    tmp.cleanup();
+  });
+
+  it("posts an expired execution to the hook, signed, retrying failed attempts with back-off, and records it", async () => {
+    const hook = await receiver([500, 503]);
+    servers.push(hook);
+    const secret = "a-secret-of-16-chars+";
+    const c = await startCoordinator({
+      webhooks: [{ url: hook.url, secret, headers: { authorization: "Bearer t0k" } }],
+      maxAttempts: 5,
+      backoffBase: 20,
+      backoffCap: 100,
+    });
+    const id = await expireOne(c);
+    await waitFor("delivered", async () => {
+      const [a] = await c.store.listAlerts();
+      return a?.status === "delivered" ? a : undefined;
+    });
+    const [alert] = await c.store.listAlerts();
+    expect(alert).toMatchObject({ kind: "execution.expired", attempts: 3, status: "delivered" });
+    expect(hook.received).toHaveLength(3);
+    const last = hook.received[2] as Received;
+    const payload = JSON.parse(last.body) as Record<string, unknown>;
+    expect(payload).toMatchObject({
+      id: alert?.id,
+      kind: "execution.expired",
+      executionId: id,
+      state: "EXPIRED",
+    });
+    // Every attempt carries the same id, so the receiver can drop a repeat.
+    expect(new Set(hook.received.map((r) => r.headers["x-ax-alert-id"]))).toEqual(
+      new Set([alert?.id]),
+    );
+    expect(last.headers.authorization).toBe("Bearer t0k");
+    expect(last.headers["x-ax-signature"]).toBe(
+      `sha256=${createHmac("sha256", secret).update(last.body).digest("hex")}`,
+    );
+  });
+
+  it("records an alert failed after its last attempt, and sends each hook only the kinds it asked for", async () => {
+    const wanted = await receiver();
+    servers.push(wanted);
+    const down = await receiver();
+    await down.close(); // nothing listens there any more
+    const c = await startCoordinator({
+      webhooks: [
+        { url: down.url, kinds: ["execution.expired"] },
+        { url: wanted.url, kinds: ["agent.offline"] },
+      ],
+      maxAttempts: 3,
+      backoffBase: 10,
+      backoffCap: 30,
+    });
+    await expireOne(c);
+    const failed = await waitFor("failed", async () => {
+      const a = (await c.store.listAlerts()).find((x) => x.url === down.url);
+      return a?.status === "failed" ? a : undefined;
+    });
+    expect(failed.attempts).toBe(3);
+    expect(failed.lastError).toBeTruthy();
+    expect((await c.store.counters()).alerts_failed).toBe(1);
+    // The other hook wanted only agent.offline: it got nothing for the expiry.
+    expect(wanted.received).toHaveLength(0);
+    expect((await c.store.listAlerts()).filter((a) => a.url === wanted.url)).toHaveLength(0);
+  });
+
+  it("never holds up scheduling: with a hook that never answers, executions still expire on time", async () => {
+    const hung = await receiver([], true);
+    servers.push(hung);
+    const c = await startCoordinator({
+      webhooks: [{ url: hung.url }],
+      maxAttempts: 2,
+      backoffBase: 10,
+      backoffCap: 10,
+      timeout: 60_000,
+    });
+    const ids: string[] = [];
+    for (let i = 0; i < 12; i++) ids.push(await expireOne(c, 100 + i * 50));
+    const expired = await waitFor("all expired", async () => {
+      const execs = await Promise.all(ids.map((id) => c.store.getExecution(id)));
+      return execs.every((e) => e?.state === "EXPIRED") ? execs : undefined;
+    });
+    // Each one within a second of its deadline (the dispatcher's pass runs every 100 ms).
+    for (const e of expired) expect((e?.updatedAt ?? 0) - (e?.deadline ?? 0)).toBeLessThan(1_000);
+    // All 12 alerts are recorded; at most 8 are being sent, the rest wait.
+    expect((await c.store.listAlerts()).length).toBe(12);
+    await waitFor("hook reached", () => (hung.received.length >= 8 ? true : undefined));
+    expect(hung.received.length).toBe(8);
+  });
+
+  it("resumes alerts still pending after a restart", async () => {
+    const hook = await receiver([500]);
+    servers.push(hook);
+    const config = { webhooks: [{ url: hook.url }], maxAttempts: 5, backoffBase: 60_000 };
+    const first = await startCoordinator({ ...config, backoffCap: 60_000 });
+    await expireOne(first);
+    await waitFor("first attempt failed", async () => {
+      const [a] = await first.store.listAlerts();
+      return a?.attempts === 1 ? a : undefined;
+    });
+    await first.close();
+    coordinators.splice(0);
+    const second = await startCoordinator({ ...config, backoffBase: 10, backoffCap: 10 });
+    const [alert] = await waitFor("delivered after restart", async () => {
+      const list = await second.store.listAlerts();
+      return list[0]?.status === "delivered" ? list : undefined;
+    });
+    expect(alert?.attempts).toBe(2);
+    expect(hook.received).toHaveLength(2);
+  });
+});
