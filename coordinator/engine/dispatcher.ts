@@ -1,7 +1,8 @@
 import { envelope } from "../../shared/message.js";
+import type { JobDefinition } from "../domain/job.js";
 import { decideOverlap } from "../domain/overlap.js";
 import { eligibleAgents, roundRobin } from "../domain/routing.js";
-import type { ExecutionRecord, PeerRecord, StoredJob } from "../store/port.js";
+import type { ExecutionRecord, PeerRecord } from "../store/port.js";
 import type { EngineContext } from "./context.js";
 import type { Leases } from "./leases.js";
 import type { Registry } from "./registry.js";
@@ -98,7 +99,7 @@ export class Dispatcher {
       }
     }
 
-    const jobs = new Map<string, StoredJob | undefined>();
+    const jobs = new Map<string, JobDefinition | undefined>();
     for (const exec of due.pending) {
       if (exec.deadline < now) {
         await applyEvent(
@@ -184,13 +185,21 @@ export class Dispatcher {
    */
   private async admit(
     exec: ExecutionRecord,
-    jobs: Map<string, StoredJob | undefined>,
+    jobs: Map<string, JobDefinition | undefined>,
     now: number,
   ): Promise<boolean> {
     if (exec.jobId === null) return true;
-    if (!jobs.has(exec.jobId)) jobs.set(exec.jobId, await this.ctx.store.getJob(exec.jobId));
-    const job = jobs.get(exec.jobId);
-    const def = job?.definition;
+    // The rules of the version that fired it: a job changed since applies to its next firings.
+    const versionKey = `${exec.jobId}@${exec.jobVersion}`;
+    if (!jobs.has(versionKey)) {
+      jobs.set(
+        versionKey,
+        exec.jobVersion === null
+          ? (await this.ctx.store.getJob(exec.jobId))?.definition
+          : await this.ctx.store.getJobVersion(exec.jobId, exec.jobVersion),
+      );
+    }
+    const def = jobs.get(versionKey);
     if (!def) return true;
     const overlapFree =
       def.overlap.policy === "PARALLEL" && def.concurrency === undefined && exec.groupKey === null;

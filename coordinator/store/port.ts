@@ -221,6 +221,8 @@ export interface Store {
   putJob(definition: JobDefinition, nextFireAt: number | null, now: number): Promise<StoredJob>;
   getJob(id: string): Promise<StoredJob | undefined>;
   listJobs(): Promise<StoredJob[]>;
+  /** One version of a job's definition (every version is kept), or undefined. */
+  getJobVersion(jobId: string, version: number): Promise<JobDefinition | undefined>;
   /** Ids and next fire times of the jobs, not paused, due at or before `untilMs` (no definitions). */
   listDueFires(untilMs: number): Promise<{ jobId: string; nextFireAt: number }[]>;
   /** Jobs, not paused, whose next fire time is at or before `untilMs`. */

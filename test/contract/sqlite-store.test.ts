@@ -12,6 +12,7 @@ import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import Database from "better-sqlite3";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
+import type { ExecutionRecord } from "../../coordinator/store/port.js";
 import { SQLITE_MIGRATIONS } from "../../coordinator/store/sqlite/migrations.js";
 import {
   GROUP_COMMIT_MAX_WRITES,
@@ -160,6 +161,37 @@ describe("SqliteStore (SQLite specifics)", () => {
       expect(other.prepare("SELECT value FROM counters WHERE name = 'n'").get()).toEqual({
         value: GROUP_COMMIT_MAX_WRITES,
       });
+    });
+
+    it("rolls the whole group back when a write fails past its first statement, and says so", async () => {
+      const store = grouped();
+      const errors: Error[] = [];
+      store.onCommitError = (err) => errors.push(err);
+      await store.createExecution(newExecution("ex-1"), 1_000);
+      await store.flush();
+      await store.bumpCounter("in-the-lost-group");
+      const flushed = store.flush();
+      // A full disk, as far as SQLite knows: no page may be added.
+      const db = (store as unknown as { db: Database.Database }).db;
+      db.pragma(`max_page_count = ${db.pragma("page_count", { simple: true }) as number}`);
+      const e = (await store.getExecution("ex-1")) as ExecutionRecord;
+      await expect(
+        store.applyTransition({
+          executionId: "ex-1",
+          expected: { state: e.state, round: e.round },
+          next: { ...e, state: "CANCELED" },
+          patch: { message: "x".repeat(2_000) },
+          at: 2_000,
+          event: "cancel",
+          detail: { reason: "y".repeat(2_000) },
+        }),
+      ).rejects.toThrow(/full/i);
+      await expect(flushed).rejects.toThrow(/AX_STORE_FAILED|commit failed/);
+      expect(errors).toHaveLength(1);
+      db.pragma("max_page_count = 1073741823");
+      // Nothing of the failed group remains; what was committed before it does.
+      expect((await store.getExecution("ex-1"))?.state).toBe("PENDING");
+      expect((await store.counters())["in-the-lost-group"]).toBeUndefined();
     });
 
     it("commits what is pending on close", async () => {

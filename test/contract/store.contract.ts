@@ -164,6 +164,17 @@ export function storeContract(name: string, makeStore: () => Promise<StoreFixtur
     }
 
     describe("jobs", () => {
+      it("getJobVersion returns each stored version of a definition", async () => {
+        const v1 = jobDef("job-v");
+        const v2 = jobDef("job-v", { params: { v: 2 } });
+        await store.putJob(v1, null, 10);
+        await store.putJob(v2, null, 20);
+        expect(await store.getJobVersion("job-v", 1)).toEqual(v1);
+        expect(await store.getJobVersion("job-v", 2)).toEqual(v2);
+        expect(await store.getJobVersion("job-v", 3)).toBeUndefined();
+        expect(await store.getJobVersion("nope", 1)).toBeUndefined();
+      });
+
       it("putJob creates version 1 and getJob returns it as stored", async () => {
         const def = jobDef("job-a", { params: { topic: "t/1", qos: 1 }, priority: 7 });
         const created = await store.putJob(def, 5_000, 100);

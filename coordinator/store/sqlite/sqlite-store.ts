@@ -288,18 +288,52 @@ export class SqliteStore implements Store {
    * Runs `fn` in an IMMEDIATE transaction. A deferred one that reads first cannot wait for another
    * process's write lock: it fails at once with SQLITE_BUSY, whatever busy_timeout says.
    */
-  private write<T>(fn: () => T): T {
+  private write<T>(fn: () => T, guard: "savepoint" | "statement" | "none" = "savepoint"): T {
     this.runWrite ??= this.db.transaction((f: () => unknown) => f());
     if (!this.groupCommit) return this.runWrite.immediate(fn) as T;
     if (!this.db.inTransaction) {
       this.prepare("BEGIN IMMEDIATE").run();
       this.commitTimer = setImmediate(() => this.commitGroup());
     }
-    // Inside the open transaction better-sqlite3 runs `fn` in a savepoint: a write that throws
-    // undoes only its own changes, not the group's.
-    const result = this.runWrite(fn) as T;
+    let result: T;
+    if (guard === "savepoint") {
+      // Inside the open transaction better-sqlite3 runs `fn` in a savepoint: a write that throws
+      // undoes only its own changes, not the group's.
+      result = this.runWrite(fn) as T;
+    } else {
+      // One statement ("statement": SQLite undoes a failed one by itself) or statements that
+      // cannot break a constraint ("none") need no savepoint. After any other error the group's
+      // state is unknown: it is rolled back whole, as a failed commit would be.
+      try {
+        result = fn();
+      } catch (err) {
+        const constraint = (err as { code?: string }).code?.startsWith("SQLITE_CONSTRAINT");
+        if (!(guard === "statement" && constraint)) this.failGroup(err);
+        throw err;
+      }
+    }
     if (++this.groupWrites >= GROUP_COMMIT_MAX_WRITES) this.commitGroup();
     return result;
+  }
+
+  /** Rolls the open group back and tells its waiters and the owner why. */
+  private failGroup(err: unknown): void {
+    if (this.commitTimer !== undefined) clearImmediate(this.commitTimer);
+    this.commitTimer = undefined;
+    this.groupWrites = 0;
+    const waiters = this.flushWaiters;
+    this.afterCommitQueue = [];
+    this.flushWaiters = [];
+    if (this.db.inTransaction) this.db.exec("ROLLBACK");
+    const error = new AxError(
+      "AX_STORE_FAILED",
+      `store: commit failed: ${(err as Error).message}`,
+      {
+        cause: err,
+      },
+    );
+    for (const w of waiters) w.reject(error);
+    this.onCommitError?.(error);
   }
 
   /** Commits the open group, then runs its after-commit callbacks; on failure rolls it back. */
@@ -319,14 +353,8 @@ export class SqliteStore implements Store {
     try {
       this.prepare("COMMIT").run();
     } catch (err) {
-      if (this.db.inTransaction) this.db.exec("ROLLBACK");
-      const error = new AxError(
-        "AX_STORE_FAILED",
-        `store: commit failed: ${(err as Error).message}`,
-        { cause: err },
-      );
-      for (const w of waiters) w.reject(error);
-      this.onCommitError?.(error);
+      this.flushWaiters = waiters;
+      this.failGroup(err);
       return;
     }
     for (const w of waiters) w.resolve();
@@ -425,6 +453,17 @@ export class SqliteStore implements Store {
    * Frozen, since callers share them. Versions only rise, so a version seen is its definition.
    */
   private readonly definitions = new Map<string, { version: number; definition: JobDefinition }>();
+
+  async getJobVersion(jobId: string, version: number): Promise<JobDefinition | undefined> {
+    const cached = this.definitions.get(jobId);
+    if (cached?.version === version) return cached.definition;
+    const json = wrap("getJobVersion", () =>
+      this.prepare("SELECT definition FROM job_versions WHERE job_id = ? AND version = ?")
+        .pluck()
+        .get(jobId, version),
+    ) as string | undefined;
+    return json === undefined ? undefined : deepFreeze(JSON.parse(json) as JobDefinition);
+  }
 
   async listJobs(): Promise<StoredJob[]> {
     return wrap("listJobs", () =>
@@ -838,7 +877,8 @@ export class SqliteStore implements Store {
           w.detail ?? null,
         );
         return true;
-      }),
+        // An UPDATE by key and timeline rows numbered in the same statement break no constraint.
+      }, "none"),
     );
   }
 
@@ -978,7 +1018,7 @@ export class SqliteStore implements Store {
   private writeOne(sql: string): { run: (...args: unknown[]) => Database.RunResult } {
     const st = this.prepare(sql);
     if (!this.groupCommit) return st;
-    return { run: (...args: unknown[]) => this.write(() => st.run(...args)) };
+    return { run: (...args: unknown[]) => this.write(() => st.run(...args), "statement") };
   }
 
   async close(): Promise<void> {
