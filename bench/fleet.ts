@@ -1,0 +1,134 @@
+/**
+ * Fleet benchmark: how long from an agent's death to `offline` in the coordinator's registry, and
+ * how evenly CONSISTENT_HASH spreads keys.
+ *
+ *   npm run bench:fleet                  # about a minute
+ *   options: --trials 10  --keepalive 2
+ *
+ * Death comes two ways. `kill -9`: the process dies and the kernel closes its socket, so the
+ * broker sees the connection drop at once. `SIGSTOP`: the process freezes with its socket open —
+ * as a device that loses power or network leaves it — so only the broker's keepalive timer
+ * (1.5 × keepalive, MQTT 3.1.1 §3.1.2.10) notices, and publishes the agent's will.
+ * Each trial is a fresh agent process on the embedded broker, against one coordinator whose
+ * heartbeat rule (3 missed heartbeats of 10 s) is far too slow to be what took it offline.
+ */
+import { join } from "node:path";
+import { parseArgs } from "node:util";
+import { startEmbeddedBroker } from "../coordinator/broker/embedded.js";
+import { type AgentProcess, spawnAgentProcess } from "../coordinator/cli/agent-process.js";
+import { parseCoordinatorConfig } from "../coordinator/config.js";
+import { Coordinator } from "../coordinator/coordinator.js";
+import { tempDir } from "../test/helpers/env.js";
+import { fmt, mdTable, percentile, printTable, writeResults } from "./lib.js";
+
+const { values } = parseArgs({
+  options: {
+    trials: { type: "string", default: "10" },
+    keepalive: { type: "string", default: "2" },
+  },
+});
+const TRIALS = Number(values.trials);
+const KEEPALIVE_S = Number(values.keepalive);
+if (!(TRIALS >= 1) || !(KEEPALIVE_S >= 1)) {
+  throw new Error("--trials and --keepalive must be positive numbers");
+}
+
+async function until<T>(what: string, check: () => T | undefined, timeoutMs: number): Promise<T> {
+  const end = Date.now() + timeoutMs;
+  for (;;) {
+    const v = check();
+    if (v !== undefined) return v;
+    if (Date.now() > end) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 5));
+  }
+}
+
+async function main(): Promise<void> {
+  const tmp = tempDir("ax-bench-fleet-");
+  const broker = await startEmbeddedBroker(0);
+  const coordinator = new Coordinator(
+    parseCoordinatorConfig({
+      store: { path: join(tmp.dir, "ax.sqlite") },
+      mqtt: { url: broker.url, prefix: "axbench" },
+      heartbeat: 10_000,
+    }),
+  );
+  await coordinator.start();
+  const offlineAt = new Map<string, { at: number; reason: string }>();
+  coordinator.events.on("agent", (e) => {
+    if (e.status === "offline") offlineAt.set(e.agentId, { at: e.at, reason: e.reason });
+  });
+
+  const results: Record<string, { ms: number[]; reasons: Record<string, number> }> = {
+    "kill -9": { ms: [], reasons: {} },
+    SIGSTOP: { ms: [], reasons: {} },
+  };
+  const agents: AgentProcess[] = [];
+  try {
+    for (let i = 0; i < TRIALS; i++) {
+      for (const mode of ["kill -9", "SIGSTOP"] as const) {
+        const agentId = `bench-${mode === "kill -9" ? "k" : "s"}${i}`;
+        const agent = spawnAgentProcess(tmp.dir, {
+          agentId,
+          mqtt: { url: broker.url, prefix: "axbench", keepaliveS: KEEPALIVE_S },
+          heartbeatMs: 10_000,
+        });
+        agents.push(agent);
+        await until(
+          `${agentId} online`,
+          () => (coordinator.registry.get(agentId)?.status === "online" ? true : undefined),
+          20_000,
+        );
+        // Let its first heartbeat pass, so the agent is idle as a real one would be.
+        await new Promise((r) => setTimeout(r, 200));
+        const t0 = Date.now();
+        agent.child.kill(mode === "kill -9" ? "SIGKILL" : "SIGSTOP");
+        const off = await until(`${agentId} offline`, () => offlineAt.get(agentId), 60_000);
+        const r = results[mode] as { ms: number[]; reasons: Record<string, number> };
+        r.ms.push(off.at - t0);
+        r.reasons[off.reason] = (r.reasons[off.reason] ?? 0) + 1;
+        if (mode === "SIGSTOP") agent.child.kill("SIGKILL");
+        await agent.kill();
+        process.stdout.write(`${mode} trial ${i + 1}: ${off.at - t0} ms (${off.reason})\n`);
+      }
+    }
+  } finally {
+    for (const a of agents) await a.kill();
+    await coordinator.close();
+    await broker.close();
+    tmp.cleanup();
+  }
+
+  const rows = Object.entries(results).map(([mode, r]) => {
+    const sorted = Float64Array.from(r.ms).sort();
+    return [
+      mode,
+      String(r.ms.length),
+      fmt(percentile(sorted, 50)),
+      fmt(percentile(sorted, 100)),
+      Object.entries(r.reasons)
+        .map(([k, v]) => `${k} ×${v}`)
+        .join(", "),
+    ];
+  });
+  const header = ["death", "trials", "p50 ms", "max ms", "how it went offline"];
+  printTable(header, rows);
+  const windowMs = KEEPALIVE_S * 1500;
+  const markdown = `## Fleet: time from an agent's death to offline
+
+Reproduce with \`npm run bench:fleet\` (\`tsx bench/fleet.ts\`). ${TRIALS} trials per kind of death, each a fresh agent process (keepalive ${KEEPALIVE_S} s, heartbeats every 10 s) on the embedded broker; the time is from the signal to the coordinator's \`offline\` event. The heartbeat rule (3 missed heartbeats, 30 s here) is not what took any of them offline: the reason column says which rule did.
+
+- **kill -9**: the kernel closes the dead process's socket, the broker publishes its will at once.
+- **SIGSTOP**: the process freezes with its socket open, as a device that loses power or its network would leave it; the broker notices only when the keepalive runs out (1.5 × ${KEEPALIVE_S} s = ${fmt(windowMs)} ms) and publishes the will.
+
+${mdTable(header, rows)}
+
+Target: within the broker's keepalive window (${fmt(windowMs)} ms here) — not the 90–120 s other schedulers take to notice.`;
+  writeResults(
+    "fleet",
+    { keepaliveS: KEEPALIVE_S, trials: TRIALS, offline: results, keepaliveWindowMs: windowMs },
+    markdown,
+  );
+}
+
+await main();
