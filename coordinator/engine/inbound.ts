@@ -66,24 +66,21 @@ export class Inbound {
     }
   }
 
-  /** Handles a burst in order; a run of reports about one execution goes as one. */
+  /**
+   * Handles a burst in order. Consecutive reports go together: reports about different
+   * executions commute, so each execution's reports in the run are applied as one write.
+   */
   private async burst(items: Queued[]): Promise<void> {
     for (let i = 0; i < items.length; ) {
       const { decoded, receivedAt } = items[i] as Queued;
-      const first = reportOf(decoded);
       let end = i + 1;
-      if (first) {
-        while (
-          end < items.length &&
-          reportOf((items[end] as Queued).decoded)?.executionId === first.executionId
-        ) {
-          end++;
-        }
+      if (reportOf(decoded)) {
+        while (end < items.length && reportOf((items[end] as Queued).decoded)) end++;
       }
       const run = items.slice(i, end);
       i = end;
       try {
-        if (first && decoded.channel === "up") {
+        if (decoded.channel === "up" && reportOf(decoded)) {
           await this.reports(
             decoded.agentId,
             run.map((x) => reportOf(x.decoded) as Report),
@@ -200,8 +197,8 @@ export class Inbound {
   /**
    * Rule 1: a report is applied once, in seq order. Already stored → acknowledged again and
    * dropped; the next expected → applied and acknowledged; beyond a gap → dropped unacknowledged
-   * (the agent re-sends its outbox in order, which fills the gap). `rs` are consecutive reports
-   * about one execution.
+   * (the agent re-sends its outbox in order, which fills the gap). Reports about one execution
+   * apply in their order, as one write; those about different executions are independent.
    */
   private async reports(agentId: string, rs: Report[]): Promise<void> {
     const agent = this.registry.get(agentId);
@@ -209,7 +206,7 @@ export class Inbound {
       await this.ctx.store.bumpCounter("reports_from_unknown_agents", rs.length);
       return;
     }
-    const fresh: Report[] = [];
+    const byExecution = new Map<string, Report[]>();
     let next = agent.ackedSeq + 1;
     for (const r of rs) {
       if (r.seq < next) {
@@ -218,15 +215,31 @@ export class Inbound {
       } else if (r.seq > next) {
         await this.ctx.store.bumpCounter("out_of_order_reports");
       } else {
-        fresh.push(r);
+        const list = byExecution.get(r.executionId);
+        if (list) list.push(r);
+        else byExecution.set(r.executionId, [r]);
         next++;
       }
     }
-    const last = fresh.at(-1);
-    if (!last) return;
-    await this.applyReports(agentId, fresh);
-    this.registry.ackedTo(agentId, last.seq);
-    this.owe(agentId, last.seq);
+    if (byExecution.size === 0) return;
+    // Acknowledged up to the report before the first that could not be applied (the agent
+    // re-sends from there; what was applied after it is then dropped by the state machine).
+    let ackTo = next - 1;
+    for (const group of byExecution.values()) {
+      try {
+        await this.applyReports(agentId, group);
+      } catch (err) {
+        ackTo = Math.min(ackTo, (group[0] as Report).seq - 1);
+        this.ctx.log(
+          "error",
+          `applying ${group.length} report(s) about ${(group[0] as Report).executionId} failed: ${(err as Error).message}`,
+          { agentId, executionId: (group[0] as Report).executionId },
+        );
+      }
+    }
+    if (ackTo <= agent.ackedSeq) return;
+    this.registry.ackedTo(agentId, ackTo);
+    this.owe(agentId, ackTo);
     this.onChange();
   }
 

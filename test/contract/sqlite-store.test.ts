@@ -194,6 +194,50 @@ describe("SqliteStore (SQLite specifics)", () => {
       expect((await store.counters())["in-the-lost-group"]).toBeUndefined();
     });
 
+    it("answers reads from what it wrote exactly as the file would", async () => {
+      const store = grouped();
+      await store.createExecution(
+        newExecution("ex-1", { tags: { zone: "a" }, groupKey: "g", shardIndex: 1, shardTotal: 2 }),
+        1_000,
+      );
+      const steps: [Partial<ExecutionRecord>, string, Record<string, unknown>][] = [
+        [
+          { state: "DISPATCHED", round: 1, dispatches: 1 },
+          "dispatch",
+          { agentId: "ag-1", dispatchedAt: 1_100 },
+        ],
+        [{ state: "RUNNING" }, "started", { startedAt: 1_200, lateMs: 3 }],
+        [
+          { state: "RETRY_WAITING" },
+          "finished",
+          {
+            finishedAt: 1_300,
+            message: "é".repeat(3_000),
+            result: { ok: false, n: [1, 2] },
+            nextAttemptAt: 2_000,
+          },
+        ],
+      ];
+      for (const [next, event, patch] of steps) {
+        const e = (await store.getExecution("ex-1")) as ExecutionRecord;
+        expect(
+          await store.applyTransition({
+            executionId: "ex-1",
+            expected: { state: e.state, round: e.round },
+            next: { ...e, ...next } as ExecutionRecord,
+            patch,
+            at: 1_000 + steps.length,
+            event,
+          }),
+        ).toBe(true);
+      }
+      await store.flush();
+      const fromFile = new SqliteStore({ path });
+      stores.push(fromFile);
+      expect(await store.getExecution("ex-1")).toEqual(await fromFile.getExecution("ex-1"));
+      expect((await store.getExecution("ex-1"))?.messageBytes).toBe(6_000);
+    });
+
     it("commits what is pending on close", async () => {
       const store = grouped();
       await store.createExecution(newExecution("ex-1"), 1_000);

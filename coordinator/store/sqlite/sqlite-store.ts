@@ -162,6 +162,9 @@ const APPLY_TRANSITION_SQL = `UPDATE executions SET state = ?, round = ?, attemp
     ).join(",\n    ")}
   WHERE id = ? AND state = ? AND round = ?`;
 
+/** How many executions {@link SqliteStore} keeps in memory under group commit. */
+const EXECUTION_CACHE_SIZE = 20_000;
+
 /** How many parsed job definitions {@link SqliteStore} keeps. */
 const DEFINITION_CACHE_SIZE = 4096;
 
@@ -299,7 +302,13 @@ export class SqliteStore implements Store {
     if (guard === "savepoint") {
       // Inside the open transaction better-sqlite3 runs `fn` in a savepoint: a write that throws
       // undoes only its own changes, not the group's.
-      result = this.runWrite(fn) as T;
+      try {
+        result = this.runWrite(fn) as T;
+      } catch (err) {
+        // What the failed write cached may have been undone with it.
+        this.executions.clear();
+        throw err;
+      }
     } else {
       // One statement ("statement": SQLite undoes a failed one by itself) or statements that
       // cannot break a constraint ("none") need no savepoint. After any other error the group's
@@ -318,6 +327,7 @@ export class SqliteStore implements Store {
 
   /** Rolls the open group back and tells its waiters and the owner why. */
   private failGroup(err: unknown): void {
+    this.executions.clear();
     if (this.commitTimer !== undefined) clearImmediate(this.commitTimer);
     this.commitTimer = undefined;
     this.groupWrites = 0;
@@ -453,6 +463,23 @@ export class SqliteStore implements Store {
    * Frozen, since callers share them. Versions only rise, so a version seen is its definition.
    */
   private readonly definitions = new Map<string, { version: number; definition: JobDefinition }>();
+
+  /**
+   * Executions as last written or read, by id, when this store is its file's only writer (group
+   * commit): every report and dispatch reads its execution first, and most were written moments
+   * before. Updated on every write, dropped on any failed one. Callers share the records and
+   * never change them.
+   */
+  private readonly executions = new Map<string, ExecutionRecord>();
+
+  private cacheExecution(e: ExecutionRecord): void {
+    if (!this.groupCommit) return;
+    if (this.executions.size >= EXECUTION_CACHE_SIZE && !this.executions.has(e.id)) {
+      const oldest = this.executions.keys().next().value;
+      if (oldest !== undefined) this.executions.delete(oldest);
+    }
+    this.executions.set(e.id, e);
+  }
 
   async getJobVersion(jobId: string, version: number): Promise<JobDefinition | undefined> {
     const cached = this.definitions.get(jobId);
@@ -598,6 +625,47 @@ export class SqliteStore implements Store {
       tags: e.tags && Object.keys(e.tags).length > 0 ? JSON.stringify(e.tags) : null,
     });
     this.appendTimeline(e.id, at, "created", null, "PENDING", 0, null, detail);
+    if (this.groupCommit) {
+      // As toExecution would read the row back (JSON values as parsed from what was stored).
+      this.cacheExecution({
+        id: e.id,
+        kind: e.kind,
+        jobId: e.jobId,
+        jobVersion: e.jobVersion,
+        handler: e.handler,
+        params: JSON.parse(JSON.stringify(e.params)) as Record<string, unknown>,
+        targetAgentId: e.targetAgentId,
+        agentId: null,
+        state: "PENDING",
+        round: 0,
+        attempt: 1,
+        maxAttempts: e.maxAttempts,
+        dispatches: 0,
+        maxDispatches: e.maxDispatches,
+        fireAt: e.fireAt,
+        deadline: e.deadline,
+        timeoutMs: e.timeoutMs,
+        dispatchTimeoutMs: e.dispatchTimeoutMs,
+        priority: e.priority,
+        retryBaseMs: e.retryBaseMs,
+        retryCapMs: e.retryCapMs,
+        createdAt: e.createdAt,
+        updatedAt: e.createdAt,
+        dispatchedAt: null,
+        startedAt: null,
+        finishedAt: null,
+        lateMs: null,
+        nextAttemptAt: null,
+        result: null,
+        message: null,
+        messageBytes: null,
+        scheduledFor: e.scheduledFor ?? null,
+        shardIndex: e.shardIndex ?? null,
+        shardTotal: e.shardTotal ?? null,
+        groupKey: e.groupKey ?? null,
+        tags: e.tags && Object.keys(e.tags).length > 0 ? { ...e.tags } : {},
+      });
+    }
   }
 
   private appendTimeline(
@@ -625,10 +693,15 @@ export class SqliteStore implements Store {
   }
 
   async getExecution(id: string): Promise<ExecutionRecord | undefined> {
+    const cached = this.executions.get(id);
+    if (cached) return cached;
     const row = wrap("getExecution", () =>
       this.prepare("SELECT * FROM executions WHERE id = ?").get(id),
     ) as ExecutionRow | undefined;
-    return row ? toExecution(row) : undefined;
+    if (!row) return undefined;
+    const e = toExecution(row);
+    this.cacheExecution(e);
+    return e;
   }
 
   async listExecutions(filter: ExecutionFilter = {}): Promise<ExecutionRecord[]> {
@@ -823,6 +896,12 @@ export class SqliteStore implements Store {
           w.next.maxDispatches,
           w.at,
         ];
+        const cached = this.executions.get(w.executionId);
+        const updated: Record<string, unknown> | undefined = cached && {
+          ...cached,
+          ...w.next,
+          updatedAt: w.at,
+        };
         for (const key of PATCH_KEYS) {
           if (!(key in p)) {
             if (key === "message") args.push(0, null, 0, null);
@@ -830,18 +909,31 @@ export class SqliteStore implements Store {
             continue;
           }
           let value: unknown = p[key] ?? null;
-          if (key === "result" && value !== null) value = JSON.stringify(value);
-          if (key === "message") {
+          if (key === "result" && value !== null) {
+            value = JSON.stringify(value);
+            if (updated) updated.result = JSON.parse(value as string);
+          } else if (key === "message") {
             const capped =
               typeof value === "string" ? capUtf8(value, this.maxErrorTextBytes) : null;
             args.push(1, capped?.text ?? null, 1, capped?.bytes ?? null);
+            if (updated) {
+              updated.message = capped?.text ?? null;
+              updated.messageBytes = capped?.bytes ?? null;
+            }
             continue;
+          } else if (updated) {
+            updated[key] = value;
           }
           args.push(1, value);
         }
         args.push(w.executionId, w.expected.state, w.expected.round);
         const res = this.prepare(APPLY_TRANSITION_SQL).run(...args);
-        if (res.changes !== 1) return false;
+        if (res.changes !== 1) {
+          // Not as the caller read it: whatever is cached is not to be trusted either.
+          this.executions.delete(w.executionId);
+          return false;
+        }
+        if (updated) this.executions.set(w.executionId, updated as unknown as ExecutionRecord);
         if (w.steps) {
           for (const st of w.steps) {
             this.appendTimeline(
@@ -933,6 +1025,7 @@ export class SqliteStore implements Store {
         for (const id of ids) {
           dropTimeline.run(id);
           dropExecution.run(id);
+          this.executions.delete(id);
         }
         // The fires ledger makes firing exactly-once, and deleting its old rows is safe only
         // because a job's next_fire_at only moves forward: recordFire first compare-and-sets
