@@ -14,6 +14,7 @@ import { startEmbeddedBroker } from "../coordinator/broker/embedded.js";
 import {
   AGENTS,
   type AgentLog,
+  COORDINATOR_HEAP_MB,
   DRAIN_MAX_MS,
   DRAIN_STALL_MS,
   hostNow,
@@ -219,9 +220,20 @@ export async function runRate(o: RunOptions): Promise<RateResult> {
       windowEnd: window.end,
       ...(o.profile ? { profilePath } : {}),
     };
-    const worker = spawn(process.execPath, ["--expose-gc", o.workerFile, JSON.stringify(args)], {
-      stdio: ["ignore", "pipe", "pipe"],
-    });
+    // With the heap cap the coordinator's systemd unit gives it (docs/operations.md): without
+    // one, V8 lets the heap grow to hundreds of MB of garbage under load.
+    const worker = spawn(
+      process.execPath,
+      [
+        "--expose-gc",
+        `--max-old-space-size=${COORDINATOR_HEAP_MB}`,
+        o.workerFile,
+        JSON.stringify(args),
+      ],
+      {
+        stdio: ["ignore", "pipe", "pipe"],
+      },
+    );
     children.push(worker);
     const workerErr = tail(worker);
     const online = new Set<string>();
