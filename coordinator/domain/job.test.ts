@@ -1,7 +1,7 @@
 import { describe, expect, it } from "vitest";
 import type { z } from "zod";
 import { durationSchema, parseDuration } from "./duration.js";
-import { formatIssues, jobDefinitionSchema, jobsFileSchema } from "./job.js";
+import { formatIssues, jobDefinitionSchema, jobsFileSchema, ROUTING_STRATEGIES } from "./job.js";
 
 const base = { id: "j1", handler: "echo", trigger: { type: "every", every: "2s" } } as const;
 
@@ -246,6 +246,53 @@ describe("jobDefinitionSchema", () => {
       const once = jobDefinitionSchema.parse({ ...base, ...extra });
       expect(jobDefinitionSchema.parse(once)).toEqual(once);
       // Also after a trip through JSON, as the store keeps it.
+      expect(jobDefinitionSchema.parse(JSON.parse(JSON.stringify(once)))).toEqual(once);
+    }
+  });
+
+  it("parses each routing strategy, leaving out what is not given", () => {
+    const parse = (routing: unknown) => jobDefinitionSchema.parse({ ...base, routing }).routing;
+    expect(parse({})).toEqual({ strategy: "ROUND_ROBIN" });
+    for (const strategy of ROUTING_STRATEGIES.filter((s) => s !== "TARGET")) {
+      expect(parse({ strategy })).toEqual({ strategy });
+    }
+    expect(parse({ strategy: "CONSISTENT_HASH", hashKey: "device.id", virtualNodes: 512 })).toEqual(
+      { strategy: "CONSISTENT_HASH", hashKey: "device.id", virtualNodes: 512 },
+    );
+    expect(parse({ strategy: "STICKY", hashKey: "deviceId", virtualNodes: 1 })).toEqual({
+      strategy: "STICKY",
+      hashKey: "deviceId",
+      virtualNodes: 1,
+    });
+    expect(
+      parse({ strategy: "CONSISTENT_HASH", hashKey: "sensors.0", virtualNodes: 8192 }),
+    ).toEqual({ strategy: "CONSISTENT_HASH", hashKey: "sensors.0", virtualNodes: 8192 });
+    expect(parse({ strategy: "FAILOVER", agents: ["primary", "standby"] })).toEqual({
+      strategy: "FAILOVER",
+      agents: ["primary", "standby"],
+    });
+    expect(parse({ strategy: "TARGET", agents: ["dev-1"] })).toEqual({
+      strategy: "TARGET",
+      agents: ["dev-1"],
+    });
+    expect(parse({ strategy: "TARGET", selector: { site: "plant-2", "hw.rev": "B" } })).toEqual({
+      strategy: "TARGET",
+      selector: { site: "plant-2", "hw.rev": "B" },
+    });
+  });
+
+  it("a stored routing parses again to itself, also after a trip through JSON", () => {
+    for (const routing of [
+      { strategy: "ROUND_ROBIN" },
+      { strategy: "CONSISTENT_HASH", hashKey: "device.id", virtualNodes: 64 },
+      { strategy: "STICKY" },
+      { strategy: "FAILOVER", agents: ["b", "a"] },
+      { strategy: "TARGET", selector: { site: "x" } },
+      { strategy: "SHARD_BROADCAST" },
+    ]) {
+      const once = jobDefinitionSchema.parse({ ...base, routing, shards: 4 });
+      expect(once.routing).toEqual(routing);
+      expect(jobDefinitionSchema.parse(once)).toEqual(once);
       expect(jobDefinitionSchema.parse(JSON.parse(JSON.stringify(once)))).toEqual(once);
     }
   });
@@ -533,6 +580,139 @@ describe("jobDefinitionSchema", () => {
       issues: "tags: Invalid input: expected record, received array",
     },
     {
+      name: "routing.strategy unknown",
+      input: { ...base, routing: { strategy: "LEAST_CONNECTIONS" } },
+      issues:
+        'routing.strategy: Invalid option: expected one of "FIRST"|"ROUND_ROBIN"|"RANDOM"|"CONSISTENT_HASH"|"LEAST_LOADED"|"LEAST_RECENTLY_USED"|"STICKY"|"FAILOVER"|"SHARD_BROADCAST"|"TARGET"',
+    },
+    {
+      name: "routing.strategy in lower case",
+      input: { ...base, routing: { strategy: "round_robin" } },
+      issues:
+        'routing.strategy: Invalid option: expected one of "FIRST"|"ROUND_ROBIN"|"RANDOM"|"CONSISTENT_HASH"|"LEAST_LOADED"|"LEAST_RECENTLY_USED"|"STICKY"|"FAILOVER"|"SHARD_BROADCAST"|"TARGET"',
+    },
+    {
+      name: "routing unknown key (strict)",
+      input: { ...base, routing: { strategy: "CONSISTENT_HASH", key: "deviceId" } },
+      issues: 'routing: Unrecognized key: "key"',
+    },
+    {
+      name: "routing TARGET without agents or selector",
+      input: { ...base, routing: { strategy: "TARGET" } },
+      issues: "routing.agents: TARGET needs agents (agent ids) or selector (tags)",
+    },
+    {
+      name: "routing TARGET with both agents and selector",
+      input: { ...base, routing: { strategy: "TARGET", agents: ["a"], selector: { site: "x" } } },
+      issues: "routing.selector: TARGET takes agents or selector, not both",
+    },
+    {
+      name: "routing TARGET with an empty selector",
+      input: { ...base, routing: { strategy: "TARGET", selector: {} } },
+      issues: "routing.selector: must name at least one tag",
+    },
+    {
+      name: "routing TARGET with no agents",
+      input: { ...base, routing: { strategy: "TARGET", agents: [] } },
+      issues: "routing.agents: Too small: expected array to have >=1 items",
+    },
+    {
+      name: "routing agents with ROUND_ROBIN",
+      input: { ...base, routing: { strategy: "ROUND_ROBIN", agents: ["a"] } },
+      issues: "routing.agents: only for strategy TARGET or FAILOVER, not ROUND_ROBIN",
+    },
+    {
+      name: "routing agents without a strategy (the default, ROUND_ROBIN)",
+      input: { ...base, routing: { agents: ["a"] } },
+      issues: "routing.agents: only for strategy TARGET or FAILOVER, not ROUND_ROBIN",
+    },
+    {
+      name: "routing selector with FAILOVER",
+      input: { ...base, routing: { strategy: "FAILOVER", selector: { site: "x" } } },
+      issues: "routing.selector: only for strategy TARGET, not FAILOVER",
+    },
+    {
+      name: "routing hashKey with RANDOM",
+      input: { ...base, routing: { strategy: "RANDOM", hashKey: "deviceId" } },
+      issues: "routing.hashKey: only for strategy CONSISTENT_HASH or STICKY, not RANDOM",
+    },
+    {
+      name: "routing hashKey with TARGET",
+      input: { ...base, routing: { strategy: "TARGET", agents: ["a"], hashKey: "deviceId" } },
+      issues: "routing.hashKey: only for strategy CONSISTENT_HASH or STICKY, not TARGET",
+    },
+    {
+      name: "routing virtualNodes with LEAST_LOADED",
+      input: { ...base, routing: { strategy: "LEAST_LOADED", virtualNodes: 100 } },
+      issues: "routing.virtualNodes: only for strategy CONSISTENT_HASH or STICKY, not LEAST_LOADED",
+    },
+    {
+      name: "routing hashKey empty",
+      input: { ...base, routing: { strategy: "CONSISTENT_HASH", hashKey: "" } },
+      issues: "routing.hashKey: must be a dotted path into params such as deviceId or device.id",
+    },
+    {
+      name: "routing hashKey with an empty segment",
+      input: { ...base, routing: { strategy: "CONSISTENT_HASH", hashKey: "device..id" } },
+      issues: "routing.hashKey: must be a dotted path into params such as deviceId or device.id",
+    },
+    {
+      name: "routing hashKey with a leading dot",
+      input: { ...base, routing: { strategy: "STICKY", hashKey: ".id" } },
+      issues: "routing.hashKey: must be a dotted path into params such as deviceId or device.id",
+    },
+    {
+      name: "routing hashKey of 257 characters",
+      input: { ...base, routing: { strategy: "STICKY", hashKey: "k".repeat(257) } },
+      issues: "routing.hashKey: Too big: expected string to have <=256 characters",
+    },
+    {
+      name: "routing virtualNodes 0",
+      input: { ...base, routing: { strategy: "CONSISTENT_HASH", virtualNodes: 0 } },
+      issues: "routing.virtualNodes: Too small: expected number to be >=1",
+    },
+    {
+      name: "routing virtualNodes 8193",
+      input: { ...base, routing: { strategy: "CONSISTENT_HASH", virtualNodes: 8193 } },
+      issues: "routing.virtualNodes: Too big: expected number to be <=8192",
+    },
+    {
+      name: "routing virtualNodes 1.5",
+      input: { ...base, routing: { strategy: "STICKY", virtualNodes: 1.5 } },
+      issues: "routing.virtualNodes: Invalid input: expected int, received number",
+    },
+    {
+      name: "routing agent id with /",
+      input: { ...base, routing: { strategy: "TARGET", agents: ["ok", "a/b"] } },
+      issues:
+        "routing.agents.1: must be 1-128 of A-Z a-z 0-9 . _ : - and start with a letter or digit",
+    },
+    {
+      name: "routing agent listed twice",
+      input: { ...base, routing: { strategy: "FAILOVER", agents: ["a", "b", "a"] } },
+      issues: 'routing.agents.2: duplicate agent id "a"',
+    },
+    {
+      name: "routing agents as a string",
+      input: { ...base, routing: { strategy: "TARGET", agents: "dev-1" } },
+      issues: "routing.agents: Invalid input: expected array, received string",
+    },
+    {
+      name: "routing selector with a bad tag name",
+      input: { ...base, routing: { strategy: "TARGET", selector: { "bad tag": "x" } } },
+      issues: "routing.selector.bad tag: must be a tag name: 1-64 of A-Z a-z 0-9 . _ -",
+    },
+    {
+      name: "routing selector value not a string",
+      input: { ...base, routing: { strategy: "TARGET", selector: { rev: 2 } } },
+      issues: "routing.selector.rev: Invalid input: expected string, received number",
+    },
+    {
+      name: "routing given as a string",
+      input: { ...base, routing: "ROUND_ROBIN" },
+      issues: "routing: Invalid input: expected object, received string",
+    },
+    {
       name: "delay without a delay",
       input: { ...base, trigger: { type: "delay" } },
       issues: 'trigger.delay: give the delay as delay (e.g. "10m")',
@@ -636,6 +816,20 @@ describe("jobDefinitionSchema", () => {
         'overlap.policy: Invalid option: expected one of "PARALLEL"|"SKIP"|"QUEUE"|"REPLACE"',
         "overlap.queueMax: Too small: expected number to be >=1",
         "misfire.maxCatchUp: Too small: expected number to be >=1",
+      ].join("\n"),
+    );
+  });
+  it("lists every routing issue, each at its field", () => {
+    expect(
+      issuesOf(jobDefinitionSchema, {
+        ...base,
+        routing: { strategy: "RANDOM", hashKey: "id", agents: ["a"], selector: { s: "x" } },
+      }),
+    ).toBe(
+      [
+        "routing.agents: only for strategy TARGET or FAILOVER, not RANDOM",
+        "routing.selector: only for strategy TARGET, not RANDOM",
+        "routing.hashKey: only for strategy CONSISTENT_HASH or STICKY, not RANDOM",
       ].join("\n"),
     );
   });

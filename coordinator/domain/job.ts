@@ -2,6 +2,7 @@ import { z } from "zod";
 import { TERMINAL_STATE_NAMES } from "../../shared/fsm.js";
 import { HANDLER_NAME_PATTERN, ID_PATTERN } from "../../shared/ids.js";
 import { durationSchema } from "./duration.js";
+import { MAX_VIRTUAL_NODES } from "./hash-ring.js";
 import { isValidTimeZone, validateCron } from "./schedule.js";
 
 const ID_MESSAGE = "must be 1-128 of A-Z a-z 0-9 . _ : - and start with a letter or digit";
@@ -199,11 +200,104 @@ export const tagsSchema = z.record(
   },
 );
 
+/** How an execution's agent is chosen; docs/scheduling.md ("Routing") describes each. */
+export const ROUTING_STRATEGIES = [
+  "FIRST",
+  "ROUND_ROBIN",
+  "RANDOM",
+  "CONSISTENT_HASH",
+  "LEAST_LOADED",
+  "LEAST_RECENTLY_USED",
+  "STICKY",
+  "FAILOVER",
+  "SHARD_BROADCAST",
+  "TARGET",
+] as const;
+export type RoutingStrategy = (typeof ROUTING_STRATEGIES)[number];
+
+/** Strategies that hash a key, and so take `hashKey` and `virtualNodes`. */
+const HASHING: readonly RoutingStrategy[] = ["CONSISTENT_HASH", "STICKY"];
+
+/** Fields only some strategies take, and which. */
+const ONLY_FOR = {
+  agents: ["TARGET", "FAILOVER"],
+  selector: ["TARGET"],
+  hashKey: HASHING,
+  virtualNodes: HASHING,
+} as const satisfies Record<string, readonly RoutingStrategy[]>;
+
+/** A dotted path into params: `deviceId`, `device.id`, `sensors.0`. */
+const HASH_KEY_PATTERN = /^[^.]+(\.[^.]+)*$/;
+
+/**
+ * Which agent runs an execution. The output is the input as given (no defaults beyond
+ * `strategy`), so a stored `{ strategy: "ROUND_ROBIN" }` parses again to itself.
+ */
 export const routingSchema = z
   .object({
-    strategy: z.enum(["ROUND_ROBIN"]).default("ROUND_ROBIN"),
+    /** @default "ROUND_ROBIN" */
+    strategy: z.enum(ROUTING_STRATEGIES).default("ROUND_ROBIN"),
+    /**
+     * CONSISTENT_HASH and STICKY: the dotted path in params of the value to hash, such as
+     * `deviceId` or `device.id`. @default the job id
+     */
+    hashKey: z
+      .string()
+      .max(256)
+      .regex(HASH_KEY_PATTERN, "must be a dotted path into params such as deviceId or device.id")
+      .optional(),
+    /** TARGET: the agents that may run it; FAILOVER: the order to try agents in (only these). */
+    agents: z.array(idSchema).min(1).max(1000).optional(),
+    /** TARGET: the tags an agent must have to run it. */
+    selector: tagsSchema.optional(),
+    /** CONSISTENT_HASH and STICKY: points per agent on the hash ring. @default 2048 */
+    virtualNodes: z.number().int().min(1).max(MAX_VIRTUAL_NODES).optional(),
   })
-  .strict();
+  .strict()
+  .superRefine((r, ctx) => {
+    for (const [field, strategies] of Object.entries(ONLY_FOR)) {
+      if (r[field as keyof typeof ONLY_FOR] === undefined) continue;
+      if ((strategies as readonly RoutingStrategy[]).includes(r.strategy)) continue;
+      ctx.addIssue({
+        code: "custom",
+        path: [field],
+        message: `only for strategy ${strategies.join(" or ")}, not ${r.strategy}`,
+      });
+    }
+    if (r.strategy === "TARGET") {
+      if (r.agents === undefined && r.selector === undefined) {
+        ctx.addIssue({
+          code: "custom",
+          path: ["agents"],
+          message: "TARGET needs agents (agent ids) or selector (tags)",
+        });
+      }
+      if (r.agents !== undefined && r.selector !== undefined) {
+        ctx.addIssue({
+          code: "custom",
+          path: ["selector"],
+          message: "TARGET takes agents or selector, not both",
+        });
+      }
+      // An empty selector would match every agent: almost certainly a template gone wrong.
+      if (r.selector !== undefined && Object.keys(r.selector).length === 0) {
+        ctx.addIssue({ code: "custom", path: ["selector"], message: "must name at least one tag" });
+      }
+    }
+    const seen = new Set<string>();
+    r.agents?.forEach((id, i) => {
+      if (seen.has(id)) {
+        ctx.addIssue({
+          code: "custom",
+          path: ["agents", i],
+          message: `duplicate agent id "${id}"`,
+        });
+      }
+      seen.add(id);
+    });
+  });
+export type RoutingInput = z.input<typeof routingSchema>;
+export type Routing = z.output<typeof routingSchema>;
 
 /**
  * A job definition as users write it (JSON jobs file, CLI). The output is the resolved form
