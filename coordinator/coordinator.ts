@@ -104,6 +104,10 @@ export class Coordinator {
     this.triggers = new EventTriggers(this.ctx, () => this.dispatcher.kick());
     this.inbound.onEvent = (name, msgId, payload) => this.triggers.onEvent(name, msgId, payload);
     this.events.on("transition", (e) => {
+      // STICKY follows the agent that last ran the job successfully.
+      if (e.to === "SUCCEEDED" && e.jobId !== null && e.agentId !== null) {
+        this.dispatcher.router.noteSucceeded(e.jobId, e.agentId);
+      }
       if (!TERMINAL_STATES.has(e.to)) return;
       this.triggers
         .onTransition(e)

@@ -1,7 +1,7 @@
 import { envelope } from "../../shared/message.js";
-import type { JobDefinition } from "../domain/job.js";
+import type { JobDefinition, Routing } from "../domain/job.js";
 import { decideOverlap } from "../domain/overlap.js";
-import { eligibleAgents, roundRobin } from "../domain/routing.js";
+import { eligibleAgents, hashKeyValue, Router } from "../domain/routing.js";
 import type { ExecutionRecord, PeerRecord } from "../store/port.js";
 import type { EngineContext } from "./context.js";
 import type { Leases } from "./leases.js";
@@ -20,8 +20,10 @@ export class Dispatcher {
   private running: Promise<void> | undefined;
   private again = false;
   private closed = false;
-  /** Last agent chosen per job (or per handler for commands), for ROUND_ROBIN. */
-  private readonly cursors = new Map<string, string>();
+  /** Routing strategies and the little state they keep (cursors, last use, sticky agents…). */
+  readonly router = new Router();
+  /** Executions each agent holds, read once per pass when a LEAST_LOADED job needs it. */
+  private inFlight: Record<string, number> | undefined;
   /** Executions already sent a cancel because a newer firing replaces them (overlap REPLACE). */
   private readonly replacing = new Set<string>();
   private lastSlowScan = 0;
@@ -75,6 +77,7 @@ export class Dispatcher {
 
   private async pass(): Promise<void> {
     const now = this.ctx.clock.wallNow();
+    this.inFlight = undefined;
     await this.registry.sweep(now);
     const { store } = this.ctx;
     // Only what is due is read: a pass runs after every fire and burst of reports, and reading
@@ -115,7 +118,7 @@ export class Dispatcher {
         continue;
       }
       if (!(await this.admit(exec, jobs, now))) continue;
-      const agentId = this.route(exec, now);
+      const agentId = await this.route(exec, jobs, now);
       if (agentId === undefined) continue; // waits in PENDING until an agent is live or it expires
       await applyEvent(
         this.ctx,
@@ -133,7 +136,9 @@ export class Dispatcher {
       // agent gone offline is routed around — and it is sent a cancel for the old round first.
       const previous = exec.agentId;
       const stay = previous !== null && this.registry.isLive(previous, now);
-      const agentId = stay ? previous : (this.route(exec, now) ?? previous ?? undefined);
+      const agentId = stay
+        ? previous
+        : ((await this.route(exec, jobs, now)) ?? previous ?? undefined);
       if (previous !== null && agentId !== previous) {
         await this.ctx.link
           .send(
@@ -189,17 +194,7 @@ export class Dispatcher {
     now: number,
   ): Promise<boolean> {
     if (exec.jobId === null) return true;
-    // The rules of the version that fired it: a job changed since applies to its next firings.
-    const versionKey = `${exec.jobId}@${exec.jobVersion}`;
-    if (!jobs.has(versionKey)) {
-      jobs.set(
-        versionKey,
-        exec.jobVersion === null
-          ? (await this.ctx.store.getJob(exec.jobId))?.definition
-          : await this.ctx.store.getJobVersion(exec.jobId, exec.jobVersion),
-      );
-    }
-    const def = jobs.get(versionKey);
+    const def = await this.definition(exec, jobs);
     if (!def) return true;
     const overlapFree =
       def.overlap.policy === "PARALLEL" && def.concurrency === undefined && exec.groupKey === null;
@@ -300,19 +295,73 @@ export class Dispatcher {
     return false;
   }
 
-  private route(exec: ExecutionRecord, now: number): string | undefined {
-    if (exec.targetAgentId !== null) {
-      return this.registry.isLive(exec.targetAgentId, now) ? exec.targetAgentId : undefined;
+  /** The definition of the job version that fired `exec`, read once per pass. */
+  private async definition(
+    exec: ExecutionRecord,
+    jobs: Map<string, JobDefinition | undefined>,
+  ): Promise<JobDefinition | undefined> {
+    if (exec.jobId === null) return undefined;
+    // The rules of the version that fired it: a job changed since applies to its next firings.
+    const versionKey = `${exec.jobId}@${exec.jobVersion}`;
+    if (!jobs.has(versionKey)) {
+      jobs.set(
+        versionKey,
+        exec.jobVersion === null
+          ? (await this.ctx.store.getJob(exec.jobId))?.definition
+          : await this.ctx.store.getJobVersion(exec.jobId, exec.jobVersion),
+      );
     }
-    const tags = Object.entries(exec.tags);
+    return jobs.get(versionKey);
+  }
+
+  /**
+   * The agent for `exec` by its job's routing strategy, among live agents (not backing off after
+   * `busy`) with the handler and the job's tags; undefined when there is none, and the execution
+   * waits in PENDING. A command goes to its target agent only.
+   */
+  private async route(
+    exec: ExecutionRecord,
+    jobs: Map<string, JobDefinition | undefined>,
+    now: number,
+  ): Promise<string | undefined> {
+    if (exec.targetAgentId !== null) {
+      if (!this.registry.isLive(exec.targetAgentId, now)) return undefined;
+      this.router.noteDispatched(exec.targetAgentId, now);
+      return exec.targetAgentId;
+    }
+    const routing: Routing = (await this.definition(exec, jobs))?.routing ?? {
+      strategy: "ROUND_ROBIN",
+    };
+    // A shard's placement follows the agents online, not those that are momentarily busy: a
+    // busy agent's shard waits for it rather than moving away for good.
+    const broadcast = routing.strategy === "SHARD_BROADCAST";
     const candidates = eligibleAgents(
       this.registry.list(),
       exec.handler,
-      (a) => this.registry.isLive(a.agentId, now) && tags.every(([k, v]) => a.tags[k] === v),
+      (a) => (broadcast ? a.status === "online" : this.registry.isLive(a.agentId, now)),
+      exec.tags,
     );
-    const key = exec.jobId ?? `handler:${exec.handler}`;
-    const chosen = roundRobin(candidates, this.cursors.get(key));
-    if (chosen) this.cursors.set(key, chosen.agentId);
+    if (routing.strategy === "LEAST_LOADED") {
+      this.inFlight ??= await this.ctx.store.countInFlightByAgent();
+    }
+    const counts = routing.strategy === "LEAST_LOADED" ? this.inFlight : undefined;
+    const chosen = this.router.choose(
+      {
+        routing,
+        key: exec.jobId ?? `handler:${exec.handler}`,
+        hashValue:
+          routing.hashKey === undefined ? undefined : hashKeyValue(exec.params, routing.hashKey),
+        shard:
+          exec.shardTotal !== null && exec.shardIndex !== null
+            ? { index: exec.shardIndex, total: exec.shardTotal }
+            : undefined,
+        inFlight: counts ? (agentId) => counts[agentId] ?? 0 : undefined,
+      },
+      candidates,
+      now,
+    );
+    if (chosen && counts) counts[chosen.agentId] = (counts[chosen.agentId] ?? 0) + 1;
+    if (chosen && broadcast && !this.registry.isLive(chosen.agentId, now)) return undefined;
     return chosen?.agentId;
   }
 

@@ -61,8 +61,12 @@ export async function applyEvents(
     for (const step of steps) {
       const result = transition(cur, step.event);
       if (!result.ok) {
-        outcomes.push(result.error.code);
-        dropped.push({ ...result.error, event: step.event.type });
+        // A report of an older round is stale whatever the state now: one from an agent that
+        // was failed over arrives after the new round may have ended, where it is also illegal.
+        const ev = step.event;
+        const code = "round" in ev && ev.round < cur.round ? "stale_round" : result.error.code;
+        outcomes.push(code);
+        dropped.push({ code, message: result.error.message, event: ev.type });
         continue;
       }
       const patch: ExecutionPatch = { ...step.patch?.(cur) };

@@ -1,0 +1,186 @@
+import { afterEach, beforeEach, describe, expect, it } from "vitest";
+import { type AgentProcess, spawnAgentProcess } from "../../coordinator/cli/agent-process.js";
+import type { Coordinator } from "../../coordinator/coordinator.js";
+import { TERMINAL_STATES } from "../../shared/fsm.js";
+import {
+  startTestCoordinator,
+  type TestBroker,
+  tempDir,
+  testBroker,
+  waitFor,
+  waitForAgentsOnline,
+} from "../helpers/env.js";
+
+/** Routing strategies end to end: real agent processes, a real broker and store. */
+describe("routing across the fleet", () => {
+  let broker: TestBroker;
+  let tmp: ReturnType<typeof tempDir>;
+  let coordinator: Coordinator;
+  const agents = new Map<string, AgentProcess>();
+
+  const start = (agentId: string, tags: Record<string, string> = {}) => {
+    const a = spawnAgentProcess(tmp.dir, {
+      agentId,
+      mqtt: {
+        url: broker.url,
+        prefix: broker.prefix,
+        keepaliveS: 2,
+        reconnect: { baseMs: 100, capMs: 1000 },
+      },
+      heartbeatMs: 300,
+      tags,
+    });
+    agents.set(agentId, a);
+    return a;
+  };
+  const ended = (id: string, timeoutMs = 20_000) =>
+    waitFor(
+      `${id} to end`,
+      async () => {
+        const e = await coordinator.store.getExecution(id);
+        return e && TERMINAL_STATES.has(e.state) ? e : undefined;
+      },
+      timeoutMs,
+    );
+
+  beforeEach(async () => {
+    broker = await testBroker();
+    tmp = tempDir();
+    coordinator = await startTestCoordinator(broker, tmp.dir, 300);
+  });
+  afterEach(async () => {
+    for (const a of agents.values()) await a.kill();
+    agents.clear();
+    await coordinator.close();
+    await broker.close();
+    tmp.cleanup();
+  });
+
+  it("FAILOVER: an agent killed mid-run → the execution completes on the next agent with a higher round, and the dead agent's late report is dropped", async () => {
+    const [first, second] = [`${broker.prefix}-fo-a`, `${broker.prefix}-fo-b`];
+    start(first);
+    start(second);
+    await waitForAgentsOnline(coordinator, 2);
+    await coordinator.putJob({
+      id: "failover-job",
+      handler: "sleep",
+      params: { ms: 2_000 },
+      trigger: { type: "manual" },
+      routing: { strategy: "FAILOVER" },
+      retry: { maxAttempts: 3, baseMs: 50, capMs: 100 },
+    });
+    const id = await coordinator.triggerJob("failover-job");
+    const running = await waitFor("running on the first agent", async () => {
+      const e = await coordinator.store.getExecution(id);
+      return e?.state === "RUNNING" ? e : undefined;
+    });
+    // FAILOVER takes the first healthy agent in a stable (id) order.
+    expect(running.agentId).toBe(first);
+    expect(running.round).toBe(1);
+
+    await agents.get(first)?.kill();
+    const done = await ended(id, 30_000);
+    expect(done.state).toBe("SUCCEEDED");
+    expect(done.agentId).toBe(second);
+    expect(done.round).toBeGreaterThan(running.round);
+    const timeline = await coordinator.store.getTimeline(id);
+    expect(timeline.some((t) => t.event === "finished" && t.toState === "RETRY_WAITING")).toBe(
+      true,
+    );
+
+    // The first agent comes back with its journal: it reports the run it lost as interrupted,
+    // under round 1. That report is stale: dropped, counted, and the execution stays as it is.
+    const stale = (await coordinator.store.counters()).stale_reports ?? 0;
+    start(first);
+    await waitFor("the stale report counted", async () =>
+      ((await coordinator.store.counters()).stale_reports ?? 0) > stale ? true : undefined,
+    );
+    const after = await coordinator.store.getExecution(id);
+    expect(after?.state).toBe("SUCCEEDED");
+    expect(after?.agentId).toBe(second);
+    expect(after?.round).toBe(done.round);
+  });
+
+  it("CONSISTENT_HASH sends one key to one agent, and different keys across the fleet", async () => {
+    const ids = ["ch-a", "ch-b", "ch-c"].map((s) => `${broker.prefix}-${s}`);
+    for (const a of ids) start(a);
+    await waitForAgentsOnline(coordinator, 3);
+    const runOn = async (device: string) => {
+      await coordinator.putJob({
+        id: `ch-${device}`,
+        handler: "echo",
+        params: { device },
+        trigger: { type: "manual" },
+        routing: { strategy: "CONSISTENT_HASH", hashKey: "device" },
+        overlap: { policy: "PARALLEL" },
+      });
+      const agentsUsed = new Set<string>();
+      for (let i = 0; i < 3; i++) {
+        const e = await ended(await coordinator.triggerJob(`ch-${device}`));
+        expect(e.state).toBe("SUCCEEDED");
+        agentsUsed.add(e.agentId as string);
+      }
+      return agentsUsed;
+    };
+    const placements = new Set<string>();
+    for (const device of ["d1", "d2", "d3", "d4", "d5", "d6", "d7", "d8"]) {
+      const used = await runOn(device);
+      expect(used.size).toBe(1);
+      placements.add([...used][0] as string);
+    }
+    // Eight keys over three agents: more than one agent gets some.
+    expect(placements.size).toBeGreaterThan(1);
+  });
+
+  it("SHARD_BROADCAST spreads a firing's shards over the live agents, one each", async () => {
+    const ids = ["sb-a", "sb-b", "sb-c"].map((s) => `${broker.prefix}-${s}`);
+    for (const a of ids) start(a);
+    await waitForAgentsOnline(coordinator, 3);
+    await coordinator.putJob({
+      id: "broadcast",
+      handler: "echo",
+      trigger: { type: "manual" },
+      shards: 3,
+      routing: { strategy: "SHARD_BROADCAST" },
+    });
+    await coordinator.triggerJob("broadcast");
+    const execs = await waitFor("all shards ended", async () => {
+      const list = await coordinator.store.listExecutions({ jobId: "broadcast" });
+      return list.length === 3 && list.every((e) => TERMINAL_STATES.has(e.state))
+        ? list
+        : undefined;
+    });
+    expect(execs.every((e) => e.state === "SUCCEEDED")).toBe(true);
+    expect(new Set(execs.map((e) => e.agentId)).size).toBe(3);
+  });
+
+  it("TARGET by tag selector runs only on matching agents; with none live the execution waits and expires", async () => {
+    const [north, south] = [`${broker.prefix}-t-north`, `${broker.prefix}-t-south`];
+    start(north, { site: "north" });
+    start(south, { site: "south" });
+    await waitForAgentsOnline(coordinator, 2);
+    await coordinator.putJob({
+      id: "north-only",
+      handler: "echo",
+      trigger: { type: "manual" },
+      routing: { strategy: "TARGET", selector: { site: "north" } },
+      overlap: { policy: "PARALLEL" },
+      deadline: "2s",
+    });
+    for (let i = 0; i < 3; i++) {
+      const e = await ended(await coordinator.triggerJob("north-only"));
+      expect(e.state).toBe("SUCCEEDED");
+      expect(e.agentId).toBe(north);
+    }
+    await agents.get(north)?.kill();
+    await waitFor("north offline", () =>
+      coordinator.registry.get(north)?.status === "offline" ? true : undefined,
+    );
+    const waiting = await coordinator.triggerJob("north-only");
+    await new Promise((r) => setTimeout(r, 500));
+    expect((await coordinator.store.getExecution(waiting))?.state).toBe("PENDING");
+    const e = await ended(waiting);
+    expect(e.state).toBe("EXPIRED");
+    expect(e.agentId).toBeNull();
+  });
+});
