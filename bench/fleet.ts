@@ -18,6 +18,7 @@ import { startEmbeddedBroker } from "../coordinator/broker/embedded.js";
 import { type AgentProcess, spawnAgentProcess } from "../coordinator/cli/agent-process.js";
 import { parseCoordinatorConfig } from "../coordinator/config.js";
 import { Coordinator } from "../coordinator/coordinator.js";
+import { DEFAULT_VIRTUAL_NODES, HashRing } from "../coordinator/domain/routing.js";
 import { tempDir } from "../test/helpers/env.js";
 import { fmt, mdTable, percentile, printTable, writeResults } from "./lib.js";
 
@@ -99,6 +100,43 @@ async function main(): Promise<void> {
     tmp.cleanup();
   }
 
+  // CONSISTENT_HASH: 10 agents × 100,000 keys, and what moves when one agent goes.
+  const agentIds = Array.from({ length: 10 }, (_, i) => `agent-${i}`);
+  const ring = HashRing.build(agentIds);
+  const less = HashRing.build(agentIds.slice(1));
+  const load = new Map<string, number>();
+  let moved = 0;
+  let movedOthers = 0;
+  const keys = 100_000;
+  const t0 = performance.now();
+  for (let k = 0; k < keys; k++) {
+    const key = `device-${k}`;
+    const owner = ring.ownerOf(key) as string;
+    load.set(owner, (load.get(owner) ?? 0) + 1);
+    const after = less.ownerOf(key);
+    if (after !== owner) {
+      moved++;
+      if (owner !== agentIds[0]) movedOthers++;
+    }
+  }
+  const lookupUs = ((performance.now() - t0) * 1000) / (2 * keys);
+  const mean = keys / agentIds.length;
+  const deviations = [...load.values()].map((n) => (100 * (n - mean)) / mean);
+  const hash = {
+    agents: agentIds.length,
+    keys,
+    virtualNodes: DEFAULT_VIRTUAL_NODES,
+    maxDeviationPct: Math.max(...deviations.map(Math.abs)),
+    minLoad: Math.min(...load.values()),
+    maxLoad: Math.max(...load.values()),
+    movedPct: (100 * moved) / keys,
+    movedFromOtherAgents: movedOthers,
+    lookupUs,
+  };
+  console.log(
+    `CONSISTENT_HASH ${hash.agents} agents × ${keys} keys: max deviation ${fmt(hash.maxDeviationPct)} %, removing one moved ${fmt(hash.movedPct)} % (${movedOthers} from other agents), ${fmt(lookupUs)} µs per lookup`,
+  );
+
   const rows = Object.entries(results).map(([mode, r]) => {
     const sorted = Float64Array.from(r.ms).sort();
     return [
@@ -123,10 +161,18 @@ Reproduce with \`npm run bench:fleet\` (\`tsx bench/fleet.ts\`). ${TRIALS} trial
 
 ${mdTable(header, rows)}
 
-Target: within the broker's keepalive window (${fmt(windowMs)} ms here) — not the 90–120 s other schedulers take to notice.`;
+Target: within the broker's keepalive window (${fmt(windowMs)} ms here) — not the 90–120 s other schedulers take to notice.
+
+**CONSISTENT_HASH spread**: ${hash.agents} agents (\`agent-0\`…\`agent-9\`) × ${keys.toLocaleString("en-US")} keys (\`device-N\`), ${hash.virtualNodes} virtual nodes per agent: loads from ${hash.minLoad.toLocaleString("en-US")} to ${hash.maxLoad.toLocaleString("en-US")} keys, at most ${fmt(hash.maxDeviationPct)} % from the mean (target ±10 %); removing \`agent-0\` moved ${fmt(hash.movedPct)} % of the keys (target about a tenth), ${hash.movedFromOtherAgents} of them from other agents; ${fmt(hash.lookupUs)} µs per lookup.`;
   writeResults(
     "fleet",
-    { keepaliveS: KEEPALIVE_S, trials: TRIALS, offline: results, keepaliveWindowMs: windowMs },
+    {
+      keepaliveS: KEEPALIVE_S,
+      trials: TRIALS,
+      offline: results,
+      keepaliveWindowMs: windowMs,
+      consistentHash: hash,
+    },
     markdown,
   );
 }
