@@ -14,6 +14,98 @@ export const ALERT_KINDS = [
 ] as const;
 export type AlertKind = (typeof ALERT_KINDS)[number];
 
+/** Hosts only this machine can reach: the only ones where the HTTP API may run without tokens. */
+export function isLoopbackHost(host: string): boolean {
+  return host === "localhost" || host === "::1" || /^127(\.\d{1,3}){3}$/.test(host);
+}
+
+/** Cross-field checks that run even when a field already failed, so every problem is listed. */
+const EVEN_WITH_ISSUES = {
+  when: (p: { value: unknown }) => typeof p.value === "object" && p.value !== null,
+};
+
+/** One bearer token of the HTTP API and what it may do. */
+export const httpTokenSchema = z
+  .object({
+    /** The token itself (at least 16 characters). Give this or `tokenFile`. */
+    token: z.string().min(16, "must be at least 16 characters").optional(),
+    /** A file holding the token (surrounding whitespace ignored), read at start. */
+    tokenFile: z.string().min(1).optional(),
+    /** `read`: every GET; `operate`: everything. */
+    role: z.enum(["read", "operate"]),
+  })
+  .strict()
+  .superRefine((t, ctx) => {
+    if ((t.token === undefined) === (t.tokenFile === undefined)) {
+      ctx.addIssue({
+        code: "custom",
+        path: ["token"],
+        message: "give exactly one of token and tokenFile",
+      });
+    }
+  }, EVEN_WITH_ISSUES);
+
+const tokensAuthSchema = z
+  .object({ tokens: z.array(httpTokenSchema).min(1, "give at least one token") })
+  .strict();
+
+/**
+ * `"off"`, or the tokens. Not a z.union: a union only says "Invalid input" when a token in the
+ * list is bad, where this names the token's field and the problem.
+ */
+const httpAuthSchema = z.unknown().transform((value, ctx) => {
+  if (value === "off") return "off" as const;
+  if (typeof value !== "object" || value === null || Array.isArray(value)) {
+    ctx.addIssue({ code: "custom", message: 'must be "off" or { "tokens": [ ... ] }' });
+    return z.NEVER;
+  }
+  const r = tokensAuthSchema.safeParse(value);
+  if (r.success) return r.data;
+  for (const issue of r.error.issues) {
+    ctx.addIssue({ code: "custom", message: issue.message, path: issue.path });
+  }
+  return z.NEVER;
+}) as unknown as z.ZodType<
+  "off" | z.output<typeof tokensAuthSchema>,
+  "off" | z.input<typeof tokensAuthSchema>
+>;
+
+const DEFAULT_MAX_BODY_BYTES = 1024 * 1024;
+
+/** The HTTP API, metrics and console (`ax coordinator start` serves them). */
+export const httpConfigSchema = z
+  .object({
+    /** @default "127.0.0.1" */
+    host: z.string().min(1).default("127.0.0.1"),
+    /** 0 picks a free port. @default 8080 */
+    port: z.number().int().min(0).max(65_535).default(8080),
+    /**
+     * `"off"` (only on a loopback host) or the bearer tokens that may call the API.
+     * @default "off"
+     */
+    auth: httpAuthSchema.default("off"),
+    /** Largest request body accepted; a larger one is answered 413. @default 1048576 (1 MiB) */
+    maxBodyBytes: z
+      .number()
+      .int()
+      .min(1024)
+      .max(64 * 1024 * 1024)
+      .default(DEFAULT_MAX_BODY_BYTES),
+  })
+  .strict()
+  .superRefine((h, ctx) => {
+    // Without tokens anyone who can reach the port can cancel work and send device commands.
+    if (h.auth === "off" && typeof h.host === "string" && !isLoopbackHost(h.host)) {
+      ctx.addIssue({
+        code: "custom",
+        path: ["auth"],
+        message: `"off" is only allowed on a loopback host (127.0.0.1, ::1, localhost), not "${h.host}"; give tokens`,
+      });
+    }
+  }, EVEN_WITH_ISSUES);
+export type HttpConfigInput = z.input<typeof httpConfigSchema>;
+export type HttpConfig = Readonly<z.output<typeof httpConfigSchema>>;
+
 /** Coordinator options as users write them in a config file. */
 export const coordinatorConfigSchema = z
   .object({
@@ -40,6 +132,13 @@ export const coordinatorConfigSchema = z
           .optional(),
       })
       .strict(),
+    /** @default { host: "127.0.0.1", port: 8080, auth: "off", maxBodyBytes: 1048576 } */
+    http: httpConfigSchema.default({
+      host: "127.0.0.1",
+      port: 8080,
+      auth: "off",
+      maxBodyBytes: DEFAULT_MAX_BODY_BYTES,
+    }),
     /** A JSON file of job definitions loaded (and upserted) at start. */
     jobsFile: z.string().optional(),
     /** Agents send heartbeats this often; 3 missed → offline. @default 5s */

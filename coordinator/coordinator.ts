@@ -17,7 +17,8 @@ import { RetentionLoop } from "./engine/retention.js";
 import { applyEvent, newExecutionId } from "./engine/transitions.js";
 import { EventTriggers } from "./engine/triggers.js";
 import { CoordinatorLink } from "./link/mqtt-link.js";
-import type { ExecutionRecord, Store, StoredJob } from "./store/port.js";
+import { CoordinatorMetrics } from "./metrics.js";
+import type { ExecutionRecord, NewExecution, Store, StoredJob } from "./store/port.js";
 import { SqliteStore } from "./store/sqlite/sqlite-store.js";
 
 /** A device command: run `handler` on one agent at `at`, and never after `deadline`. */
@@ -32,6 +33,25 @@ export interface CommandRequest {
   /** @default 30000 */
   timeoutMs?: number;
   priority?: number;
+}
+
+/**
+ * A device command aimed at one agent, or at every agent known to the registry whose tags include
+ * all of `selector`'s and that offers the handler.
+ */
+export type CommandsRequest = Omit<CommandRequest, "agentId"> &
+  (
+    | { agentId: string; selector?: undefined }
+    | { selector: Record<string, string>; agentId?: undefined }
+  );
+
+/** What the coordinator can serve right now (readiness). */
+export interface Readiness {
+  ready: boolean;
+  /** The store answers a read. */
+  store: boolean;
+  /** The MQTT link is connected. */
+  mqtt: boolean;
 }
 
 export interface CoordinatorDeps {
@@ -59,6 +79,8 @@ export class Coordinator {
   readonly registry: Registry;
   /** Typed engine events: transitions, fires, misses, agents, dropped and invalid messages. */
   readonly events: EngineEventBus;
+  /** Prometheus metrics, in a registry of this coordinator's own. */
+  readonly metrics: CoordinatorMetrics;
   private readonly ctx: EngineContext;
   private readonly inbound: Inbound;
   private readonly firing: FiringLoop;
@@ -94,6 +116,11 @@ export class Coordinator {
     );
     this.ctx = { config, store: this.store, link, clock, log, events: this.events };
     this.registry = new Registry(this.ctx);
+    this.metrics = new CoordinatorMetrics({
+      events: this.events,
+      fleet: this.registry,
+      store: this.store,
+    });
     // A lease lapses after three silent heartbeats; a query gets two heartbeats (2 s at least).
     const leases = new Leases(config.heartbeat * 3, Math.max(2_000, config.heartbeat * 2));
     this.inbound = new Inbound(this.ctx, this.registry, leases);
@@ -138,6 +165,14 @@ export class Coordinator {
       throw new AxError(
         "AX_JOB_INVALID",
         `job${typeof id === "string" ? ` "${id}"` : ""} is invalid\n${formatIssues(parsed.error)}`,
+        {
+          context: {
+            issues: parsed.error.issues.map((i) => ({
+              path: i.path.map(String),
+              message: i.message,
+            })),
+          },
+        },
       );
     }
     const def = parsed.data;
@@ -145,6 +180,11 @@ export class Coordinator {
       throw new AxError(
         "AX_JOB_INVALID",
         `job "${def.id}" is invalid\ntrigger.job: a job cannot fire after itself`,
+        {
+          context: {
+            issues: [{ path: ["trigger", "job"], message: "a job cannot fire after itself" }],
+          },
+        },
       );
     }
     const now = this.ctx.clock.wallNow();
@@ -208,6 +248,7 @@ export class Coordinator {
       },
       now,
     );
+    this.metrics.operatorRetry();
     this.ctx.log("info", `execution ${id} retried as ${newId}`, {
       executionId: newId,
       retryOf: id,
@@ -222,6 +263,11 @@ export class Coordinator {
    * group, routing tags. Returns the id of the first execution (the only one unless sharded).
    */
   async triggerJob(jobId: string): Promise<string> {
+    return (await this.triggerJobAll(jobId))[0] ?? "";
+  }
+
+  /** {@link triggerJob}, returning the ids of every execution created (one per shard). */
+  async triggerJobAll(jobId: string): Promise<string[]> {
     const job = await this.store.getJob(jobId);
     if (!job)
       throw new AxError("AX_JOB_NOT_FOUND", `job "${jobId}" not found`, { context: { jobId } });
@@ -230,7 +276,7 @@ export class Coordinator {
     for (const e of executions) await this.store.createExecution(e, now);
     await this.store.flush();
     this.dispatcher.kick();
-    return executions[0]?.id ?? "";
+    return executions.map((e) => e.id);
   }
 
   /**
@@ -292,33 +338,75 @@ export class Coordinator {
   /** Creates a device command aimed at one agent; returns its execution id. */
   async sendCommand(req: CommandRequest): Promise<string> {
     const now = this.ctx.clock.wallNow();
-    const at = req.at ?? now;
     const id = newExecutionId(now);
-    await this.store.createExecution(
-      {
-        id,
-        kind: "command",
-        jobId: null,
-        jobVersion: null,
-        handler: req.handler,
-        params: req.params ?? {},
-        targetAgentId: req.agentId,
-        fireAt: at,
-        deadline: req.deadline ?? at + 30_000,
-        timeoutMs: req.timeoutMs ?? 30_000,
-        dispatchTimeoutMs: 5_000,
-        maxAttempts: 1,
-        maxDispatches: 3,
-        priority: req.priority ?? 0,
-        retryBaseMs: 1000,
-        retryCapMs: 60_000,
-        createdAt: now,
-      },
-      now,
-    );
+    await this.store.createExecution(commandExecution(id, req, now), now);
     await this.store.flush();
     this.dispatcher.kick();
     return id;
+  }
+
+  /**
+   * Creates a device command for one agent (`agentId`: created even when no such agent is known
+   * yet — it waits PENDING for the agent and expires at its deadline), or one for each agent known
+   * to the registry, online or not, whose tags include all of `selector`'s and that offers the
+   * handler (none: AX_AGENT_NOT_FOUND). Returns each target with its execution id, by agent id.
+   */
+  async sendCommands(req: CommandsRequest): Promise<{ agentId: string; executionId: string }[]> {
+    const { selector } = req;
+    let agentIds: string[];
+    if (selector === undefined) {
+      agentIds = [req.agentId];
+    } else {
+      const tags = Object.entries(selector);
+      const tagged = this.registry.list().filter((a) => tags.every(([k, v]) => a.tags[k] === v));
+      agentIds = tagged
+        .filter((a) => a.handlers.includes(req.handler))
+        .map((a) => a.agentId)
+        .sort();
+      if (agentIds.length === 0) {
+        throw new AxError(
+          "AX_AGENT_NOT_FOUND",
+          tagged.length === 0
+            ? `no agent has the tags ${JSON.stringify(selector)}`
+            : `no agent with the tags ${JSON.stringify(selector)} offers handler "${req.handler}"`,
+          { context: { selector, handler: req.handler } },
+        );
+      }
+    }
+    const now = this.ctx.clock.wallNow();
+    const out: { agentId: string; executionId: string }[] = [];
+    for (const agentId of agentIds) {
+      const executionId = newExecutionId(now);
+      await this.store.createExecution(
+        commandExecution(executionId, { ...req, agentId }, now),
+        now,
+      );
+      out.push({ agentId, executionId });
+    }
+    await this.store.flush();
+    this.dispatcher.kick();
+    return out;
+  }
+
+  /**
+   * Deletes a job: it fires no more; its executions, open ones included, are left as they are.
+   * AX_JOB_NOT_FOUND when there is no such job.
+   */
+  async deleteJob(jobId: string): Promise<void> {
+    if (!(await this.store.deleteJob(jobId)))
+      throw new AxError("AX_JOB_NOT_FOUND", `job "${jobId}" not found`, { context: { jobId } });
+    this.triggers.invalidate();
+    await this.store.flush();
+  }
+
+  /** Whether the store answers and the MQTT link is up. */
+  async readiness(): Promise<Readiness> {
+    const mqtt = this.ctx.link.connected;
+    const store = await this.store.counters().then(
+      () => true,
+      () => false,
+    );
+    return { ready: mqtt && store, store, mqtt };
   }
 
   /**
@@ -346,6 +434,7 @@ export class Coordinator {
 
   async close(): Promise<void> {
     this.alerts.close();
+    this.metrics.close();
     this.firing.close();
     this.dispatcher.close();
     this.retention.close();
@@ -355,4 +444,28 @@ export class Coordinator {
     await this.inbound.drain();
     await this.store.close();
   }
+}
+
+/** The execution of a device command (one attempt; defaults as {@link CommandRequest} says). */
+function commandExecution(id: string, req: CommandRequest, now: number): NewExecution {
+  const at = req.at ?? now;
+  return {
+    id,
+    kind: "command",
+    jobId: null,
+    jobVersion: null,
+    handler: req.handler,
+    params: req.params ?? {},
+    targetAgentId: req.agentId,
+    fireAt: at,
+    deadline: req.deadline ?? at + 30_000,
+    timeoutMs: req.timeoutMs ?? 30_000,
+    dispatchTimeoutMs: 5_000,
+    maxAttempts: 1,
+    maxDispatches: 3,
+    priority: req.priority ?? 0,
+    retryBaseMs: 1000,
+    retryCapMs: 60_000,
+    createdAt: now,
+  };
 }

@@ -29,6 +29,17 @@ export const ERROR_CODES = {
   AX_HANDLER_PARAMS: "Handler parameters failed the handler's schema.",
   AX_LINK_FAILED: "The MQTT link failed to connect, subscribe or publish.",
   AX_CLI_USAGE: "A CLI command or flag is unknown or has an invalid value.",
+  AX_AGENT_NOT_FOUND: "No agent has the given id, or none matches a command's selector.",
+  AX_STORE_BAD_CURSOR: "A paging cursor is malformed: it is not one a listing returned.",
+  AX_API_INVALID_REQUEST: "An HTTP request's path, query or body failed validation.",
+  AX_API_UNAUTHORIZED:
+    "An HTTP request carries no bearer token, or one the coordinator does not know.",
+  AX_API_FORBIDDEN: "The bearer token's role does not allow the operation.",
+  AX_API_NOT_FOUND: "No HTTP route has the given path.",
+  AX_API_METHOD_NOT_ALLOWED: "The HTTP route does not support the request's method.",
+  AX_API_TOO_LARGE: "An HTTP request body is larger than the configured limit.",
+  AX_API_INTERNAL: "The HTTP API failed unexpectedly while handling a request.",
+  AX_API_UNREACHABLE: "The CLI could not reach the coordinator's HTTP API.",
 } as const;
 
 export type ErrorCode = keyof typeof ERROR_CODES;

@@ -9,22 +9,12 @@ import type { ExecutionRecord } from "../store/port.js";
 import { type AgentProcess, spawnAgentProcess } from "./agent-process.js";
 import { flags, secondsFlag } from "./args.js";
 import { jsonLogger } from "./log.js";
+import { table } from "./table.js";
 
 const AGENTS = ["demo-agent-1", "demo-agent-2", "demo-agent-3"];
 
 function shortId(id: string): string {
   return id.length > 12 ? `…${id.slice(-8)}` : id;
-}
-
-/** Formats rows as an aligned text table. */
-export function table(header: string[], rows: string[][]): string {
-  const widths = header.map((h, i) => Math.max(h.length, ...rows.map((r) => (r[i] ?? "").length)));
-  const line = (cells: string[]) =>
-    cells
-      .map((c, i) => c.padEnd(widths[i] ?? 0))
-      .join("  ")
-      .trimEnd();
-  return [line(header), ...rows.map(line)].join("\n");
 }
 
 function executionRows(executions: ExecutionRecord[]): string[][] {

@@ -9,6 +9,25 @@ Usage:
   ax coordinator start --config FILE    run the coordinator (JSON config)
   ax agent start --config FILE          run an agent (JSON config)
   ax help                               this text
+
+Operating a running coordinator (its HTTP API):
+  ax job add --file FILE                add jobs (one definition, an array, or { "jobs": [...] })
+  ax job list | show ID                 list jobs, or show one
+  ax job edit ID --file FILE            replace a job's definition (a new version)
+  ax job delete | pause | resume ID     delete, pause or resume a job
+  ax job trigger ID                     fire a job now
+  ax job preview ID [--count N]         a job's next fire times
+  ax job preview --trigger JSON         a trigger's next fire times
+  ax exec list [--job ID] [--state S,S] [--agent ID] [--kind job|command]
+               [--from T] [--to T] [--limit N] [--cursor C | --all]
+  ax exec show | cancel | retry ID      an execution and its timeline; cancel; retry
+  ax fleet list | show ID               the agents the coordinator knows
+  ax command send --handler H (--agent ID | --tag K=V ...) [--params JSON]
+               [--at T] [--deadline T] [--timeout D] [--priority N]
+                                        a device command (T: ISO time, UTC ms or +10s)
+
+  These take --url URL (or AX_URL; default http://127.0.0.1:8080), --token TOKEN (or
+  AX_TOKEN), and --json to print the API's JSON instead of a table.
 `;
 
 /** The CLI. Returns the process exit code: 0 ok, 1 failure, 2 usage error. */
@@ -44,6 +63,14 @@ export async function main(argv: string[]): Promise<number> {
         await runAgent(loadAgentConfig(f.config));
         return 0;
       }
+      case "job":
+        return await (await import("./job.js")).jobCommand(sub, rest);
+      case "exec":
+        return await (await import("./exec.js")).execCommand(sub, rest);
+      case "fleet":
+        return await (await import("./fleet.js")).fleetCommand(sub, rest);
+      case "command":
+        return await (await import("./command.js")).commandCommand(sub, rest);
       default:
         throw new AxError("AX_CLI_USAGE", `unknown command "${command}"; run "ax help"`);
     }

@@ -8,9 +8,10 @@ import { isValidTimeZone, validateCron } from "./schedule.js";
 const ID_MESSAGE = "must be 1-128 of A-Z a-z 0-9 . _ : - and start with a letter or digit";
 
 /** A job, group or event id: it may travel in an MQTT topic (see ID_PATTERN). */
-const idSchema = z.string().regex(ID_PATTERN, ID_MESSAGE);
+export const idSchema = z.string().regex(ID_PATTERN, ID_MESSAGE);
 
-const instantSchema = z.union([z.number(), z.string()]).transform((value, ctx) => {
+/** An instant: UTC milliseconds or an ISO 8601 time; resolves to UTC milliseconds. */
+export const instantSchema = z.union([z.number(), z.string()]).transform((value, ctx) => {
   const ms = typeof value === "number" ? value : Date.parse(value);
   if (!Number.isFinite(ms) || ms < 0) {
     ctx.addIssue({

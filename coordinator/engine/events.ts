@@ -13,6 +13,10 @@ export interface EngineEvents {
     to: ExecState;
     round: number;
     at: number;
+    /** The execution's fire time after the transition (UTC ms). */
+    fireAt: number;
+    /** The nominal time a job execution fired for; null for commands and manual runs. */
+    scheduledFor: number | null;
   };
   /** A nominal time fired (an execution was created for it). */
   fired: { jobId: string; scheduledFor: number; executionId: string; at: number; late: boolean };

@@ -129,6 +129,8 @@ export async function applyEvents(
         to: t.to,
         round: t.round,
         at: now,
+        fireAt: cur.fireAt,
+        scheduledFor: exec.scheduledFor,
       });
     }
     // Effects tell agents about the transitions, so they wait for them to be committed: a

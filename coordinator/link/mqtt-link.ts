@@ -88,6 +88,11 @@ export class CoordinatorLink {
     );
   }
 
+  /** True while the client is connected to the broker (it reconnects by itself when not). */
+  get connected(): boolean {
+    return this.client?.connected === true;
+  }
+
   /** Publishes a message on an agent's down topic, QoS 1. */
   async send(agentId: string, message: DownMessage): Promise<void> {
     const client = this.client;

@@ -200,6 +200,33 @@ export interface ExecutionFilter {
   limit?: number;
 }
 
+/** A page of the executions listing: filters, and where the previous page ended. */
+export interface ExecutionPageQuery {
+  jobId?: string;
+  /** Any of these states. */
+  states?: ExecState[];
+  /**
+   * The agent it ran or runs on — or, for a command not yet dispatched, the agent it is aimed at.
+   */
+  agentId?: string;
+  kind?: ExecutionKind;
+  /** Created at or after this time (UTC ms). */
+  createdFrom?: number;
+  /** Created before this time (UTC ms). */
+  createdBefore?: number;
+  /** `nextCursor` of the previous page; without it the listing starts at the newest. */
+  cursor?: string;
+  /** Rows per page, at least 1. */
+  limit: number;
+}
+
+/** Executions newest first (creation time, then id), and the cursor of the next page. */
+export interface ExecutionPage {
+  items: ExecutionRecord[];
+  /** Null on the last page. */
+  nextCursor: string | null;
+}
+
 /**
  * The coordinator's store, in domain operations. Async so that SQLite and PostgreSQL both fit;
  * every method is atomic on its own.
@@ -318,6 +345,21 @@ export interface Store {
   /** Adds `by` to a named counter (invalid messages, stale reports, …). */
   bumpCounter(name: string, by?: number): Promise<void>;
   counters(): Promise<Record<string, number>>;
+
+  /**
+   * Deletes a job: it fires no more. Its executions stay (with their job id and version), and so
+   * does its fire ledger, so a job created again under the same id never fires a nominal time
+   * twice; its versions continue from the last one. Returns false when no job has that id.
+   */
+  deleteJob(id: string): Promise<boolean>;
+  /**
+   * One page of executions matching every filter given, newest first by (createdAt, id), with
+   * keyset paging: a cursor names the last row seen, so pages neither repeat nor skip a row while
+   * new ones are created. A malformed cursor is AX_STORE_BAD_CURSOR.
+   */
+  pageExecutions(query: ExecutionPageQuery): Promise<ExecutionPage>;
+  /** How many executions are in each open (not terminal) state; states with none are left out. */
+  countOpenExecutions(): Promise<Partial<Record<ExecState, number>>>;
 
   close(): Promise<void>;
 }

@@ -15,6 +15,7 @@ import {
   type ExecState,
   TERMINAL_STATES,
 } from "../../shared/fsm.js";
+import { operatorContract } from "./store-operator.contract.js";
 
 /** What an adapter's test file hands the contract suite: a fresh, empty store. */
 export interface StoreFixture {
@@ -1108,6 +1109,8 @@ export function storeContract(name: string, makeStore: () => Promise<StoreFixtur
         expect(await store.counters()).toEqual({ stale_reports: 5, invalid_messages: 5 });
       });
     });
+
+    operatorContract(() => store, { jobDef, newExecution });
 
     describe("lifecycle", () => {
       it("a closed store rejects with AX_STORE_FAILED; close is idempotent", async () => {

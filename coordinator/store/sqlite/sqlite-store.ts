@@ -3,10 +3,13 @@ import { AxError } from "../../../shared/errors.js";
 import { type ExecState, TERMINAL_STATES } from "../../../shared/fsm.js";
 import { migrate } from "../../../shared/migrate.js";
 import type { JobDefinition } from "../../domain/job.js";
+import { decodeExecutionCursor, encodeExecutionCursor } from "../cursor.js";
 import type {
   AgentRecord,
   AlertRecord,
   ExecutionFilter,
+  ExecutionPage,
+  ExecutionPageQuery,
   ExecutionPatch,
   ExecutionRecord,
   NewExecution,
@@ -404,7 +407,8 @@ export class SqliteStore implements Store {
         if (row && canonicalJson(JSON.parse(row.definition)) === canonicalJson(definition)) {
           return toJob(row);
         }
-        const version = row ? row.version + 1 : 1;
+        // A job deleted and created again continues its versions (deleteJob keeps them).
+        const version = (row?.version ?? this.lastJobVersion(definition.id)) + 1;
         this.prepare(
           `INSERT INTO jobs (id, version, definition, next_fire_at, paused, created_at, updated_at)
              VALUES (@id, @version, @definition, @nextFireAt, @paused, @now, @now)
@@ -1118,5 +1122,72 @@ export class SqliteStore implements Store {
     if (!this.db.open) return;
     if (this.db.inTransaction) this.commitGroup();
     this.db.close();
+  }
+
+  /** The highest version a job ever had (0 for none): versions are never reused. */
+  private lastJobVersion(id: string): number {
+    return (
+      (this.prepare("SELECT MAX(version) FROM job_versions WHERE job_id = ?").pluck().get(id) as
+        | number
+        | null) ?? 0
+    );
+  }
+
+  async deleteJob(id: string): Promise<boolean> {
+    return wrap("deleteJob", () =>
+      this.write(() => {
+        this.definitions.delete(id);
+        return this.prepare("DELETE FROM jobs WHERE id = ?").run(id).changes === 1;
+      }),
+    );
+  }
+
+  async pageExecutions(query: ExecutionPageQuery): Promise<ExecutionPage> {
+    const limit = Math.max(1, Math.floor(query.limit));
+    const where: string[] = [];
+    const args: unknown[] = [];
+    const add = (sql: string, ...values: unknown[]) => {
+      where.push(sql);
+      args.push(...values);
+    };
+    if (query.jobId !== undefined) add("job_id = ?", query.jobId);
+    // A command waits for its agent with agent_id unset: it is that agent's all the same.
+    if (query.agentId !== undefined) add("COALESCE(agent_id, target_agent_id) = ?", query.agentId);
+    if (query.kind !== undefined) add("kind = ?", query.kind);
+    if (query.states !== undefined && query.states.length > 0) {
+      add(`state IN (${query.states.map(() => "?").join(", ")})`, ...query.states);
+    }
+    if (query.createdFrom !== undefined) add("created_at >= ?", query.createdFrom);
+    if (query.createdBefore !== undefined) add("created_at < ?", query.createdBefore);
+    if (query.cursor !== undefined) {
+      const after = decodeExecutionCursor(query.cursor);
+      add("(created_at, id) < (?, ?)", after.createdAt, after.id);
+    }
+    // One row more than the page says whether there is a next one.
+    const sql = `SELECT * FROM executions ${where.length ? `WHERE ${where.join(" AND ")}` : ""}
+      ORDER BY created_at DESC, id DESC LIMIT ?`;
+    const rows = wrap(
+      "pageExecutions",
+      () => this.prepare(sql).all(...args, limit + 1) as ExecutionRow[],
+    );
+    const items = rows.slice(0, limit).map(toExecution);
+    const last = items.at(-1);
+    return {
+      items,
+      nextCursor:
+        rows.length > limit && last
+          ? encodeExecutionCursor({ createdAt: last.createdAt, id: last.id })
+          : null,
+    };
+  }
+
+  async countOpenExecutions(): Promise<Partial<Record<ExecState, number>>> {
+    // OPEN_SQL word for word: the partial index of open executions answers it without the table.
+    const rows = wrap("countOpenExecutions", () =>
+      this.prepare(
+        `SELECT state, COUNT(*) AS n FROM executions WHERE ${OPEN_SQL} GROUP BY state`,
+      ).all(),
+    ) as { state: ExecState; n: number }[];
+    return Object.fromEntries(rows.map((r) => [r.state, r.n]));
   }
 }

@@ -1,0 +1,212 @@
+import { parseArgs } from "node:util";
+import { AxError, ERROR_CODES, type ErrorCode } from "../../shared/errors.js";
+import { parseDuration } from "../domain/duration.js";
+
+/** Flags every command that talks to the coordinator takes. */
+export const CLIENT_FLAGS = {
+  url: { type: "string" },
+  token: { type: "string" },
+  json: { type: "boolean" },
+} as const;
+
+export const DEFAULT_URL = "http://127.0.0.1:8080";
+
+type FlagSpec = { type: "string" | "boolean"; multiple?: boolean };
+type FlagValues<T extends Record<string, FlagSpec>> = {
+  [K in keyof T]?: T[K]["type"] extends "string"
+    ? T[K]["multiple"] extends true
+      ? string[]
+      : string
+    : boolean;
+};
+
+/**
+ * Parses a command's flags and its positional arguments, named in `positionals` (all required).
+ * An unknown flag, a missing value, a missing or an extra argument is an AX_CLI_USAGE error.
+ */
+export function parseCommand<T extends Record<string, FlagSpec>>(
+  command: string,
+  argv: string[],
+  options: T,
+  positionals: string[] = [],
+): { flags: FlagValues<T>; args: string[] } {
+  let parsed: { values: unknown; positionals: string[] };
+  try {
+    parsed = parseArgs({ args: argv, options, strict: true, allowPositionals: true });
+  } catch (err) {
+    throw new AxError("AX_CLI_USAGE", `${command}: ${(err as Error).message}`, { cause: err });
+  }
+  const args = parsed.positionals;
+  if (args.length < positionals.length) {
+    const missing = positionals.slice(args.length).join(" ");
+    throw new AxError(
+      "AX_CLI_USAGE",
+      `${command}: give ${missing} (ax ${command} ${positionals.join(" ")})`,
+    );
+  }
+  if (args.length > positionals.length) {
+    throw new AxError(
+      "AX_CLI_USAGE",
+      `${command}: unexpected argument "${args[positionals.length]}"`,
+    );
+  }
+  return { flags: parsed.values as FlagValues<T>, args };
+}
+
+/** A whole number from a flag within [min, max], or an AX_CLI_USAGE error naming the flag. */
+export function intFlag(
+  command: string,
+  name: string,
+  value: string | undefined,
+  range: { min: number; max: number },
+): number | undefined {
+  if (value === undefined) return undefined;
+  const n = Number(value);
+  if (!/^-?\d+$/.test(value.trim()) || n < range.min || n > range.max) {
+    throw new AxError(
+      "AX_CLI_USAGE",
+      `${command}: --${name} must be a whole number from ${range.min} to ${range.max}, got "${value}"`,
+    );
+  }
+  return n;
+}
+
+/**
+ * An instant from a flag: UTC milliseconds, an ISO 8601 time, or `+DURATION` (such as `+10s`)
+ * after `base`. Anything else is an AX_CLI_USAGE error naming the flag.
+ */
+export function instantFlag(
+  command: string,
+  name: string,
+  value: string | undefined,
+  base: number = Date.now(),
+): number | undefined {
+  if (value === undefined) return undefined;
+  const v = value.trim();
+  let ms: number | undefined;
+  if (v.startsWith("+")) {
+    const d = parseDuration(v.slice(1));
+    ms = d === undefined ? undefined : base + d;
+  } else if (/^\d+(\.\d+)?$/.test(v)) ms = Number(v);
+  else if (/^\d{4}-\d{2}-\d{2}/.test(v)) ms = Date.parse(v);
+  if (ms === undefined || !Number.isFinite(ms)) {
+    throw new AxError(
+      "AX_CLI_USAGE",
+      `${command}: --${name} must be an ISO time (2026-01-31T12:00:00Z), UTC milliseconds or +DURATION (+10s), got "${value}"`,
+    );
+  }
+  return ms;
+}
+
+/** A JSON object from a flag, or an AX_CLI_USAGE error naming the flag. */
+export function jsonObjectFlag(
+  command: string,
+  name: string,
+  value: string | undefined,
+): Record<string, unknown> | undefined {
+  if (value === undefined) return undefined;
+  let parsed: unknown;
+  try {
+    parsed = JSON.parse(value);
+  } catch (err) {
+    throw new AxError(
+      "AX_CLI_USAGE",
+      `${command}: --${name} must be a JSON object: ${(err as Error).message}`,
+    );
+  }
+  if (parsed === null || typeof parsed !== "object" || Array.isArray(parsed)) {
+    throw new AxError("AX_CLI_USAGE", `${command}: --${name} must be a JSON object, got ${value}`);
+  }
+  return parsed as Record<string, unknown>;
+}
+
+/** The coordinator's HTTP API, as the CLI calls it. */
+export interface ApiClient {
+  readonly url: string;
+  /** Calls the API; an error answer is thrown as an AxError with the API's code and message. */
+  request<T>(method: string, path: string, body?: unknown): Promise<T>;
+}
+
+/**
+ * A client for `--url` (else `AX_URL`, else http://127.0.0.1:8080) with `--token` (else
+ * `AX_TOKEN`), using Node's global fetch.
+ */
+export function apiClient(
+  command: string,
+  flags: { url?: string | undefined; token?: string | undefined },
+  env: NodeJS.ProcessEnv = process.env,
+): ApiClient {
+  // An empty variable counts as unset.
+  const envUrl = env.AX_URL || undefined;
+  const raw = flags.url ?? envUrl ?? DEFAULT_URL;
+  const from = flags.url !== undefined ? "--url" : envUrl !== undefined ? "AX_URL" : "the URL";
+  let base: URL;
+  try {
+    base = new URL(raw);
+    if (base.protocol !== "http:" && base.protocol !== "https:") throw new Error("not http");
+  } catch {
+    throw new AxError(
+      "AX_CLI_USAGE",
+      `${command}: ${from} must be an http:// or https:// URL, got "${raw}"`,
+    );
+  }
+  const url = base.href.replace(/\/+$/, "");
+  const token = flags.token ?? (env.AX_TOKEN || undefined);
+  return {
+    url,
+    async request<T>(method: string, path: string, body?: unknown): Promise<T> {
+      let res: Response;
+      try {
+        res = await fetch(`${url}${path}`, {
+          method,
+          headers: {
+            accept: "application/json",
+            ...(token ? { authorization: `Bearer ${token}` } : {}),
+            ...(body === undefined ? {} : { "content-type": "application/json" }),
+          },
+          ...(body === undefined ? {} : { body: JSON.stringify(body) }),
+          signal: AbortSignal.timeout(30_000),
+        });
+      } catch (err) {
+        const cause = (err as { cause?: { code?: string; message?: string } }).cause;
+        throw new AxError(
+          "AX_API_UNREACHABLE",
+          `cannot reach the coordinator at ${url}: ${cause?.code ?? cause?.message ?? (err as Error).message}`,
+          { cause: err },
+        );
+      }
+      if (res.status === 204) return undefined as T;
+      const text = await res.text();
+      let value: unknown;
+      try {
+        value = JSON.parse(text);
+      } catch {
+        throw new AxError(
+          "AX_API_UNREACHABLE",
+          `${url}${path} answered HTTP ${res.status} with something other than the API's JSON`,
+        );
+      }
+      if (!res.ok) {
+        const e = (value as { error?: { code?: string; message?: string } }).error;
+        const code =
+          e?.code !== undefined && Object.hasOwn(ERROR_CODES, e.code)
+            ? (e.code as ErrorCode)
+            : "AX_API_INTERNAL";
+        throw new AxError(code, e?.message ?? `HTTP ${res.status}`, {
+          context: { status: res.status, body: value },
+        });
+      }
+      return value as T;
+    },
+  };
+}
+
+/** Writes `value` as indented JSON (for `--json`). */
+export function printJson(value: unknown): void {
+  process.stdout.write(`${JSON.stringify(value, null, 2)}\n`);
+}
+
+/** Writes text, with a final newline. */
+export function print(text: string): void {
+  process.stdout.write(text.endsWith("\n") ? text : `${text}\n`);
+}

@@ -1,0 +1,86 @@
+import { AxError } from "../../shared/errors.js";
+import { parseDuration } from "../domain/duration.js";
+import {
+  apiClient,
+  CLIENT_FLAGS,
+  instantFlag,
+  intFlag,
+  jsonObjectFlag,
+  parseCommand,
+  print,
+  printJson,
+} from "./client.js";
+import { table } from "./table.js";
+
+/**
+ * `ax command send --handler H (--agent ID | --tag K=V …) [--params JSON] [--at T]
+ * [--deadline T] [--timeout D] [--priority N]`.
+ */
+export async function commandCommand(sub: string | undefined, argv: string[]): Promise<number> {
+  if (sub !== "send") {
+    throw new AxError("AX_CLI_USAGE", `command: unknown subcommand "${sub ?? ""}" (expected send)`);
+  }
+  const c = "command send";
+  const { flags } = parseCommand(c, argv, {
+    ...CLIENT_FLAGS,
+    handler: { type: "string" },
+    agent: { type: "string" },
+    tag: { type: "string", multiple: true },
+    params: { type: "string" },
+    at: { type: "string" },
+    deadline: { type: "string" },
+    timeout: { type: "string" },
+    priority: { type: "string" },
+  });
+  if (!flags.handler) throw new AxError("AX_CLI_USAGE", `${c}: --handler NAME is required`);
+  const tags = flags.tag ?? [];
+  if ((flags.agent === undefined) === (tags.length === 0)) {
+    throw new AxError(
+      "AX_CLI_USAGE",
+      `${c}: give --agent ID or --tag KEY=VALUE (one or more), not both`,
+    );
+  }
+  const selector: Record<string, string> = {};
+  for (const t of tags) {
+    const eq = t.indexOf("=");
+    if (eq < 1) throw new AxError("AX_CLI_USAGE", `${c}: --tag must be KEY=VALUE, got "${t}"`);
+    selector[t.slice(0, eq)] = t.slice(eq + 1);
+  }
+  const at = instantFlag(c, "at", flags.at);
+  // A relative deadline counts from --at: `--at +10s --deadline +2s` is 12 s from now.
+  const deadline = instantFlag(c, "deadline", flags.deadline, at ?? Date.now());
+  let timeout: number | undefined;
+  if (flags.timeout !== undefined) {
+    timeout = parseDuration(flags.timeout);
+    if (timeout === undefined) {
+      throw new AxError(
+        "AX_CLI_USAGE",
+        `${c}: --timeout must be a duration such as 500ms, 30s, 5m, got "${flags.timeout}"`,
+      );
+    }
+  }
+  const priority = intFlag(c, "priority", flags.priority, { min: -1000, max: 1000 });
+  const params = jsonObjectFlag(c, "params", flags.params);
+  const body = {
+    handler: flags.handler,
+    ...(flags.agent === undefined ? { selector: { tags: selector } } : { agentId: flags.agent }),
+    ...(params === undefined ? {} : { params }),
+    ...(at === undefined ? {} : { at }),
+    ...(deadline === undefined ? {} : { deadline }),
+    ...(timeout === undefined ? {} : { timeout }),
+    ...(priority === undefined ? {} : { priority }),
+  };
+  const r = await apiClient(c, flags).request<{
+    executionIds: string[];
+    targets: { agentId: string; executionId: string }[];
+  }>("POST", "/api/commands", body);
+  if (flags.json) printJson(r);
+  else
+    print(
+      table(
+        ["agent", "execution"],
+        r.targets.map((t) => [t.agentId, t.executionId]),
+      ),
+    );
+  return 0;
+}

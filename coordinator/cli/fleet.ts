@@ -1,0 +1,87 @@
+import { AxError } from "../../shared/errors.js";
+import type { AgentRecord } from "../store/port.js";
+import { apiClient, CLIENT_FLAGS, parseCommand, print, printJson } from "./client.js";
+import { fields, isoTime, table } from "./table.js";
+
+type AgentView = AgentRecord & { live: boolean; inFlight: number };
+
+const tagsText = (tags: Record<string, string>) =>
+  Object.entries(tags)
+    .map(([k, v]) => `${k}=${v}`)
+    .join(",") || "-";
+
+/** `ax fleet list|show`. */
+export async function fleetCommand(sub: string | undefined, argv: string[]): Promise<number> {
+  switch (sub) {
+    case "list": {
+      const { flags } = parseCommand("fleet list", argv, CLIENT_FLAGS);
+      const r = await apiClient("fleet list", flags).request<{ items: AgentView[] }>(
+        "GET",
+        "/api/agents",
+      );
+      if (flags.json) printJson(r);
+      else
+        print(
+          table(
+            [
+              "agent",
+              "status",
+              "live",
+              "in flight",
+              "profile",
+              "bundle",
+              "tags",
+              "last seen (UTC)",
+            ],
+            r.items.map((a) => [
+              a.agentId,
+              a.status,
+              a.live ? "yes" : "no",
+              String(a.inFlight),
+              a.profile,
+              a.bundleVersion,
+              tagsText(a.tags),
+              isoTime(a.lastSeenAt),
+            ]),
+          ),
+        );
+      return 0;
+    }
+    case "show": {
+      const { flags, args } = parseCommand("fleet show", argv, CLIENT_FLAGS, ["ID"]);
+      const a = await apiClient("fleet show", flags).request<AgentView>(
+        "GET",
+        `/api/agents/${encodeURIComponent(args[0] as string)}`,
+      );
+      if (flags.json) printJson(a);
+      else
+        print(
+          fields([
+            ["agent", a.agentId],
+            ["status", `${a.status}${a.live ? "" : " (not live)"}`],
+            ["instance", a.instanceId],
+            ["profile", a.profile],
+            ["bundle", `${a.bundleVersion} ${a.bundleSha256}`],
+            ["handlers", a.handlers.join(", ") || "-"],
+            ["tags", tagsText(a.tags)],
+            ["capacity", `${a.concurrency} at once, queue ${a.queue}`],
+            ["in flight", String(a.inFlight)],
+            ["load", String(a.load)],
+            ["journal", `${a.journalDepth} held, ${a.outboxDepth} in outbox`],
+            [
+              "clock offset",
+              `${a.clockOffsetMs.toFixed(2)} ms ± ${a.clockUncertaintyMs.toFixed(2)}`,
+            ],
+            ["connected", isoTime(a.connectedAt)],
+            ["last seen", isoTime(a.lastSeenAt)],
+          ]),
+        );
+      return 0;
+    }
+    default:
+      throw new AxError(
+        "AX_CLI_USAGE",
+        `fleet: unknown subcommand "${sub ?? ""}" (expected list or show)`,
+      );
+  }
+}

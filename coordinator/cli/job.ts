@@ -1,0 +1,267 @@
+import { AxError } from "../../shared/errors.js";
+import { readJsonFile } from "../config.js";
+import { formatIssues, jobDefinitionSchema, type Trigger } from "../domain/job.js";
+import {
+  apiClient,
+  CLIENT_FLAGS,
+  instantFlag,
+  intFlag,
+  jsonObjectFlag,
+  parseCommand,
+  print,
+  printJson,
+} from "./client.js";
+import { fields, isoTime, table } from "./table.js";
+
+/** A job as the API returns it (see coordinator/http/schemas.ts). */
+interface JobView {
+  id: string;
+  version: number;
+  definition: { handler: string; trigger: Trigger; [k: string]: unknown };
+  nextFireAt: number | null;
+  paused: boolean;
+  createdAt: number;
+  updatedAt: number;
+}
+
+/**
+ * Reads job definitions from a JSON file — one definition, an array of them, or a jobs file
+ * (`{ "jobs": [ … ] }`) — and checks each with the schema the coordinator uses. Every problem is
+ * reported at once, naming the file, the field's path and what is wrong.
+ */
+export function readJobFile(file: string, single = false): unknown[] {
+  const value = readJsonFile(file);
+  let items: unknown[];
+  let root: (i: number) => string;
+  if (Array.isArray(value) && !single) {
+    items = value;
+    root = (i) => `[${i}]`;
+  } else if (
+    !single &&
+    value !== null &&
+    typeof value === "object" &&
+    !Array.isArray(value) &&
+    "jobs" in value &&
+    !("id" in value)
+  ) {
+    const jobs = (value as { jobs: unknown }).jobs;
+    if (!Array.isArray(jobs)) {
+      throw new AxError(
+        "AX_JOB_INVALID",
+        `${file}: invalid job definitions\njobs: must be an array`,
+      );
+    }
+    items = jobs;
+    root = (i) => `jobs.${i}`;
+  } else {
+    items = [value];
+    root = () => "";
+  }
+  const problems: string[] = [];
+  const seen = new Map<string, number>();
+  items.forEach((item, i) => {
+    const r = jobDefinitionSchema.safeParse(item);
+    if (!r.success) {
+      problems.push(formatIssues(r.error, root(i)));
+      return;
+    }
+    const first = seen.get(r.data.id);
+    if (first !== undefined) {
+      problems.push(
+        `${[root(i), "id"].filter(Boolean).join(".")}: duplicate job id "${r.data.id}" (also at ${root(first) || "(root)"})`,
+      );
+    }
+    seen.set(r.data.id, i);
+  });
+  if (items.length === 0) problems.push("(root): no job definitions");
+  if (problems.length > 0) {
+    throw new AxError(
+      "AX_JOB_INVALID",
+      `${file}: invalid job definition${items.length > 1 ? "s" : ""}\n${problems.join("\n")}`,
+      { context: { file } },
+    );
+  }
+  return items;
+}
+
+/** A trigger in a few words, for tables. */
+export function describeTrigger(t: Trigger): string {
+  switch (t.type) {
+    case "cron":
+      return `cron "${t.expr}" ${t.tz}`;
+    case "every":
+      return `every ${t.everyMs}ms`;
+    case "at":
+      return `at ${isoTime(t.at)}`;
+    case "delay":
+      return `delay ${t.delayMs}ms`;
+    case "event":
+      return `event ${t.name}`;
+    case "after":
+      return `after ${t.job} ${t.states.join("|")}`;
+    case "manual":
+      return "manual";
+  }
+}
+
+const jobRow = (j: JobView) => [
+  j.id,
+  String(j.version),
+  j.definition.handler,
+  describeTrigger(j.definition.trigger),
+  j.paused ? "paused" : "active",
+  isoTime(j.nextFireAt),
+];
+const JOB_HEADER = ["job", "version", "handler", "trigger", "status", "next fire (UTC)"];
+
+const path = (id: string) => `/api/jobs/${encodeURIComponent(id)}`;
+
+/** `ax job add|list|show|edit|delete|pause|resume|trigger|preview`. */
+export async function jobCommand(sub: string | undefined, argv: string[]): Promise<number> {
+  switch (sub) {
+    case "add": {
+      const { flags } = parseCommand("job add", argv, {
+        ...CLIENT_FLAGS,
+        file: { type: "string" },
+      });
+      if (!flags.file) throw new AxError("AX_CLI_USAGE", "job add: --file FILE is required");
+      const defs = readJobFile(flags.file);
+      const api = apiClient("job add", flags);
+      const added: JobView[] = [];
+      for (const def of defs) added.push(await api.request<JobView>("POST", "/api/jobs", def));
+      if (flags.json) printJson(added);
+      else print(table(JOB_HEADER, added.map(jobRow)));
+      return 0;
+    }
+    case "edit": {
+      const { flags, args } = parseCommand(
+        "job edit",
+        argv,
+        { ...CLIENT_FLAGS, file: { type: "string" } },
+        ["ID"],
+      );
+      if (!flags.file) throw new AxError("AX_CLI_USAGE", "job edit: --file FILE is required");
+      const [def] = readJobFile(flags.file, true);
+      const job = await apiClient("job edit", flags).request<JobView>(
+        "PUT",
+        path(args[0] as string),
+        def,
+      );
+      if (flags.json) printJson(job);
+      else print(`job ${job.id}: version ${job.version}`);
+      return 0;
+    }
+    case "list": {
+      const { flags } = parseCommand("job list", argv, CLIENT_FLAGS);
+      const r = await apiClient("job list", flags).request<{ items: JobView[] }>(
+        "GET",
+        "/api/jobs",
+      );
+      if (flags.json) printJson(r);
+      else print(table(JOB_HEADER, r.items.map(jobRow)));
+      return 0;
+    }
+    case "show": {
+      const { flags, args } = parseCommand("job show", argv, CLIENT_FLAGS, ["ID"]);
+      const job = await apiClient("job show", flags).request<JobView>(
+        "GET",
+        path(args[0] as string),
+      );
+      if (flags.json) printJson(job);
+      else {
+        print(
+          fields([
+            ["job", job.id],
+            ["version", String(job.version)],
+            ["status", job.paused ? "paused" : "active"],
+            ["trigger", describeTrigger(job.definition.trigger)],
+            ["next fire", isoTime(job.nextFireAt)],
+            ["updated", isoTime(job.updatedAt)],
+          ]),
+        );
+        print(`definition\n${JSON.stringify(job.definition, null, 2)}`);
+      }
+      return 0;
+    }
+    case "delete": {
+      const { flags, args } = parseCommand("job delete", argv, CLIENT_FLAGS, ["ID"]);
+      await apiClient("job delete", flags).request("DELETE", path(args[0] as string));
+      if (flags.json) printJson({ deleted: args[0] });
+      else print(`job ${args[0]}: deleted`);
+      return 0;
+    }
+    case "pause":
+    case "resume": {
+      const { flags, args } = parseCommand(`job ${sub}`, argv, CLIENT_FLAGS, ["ID"]);
+      const job = await apiClient(`job ${sub}`, flags).request<JobView>(
+        "POST",
+        `${path(args[0] as string)}/${sub}`,
+      );
+      if (flags.json) printJson(job);
+      else print(`job ${job.id}: ${job.paused ? "paused" : "active"} (version ${job.version})`);
+      return 0;
+    }
+    case "trigger": {
+      const { flags, args } = parseCommand("job trigger", argv, CLIENT_FLAGS, ["ID"]);
+      const r = await apiClient("job trigger", flags).request<{ executionIds: string[] }>(
+        "POST",
+        `${path(args[0] as string)}/trigger`,
+      );
+      if (flags.json) printJson(r);
+      else print(r.executionIds.join("\n"));
+      return 0;
+    }
+    case "preview":
+      return jobPreview(argv);
+    default:
+      throw new AxError(
+        "AX_CLI_USAGE",
+        `job: unknown subcommand "${sub ?? ""}" (expected add, list, show, edit, delete, pause, resume, trigger or preview)`,
+      );
+  }
+}
+
+/** `ax job preview ID [--count N] [--after T]`, or `ax job preview --trigger JSON …`. */
+async function jobPreview(argv: string[]): Promise<number> {
+  const options = {
+    ...CLIENT_FLAGS,
+    count: { type: "string" },
+    after: { type: "string" },
+    trigger: { type: "string" },
+  } as const;
+  const withId = argv.length > 0 && !(argv[0] as string).startsWith("-");
+  const { flags, args } = parseCommand("job preview", argv, options, withId ? ["ID"] : []);
+  const n = intFlag("job preview", "count", flags.count, { min: 1, max: 1000 }) ?? 10;
+  const after = instantFlag("job preview", "after", flags.after);
+  const api = apiClient("job preview", flags);
+  let r: { times: number[] };
+  if (withId) {
+    if (flags.trigger !== undefined) {
+      throw new AxError("AX_CLI_USAGE", "job preview: give a job ID or --trigger, not both");
+    }
+    const query = new URLSearchParams({
+      n: String(n),
+      ...(after === undefined ? {} : { after: String(after) }),
+    });
+    r = await api.request("GET", `${path(args[0] as string)}/preview?${query}`);
+  } else {
+    const trigger = jsonObjectFlag("job preview", "trigger", flags.trigger);
+    if (!trigger) {
+      throw new AxError("AX_CLI_USAGE", "job preview: give a job ID or --trigger JSON");
+    }
+    r = await api.request("POST", "/api/preview", {
+      trigger,
+      n,
+      ...(after === undefined ? {} : { after }),
+    });
+  }
+  if (flags.json) printJson(r);
+  else
+    print(
+      table(
+        ["#", "fire time (UTC)"],
+        r.times.map((t, i) => [String(i + 1), isoTime(t)]),
+      ),
+    );
+  return 0;
+}

@@ -1,0 +1,89 @@
+import type { IncomingMessage, ServerResponse } from "node:http";
+import type { z } from "zod";
+import type { Coordinator } from "../coordinator.js";
+
+export type Method = "GET" | "POST" | "PUT" | "DELETE";
+
+/**
+ * Who may call a route: `public` anyone (health, the OpenAPI document, the console page);
+ * `read` a token of either role; `operate` only an `operate` token. With auth off, anyone.
+ */
+export type Role = "public" | "read" | "operate";
+
+/** What a JSON route's handler is given: its validated inputs and the coordinator. */
+export interface RouteInput<P, Q, B> {
+  params: P;
+  query: Q;
+  body: B;
+  coordinator: Coordinator;
+}
+
+/** A handler's answer when its status differs from the route's success status. */
+export class Reply {
+  constructor(
+    readonly status: number,
+    readonly body: unknown,
+  ) {}
+}
+
+/**
+ * A JSON route. Its path parameters, query and body are validated by its zod schemas before the
+ * handler runs; the OpenAPI document is generated from the same schemas.
+ */
+export interface ApiRoute<
+  P extends z.ZodType = z.ZodType,
+  Q extends z.ZodType = z.ZodType,
+  B extends z.ZodType = z.ZodType,
+> {
+  kind: "api";
+  method: Method;
+  /** `/api/jobs/{id}`: `{name}` matches one path segment. */
+  path: string;
+  role: Role;
+  operationId: string;
+  summary: string;
+  description?: string;
+  tag: string;
+  params?: P;
+  query?: Q;
+  body?: B;
+  /** An empty body is read as `{}` (routes whose body is all optional). */
+  bodyOptional?: boolean;
+  success: { status: number; description: string; schema?: z.ZodType };
+  /** Statuses besides 400, 401 and 403 that the route answers with an error body. */
+  errors?: number[];
+  /** Other answers that are not errors (a 503 with the readiness body). */
+  otherResponses?: { status: number; description: string; schema: z.ZodType }[];
+  /** Returns the success body (or a {@link Reply}); throws AxError for errors. */
+  handle(input: RouteInput<z.output<P>, z.output<Q>, z.output<B>>): Promise<unknown>;
+}
+
+/** A route that writes its own response: metrics, the OpenAPI document, the console, files. */
+export interface RawRoute {
+  kind: "raw";
+  method: "GET";
+  /** As {@link ApiRoute.path}; a last segment `*` matches the rest of the path (static files). */
+  path: string;
+  role: Role;
+  operationId: string;
+  summary: string;
+  tag: string;
+  /** The Content-Type of a successful answer, for the OpenAPI document. */
+  contentType: string;
+  handle(
+    req: IncomingMessage,
+    res: ServerResponse,
+    ctx: { coordinator: Coordinator; params: Record<string, string> },
+  ): Promise<void> | void;
+}
+
+export type AnyRoute = ApiRoute | RawRoute;
+
+/** Declares a JSON route, typing its handler's inputs from its schemas. */
+export function apiRoute<
+  P extends z.ZodType = z.ZodType<Record<string, never>>,
+  Q extends z.ZodType = z.ZodType<Record<string, never>>,
+  B extends z.ZodType = z.ZodType<undefined>,
+>(route: Omit<ApiRoute<P, Q, B>, "kind">): ApiRoute {
+  return { kind: "api", ...route } as unknown as ApiRoute;
+}

@@ -1,0 +1,43 @@
+import { readFileSync } from "node:fs";
+import { apiRoute, Reply } from "../route.js";
+import { healthSchema, readinessSchema } from "../schemas.js";
+
+const VERSION = (
+  JSON.parse(readFileSync(new URL("../../../package.json", import.meta.url), "utf8")) as {
+    version: string;
+  }
+).version;
+const startedAt = Date.now();
+
+/** Liveness and readiness, public so that load balancers and orchestrators can probe them. */
+export const healthRoutes = [
+  apiRoute({
+    method: "GET",
+    path: "/api/health",
+    role: "public",
+    operationId: "health",
+    summary: "Liveness: the process answers",
+    tag: "health",
+    success: { status: 200, description: "The coordinator process is up.", schema: healthSchema },
+    handle: async () => ({
+      status: "ok",
+      version: VERSION,
+      uptimeS: Math.round((Date.now() - startedAt) / 1000),
+    }),
+  }),
+  apiRoute({
+    method: "GET",
+    path: "/api/ready",
+    role: "public",
+    operationId: "ready",
+    summary: "Readiness: the store answers and the MQTT link is up",
+    description: "200 when ready; 503 with the same body when not.",
+    tag: "health",
+    success: { status: 200, description: "Ready (503 when not).", schema: readinessSchema },
+    otherResponses: [{ status: 503, description: "Not ready.", schema: readinessSchema }],
+    handle: async ({ coordinator }) => {
+      const r = await coordinator.readiness();
+      return r.ready ? r : new Reply(503, r);
+    },
+  }),
+];

@@ -1,0 +1,345 @@
+import { z } from "zod";
+import { ERROR_CODES, type ErrorCode } from "../../shared/errors.js";
+import { EXEC_STATES, type ExecState } from "../../shared/fsm.js";
+import { HANDLER_NAME_PATTERN } from "../../shared/ids.js";
+import { durationSchema } from "../domain/duration.js";
+import {
+  idSchema,
+  instantSchema,
+  jobDefinitionSchema,
+  tagsSchema,
+  triggerSchema,
+} from "../domain/job.js";
+import type { AgentRecord, ExecutionRecord, TimelineEntry } from "../store/port.js";
+
+/**
+ * The HTTP API's schemas: requests are validated with them, and the OpenAPI document is generated
+ * from them. Response schemas restate the store's record types for the document; the type checks
+ * at the end of this file keep the two identical.
+ */
+
+/**
+ * Cross-field checks run even when a field already failed (zod skips them after an aborting
+ * issue by default), so that a 400 lists every problem at once. They read fields defensively.
+ */
+export const EVEN_WITH_ISSUES = {
+  when: (p: { value: unknown }) => typeof p.value === "object" && p.value !== null,
+};
+
+const ERROR_CODE_NAMES = Object.keys(ERROR_CODES) as [ErrorCode, ...ErrorCode[]];
+
+export const errorSchema = z
+  .object({
+    error: z.object({
+      code: z.enum(ERROR_CODE_NAMES),
+      message: z.string(),
+      /** Every problem found in the request, each with the field's path. */
+      issues: z.array(z.object({ path: z.string(), message: z.string() })).optional(),
+    }),
+  })
+  .meta({
+    description: "An error: its stable code, a message, and for a bad request every issue.",
+  });
+
+// --- path parameters -------------------------------------------------------------------------
+
+export const idParams = z.object({ id: idSchema.meta({ description: "The resource's id." }) });
+export const eventParams = z.object({
+  name: idSchema.meta({ description: "The event name, as in ax/v1/events/{name}." }),
+});
+
+// --- query values ------------------------------------------------------------------------------
+
+/** An instant in a query string: UTC milliseconds or an ISO 8601 time. */
+const queryInstant = z
+  .string()
+  .transform((value, ctx) => {
+    const ms = /^\d+(\.\d+)?$/.test(value) ? Number(value) : Date.parse(value);
+    if (!Number.isFinite(ms)) {
+      ctx.addIssue({
+        code: "custom",
+        message: `must be UTC milliseconds or an ISO 8601 time such as 2026-01-31T12:00:00Z (got ${JSON.stringify(value)})`,
+      });
+      return z.NEVER;
+    }
+    return ms;
+  })
+  .meta({ description: "UTC milliseconds or an ISO 8601 time." });
+
+const statesList = z
+  .string()
+  .transform((value, ctx) => {
+    const states = value.split(",").map((s) => s.trim());
+    const bad = states.filter((s) => !(EXEC_STATES as readonly string[]).includes(s));
+    if (bad.length > 0) {
+      ctx.addIssue({
+        code: "custom",
+        message: `${bad.map((s) => JSON.stringify(s)).join(", ")} ${bad.length === 1 ? "is not a state" : "are not states"}; states are ${EXEC_STATES.join(", ")}`,
+      });
+      return z.NEVER;
+    }
+    return states as ExecState[];
+  })
+  .meta({ description: `Comma-separated states: ${EXEC_STATES.join(", ")}.` });
+
+export const EXECUTIONS_PAGE_MAX = 500;
+
+export const executionsQuery = z
+  .object({
+    job: idSchema.optional().meta({ description: "Only this job's executions." }),
+    state: statesList.optional(),
+    agent: idSchema
+      .optional()
+      .meta({ description: "Only executions that ran (or wait to run) on this agent." }),
+    kind: z.enum(["job", "command"]).optional(),
+    from: queryInstant.optional().meta({ description: "Created at or after this time." }),
+    to: queryInstant.optional().meta({ description: "Created before this time." }),
+    limit: z.coerce
+      .number()
+      .int()
+      .min(1)
+      .max(EXECUTIONS_PAGE_MAX)
+      .default(50)
+      .meta({ description: "Executions per page (1-500)." }),
+    cursor: z
+      .string()
+      .min(1)
+      .max(512)
+      .optional()
+      .meta({ description: "The previous page's nextCursor." }),
+  })
+  .strict()
+  .superRefine((q, ctx) => {
+    if (typeof q.from === "number" && typeof q.to === "number" && q.to <= q.from) {
+      ctx.addIssue({ code: "custom", path: ["to"], message: "must be after from" });
+    }
+  }, EVEN_WITH_ISSUES);
+
+export const PREVIEW_MAX = 1000;
+
+const previewCount = z.coerce
+  .number()
+  .int()
+  .min(1)
+  .max(PREVIEW_MAX)
+  .default(10)
+  .meta({ description: "How many fire times (1-1000)." });
+
+export const jobPreviewQuery = z
+  .object({
+    n: previewCount,
+    after: queryInstant
+      .optional()
+      .meta({ description: "Fire times after this one; now if not given." }),
+  })
+  .strict();
+
+// --- request bodies ----------------------------------------------------------------------------
+
+/** A job update: the definition, its `id` optional (the path names the job). */
+export const jobUpdateBody = jobDefinitionSchema.partial({ id: true });
+
+export const previewBody = z
+  .object({
+    trigger: triggerSchema,
+    n: previewCount,
+    after: instantSchema
+      .optional()
+      .meta({ description: "Fire times after this one; now if not given." }),
+  })
+  .strict();
+
+export const commandBody = z
+  .object({
+    agentId: idSchema.optional().meta({
+      description:
+        "The agent to run it on. A command for an agent not known yet waits for it until its deadline.",
+    }),
+    selector: z
+      .object({
+        tags: tagsSchema.refine((t) => Object.keys(t).length > 0, "give at least one tag"),
+      })
+      .strict()
+      .optional()
+      .meta({
+        description:
+          "Every known agent whose tags include all of these and that offers the handler gets one.",
+      }),
+    handler: z
+      .string()
+      .regex(HANDLER_NAME_PATTERN, "must be a handler name such as echo or mqtt.publish"),
+    params: z.record(z.string(), z.unknown()).default({}),
+    at: instantSchema.optional().meta({ description: "When to run it; now if not given." }),
+    deadline: instantSchema.optional().meta({
+      description: "Latest start; past it the command is EXPIRED. at + 30 s if not given.",
+    }),
+    timeout: durationSchema.optional().meta({ description: "Longest run. 30s if not given." }),
+    priority: z.number().int().min(-1000).max(1000).default(0),
+  })
+  .strict()
+  .superRefine((c, ctx) => {
+    if ((c.agentId === undefined) === (c.selector === undefined)) {
+      ctx.addIssue({
+        code: "custom",
+        path: ["agentId"],
+        message: "give exactly one of agentId and selector",
+      });
+    }
+    if (typeof c.at === "number" && typeof c.deadline === "number" && c.deadline <= c.at) {
+      ctx.addIssue({ code: "custom", path: ["deadline"], message: "must be after at" });
+    }
+  }, EVEN_WITH_ISSUES);
+
+export const eventBody = z
+  .object({
+    payload: z
+      .record(z.string(), z.unknown())
+      .default({})
+      .meta({ description: "Merged into the params of every job the event fires." }),
+  })
+  .strict();
+
+// --- responses ---------------------------------------------------------------------------------
+
+export const healthSchema = z.object({
+  status: z.literal("ok"),
+  version: z.string(),
+  uptimeS: z.number(),
+});
+
+export const readinessSchema = z.object({
+  ready: z.boolean(),
+  store: z.boolean(),
+  mqtt: z.boolean(),
+});
+
+export const jobSchema = z.object({
+  id: z.string(),
+  version: z.number().int(),
+  definition: jobDefinitionSchema,
+  nextFireAt: z.number().nullable(),
+  paused: z.boolean(),
+  createdAt: z.number(),
+  updatedAt: z.number(),
+});
+
+export const jobListSchema = z.object({ items: z.array(jobSchema) });
+
+export const previewSchema = z.object({
+  times: z.array(z.number()).meta({ description: "Nominal fire times, UTC milliseconds." }),
+});
+
+export const executionIdsSchema = z.object({ executionIds: z.array(z.string()) });
+
+const stateSchema = z.enum(EXEC_STATES);
+const nullableMs = z.number().nullable();
+
+export const executionSchema = z.object({
+  id: z.string(),
+  kind: z.enum(["job", "command"]),
+  jobId: z.string().nullable(),
+  jobVersion: z.number().int().nullable(),
+  handler: z.string(),
+  params: z.record(z.string(), z.unknown()),
+  targetAgentId: z.string().nullable(),
+  agentId: z.string().nullable(),
+  state: stateSchema,
+  round: z.number().int(),
+  attempt: z.number().int(),
+  maxAttempts: z.number().int(),
+  dispatches: z.number().int(),
+  maxDispatches: z.number().int(),
+  fireAt: z.number(),
+  deadline: z.number(),
+  timeoutMs: z.number(),
+  dispatchTimeoutMs: z.number(),
+  priority: z.number().int(),
+  retryBaseMs: z.number(),
+  retryCapMs: z.number(),
+  createdAt: z.number(),
+  updatedAt: z.number(),
+  dispatchedAt: nullableMs,
+  startedAt: nullableMs,
+  finishedAt: nullableMs,
+  lateMs: nullableMs,
+  nextAttemptAt: nullableMs,
+  result: z.record(z.string(), z.unknown()).nullable(),
+  message: z.string().nullable(),
+  messageBytes: z.number().int().nullable(),
+  scheduledFor: nullableMs,
+  shardIndex: z.number().int().nullable(),
+  shardTotal: z.number().int().nullable(),
+  groupKey: z.string().nullable(),
+  tags: z.record(z.string(), z.string()),
+});
+
+export const executionPageSchema = z.object({
+  items: z.array(executionSchema),
+  nextCursor: z
+    .string()
+    .nullable()
+    .meta({ description: "Pass as cursor for the next page; null on the last page." }),
+});
+
+export const timelineEntrySchema = z.object({
+  executionId: z.string(),
+  seq: z.number().int(),
+  at: z.number(),
+  event: z.string(),
+  fromState: stateSchema.nullable(),
+  toState: stateSchema,
+  round: z.number().int(),
+  agentId: z.string().nullable(),
+  reason: z.string().nullable(),
+  detail: z.record(z.string(), z.unknown()).nullable(),
+});
+
+export const executionDetailSchema = z.object({
+  execution: executionSchema,
+  timeline: z.array(timelineEntrySchema),
+});
+
+export const retrySchema = z.object({ executionId: z.string(), retryOf: z.string() });
+
+export const agentSchema = z.object({
+  agentId: z.string(),
+  instanceId: z.string(),
+  journalId: z.string(),
+  ackedSeq: z.number().int(),
+  status: z.enum(["online", "offline"]),
+  profile: z.string(),
+  bundleVersion: z.string(),
+  bundleSha256: z.string(),
+  handlers: z.array(z.string()),
+  concurrency: z.number().int(),
+  queue: z.number().int(),
+  tags: z.record(z.string(), z.string()),
+  connectedAt: z.number(),
+  lastSeenAt: z.number(),
+  clockOffsetMs: z.number(),
+  clockUncertaintyMs: z.number(),
+  load: z.number(),
+  journalDepth: z.number().int(),
+  outboxDepth: z.number().int(),
+  live: z.boolean().meta({ description: "Online and not backing off after a busy answer." }),
+  inFlight: z.number().int().meta({ description: "Executions dispatched to it and not ended." }),
+});
+
+export const agentListSchema = z.object({ items: z.array(agentSchema) });
+
+export const commandResultSchema = z.object({
+  executionIds: z.array(z.string()),
+  targets: z.array(z.object({ agentId: z.string(), executionId: z.string() })),
+});
+
+export const eventResultSchema = z.object({
+  event: z.string(),
+  fired: z.number().int().meta({ description: "How many jobs the event fired." }),
+});
+
+// The response schemas restate record types of the store: these fail to compile if they drift.
+type Same<A, B> = [A] extends [B] ? ([B] extends [A] ? true : false) : false;
+const sameExecution: Same<z.output<typeof executionSchema>, ExecutionRecord> = true;
+const sameTimeline: Same<z.output<typeof timelineEntrySchema>, TimelineEntry> = true;
+const sameAgent: Same<Omit<z.output<typeof agentSchema>, "live" | "inFlight">, AgentRecord> = true;
+void [sameExecution, sameTimeline, sameAgent];

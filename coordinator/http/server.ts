@@ -1,0 +1,364 @@
+import { readFileSync } from "node:fs";
+import { createServer, type IncomingMessage, type ServerResponse } from "node:http";
+import type { AddressInfo } from "node:net";
+import type { z } from "zod";
+import { AxError, type ErrorCode, isAxError } from "../../shared/errors.js";
+import { type HttpConfigInput, httpConfigSchema } from "../config.js";
+import type { Coordinator } from "../coordinator.js";
+import { formatIssues } from "../domain/job.js";
+import type { Logger } from "../engine/context.js";
+import { type Auth, authorize, resolveAuth } from "./auth.js";
+import { consoleHandler } from "./console.js";
+import { openApiDocument } from "./openapi.js";
+import type { AnyRoute, ApiRoute } from "./route.js";
+import { Reply } from "./route.js";
+import { Router } from "./router.js";
+import { executionRoutes } from "./routes/executions.js";
+import { fleetRoutes } from "./routes/fleet.js";
+import { healthRoutes } from "./routes/health.js";
+import { jobRoutes } from "./routes/jobs.js";
+
+/*
+ * Why node:http and no framework: the API is about twenty JSON routes with zod doing all the
+ * validation, and the OpenAPI document comes from those same schemas. What a framework would add
+ * here — routing, body parsing, error mapping — is a page of code, while it would bring a
+ * dependency tree to keep patched and a second validation and schema layer to keep in step.
+ */
+
+const VERSION = (
+  JSON.parse(readFileSync(new URL("../../package.json", import.meta.url), "utf8")) as {
+    version: string;
+  }
+).version;
+
+/** Options of {@link startHttpServer}: the config file's `http` section, plus wiring. */
+export interface HttpServerOptions extends HttpConfigInput {
+  log?: Logger;
+  /**
+   * Routes served besides the built-in ones, such as a static folder (`GET /assets/*`). Where a
+   * path matches both, the one with more literal segments wins.
+   */
+  routes?: readonly AnyRoute[];
+}
+
+/** A running HTTP server. */
+export interface HttpServer {
+  /** `http://host:port`, with the port actually bound (for port 0). */
+  url: string;
+  /** Stops accepting connections and waits for requests in progress (2 s at most). */
+  close(): Promise<void>;
+}
+
+/** Error codes and their HTTP status; any other code is a 500. */
+const STATUS: Partial<Record<ErrorCode, number>> = {
+  AX_API_INVALID_REQUEST: 400,
+  AX_JOB_INVALID: 400,
+  AX_TRIGGER_INVALID: 400,
+  AX_STORE_BAD_CURSOR: 400,
+  AX_API_UNAUTHORIZED: 401,
+  AX_API_FORBIDDEN: 403,
+  AX_API_NOT_FOUND: 404,
+  AX_JOB_NOT_FOUND: 404,
+  AX_EXEC_NOT_FOUND: 404,
+  AX_AGENT_NOT_FOUND: 404,
+  AX_API_METHOD_NOT_ALLOWED: 405,
+  AX_JOB_EXISTS: 409,
+  AX_EXEC_CONFLICT: 409,
+  AX_API_TOO_LARGE: 413,
+};
+
+/**
+ * The routes every server has: the API, its OpenAPI document (of `all()`, the routes served),
+ * metrics and the console page.
+ */
+export function builtinRoutes(all: () => readonly AnyRoute[]): AnyRoute[] {
+  let document: string | undefined;
+  return [
+    ...healthRoutes,
+    ...jobRoutes,
+    ...executionRoutes,
+    ...fleetRoutes,
+    {
+      kind: "raw",
+      method: "GET",
+      path: "/api/openapi.json",
+      role: "public",
+      operationId: "openapi",
+      summary: "This API's OpenAPI 3.1 document",
+      tag: "meta",
+      contentType: "application/json",
+      handle: (_req, res) => {
+        document ??= JSON.stringify(openApiDocument(all(), VERSION));
+        send(res, 200, document);
+      },
+    },
+    {
+      kind: "raw",
+      method: "GET",
+      path: "/metrics",
+      role: "read",
+      operationId: "metrics",
+      summary: "Prometheus metrics",
+      tag: "meta",
+      contentType: "text/plain",
+      handle: async (_req, res, { coordinator }) => {
+        const text = await coordinator.metrics.render();
+        res.writeHead(200, { "content-type": coordinator.metrics.contentType });
+        res.end(text);
+      },
+    },
+    {
+      kind: "raw",
+      method: "GET",
+      path: "/",
+      role: "public",
+      operationId: "console",
+      summary: "The web console",
+      tag: "meta",
+      contentType: "text/html",
+      handle: consoleHandler,
+    },
+  ];
+}
+
+/**
+ * Serves the coordinator's HTTP API, `/metrics` and the console on `options.host:port` (port 0:
+ * a free one). Options are checked by the config file's schema; a bad one, or a token file that
+ * cannot be read, throws before anything listens.
+ */
+export async function startHttpServer(
+  coordinator: Coordinator,
+  options: HttpServerOptions = {},
+): Promise<HttpServer> {
+  const { log = () => {}, routes: extra = [], ...input } = options;
+  const parsed = httpConfigSchema.safeParse(input);
+  if (!parsed.success) {
+    throw new AxError(
+      "AX_CONFIG_INVALID",
+      `http: invalid options\n${formatIssues(parsed.error, "http")}`,
+    );
+  }
+  const config = parsed.data;
+  const auth = resolveAuth(config.auth);
+  const routes: AnyRoute[] = [...builtinRoutes(() => routes), ...extra];
+  const router = new Router(routes);
+
+  const server = createServer((req, res) => {
+    handle(req, res, { coordinator, router, auth, maxBodyBytes: config.maxBodyBytes }).catch(
+      (err: unknown) => {
+        const status = isAxError(err) ? (STATUS[err.code] ?? 500) : 500;
+        if (status >= 500) {
+          log("error", `http ${req.method} ${req.url}: ${(err as Error).stack ?? String(err)}`);
+        }
+        if (res.headersSent) {
+          res.destroy();
+          return;
+        }
+        sendError(res, status, err, req.readableEnded ? {} : { connection: "close" });
+        // The rest of a refused body is read and dropped, so the client gets the answer rather
+        // than a reset connection.
+        if (!req.readableEnded) req.resume();
+      },
+    );
+  });
+  await new Promise<void>((resolve, reject) => {
+    server.once("error", (err: NodeJS.ErrnoException) =>
+      reject(
+        new AxError(
+          "AX_CONFIG_INVALID",
+          `http.port: cannot listen on ${config.host}:${config.port}: ${err.code ?? err.message}`,
+          { cause: err },
+        ),
+      ),
+    );
+    server.listen(config.port, config.host, () => resolve());
+  });
+  const address = server.address() as AddressInfo;
+  const host = address.family === "IPv6" ? `[${address.address}]` : address.address;
+  const url = `http://${host}:${address.port}`;
+  log("info", `http listening on ${url}`, { url, auth: auth === "off" ? "off" : "tokens" });
+  let closing: Promise<void> | undefined;
+  return {
+    url,
+    close() {
+      closing ??= new Promise<void>((resolve) => {
+        const force = setTimeout(() => server.closeAllConnections(), 2_000);
+        server.close(() => {
+          clearTimeout(force);
+          resolve();
+        });
+        server.closeIdleConnections();
+      });
+      return closing;
+    },
+  };
+}
+
+interface ServerState {
+  coordinator: Coordinator;
+  router: Router;
+  auth: Auth;
+  maxBodyBytes: number;
+}
+
+/** One request: route, authorize, validate, run the handler, answer. */
+async function handle(req: IncomingMessage, res: ServerResponse, s: ServerState): Promise<void> {
+  const url = new URL(req.url ?? "/", "http://localhost");
+  const matches = s.router.match(url.pathname);
+  if (matches === undefined) {
+    throw new AxError("AX_API_INVALID_REQUEST", `path "${url.pathname}" is not valid`);
+  }
+  const match = matches.find((m) => m.route.method === req.method);
+  if (!match) {
+    if (matches.length === 0) {
+      throw new AxError("AX_API_NOT_FOUND", `no route ${url.pathname}; see /api/openapi.json`);
+    }
+    const allow = [...new Set(matches.map((m) => m.route.method))];
+    res.setHeader("allow", allow.join(", "));
+    throw new AxError(
+      "AX_API_METHOD_NOT_ALLOWED",
+      `${url.pathname} does not take ${req.method}; it takes ${allow.join(", ")}`,
+    );
+  }
+  const { route, params } = match;
+  authorize(s.auth, req.headers.authorization, route.role);
+  if (route.kind === "raw") {
+    await route.handle(req, res, { coordinator: s.coordinator, params });
+    return;
+  }
+
+  const issues: Issue[] = [];
+  const input = {
+    params: check("params", route.params, params, issues),
+    query: check("query", route.query, queryObject(url.searchParams), issues),
+    body: undefined as unknown,
+  };
+  if (route.body) {
+    const raw = await readBody(req, s.maxBodyBytes);
+    let value: unknown;
+    if (raw.length === 0) {
+      value = route.bodyOptional ? {} : undefined;
+    } else {
+      try {
+        value = JSON.parse(raw.toString("utf8"));
+      } catch (err) {
+        issues.push({ path: "body", message: `not valid JSON: ${(err as Error).message}` });
+      }
+    }
+    if (raw.length === 0 || value !== undefined)
+      input.body = check("body", route.body, value, issues);
+  } else {
+    req.resume();
+  }
+  if (issues.length > 0) {
+    throw new AxError(
+      "AX_API_INVALID_REQUEST",
+      `invalid request\n${issues.map((i) => `${i.path}: ${i.message}`).join("\n")}`,
+      {
+        context: { issues },
+      },
+    );
+  }
+  const result = await route.handle({ ...input, coordinator: s.coordinator } as Parameters<
+    ApiRoute["handle"]
+  >[0]);
+  if (result instanceof Reply) send(res, result.status, JSON.stringify(result.body));
+  else if (result === undefined) {
+    res.writeHead(route.success.status, { "cache-control": "no-store" });
+    res.end();
+  } else send(res, route.success.status, JSON.stringify(result));
+}
+
+interface Issue {
+  path: string;
+  message: string;
+}
+
+/** Validates one part of a request; its issues are added with their path under `where`. */
+function check(
+  where: "params" | "query" | "body",
+  schema: z.ZodType | undefined,
+  value: unknown,
+  issues: Issue[],
+): unknown {
+  if (!schema) return {};
+  const r = schema.safeParse(value);
+  if (r.success) return r.data;
+  for (const i of r.error.issues) {
+    issues.push({ path: [where, ...i.path.map(String)].join("."), message: i.message });
+  }
+  return undefined;
+}
+
+/** A query string as an object; a repeated key's values are joined with commas. */
+function queryObject(search: URLSearchParams): Record<string, string> {
+  const out: Record<string, string> = {};
+  for (const [k, v] of search) out[k] = out[k] === undefined ? v : `${out[k]},${v}`;
+  return out;
+}
+
+function tooLarge(limit: number): AxError {
+  return new AxError("AX_API_TOO_LARGE", `the request body is over ${limit} bytes`, {
+    context: { limit },
+  });
+}
+
+/** Reads a request body of at most `limit` bytes; a larger one is AX_API_TOO_LARGE. */
+function readBody(req: IncomingMessage, limit: number): Promise<Buffer> {
+  if (Number(req.headers["content-length"] ?? 0) > limit) return Promise.reject(tooLarge(limit));
+  return new Promise((resolve, reject) => {
+    const chunks: Buffer[] = [];
+    let size = 0;
+    const onData = (chunk: Buffer) => {
+      size += chunk.length;
+      if (size <= limit) {
+        chunks.push(chunk);
+        return;
+      }
+      req.off("data", onData);
+      req.off("end", onEnd);
+      reject(tooLarge(limit));
+    };
+    const onEnd = () => resolve(Buffer.concat(chunks));
+    req.on("data", onData);
+    req.on("end", onEnd);
+    req.once("error", reject);
+  });
+}
+
+function send(res: ServerResponse, status: number, json: string): void {
+  res.writeHead(status, {
+    "content-type": "application/json; charset=utf-8",
+    "cache-control": "no-store",
+  });
+  res.end(json);
+}
+
+/** Answers with the error body; issues from the context are listed with their paths. */
+function sendError(
+  res: ServerResponse,
+  status: number,
+  err: unknown,
+  headers: Record<string, string>,
+): void {
+  const ax = isAxError(err)
+    ? err
+    : new AxError("AX_API_INTERNAL", `internal error: ${(err as Error).message}`);
+  const code = status === 500 && !isAxError(err) ? "AX_API_INTERNAL" : ax.code;
+  const raw = ax.context.issues;
+  const issues = Array.isArray(raw)
+    ? (raw as { path: unknown; message: string }[]).map((i) => ({
+        path: Array.isArray(i.path) ? i.path.map(String).join(".") || "(root)" : String(i.path),
+        message: i.message,
+      }))
+    : undefined;
+  for (const [k, v] of Object.entries(headers)) res.setHeader(k, v);
+  if (status === 401) res.setHeader("www-authenticate", 'Bearer realm="ax"');
+  send(
+    res,
+    status,
+    JSON.stringify({
+      error: { code, message: ax.message, ...(issues === undefined ? {} : { issues }) },
+    }),
+  );
+}

@@ -1,0 +1,201 @@
+import { afterEach, beforeEach, describe, expect, it } from "vitest";
+import type { ExecState } from "../shared/fsm.js";
+import type { EngineContext } from "./engine/context.js";
+import { EngineEventBus, type EngineEvents } from "./engine/events.js";
+import { Registry } from "./engine/registry.js";
+import { CoordinatorMetrics } from "./metrics.js";
+import type { AgentRecord } from "./store/port.js";
+import { SqliteStore } from "./store/sqlite/sqlite-store.js";
+
+/** The value of one series in Prometheus text, or undefined when it is not there. */
+function series(
+  text: string,
+  name: string,
+  labels: Record<string, string> = {},
+): number | undefined {
+  for (const line of text.split("\n")) {
+    const m = /^([a-zA-Z_:][\w:]*)(\{([^}]*)\})? (\S+)$/.exec(line);
+    if (!m || m[1] !== name) continue;
+    const got = Object.fromEntries(
+      [...(m[3] ?? "").matchAll(/(\w+)="([^"]*)"/g)].map((x) => [x[1], x[2]]),
+    );
+    if (Object.entries(labels).every(([k, v]) => got[k] === v)) return Number(m[4]);
+  }
+  return undefined;
+}
+
+function agent(agentId: string, over: Partial<AgentRecord> = {}): AgentRecord {
+  return {
+    agentId,
+    instanceId: `${agentId}-i`,
+    journalId: `${agentId}-j`,
+    ackedSeq: 0,
+    status: "online",
+    profile: "dev",
+    bundleVersion: "dev",
+    bundleSha256: "dev",
+    handlers: ["echo"],
+    concurrency: 4,
+    queue: 16,
+    tags: {},
+    connectedAt: 1,
+    lastSeenAt: 1,
+    clockOffsetMs: 0,
+    clockUncertaintyMs: 0,
+    load: 0,
+    journalDepth: 0,
+    outboxDepth: 0,
+    ...over,
+  };
+}
+
+/** The metrics over a real store and registry, fed engine events by hand. */
+describe("CoordinatorMetrics", () => {
+  let store: SqliteStore;
+  let events: EngineEventBus;
+  let fleet: Registry;
+  let metrics: CoordinatorMetrics;
+
+  const transition = (
+    from: ExecState,
+    to: ExecState,
+    over: Partial<EngineEvents["transition"]> = {},
+  ): void =>
+    events.emit("transition", {
+      executionId: "ex-1",
+      jobId: "job-a",
+      agentId: "ag-1",
+      event: "test",
+      from,
+      to,
+      round: 1,
+      at: 10_000,
+      fireAt: 10_000,
+      scheduledFor: 10_000,
+      ...over,
+    });
+
+  beforeEach(async () => {
+    store = new SqliteStore({ path: ":memory:" });
+    events = new EngineEventBus((err) => {
+      throw err;
+    });
+    fleet = new Registry({ store, events } as unknown as EngineContext);
+    metrics = new CoordinatorMetrics({ events, fleet, store });
+  });
+
+  afterEach(async () => {
+    metrics.close();
+    await store.close();
+  });
+
+  it("counts fires by outcome, skips, retries and terminal states", async () => {
+    events.emit("fired", { jobId: "j", scheduledFor: 1, executionId: "e", at: 1, late: false });
+    events.emit("fired", { jobId: "j", scheduledFor: 2, executionId: "e", at: 2, late: true });
+    events.emit("fired", { jobId: "j", scheduledFor: 3, executionId: "e", at: 3, late: true });
+    transition("RUNNING", "RETRY_WAITING");
+    transition("PENDING", "SKIPPED");
+    transition("RUNNING", "SUCCEEDED", { jobId: null });
+    // An event recorded without a change of state counts as nothing.
+    transition("SUCCEEDED", "SUCCEEDED");
+    metrics.operatorRetry();
+    const text = await metrics.render();
+    expect(series(text, "ax_fires_total", { outcome: "on_time" })).toBe(1);
+    expect(series(text, "ax_fires_total", { outcome: "late" })).toBe(2);
+    expect(series(text, "ax_fires_skipped_total")).toBe(1);
+    expect(series(text, "ax_retries_total", { by: "policy" })).toBe(1);
+    expect(series(text, "ax_retries_total", { by: "operator" })).toBe(1);
+    expect(series(text, "ax_executions_finished_total", { state: "SKIPPED", kind: "job" })).toBe(1);
+    expect(
+      series(text, "ax_executions_finished_total", { state: "SUCCEEDED", kind: "command" }),
+    ).toBe(1);
+    expect(series(text, "ax_executions_finished_total", { state: "SUCCEEDED", kind: "job" })).toBe(
+      undefined,
+    );
+  });
+
+  it("measures lateness from the nominal time at the first dispatch only, in seconds", async () => {
+    // A job execution fired for 10 000, dispatched 0.5 s ahead; its fire time moved by a retry
+    // does not matter, the nominal time does.
+    transition("PENDING", "DISPATCHED", { at: 9_500, fireAt: 20_000 });
+    // A command (no nominal time): measured from its fire time, here 2 s late.
+    transition("PENDING", "DISPATCHED", { jobId: null, scheduledFor: null, at: 12_000 });
+    // A redispatch and a retry's dispatch are not first dispatches.
+    transition("DISPATCHED", "DISPATCHED", { round: 2, at: 99_000 });
+    transition("PENDING", "DISPATCHED", { round: 3, at: 99_000 });
+    transition("RUNNING", "FAILED", { at: 13_000 });
+    const text = await metrics.render();
+    expect(series(text, "ax_trigger_lateness_seconds_count", { kind: "job" })).toBe(1);
+    expect(series(text, "ax_trigger_lateness_seconds_sum", { kind: "job" })).toBe(-0.5);
+    expect(series(text, "ax_trigger_lateness_seconds_bucket", { kind: "job", le: "-0.5" })).toBe(1);
+    expect(series(text, "ax_trigger_lateness_seconds_bucket", { kind: "job", le: "-1" })).toBe(0);
+    expect(series(text, "ax_trigger_lateness_seconds_sum", { kind: "command" })).toBe(2);
+    expect(series(text, "ax_end_to_end_seconds_sum", { state: "FAILED", kind: "job" })).toBe(3);
+    expect(series(text, "ax_end_to_end_seconds_count", { state: "FAILED", kind: "job" })).toBe(1);
+  });
+
+  it("reads the store's persistent totals and open executions, the same on every render", async () => {
+    await store.bumpCounter("missed_fires", 3);
+    await store.bumpCounter("stale_reports", 2);
+    await store.bumpCounter("superseded_messages");
+    await store.bumpCounter("invalid_messages", 4);
+    for (const id of ["a", "b"]) {
+      await store.createExecution(
+        {
+          id,
+          kind: "command",
+          jobId: null,
+          jobVersion: null,
+          handler: "echo",
+          params: {},
+          targetAgentId: "ag-1",
+          fireAt: 1,
+          deadline: 2,
+          timeoutMs: 1,
+          dispatchTimeoutMs: 1,
+          maxAttempts: 1,
+          maxDispatches: 1,
+          priority: 0,
+          retryBaseMs: 1,
+          retryCapMs: 1,
+          createdAt: 1,
+        },
+        1,
+      );
+    }
+    for (let i = 0; i < 2; i++) {
+      const text = await metrics.render();
+      expect(series(text, "ax_fires_missed_total")).toBe(3);
+      expect(series(text, "ax_reports_dropped_total", { reason: "stale_round" })).toBe(2);
+      expect(series(text, "ax_reports_dropped_total", { reason: "superseded" })).toBe(1);
+      expect(series(text, "ax_reports_dropped_total", { reason: "duplicate" })).toBe(0);
+      expect(series(text, "ax_invalid_messages_total")).toBe(4);
+      expect(series(text, "ax_executions", { state: "PENDING" })).toBe(2);
+      expect(series(text, "ax_executions", { state: "RUNNING" })).toBe(0);
+    }
+    await store.bumpCounter("missed_fires", 1);
+    expect(series(await metrics.render(), "ax_fires_missed_total")).toBe(4);
+  });
+
+  it("reports the fleet, with journal and outbox depth for online agents only", async () => {
+    await store.putAgent(agent("ag-1", { journalDepth: 7, outboxDepth: 2 }));
+    await store.putAgent(agent("ag-2", { status: "offline", journalDepth: 9, outboxDepth: 9 }));
+    await fleet.load();
+    const text = await metrics.render();
+    expect(series(text, "ax_agents_known")).toBe(2);
+    expect(series(text, "ax_agents_online")).toBe(1);
+    expect(series(text, "ax_agent_journal_depth", { agent: "ag-1" })).toBe(7);
+    expect(series(text, "ax_agent_outbox_depth", { agent: "ag-1" })).toBe(2);
+    expect(series(text, "ax_agent_journal_depth", { agent: "ag-2" })).toBeUndefined();
+  });
+
+  it("keeps a registry of its own and stops counting once closed", async () => {
+    const other = new CoordinatorMetrics({ events, fleet, store });
+    events.emit("fired", { jobId: "j", scheduledFor: 1, executionId: "e", at: 1, late: false });
+    other.close();
+    events.emit("fired", { jobId: "j", scheduledFor: 2, executionId: "e", at: 2, late: false });
+    expect(series(await other.render(), "ax_fires_total", { outcome: "on_time" })).toBe(1);
+    expect(series(await metrics.render(), "ax_fires_total", { outcome: "on_time" })).toBe(2);
+    expect(other.contentType).toMatch(/^text\/plain/);
+  });
+});

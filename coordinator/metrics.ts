@@ -1,0 +1,226 @@
+import { Counter, Gauge, Histogram, Registry } from "prom-client";
+import { type ExecState, TERMINAL_STATES } from "../shared/fsm.js";
+import type { EngineEventBus } from "./engine/events.js";
+import type { Registry as FleetRegistry } from "./engine/registry.js";
+import type { Store } from "./store/port.js";
+
+/** The open states, each always exported (0 when none), so a series never vanishes. */
+const OPEN_STATES: readonly ExecState[] = [
+  "PENDING",
+  "DISPATCHED",
+  "SCHEDULED",
+  "RUNNING",
+  "RETRY_WAITING",
+];
+
+/** Store counters (totals that survive a restart) behind `ax_reports_dropped_total{reason}`. */
+const DROPPED_REASONS = {
+  stale_round: "stale_reports",
+  illegal_transition: "illegal_transitions",
+  superseded: "superseded_messages",
+  duplicate: "duplicate_reports",
+  out_of_order: "out_of_order_reports",
+  unknown_agent: "reports_from_unknown_agents",
+} as const;
+
+/**
+ * Seconds from an execution's nominal time to its first dispatch. Negative is the normal case:
+ * the coordinator dispatches `dispatchLead` (500 ms) ahead so the agent fires from its own wheel.
+ */
+const LATENESS_BUCKETS = [
+  -2, -1, -0.5, -0.25, -0.1, -0.05, 0, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60,
+];
+const END_TO_END_BUCKETS = [0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600];
+
+export interface MetricsSources {
+  events: EngineEventBus;
+  fleet: FleetRegistry;
+  store: Store;
+}
+
+/**
+ * The coordinator's Prometheus metrics, in a registry of its own (never prom-client's global one,
+ * so two coordinators in one process, as in tests, do not clash). Counts what the engine
+ * announces on its event bus; reads the fleet and the store's persistent counters when rendered.
+ * Every metric is documented in docs/api.md.
+ */
+export class CoordinatorMetrics {
+  readonly registry = new Registry();
+  private readonly unsubscribe: (() => void)[] = [];
+
+  private readonly fires: Counter<"outcome">;
+  private readonly missed: Counter;
+  private readonly skipped: Counter;
+  private readonly finished: Counter<"state" | "kind">;
+  private readonly retries: Counter<"by">;
+  private readonly lateness: Histogram<"kind">;
+  private readonly endToEnd: Histogram<"state" | "kind">;
+  private readonly executions: Gauge<"state">;
+  private readonly dropped: Counter<"reason">;
+  private readonly invalid: Counter;
+  private readonly agentsOnline: Gauge;
+  private readonly agentsKnown: Gauge;
+  private readonly journalDepth: Gauge<"agent">;
+  private readonly outboxDepth: Gauge<"agent">;
+
+  constructor(private readonly sources: MetricsSources) {
+    const registers = [this.registry];
+    this.fires = new Counter({
+      name: "ax_fires_total",
+      help: "Nominal fire times fired, by outcome: on_time, or late (fired under the misfire policy).",
+      labelNames: ["outcome"],
+      registers,
+    });
+    this.missed = new Counter({
+      name: "ax_fires_missed_total",
+      help: "Nominal fire times missed and not fired under the job's misfire policy (persistent).",
+      registers,
+    });
+    this.skipped = new Counter({
+      name: "ax_fires_skipped_total",
+      help: "Executions ended SKIPPED by the overlap rules (the job was still running).",
+      registers,
+    });
+    this.finished = new Counter({
+      name: "ax_executions_finished_total",
+      help: "Executions that reached a terminal state, by that state and kind (job or command).",
+      labelNames: ["state", "kind"],
+      registers,
+    });
+    this.retries = new Counter({
+      name: "ax_retries_total",
+      help: "Retries: by the retry policy (a new attempt scheduled) or by an operator.",
+      labelNames: ["by"],
+      registers,
+    });
+    this.lateness = new Histogram({
+      name: "ax_trigger_lateness_seconds",
+      help: "First dispatch time minus nominal time; negative means sent ahead of the fire time.",
+      labelNames: ["kind"],
+      buckets: LATENESS_BUCKETS,
+      registers,
+    });
+    this.endToEnd = new Histogram({
+      name: "ax_end_to_end_seconds",
+      help: "Terminal state time minus nominal time, by terminal state and kind.",
+      labelNames: ["state", "kind"],
+      buckets: END_TO_END_BUCKETS,
+      registers,
+    });
+    this.executions = new Gauge({
+      name: "ax_executions",
+      help: "Executions in each open state now.",
+      labelNames: ["state"],
+      registers,
+    });
+    this.dropped = new Counter({
+      name: "ax_reports_dropped_total",
+      help: "Agent reports dropped, by reason (persistent).",
+      labelNames: ["reason"],
+      registers,
+    });
+    this.invalid = new Counter({
+      name: "ax_invalid_messages_total",
+      help: "MQTT messages rejected as invalid before reaching the engine (persistent).",
+      registers,
+    });
+    this.agentsOnline = new Gauge({
+      name: "ax_agents_online",
+      help: "Agents online now.",
+      registers,
+    });
+    this.agentsKnown = new Gauge({
+      name: "ax_agents_known",
+      help: "Agents the coordinator knows, online or not.",
+      registers,
+    });
+    this.journalDepth = new Gauge({
+      name: "ax_agent_journal_depth",
+      help: "Commands held in an online agent's journal, from its last heartbeat.",
+      labelNames: ["agent"],
+      registers,
+    });
+    this.outboxDepth = new Gauge({
+      name: "ax_agent_outbox_depth",
+      help: "Reports in an online agent's outbox not yet acknowledged, from its last heartbeat.",
+      labelNames: ["agent"],
+      registers,
+    });
+    for (const outcome of ["on_time", "late"]) this.fires.inc({ outcome }, 0);
+    for (const by of ["policy", "operator"]) this.retries.inc({ by }, 0);
+
+    const { events } = sources;
+    this.unsubscribe.push(
+      events.on("fired", (e) => this.fires.inc({ outcome: e.late ? "late" : "on_time" })),
+      events.on("transition", (e) => {
+        const kind = e.jobId === null ? "command" : "job";
+        const nominal = e.scheduledFor ?? e.fireAt;
+        // Round 1 is an execution's first dispatch ever; later rounds are redispatches and retries.
+        if (e.to === "DISPATCHED" && e.from === "PENDING" && e.round === 1) {
+          this.lateness.observe({ kind }, (e.at - nominal) / 1000);
+        }
+        if (e.to === "RETRY_WAITING" && e.from !== "RETRY_WAITING")
+          this.retries.inc({ by: "policy" });
+        if (TERMINAL_STATES.has(e.to) && !TERMINAL_STATES.has(e.from)) {
+          this.finished.inc({ state: e.to, kind });
+          this.endToEnd.observe({ state: e.to, kind }, (e.at - nominal) / 1000);
+          if (e.to === "SKIPPED") this.skipped.inc();
+        }
+      }),
+    );
+  }
+
+  /** An operator retried an execution (a new execution, outside the retry policy). */
+  operatorRetry(): void {
+    this.retries.inc({ by: "operator" });
+  }
+
+  /** The Content-Type of {@link render}'s text. */
+  get contentType(): string {
+    return this.registry.contentType;
+  }
+
+  /** Reads the fleet and the store, then renders every metric in Prometheus' text format. */
+  async render(): Promise<string> {
+    const { store, fleet } = this.sources;
+    const [counters, open] = await Promise.all([store.counters(), store.countOpenExecutions()]);
+    setTotal(this.missed, counters.missed_fires);
+    setTotal(this.invalid, counters.invalid_messages);
+    for (const [reason, name] of Object.entries(DROPPED_REASONS)) {
+      setTotal(this.dropped, counters[name], { reason });
+    }
+    for (const state of OPEN_STATES) this.executions.set({ state }, open[state] ?? 0);
+    const agents = fleet.list();
+    const online = agents.filter((a) => a.status === "online");
+    this.agentsKnown.set(agents.length);
+    this.agentsOnline.set(online.length);
+    // Only online agents: an offline one's last heartbeat is stale, and its series would linger.
+    this.journalDepth.reset();
+    this.outboxDepth.reset();
+    for (const a of online) {
+      this.journalDepth.set({ agent: a.agentId }, a.journalDepth);
+      this.outboxDepth.set({ agent: a.agentId }, a.outboxDepth);
+    }
+    return this.registry.metrics();
+  }
+
+  /** Stops listening to the engine. */
+  close(): void {
+    for (const off of this.unsubscribe.splice(0)) off();
+  }
+}
+
+/** Sets a counter to a total kept elsewhere (the store's counters survive restarts). */
+function setTotal<L extends string>(
+  counter: Counter<L>,
+  value: number | undefined,
+  labels?: Partial<Record<L, string>>,
+): void {
+  if (labels) {
+    counter.remove(labels);
+    counter.inc(labels, value ?? 0);
+  } else {
+    counter.reset();
+    counter.inc(value ?? 0);
+  }
+}

@@ -1,0 +1,42 @@
+/** A JSON answer of the HTTP API, as a test reads it. */
+export interface Answer<T = unknown> {
+  status: number;
+  headers: Headers;
+  /** Parsed JSON, or the raw text when the body is not JSON; undefined when empty. */
+  body: T;
+  text: string;
+}
+
+/** Calls `base + path` with Node's fetch; `body` is sent as JSON unless it is a string. */
+export async function call<T = unknown>(
+  base: string,
+  method: string,
+  path: string,
+  options: { token?: string; body?: unknown; headers?: Record<string, string> } = {},
+): Promise<Answer<T>> {
+  const { token, body } = options;
+  const res = await fetch(`${base}${path}`, {
+    method,
+    headers: {
+      ...(token === undefined ? {} : { authorization: `Bearer ${token}` }),
+      ...(body === undefined ? {} : { "content-type": "application/json" }),
+      ...options.headers,
+    },
+    ...(body === undefined ? {} : { body: typeof body === "string" ? body : JSON.stringify(body) }),
+  });
+  const text = await res.text();
+  let parsed: unknown = text === "" ? undefined : text;
+  try {
+    parsed = JSON.parse(text);
+  } catch {
+    // Not JSON (metrics, the console page): the text is the body.
+  }
+  return { status: res.status, headers: res.headers, body: parsed as T, text };
+}
+
+/** An error body's code and the paths of its issues. */
+export function errorOf(a: Answer): { code: string; message: string; paths: string[] } {
+  const e = (a.body as { error: { code: string; message: string; issues?: { path: string }[] } })
+    .error;
+  return { code: e.code, message: e.message, paths: (e.issues ?? []).map((i) => i.path) };
+}

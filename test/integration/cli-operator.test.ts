@@ -1,0 +1,416 @@
+import { execFile, spawn } from "node:child_process";
+import { writeFileSync } from "node:fs";
+import { join } from "node:path";
+import { fileURLToPath } from "node:url";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import type { Coordinator } from "../../coordinator/coordinator.js";
+import { type HttpServer, startHttpServer } from "../../coordinator/http/server.js";
+import { startTestCoordinator, type TestBroker, tempDir, testBroker } from "../helpers/env.js";
+
+const AX = fileURLToPath(new URL("../../bin/ax.js", import.meta.url));
+const TOKEN = "cli-operate-token-0123456789";
+
+/** Runs `ax` as a child process (asynchronously: the API it calls runs in this process). */
+function ax(
+  args: string[],
+  env: Record<string, string> = {},
+): Promise<{ code: number; stdout: string; stderr: string }> {
+  return new Promise((resolve) => {
+    execFile(
+      process.execPath,
+      [AX, ...args],
+      {
+        encoding: "utf8",
+        timeout: 60_000,
+        env: { ...process.env, AX_URL: "", AX_TOKEN: "", ...env },
+      },
+      (err, stdout, stderr) => {
+        const code = err ? ((err as { code?: number }).code ?? 1) : 0;
+        resolve({ code: typeof code === "number" ? code : 1, stdout, stderr });
+      },
+    );
+  });
+}
+
+/**
+ * Each column of an aligned table starts at the same offset on every line: the header's column
+ * starts are where every row has a space before a non-space (or the line's start).
+ */
+function expectAligned(text: string, header: string[]): string[] {
+  const lines = text.trimEnd().split("\n");
+  const head = lines[0] as string;
+  const starts = header.map((h) => head.indexOf(h));
+  expect(starts.every((s, i) => s >= 0 && (i === 0 || s > (starts[i - 1] as number)))).toBe(true);
+  for (const line of lines.slice(1)) {
+    for (const s of starts.slice(1)) {
+      if (s >= line.length) continue; // trailing empty cells are trimmed
+      expect(line.slice(s - 2, s), `"${line}" at ${s}`).toBe("  ");
+      expect(line[s], `"${line}" at ${s}`).not.toBe(" ");
+    }
+  }
+  return lines.slice(1);
+}
+
+describe("ax operator commands", () => {
+  let broker: TestBroker;
+  let tmp: ReturnType<typeof tempDir>;
+  let coordinator: Coordinator;
+  let http: HttpServer;
+  let env: Record<string, string>;
+
+  beforeAll(async () => {
+    broker = await testBroker();
+    tmp = tempDir();
+    coordinator = await startTestCoordinator(broker, tmp.dir, 1_000);
+    http = await startHttpServer(coordinator, {
+      port: 0,
+      auth: { tokens: [{ token: TOKEN, role: "operate" }] },
+    });
+    env = { AX_URL: http.url, AX_TOKEN: TOKEN };
+  });
+
+  afterAll(async () => {
+    await http?.close();
+    await coordinator?.close();
+    await broker?.close();
+    tmp?.cleanup();
+  });
+
+  it("adds jobs from a file, lists them as an aligned table and as JSON", async () => {
+    const file = join(tmp.dir, "jobs.json");
+    writeFileSync(
+      file,
+      JSON.stringify([
+        { id: "cli-a", handler: "echo", trigger: { type: "every", every: "1h" } },
+        {
+          id: "cli-longer-name",
+          handler: "mqtt.publish",
+          trigger: { type: "cron", expr: "0 9 * * 1-5", tz: "Europe/Berlin" },
+        },
+      ]),
+    );
+    const added = await ax(["job", "add", "--file", file, "--json"], env);
+    expect(added.stderr).toBe("");
+    expect(added.code).toBe(0);
+    const jobs = JSON.parse(added.stdout) as { id: string; version: number }[];
+    expect(jobs.map((j) => [j.id, j.version])).toEqual([
+      ["cli-a", 1],
+      ["cli-longer-name", 1],
+    ]);
+
+    const list = await ax(["job", "list"], env);
+    expect(list.code, list.stderr).toBe(0);
+    const header = ["job", "version", "handler", "trigger", "status", "next fire (UTC)"];
+    const rows = expectAligned(list.stdout, header);
+    expect(rows.map((r) => r.split(/\s{2,}/)[0])).toEqual(["cli-a", "cli-longer-name"]);
+    expect(list.stdout).toContain('cron "0 9 * * 1-5" Europe/Berlin');
+
+    const json = await ax(["job", "list", "--json"], env);
+    expect((JSON.parse(json.stdout) as { items: unknown[] }).items).toHaveLength(2);
+  });
+
+  it("names the file, each field's path and the problem for a bad job file, and adds nothing", async () => {
+    const file = join(tmp.dir, "bad-jobs.json");
+    writeFileSync(
+      file,
+      JSON.stringify([
+        { id: "ok-job", handler: "echo", trigger: { type: "manual" } },
+        { id: "bad-job", handler: "echo", trigger: { type: "cron", expr: "* *" }, shards: -1 },
+        { id: "ok-job", handler: "echo", trigger: { type: "manual" } },
+      ]),
+    );
+    const r = await ax(["job", "add", "--file", file], env);
+    expect(r.code).toBe(1);
+    expect(r.stderr).toContain(`ax: AX_JOB_INVALID: ${file}: invalid job definitions`);
+    expect(r.stderr).toContain(
+      "[1].trigger.expr: must have 5 fields (minute hour day month weekday) or 6 (with seconds first), got 2",
+    );
+    expect(r.stderr).toContain("[1].shards: Too small: expected number to be >=1");
+    expect(r.stderr).toContain('[2].id: duplicate job id "ok-job" (also at [0])');
+    expect(await coordinator.store.getJob("ok-job")).toBeUndefined();
+
+    writeFileSync(file, "[ not json");
+    const r2 = await ax(["job", "add", "--file", file], env);
+    expect(r2.code).toBe(1);
+    expect(r2.stderr).toContain(`ax: AX_CONFIG_READ: ${file}: not valid JSON`);
+  });
+
+  it("shows, edits, pauses, previews and triggers a job", async () => {
+    const file = join(tmp.dir, "one.json");
+    writeFileSync(
+      file,
+      JSON.stringify({
+        id: "cli-b",
+        handler: "echo",
+        trigger: { type: "every", every: "10s", anchor: 0 },
+      }),
+    );
+    expect((await ax(["job", "add", "--file", file], env)).code).toBe(0);
+    writeFileSync(
+      file,
+      JSON.stringify({
+        id: "cli-b",
+        handler: "echo",
+        params: { v: 2 },
+        trigger: { type: "every", every: "10s", anchor: 0 },
+      }),
+    );
+    const edited = await ax(["job", "edit", "cli-b", "--file", file], env);
+    expect(edited.stdout.trim()).toBe("job cli-b: version 2");
+    const paused = await ax(["job", "pause", "cli-b"], env);
+    expect(paused.stdout.trim()).toBe("job cli-b: paused (version 3)");
+    const shown = await ax(["job", "show", "cli-b"], env);
+    expect(shown.stdout).toMatch(/^status {2,}paused$/m);
+    expect(shown.stdout).toContain('"v": 2');
+    const preview = await ax(
+      ["job", "preview", "cli-b", "--count", "3", "--after", "0", "--json"],
+      env,
+    );
+    expect(JSON.parse(preview.stdout)).toEqual({ times: [10_000, 20_000, 30_000] });
+    const cron = await ax(
+      [
+        "job",
+        "preview",
+        "--trigger",
+        '{"type":"cron","expr":"0 12 * * *"}',
+        "--after",
+        "2026-01-01T00:00:00Z",
+        "--count",
+        "2",
+      ],
+      env,
+    );
+    expect(cron.code, cron.stderr).toBe(0);
+    const rows = expectAligned(cron.stdout, ["#", "fire time (UTC)"]);
+    expect(rows).toEqual(["1  2026-01-01T12:00:00.000Z", "2  2026-01-02T12:00:00.000Z"]);
+    const trig = await ax(["job", "trigger", "cli-b", "--json"], env);
+    const ids = (JSON.parse(trig.stdout) as { executionIds: string[] }).executionIds;
+    expect(ids).toHaveLength(1);
+    expect((await coordinator.store.getExecution(ids[0] as string))?.jobId).toBe("cli-b");
+  });
+
+  it("sends a command, lists and shows executions, cancels and retries one", async () => {
+    const sent = await ax(
+      [
+        "command",
+        "send",
+        "--agent",
+        "nobody-yet",
+        "--handler",
+        "echo",
+        "--params",
+        '{"x":1}',
+        "--at",
+        "+10m",
+        "--deadline",
+        "+1m",
+      ],
+      env,
+    );
+    expect(sent.code, sent.stderr).toBe(0);
+    const [row] = expectAligned(sent.stdout, ["agent", "execution"]);
+    const id = (row as string).split(/\s+/)[1] as string;
+    const e = await coordinator.store.getExecution(id);
+    expect(e).toMatchObject({ targetAgentId: "nobody-yet", params: { x: 1 }, state: "PENDING" });
+    expect((e?.deadline ?? 0) - (e?.fireAt ?? 0)).toBe(60_000);
+
+    const list = await ax(["exec", "list", "--agent", "nobody-yet"], env);
+    expect(list.code, list.stderr).toBe(0);
+    const rows = expectAligned(list.stdout, [
+      "execution",
+      "job",
+      "state",
+      "agent",
+      "attempt",
+      "fire at (UTC)",
+      "late",
+    ]);
+    expect(rows).toHaveLength(1);
+    expect(rows[0]).toContain("command→nobody-yet");
+
+    const canceled = await ax(["exec", "cancel", id], env);
+    expect(canceled.stdout.trim()).toBe(`execution ${id}: CANCELED`);
+    const again = await ax(["exec", "cancel", id], env);
+    expect(again.code).toBe(1);
+    expect(again.stderr).toContain(
+      `ax: AX_EXEC_CONFLICT: execution "${id}" already ended CANCELED`,
+    );
+    const retried = await ax(["exec", "retry", id, "--json"], env);
+    const newId = (JSON.parse(retried.stdout) as { executionId: string }).executionId;
+    expect(newId).not.toBe(id);
+
+    const shown = await ax(["exec", "show", id], env);
+    expect(shown.stdout).toMatch(/^state {2,}CANCELED$/m);
+    expectAligned(shown.stdout.split("\n\n")[1] as string, [
+      "at (UTC)",
+      "event",
+      "from",
+      "to",
+      "round",
+      "agent",
+      "reason",
+    ]);
+    const json = await ax(
+      ["exec", "list", "--agent", "nobody-yet", "--state", "pending,canceled", "--all", "--json"],
+      env,
+    );
+    const page = JSON.parse(json.stdout) as { items: { id: string }[]; nextCursor: null };
+    expect(page.items.map((x) => x.id)).toEqual([newId, id]);
+    expect(page.nextCursor).toBeNull();
+
+    const fleet = await ax(["fleet", "list", "--json"], env);
+    expect(JSON.parse(fleet.stdout)).toEqual({ items: [] });
+    const ghost = await ax(["fleet", "show", "ghost"], env);
+    expect(ghost.code).toBe(1);
+    expect(ghost.stderr).toContain('ax: AX_AGENT_NOT_FOUND: agent "ghost" not found');
+  });
+
+  it.each([
+    [
+      ["exec", "list", "--limit", "x"],
+      'exec list: --limit must be a whole number from 1 to 500, got "x"',
+    ],
+    [["exec", "list", "--state", "DONE"], 'exec list: --state "DONE" is not a state'],
+    [["exec", "list", "--from", "yesterday"], "exec list: --from must be an ISO time"],
+    [["exec", "show"], "exec show: give ID (ax exec show ID)"],
+    [["exec", "show", "a", "b"], 'exec show: unexpected argument "b"'],
+    [["exec", "stop", "a"], 'exec: unknown subcommand "stop"'],
+    [["job", "add"], "job add: --file FILE is required"],
+    [["job", "list", "--colour"], "job list: Unknown option '--colour'"],
+    [
+      ["job", "preview", "x", "--count", "0"],
+      "job preview: --count must be a whole number from 1 to 1000",
+    ],
+    [["command", "send", "--handler", "echo"], "command send: give --agent ID or --tag KEY=VALUE"],
+    [
+      ["command", "send", "--handler", "echo", "--tag", "site"],
+      'command send: --tag must be KEY=VALUE, got "site"',
+    ],
+    [
+      ["command", "send", "--handler", "echo", "--agent", "a", "--params", "[1]"],
+      "command send: --params must be a JSON object",
+    ],
+    [
+      ["fleet", "list", "--url", "ftp://x"],
+      'fleet list: --url must be an http:// or https:// URL, got "ftp://x"',
+    ],
+  ])("rejects %j with exit code 2 naming the flag", async (args, message) => {
+    const r = await ax(args, env);
+    expect(r.code).toBe(2);
+    expect(r.stderr).toContain(`ax: AX_CLI_USAGE: ${message}`);
+  });
+
+  it("says when the coordinator cannot be reached, or refuses the token", async () => {
+    const r = await ax(["job", "list", "--url", "http://127.0.0.1:9"], env);
+    expect(r.code).toBe(1);
+    expect(r.stderr).toContain(
+      "ax: AX_API_UNREACHABLE: cannot reach the coordinator at http://127.0.0.1:9",
+    );
+    const noToken = await ax(["job", "list"], { AX_URL: http.url });
+    expect(noToken.code).toBe(1);
+    expect(noToken.stderr).toContain("ax: AX_API_UNAUTHORIZED:");
+    // Flags win over the environment.
+    const flags = await ax(["job", "list", "--json", "--url", http.url, "--token", TOKEN], {
+      AX_URL: "http://127.0.0.1:9",
+      AX_TOKEN: "wrong",
+    });
+    expect(flags.code, flags.stderr).toBe(0);
+  });
+});
+
+describe("ax coordinator start with an http section", () => {
+  it("serves the HTTP API on the configured port until SIGTERM", async () => {
+    const broker = await testBroker();
+    const tmp = tempDir();
+    try {
+      const config = join(tmp.dir, "coordinator.json");
+      writeFileSync(
+        config,
+        JSON.stringify({
+          store: { path: join(tmp.dir, "ax.sqlite") },
+          mqtt: { url: broker.url, prefix: broker.prefix },
+          http: {
+            port: 0,
+            auth: { tokens: [{ tokenFile: join(tmp.dir, "token"), role: "read" }] },
+          },
+        }),
+      );
+      writeFileSync(join(tmp.dir, "token"), `${TOKEN}\n`);
+      const child = spawn(process.execPath, [AX, "coordinator", "start", "--config", config], {
+        stdio: ["ignore", "ignore", "pipe"],
+      });
+      const exited = new Promise<number | null>((resolve) => child.once("exit", resolve));
+      let stderr = "";
+      const url = await new Promise<string>((resolve, reject) => {
+        const timer = setTimeout(() => reject(new Error(`no listening line in ${stderr}`)), 30_000);
+        child.stderr.on("data", (chunk: Buffer) => {
+          stderr += chunk.toString("utf8");
+          const m = /"url":"(http:[^"]+)"/.exec(stderr);
+          if (m) {
+            clearTimeout(timer);
+            resolve(m[1] as string);
+          }
+        });
+      });
+      try {
+        const health = await fetch(`${url}/api/health`);
+        expect(health.status).toBe(200);
+        const jobs = await fetch(`${url}/api/jobs`, {
+          headers: { authorization: `Bearer ${TOKEN}` },
+        });
+        expect(jobs.status).toBe(200);
+        const anon = await fetch(`${url}/api/jobs`);
+        expect(anon.status).toBe(401);
+      } finally {
+        child.kill("SIGTERM");
+      }
+      expect(await exited).toBe(0);
+    } finally {
+      await broker.close();
+      tmp.cleanup();
+    }
+  });
+
+  it("names the file, the field and the problem for a bad http section", async () => {
+    const tmp = tempDir();
+    try {
+      const config = join(tmp.dir, "coordinator.json");
+      writeFileSync(
+        config,
+        JSON.stringify({
+          mqtt: { url: "mqtt://127.0.0.1:1" },
+          http: {
+            host: "0.0.0.0",
+            port: 70000,
+            auth: "off",
+          },
+        }),
+      );
+      const r = await ax(["coordinator", "start", "--config", config]);
+      expect(r.code).toBe(1);
+      expect(r.stderr).toContain(`ax: AX_CONFIG_INVALID: ${config}: invalid coordinator config`);
+      expect(r.stderr).toContain("http.port: Too big: expected number to be <=65535");
+      expect(r.stderr).toContain(
+        'http.auth: "off" is only allowed on a loopback host (127.0.0.1, ::1, localhost), not "0.0.0.0"; give tokens',
+      );
+      writeFileSync(
+        config,
+        JSON.stringify({
+          mqtt: { url: "mqtt://127.0.0.1:1" },
+          http: { auth: { tokens: [{ token: "short", role: "admin" }, { role: "read" }] } },
+        }),
+      );
+      const r2 = await ax(["coordinator", "start", "--config", config]);
+      expect(r2.code).toBe(1);
+      expect(r2.stderr).toContain("http.auth.tokens.0.token: must be at least 16 characters");
+      expect(r2.stderr).toContain(
+        'http.auth.tokens.0.role: Invalid option: expected one of "read"|"operate"',
+      );
+      expect(r2.stderr).toContain(
+        "http.auth.tokens.1.token: give exactly one of token and tokenFile",
+      );
+    } finally {
+      tmp.cleanup();
+    }
+  });
+});

@@ -1,0 +1,572 @@
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import type { Coordinator } from "../../coordinator/coordinator.js";
+import type { AnyRoute } from "../../coordinator/http/route.js";
+import {
+  errorSchema,
+  executionDetailSchema,
+  executionPageSchema,
+  executionSchema,
+  jobListSchema,
+  jobSchema,
+  previewSchema,
+  readinessSchema,
+} from "../../coordinator/http/schemas.js";
+import { builtinRoutes, type HttpServer, startHttpServer } from "../../coordinator/http/server.js";
+import { startTestCoordinator, type TestBroker, tempDir, testBroker } from "../helpers/env.js";
+import { type Answer, call, errorOf } from "../helpers/http.js";
+
+const READ = "read-token-0123456789";
+const OPERATE = "operate-token-0123456789";
+
+/** The HTTP API on a real coordinator (embedded broker, SQLite file), over real HTTP. */
+describe("HTTP API", () => {
+  let broker: TestBroker;
+  let tmp: ReturnType<typeof tempDir>;
+  let coordinator: Coordinator;
+  let http: HttpServer;
+  let url: string;
+
+  /** `token` null: no Authorization header. */
+  const get = (path: string, token: string | null = READ) =>
+    call(url, "GET", path, token === null ? {} : { token });
+  const post = (path: string, body?: unknown, token = OPERATE) =>
+    call(url, "POST", path, body === undefined ? { token } : { token, body });
+  const put = (path: string, body: unknown, token = OPERATE) =>
+    call(url, "PUT", path, { token, body });
+  const del = (path: string, token = OPERATE) => call(url, "DELETE", path, { token });
+
+  /** Asserts an error answer: its status, code, and (when given) the paths of its issues. */
+  function expectError(a: Answer, status: number, code: string, paths?: string[]) {
+    expect(a.status, a.text).toBe(status);
+    expect(errorSchema.safeParse(a.body).success, a.text).toBe(true);
+    const e = errorOf(a);
+    expect(e.code).toBe(code);
+    if (paths) expect(e.paths.sort()).toEqual([...paths].sort());
+    return e;
+  }
+
+  beforeAll(async () => {
+    broker = await testBroker();
+    tmp = tempDir();
+    coordinator = await startTestCoordinator(broker, tmp.dir, 1_000);
+    http = await startHttpServer(coordinator, {
+      port: 0,
+      auth: {
+        tokens: [
+          { token: READ, role: "read" },
+          { token: OPERATE, role: "operate" },
+        ],
+      },
+      maxBodyBytes: 4096,
+    });
+    url = http.url;
+  });
+
+  afterAll(async () => {
+    await http?.close();
+    await coordinator?.close();
+    await broker?.close();
+    tmp?.cleanup();
+  });
+
+  describe("health and auth", () => {
+    it("answers health and readiness without a token", async () => {
+      const health = await get("/api/health", null);
+      expect(health.status).toBe(200);
+      expect(health.body).toMatchObject({ status: "ok", version: expect.any(String) });
+      const ready = await get("/api/ready", null);
+      expect(ready.status).toBe(200);
+      expect(readinessSchema.parse(ready.body)).toEqual({ ready: true, store: true, mqtt: true });
+    });
+
+    it("needs a known token: 401 without one or with a bad one, 403 for read on a change", async () => {
+      const none = await get("/api/jobs", null);
+      expectError(none, 401, "AX_API_UNAUTHORIZED");
+      expect(none.headers.get("www-authenticate")).toMatch(/^Bearer/);
+      expectError(await get("/api/jobs", "wrong-token-0123456789"), 401, "AX_API_UNAUTHORIZED");
+      expectError(
+        await call(url, "GET", "/api/jobs", { headers: { authorization: `Basic ${READ}` } }),
+        401,
+        "AX_API_UNAUTHORIZED",
+      );
+      expectError(await get("/metrics", null), 401, "AX_API_UNAUTHORIZED");
+      expect((await get("/api/jobs", READ)).status).toBe(200);
+      expect((await get("/api/jobs", OPERATE)).status).toBe(200);
+      const job = { id: "auth-job", handler: "echo", trigger: { type: "manual" } };
+      expectError(await post("/api/jobs", job, READ), 403, "AX_API_FORBIDDEN");
+      expect(await coordinator.store.getJob("auth-job")).toBeUndefined();
+      expect((await post("/api/jobs", job, OPERATE)).status).toBe(201);
+    });
+
+    it("serves everything without tokens when auth is off", async () => {
+      const open = await startHttpServer(coordinator, { port: 0, auth: "off" });
+      try {
+        expect((await call(open.url, "GET", "/api/jobs")).status).toBe(200);
+        const r = await call(open.url, "POST", "/api/preview", {
+          body: { trigger: { type: "every", every: "1s", anchor: 0 }, n: 2, after: 0 },
+        });
+        expect(r.status).toBe(200);
+        expect(r.body).toEqual({ times: [1000, 2000] });
+      } finally {
+        await open.close();
+      }
+    });
+
+    it("answers 404 for an unknown path and 405 with Allow for a wrong method", async () => {
+      expectError(await get("/api/nothing"), 404, "AX_API_NOT_FOUND");
+      expectError(await get("/api"), 404, "AX_API_NOT_FOUND");
+      const wrong = await del("/api/executions");
+      expectError(wrong, 405, "AX_API_METHOD_NOT_ALLOWED");
+      expect(wrong.headers.get("allow")).toBe("GET");
+      expect((await del("/api/jobs")).headers.get("allow")).toBe("GET, POST");
+    });
+
+    it("serves a placeholder console page at /", async () => {
+      const page = await get("/", null);
+      expect(page.status).toBe(200);
+      expect(page.headers.get("content-type")).toMatch(/^text\/html/);
+      expect(page.text).toContain("/api/openapi.json");
+    });
+  });
+
+  describe("jobs", () => {
+    const every = (id: string, over: Record<string, unknown> = {}) => ({
+      id,
+      handler: "echo",
+      trigger: { type: "every", every: "1h", anchor: 0 },
+      ...over,
+    });
+
+    it("creates, shows, lists, updates (new version), pauses, resumes and deletes a job", async () => {
+      const created = await post("/api/jobs", every("crud-1", { params: { a: 1 } }));
+      expect(created.status, created.text).toBe(201);
+      const job = jobSchema.parse(created.body);
+      expect(job).toMatchObject({ id: "crud-1", version: 1, paused: false });
+      expect(job.nextFireAt).toBeGreaterThan(Date.now());
+      expect(job.definition.trigger).toEqual({ type: "every", everyMs: 3_600_000, anchor: 0 });
+
+      expectError(await post("/api/jobs", every("crud-1")), 409, "AX_JOB_EXISTS");
+
+      expect(jobSchema.parse((await get("/api/jobs/crud-1")).body)).toEqual(job);
+      const list = jobListSchema.parse((await get("/api/jobs")).body);
+      expect(list.items.map((j) => j.id)).toContain("crud-1");
+
+      const updated = await put("/api/jobs/crud-1", every("crud-1", { params: { a: 2 } }));
+      expect(updated.status, updated.text).toBe(200);
+      expect(jobSchema.parse(updated.body)).toMatchObject({
+        version: 2,
+        definition: { params: { a: 2 } },
+      });
+      // Without an id in the body, the path names the job; an identical definition changes nothing.
+      const same = await put("/api/jobs/crud-1", {
+        ...every("crud-1", { params: { a: 2 } }),
+        id: undefined,
+      });
+      expect(jobSchema.parse(same.body).version).toBe(2);
+
+      const paused = jobSchema.parse((await post("/api/jobs/crud-1/pause")).body);
+      expect(paused).toMatchObject({ paused: true, version: 3 });
+      const resumed = jobSchema.parse((await post("/api/jobs/crud-1/resume")).body);
+      expect(resumed).toMatchObject({ paused: false, version: 4 });
+
+      const gone = await del("/api/jobs/crud-1");
+      expect(gone.status).toBe(204);
+      expect(gone.text).toBe("");
+      expectError(await get("/api/jobs/crud-1"), 404, "AX_JOB_NOT_FOUND");
+      expectError(await del("/api/jobs/crud-1"), 404, "AX_JOB_NOT_FOUND");
+      expect(
+        jobListSchema.parse((await get("/api/jobs")).body).items.map((j) => j.id),
+      ).not.toContain("crud-1");
+    });
+
+    it("answers 404 for an unknown job on every job route", async () => {
+      expectError(await put("/api/jobs/nope", every("nope")), 404, "AX_JOB_NOT_FOUND");
+      for (const action of ["pause", "resume", "trigger"]) {
+        expectError(await post(`/api/jobs/nope/${action}`), 404, "AX_JOB_NOT_FOUND");
+      }
+      expectError(await get("/api/jobs/nope/preview"), 404, "AX_JOB_NOT_FOUND");
+    });
+
+    it("lists every field error of a bad definition with its path", async () => {
+      const bad = await post("/api/jobs", {
+        id: "bad/id",
+        handler: "9nope",
+        trigger: { type: "cron", expr: "* * *" },
+        shards: 0,
+        retry: { maxAttempts: 1, colour: "red" },
+      });
+      const e = expectError(bad, 400, "AX_API_INVALID_REQUEST", [
+        "body.id",
+        "body.handler",
+        "body.trigger.expr",
+        "body.shards",
+        "body.retry",
+      ]);
+      expect(e.message).toContain(
+        "body.trigger.expr: must have 5 fields (minute hour day month weekday) or 6 (with seconds first), got 3",
+      );
+      expect(e.message).toContain('body.retry: Unrecognized key: "colour"');
+    });
+
+    it("refuses a body id other than the path's, and a job that fires after itself", async () => {
+      await post("/api/jobs", every("path-1"));
+      expectError(await put("/api/jobs/path-1", every("path-2")), 400, "AX_API_INVALID_REQUEST", [
+        "body.id",
+      ]);
+      const self = await post("/api/jobs", {
+        id: "self-1",
+        handler: "echo",
+        trigger: { type: "after", job: "self-1" },
+      });
+      expectError(self, 400, "AX_JOB_INVALID", ["body.trigger.job"]);
+    });
+
+    it("refuses bad JSON, a missing body, and a body over the size limit", async () => {
+      const notJson = await post("/api/jobs", "{ nope");
+      expect(expectError(notJson, 400, "AX_API_INVALID_REQUEST", ["body"]).message).toContain(
+        "not valid JSON",
+      );
+      expectError(await post("/api/jobs"), 400, "AX_API_INVALID_REQUEST", ["body"]);
+      const big = await post("/api/jobs", every("big-1", { params: { blob: "x".repeat(5000) } }));
+      expectError(big, 413, "AX_API_TOO_LARGE");
+      expect(await coordinator.store.getJob("big-1")).toBeUndefined();
+      // Far over the limit, the answer still arrives (the rest of the body is read and dropped).
+      const huge = await post(
+        "/api/jobs",
+        every("big-2", { params: { blob: "x".repeat(2_000_000) } }),
+      );
+      expectError(huge, 413, "AX_API_TOO_LARGE");
+      // The server is still there for the next request.
+      expect((await get("/api/jobs")).status).toBe(200);
+    });
+
+    it("previews a job's next fire times and a trigger's", async () => {
+      await post(
+        "/api/jobs",
+        every("preview-1", { trigger: { type: "every", every: "5s", anchor: 0 } }),
+      );
+      const r = await get("/api/jobs/preview-1/preview?n=3&after=1000");
+      expect(r.status, r.text).toBe(200);
+      expect(previewSchema.parse(r.body).times).toEqual([5000, 10000, 15000]);
+      const iso = await get("/api/jobs/preview-1/preview?n=1&after=1970-01-01T00:00:06Z");
+      expect(iso.body).toEqual({ times: [10000] });
+      // Cron in a time zone, across New York's fall-back: 01:30 fires once, at EDT.
+      const cron = await post(
+        "/api/preview",
+        {
+          trigger: { type: "cron", expr: "30 1 * * *", tz: "America/New_York" },
+          n: 2,
+          after: "2026-10-31T12:00:00Z",
+        },
+        READ,
+      );
+      expect(cron.status, cron.text).toBe(200);
+      expect(
+        (cron.body as { times: number[] }).times.map((t) => new Date(t).toISOString()),
+      ).toEqual(["2026-11-01T05:30:00.000Z", "2026-11-02T06:30:00.000Z"]);
+      expectError(
+        await post("/api/preview", { trigger: { type: "cron", expr: "61 * * * *" }, n: 0 }, READ),
+        400,
+        "AX_API_INVALID_REQUEST",
+        ["body.trigger.expr", "body.n"],
+      );
+      expectError(
+        await get("/api/jobs/preview-1/preview?n=abc&after=soon&extra=1"),
+        400,
+        "AX_API_INVALID_REQUEST",
+        ["query.n", "query.after", "query"],
+      );
+    });
+
+    it("triggers a job now: one execution per shard", async () => {
+      await post("/api/jobs", {
+        id: "trig-1",
+        handler: "echo",
+        trigger: { type: "manual" },
+        shards: 3,
+      });
+      const r = await post("/api/jobs/trig-1/trigger");
+      expect(r.status, r.text).toBe(202);
+      const ids = (r.body as { executionIds: string[] }).executionIds;
+      expect(ids).toHaveLength(3);
+      for (const id of ids)
+        expect((await coordinator.store.getExecution(id))?.jobId).toBe("trig-1");
+    });
+
+    it("fires event-triggered jobs with the payload in their params", async () => {
+      await post("/api/jobs", {
+        id: "door-job",
+        handler: "echo",
+        params: { site: "n" },
+        trigger: { type: "event", name: "door-open" },
+      });
+      const r = await post("/api/events/door-open", { payload: { door: 3 } });
+      expect(r.status, r.text).toBe(202);
+      expect(r.body).toEqual({ event: "door-open", fired: 1 });
+      const page = executionPageSchema.parse((await get("/api/executions?job=door-job")).body);
+      expect(page.items).toHaveLength(1);
+      expect(page.items[0]?.params).toEqual({ site: "n", door: 3 });
+      // No body at all is an empty payload; an event nobody listens for fires nothing.
+      expect((await post("/api/events/door-open")).body).toEqual({ event: "door-open", fired: 1 });
+      expect((await post("/api/events/nobody-listens")).body).toEqual({
+        event: "nobody-listens",
+        fired: 0,
+      });
+      expectError(await post("/api/events/bad%2Fname"), 400, "AX_API_INVALID_REQUEST", [
+        "params.name",
+      ]);
+      expectError(await post("/api/events/x", { payload: 3 }), 400, "AX_API_INVALID_REQUEST", [
+        "body.payload",
+      ]);
+    });
+  });
+
+  describe("executions and commands", () => {
+    /** Commands for an agent nobody runs: they wait PENDING until their deadline. */
+    async function pendingCommands(agentId: string, n: number): Promise<string[]> {
+      const ids: string[] = [];
+      for (let i = 0; i < n; i++) {
+        const r = await post("/api/commands", {
+          agentId,
+          handler: "echo",
+          params: { i },
+          at: Date.now() + 600_000,
+          deadline: Date.now() + 660_000,
+        });
+        expect(r.status, r.text).toBe(202);
+        ids.push(...(r.body as { executionIds: string[] }).executionIds);
+      }
+      return ids;
+    }
+
+    it("creates a command for an agent not known yet, which waits PENDING", async () => {
+      const r = await post("/api/commands", { agentId: "not-here-yet", handler: "echo" });
+      expect(r.status, r.text).toBe(202);
+      const body = r.body as {
+        executionIds: string[];
+        targets: { agentId: string; executionId: string }[];
+      };
+      expect(body.executionIds).toHaveLength(1);
+      expect(body.targets).toEqual([
+        { agentId: "not-here-yet", executionId: body.executionIds[0] },
+      ]);
+      const e = executionSchema.parse(
+        (await coordinator.store.getExecution(body.executionIds[0] as string)) as unknown,
+      );
+      expect(e).toMatchObject({ kind: "command", state: "PENDING", targetAgentId: "not-here-yet" });
+      expect(e.deadline - e.fireAt).toBe(30_000);
+    });
+
+    it("refuses a bad command with every problem, and a selector nobody matches with 404", async () => {
+      expectError(
+        await post("/api/commands", {
+          agentId: "a-1",
+          selector: { tags: { site: "x" } },
+          handler: "",
+          at: 2000,
+          deadline: 1000,
+          priority: 5000,
+        }),
+        400,
+        "AX_API_INVALID_REQUEST",
+        ["body.agentId", "body.handler", "body.deadline", "body.priority"],
+      );
+      expectError(await post("/api/commands", { handler: "echo" }), 400, "AX_API_INVALID_REQUEST", [
+        "body.agentId",
+      ]);
+      expectError(
+        await post("/api/commands", { selector: { tags: {} }, handler: "echo" }),
+        400,
+        "AX_API_INVALID_REQUEST",
+        ["body.selector.tags"],
+      );
+      expectError(
+        await post("/api/commands", { agentId: "a-1", handler: "echo", deadline: 1000 }),
+        400,
+        "AX_API_INVALID_REQUEST",
+        ["body.deadline"],
+      );
+      const none = expectError(
+        await post("/api/commands", { selector: { tags: { site: "atlantis" } }, handler: "echo" }),
+        404,
+        "AX_AGENT_NOT_FOUND",
+      );
+      expect(none.message).toBe('no agent has the tags {"site":"atlantis"}');
+    });
+
+    it("pages through more executions than a page, newest first, without repeats or gaps", async () => {
+      const ids = await pendingCommands("pager", 25);
+      const seen: { id: string; createdAt: number }[] = [];
+      let cursor: string | null = null;
+      let pages = 0;
+      do {
+        const q: string = `/api/executions?agent=pager&limit=7${cursor ? `&cursor=${cursor}` : ""}`;
+        const page = executionPageSchema.parse((await get(q)).body);
+        expect(page.items.length).toBe(pages < 3 ? 7 : 4);
+        seen.push(...page.items);
+        cursor = page.nextCursor;
+        pages++;
+      } while (cursor !== null);
+      expect(pages).toBe(4);
+      // Every execution once, newest first.
+      expect(seen.map((e) => e.id).sort()).toEqual([...ids].sort());
+      for (let i = 1; i < seen.length; i++) {
+        const [a, b] = [seen[i - 1], seen[i]] as [
+          { id: string; createdAt: number },
+          { id: string; createdAt: number },
+        ];
+        expect(a.createdAt > b.createdAt || (a.createdAt === b.createdAt && a.id > b.id)).toBe(
+          true,
+        );
+      }
+      expectError(await get("/api/executions?cursor=garbage!"), 400, "AX_STORE_BAD_CURSOR");
+    });
+
+    it("filters executions by job, state, agent, kind and time range", async () => {
+      await post("/api/jobs", {
+        id: "filter-job",
+        handler: "echo",
+        trigger: { type: "manual" },
+        overlap: { policy: "PARALLEL" },
+      });
+      const before = Date.now();
+      await post("/api/jobs/filter-job/trigger");
+      const trig = (await post("/api/jobs/filter-job/trigger")).body as { executionIds: string[] };
+      const [c] = await pendingCommands("filter-agent", 1);
+      await post(`/api/executions/${trig.executionIds[0]}/cancel`);
+      const list = async (q: string) =>
+        executionPageSchema.parse((await get(`/api/executions?${q}`)).body).items.map((e) => e.id);
+      expect(await list("job=filter-job")).toHaveLength(2);
+      expect(await list("job=filter-job&state=CANCELED")).toEqual(trig.executionIds);
+      expect(await list("job=filter-job&state=PENDING,DISPATCHED")).toHaveLength(1);
+      expect(await list("agent=filter-agent")).toEqual([c]);
+      expect(await list("agent=filter-agent&kind=job")).toEqual([]);
+      expect(await list(`agent=filter-agent&kind=command&from=${before}`)).toEqual([c]);
+      expect(await list(`job=filter-job&to=${new Date(before).toISOString()}`)).toEqual([]);
+      expectError(
+        await get("/api/executions?state=DONE,PENDING&limit=0&kind=x&from=1000&to=10"),
+        400,
+        "AX_API_INVALID_REQUEST",
+        ["query.state", "query.limit", "query.kind", "query.to"],
+      );
+    });
+
+    it("shows an execution with its timeline, cancels it once (then 409), and retries it", async () => {
+      const [id] = await pendingCommands("detail-agent", 1);
+      const shown = executionDetailSchema.parse((await get(`/api/executions/${id}`)).body);
+      expect(shown.execution).toMatchObject({ id, state: "PENDING" });
+      expect(shown.timeline.map((t) => t.event)).toEqual(["created"]);
+
+      const canceled = await post(`/api/executions/${id}/cancel`);
+      expect(canceled.status, canceled.text).toBe(202);
+      expect(executionSchema.parse(canceled.body).state).toBe("CANCELED");
+      const after = executionDetailSchema.parse((await get(`/api/executions/${id}`)).body);
+      expect(after.timeline.map((t) => [t.event, t.toState])).toEqual([
+        ["created", "PENDING"],
+        ["cancel", "CANCELED"],
+      ]);
+      const again = expectError(
+        await post(`/api/executions/${id}/cancel`),
+        409,
+        "AX_EXEC_CONFLICT",
+      );
+      expect(again.message).toBe(`execution "${id}" already ended CANCELED`);
+
+      const retried = await post(`/api/executions/${id}/retry`);
+      expect(retried.status, retried.text).toBe(201);
+      const newId = (retried.body as { executionId: string }).executionId;
+      expect(retried.body).toEqual({ executionId: newId, retryOf: id });
+      expect((await coordinator.store.getExecution(newId))?.state).toBe("PENDING");
+      // The retry is open, so it cannot be retried itself.
+      expectError(await post(`/api/executions/${newId}/retry`), 409, "AX_EXEC_CONFLICT");
+
+      expectError(await get("/api/executions/ex_nothing"), 404, "AX_EXEC_NOT_FOUND");
+      expectError(await post("/api/executions/ex_nothing/cancel"), 404, "AX_EXEC_NOT_FOUND");
+      expectError(await post("/api/executions/ex_nothing/retry"), 404, "AX_EXEC_NOT_FOUND");
+      expectError(await get("/api/executions/bad%20id"), 400, "AX_API_INVALID_REQUEST", [
+        "params.id",
+      ]);
+    });
+
+    it("lists no agents and answers 404 for an unknown one", async () => {
+      const r = await get("/api/agents");
+      expect(r.status).toBe(200);
+      expect(r.body).toEqual({ items: [] });
+      expectError(await get("/api/agents/ghost"), 404, "AX_AGENT_NOT_FOUND");
+    });
+  });
+
+  describe("OpenAPI document", () => {
+    it("is JSON with every route, its parameters and schemas", async () => {
+      const r = await get("/api/openapi.json", null);
+      expect(r.status).toBe(200);
+      expect(r.headers.get("content-type")).toMatch(/^application\/json/);
+      const doc = JSON.parse(r.text) as {
+        openapi: string;
+        paths: Record<string, Record<string, Record<string, unknown>>>;
+        components: { schemas: Record<string, unknown>; securitySchemes: Record<string, unknown> };
+      };
+      expect(doc.openapi).toBe("3.1.0");
+      expect(doc.components.securitySchemes.bearer).toMatchObject({
+        type: "http",
+        scheme: "bearer",
+      });
+      const routes: AnyRoute[] = builtinRoutes(() => []);
+      expect(routes.length).toBe(23);
+      const ops = new Set<string>();
+      for (const route of routes) {
+        const op = doc.paths[route.path]?.[route.method.toLowerCase()] as
+          | {
+              operationId: string;
+              parameters?: { name: string; in: string; schema: unknown }[];
+              requestBody?: { content: Record<string, { schema: { properties?: object } }> };
+              responses: Record<string, { content?: Record<string, { schema: unknown }> }>;
+              security: unknown[];
+            }
+          | undefined;
+        expect(op, `${route.method} ${route.path}`).toBeDefined();
+        if (!op) continue;
+        ops.add(op.operationId);
+        expect(op.security).toEqual(route.role === "public" ? [] : [{ bearer: [] }]);
+        if (route.kind !== "api") continue;
+        for (const name of [...route.path.matchAll(/\{(\w+)\}/g)].map((m) => m[1])) {
+          expect(op.parameters?.find((p) => p.in === "path" && p.name === name)).toBeDefined();
+        }
+        if (route.body) {
+          expect(op.requestBody?.content["application/json"]?.schema).toMatchObject({
+            type: "object",
+          });
+        }
+        const success = op.responses[String(route.success.status)];
+        expect(success, `${route.operationId} ${route.success.status}`).toBeDefined();
+        if (route.success.schema)
+          expect(success?.content?.["application/json"]?.schema).toBeDefined();
+        if (route.role !== "public") expect(op.responses["401"]).toBeDefined();
+        if (route.role === "operate") expect(op.responses["403"]).toBeDefined();
+        for (const s of route.errors ?? []) expect(op.responses[String(s)]).toBeDefined();
+      }
+      expect(ops.size).toBe(routes.length);
+      // The schemas are the ones requests are validated with.
+      const create = doc.paths["/api/jobs"]?.post as {
+        requestBody: {
+          content: {
+            "application/json": {
+              schema: { properties: Record<string, unknown>; required: string[] };
+            };
+          };
+        };
+      };
+      const body = create.requestBody.content["application/json"].schema;
+      expect(Object.keys(body.properties)).toEqual(
+        expect.arrayContaining(["id", "handler", "trigger", "retry", "overlap", "misfire"]),
+      );
+      expect(body.required).toEqual(expect.arrayContaining(["id", "handler", "trigger"]));
+      const list = doc.paths["/api/executions"]?.get as {
+        parameters: { name: string; in: string }[];
+      };
+      expect(list.parameters.map((p) => p.name).sort()).toEqual(
+        ["agent", "cursor", "from", "job", "kind", "limit", "state", "to"].sort(),
+      );
+    });
+  });
+});

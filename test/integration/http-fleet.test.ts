@@ -1,0 +1,207 @@
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { type AgentProcess, spawnAgentProcess } from "../../coordinator/cli/agent-process.js";
+import type { Coordinator } from "../../coordinator/coordinator.js";
+import { agentListSchema, agentSchema } from "../../coordinator/http/schemas.js";
+import { type HttpServer, startHttpServer } from "../../coordinator/http/server.js";
+import { TERMINAL_STATES } from "../../shared/fsm.js";
+import {
+  startTestCoordinator,
+  type TestBroker,
+  tempDir,
+  testBroker,
+  waitFor,
+  waitForAgentsOnline,
+} from "../helpers/env.js";
+import { call } from "../helpers/http.js";
+
+const TOKEN = "operate-token-0123456789";
+
+/** The value of one series in Prometheus text, or undefined when it is not there. */
+function series(
+  text: string,
+  name: string,
+  labels: Record<string, string> = {},
+): number | undefined {
+  for (const line of text.split("\n")) {
+    if (line.startsWith("#")) continue;
+    const m = /^([a-zA-Z_:][\w:]*)(\{([^}]*)\})? (\S+)$/.exec(line);
+    if (!m || m[1] !== name) continue;
+    const got = Object.fromEntries(
+      [...(m[3] ?? "").matchAll(/(\w+)="([^"]*)"/g)].map((x) => [x[1], x[2]]),
+    );
+    if (Object.entries(labels).every(([k, v]) => got[k] === v)) return Number(m[4]);
+  }
+  return undefined;
+}
+
+/** Commands, the fleet and metrics with real agents (child processes) doing the work. */
+describe("HTTP API with a fleet", () => {
+  let broker: TestBroker;
+  let tmp: ReturnType<typeof tempDir>;
+  let coordinator: Coordinator;
+  let http: HttpServer;
+  const agents: AgentProcess[] = [];
+  const api = (method: string, path: string, body?: unknown) =>
+    call(http.url, method, path, body === undefined ? { token: TOKEN } : { token: TOKEN, body });
+  const metrics = async () => {
+    const r = await api("GET", "/metrics");
+    expect(r.status).toBe(200);
+    expect(r.headers.get("content-type")).toMatch(/^text\/plain/);
+    return r.text;
+  };
+  const ended = (id: string) =>
+    waitFor(`${id} to end`, async () => {
+      const e = await coordinator.store.getExecution(id);
+      return e && TERMINAL_STATES.has(e.state) ? e : undefined;
+    });
+
+  beforeAll(async () => {
+    broker = await testBroker();
+    tmp = tempDir();
+    coordinator = await startTestCoordinator(broker, tmp.dir, 500);
+    http = await startHttpServer(coordinator, {
+      port: 0,
+      auth: { tokens: [{ token: TOKEN, role: "operate" }] },
+    });
+    const tags: Record<string, Record<string, string>> = {
+      [`${broker.prefix}-n1`]: { site: "north", rack: "1" },
+      [`${broker.prefix}-n2`]: { site: "north", rack: "2" },
+      [`${broker.prefix}-s1`]: { site: "south" },
+    };
+    for (const [agentId, t] of Object.entries(tags)) {
+      agents.push(
+        spawnAgentProcess(tmp.dir, {
+          agentId,
+          mqtt: { url: broker.url, prefix: broker.prefix, reconnect: { baseMs: 100, capMs: 1000 } },
+          heartbeatMs: 500,
+          tags: t,
+        }),
+      );
+    }
+    await waitForAgentsOnline(coordinator, 3);
+  }, 60_000);
+
+  afterAll(async () => {
+    for (const a of agents.splice(0)) await a.kill();
+    await http?.close();
+    await coordinator?.close();
+    await broker?.close();
+    tmp?.cleanup();
+  });
+
+  it("lists the agents and shows one", async () => {
+    const list = agentListSchema.parse((await api("GET", "/api/agents")).body);
+    expect(list.items.map((a) => a.agentId)).toEqual(agents.map((a) => a.agentId).sort());
+    expect(list.items.every((a) => a.status === "online" && a.live)).toBe(true);
+    const id = `${broker.prefix}-n2`;
+    const one = agentSchema.parse((await api("GET", `/api/agents/${id}`)).body);
+    expect(one).toMatchObject({ agentId: id, tags: { site: "north", rack: "2" }, inFlight: 0 });
+    expect(one.handlers).toContain("echo");
+  });
+
+  it("sends a command by tag selector to every matching agent; each one succeeds", async () => {
+    const at = Date.now() + 1_000;
+    const r = await api("POST", "/api/commands", {
+      selector: { tags: { site: "north" } },
+      handler: "echo",
+      params: { relay: "on" },
+      at,
+      deadline: at + 10_000,
+    });
+    expect(r.status, r.text).toBe(202);
+    const body = r.body as {
+      executionIds: string[];
+      targets: { agentId: string; executionId: string }[];
+    };
+    expect(body.targets.map((t) => t.agentId)).toEqual([
+      `${broker.prefix}-n1`,
+      `${broker.prefix}-n2`,
+    ]);
+    expect(new Set(body.executionIds).size).toBe(2);
+    for (const t of body.targets) {
+      const e = await ended(t.executionId);
+      expect(e.state).toBe("SUCCEEDED");
+      expect(e.agentId).toBe(t.agentId);
+      expect(e.result).toEqual({ echo: { relay: "on" } });
+      expect(e.startedAt).toBeGreaterThanOrEqual(at);
+    }
+    // A selector whose agents lack the handler is refused.
+    const r2 = await api("POST", "/api/commands", {
+      selector: { tags: { site: "south" } },
+      handler: "no.such.handler",
+    });
+    expect(r2.status).toBe(404);
+    expect(r2.body).toMatchObject({
+      error: {
+        code: "AX_AGENT_NOT_FOUND",
+        message: 'no agent with the tags {"site":"south"} offers handler "no.such.handler"',
+      },
+    });
+  });
+
+  it("exposes metrics whose values move after a job fires", async () => {
+    const before = await metrics();
+    expect(series(before, "ax_agents_online")).toBe(3);
+    expect(series(before, "ax_agents_known")).toBe(3);
+    for (const a of agents) {
+      expect(series(before, "ax_agent_journal_depth", { agent: a.agentId })).toBeGreaterThanOrEqual(
+        0,
+      );
+      expect(series(before, "ax_agent_outbox_depth", { agent: a.agentId })).toBeGreaterThanOrEqual(
+        0,
+      );
+    }
+    for (const name of [
+      "ax_fires_missed_total",
+      "ax_fires_skipped_total",
+      "ax_invalid_messages_total",
+    ]) {
+      expect(series(before, name), name).toBeGreaterThanOrEqual(0);
+    }
+    expect(
+      series(before, "ax_reports_dropped_total", { reason: "stale_round" }),
+    ).toBeGreaterThanOrEqual(0);
+    expect(series(before, "ax_executions", { state: "PENDING" })).toBeGreaterThanOrEqual(0);
+    expect(series(before, "ax_retries_total", { by: "policy" })).toBeGreaterThanOrEqual(0);
+    const onTime = series(before, "ax_fires_total", { outcome: "on_time" }) ?? -1;
+    const lateCount = series(before, "ax_trigger_lateness_seconds_count", { kind: "job" }) ?? 0;
+    const e2e =
+      series(before, "ax_end_to_end_seconds_count", { state: "SUCCEEDED", kind: "job" }) ?? 0;
+    const done =
+      series(before, "ax_executions_finished_total", { state: "SUCCEEDED", kind: "job" }) ?? 0;
+    expect(onTime).toBe(0);
+
+    // A job due 2 s from now, once.
+    const fireAt = Date.now() + 2_000;
+    const created = await api("POST", "/api/jobs", {
+      id: "metrics-job",
+      handler: "echo",
+      trigger: { type: "at", at: fireAt },
+    });
+    expect(created.status, created.text).toBe(201);
+    const exec = await waitFor("the job's execution", async () => {
+      const page = await coordinator.store.pageExecutions({ jobId: "metrics-job", limit: 1 });
+      return page.items[0];
+    });
+    expect((await ended(exec.id)).state).toBe("SUCCEEDED");
+
+    const after = await metrics();
+    expect(series(after, "ax_fires_total", { outcome: "on_time" })).toBe(onTime + 1);
+    expect(series(after, "ax_trigger_lateness_seconds_count", { kind: "job" })).toBe(lateCount + 1);
+    expect(series(after, "ax_end_to_end_seconds_count", { state: "SUCCEEDED", kind: "job" })).toBe(
+      e2e + 1,
+    );
+    expect(series(after, "ax_executions_finished_total", { state: "SUCCEEDED", kind: "job" })).toBe(
+      done + 1,
+    );
+    // Seconds, measured from the nominal time: dispatched about dispatchLead (0.5 s) ahead of it,
+    // finished after it. (Milliseconds, or times from another origin, would be far outside.)
+    const lateness = series(after, "ax_trigger_lateness_seconds_sum", { kind: "job" }) ?? 99;
+    expect(lateness).toBeGreaterThan(-5);
+    expect(lateness).toBeLessThan(5);
+    const endToEnd =
+      series(after, "ax_end_to_end_seconds_sum", { state: "SUCCEEDED", kind: "job" }) ?? -1;
+    expect(endToEnd).toBeGreaterThan(0);
+    expect(endToEnd).toBeLessThan(30);
+  });
+});
