@@ -41,3 +41,16 @@ export function secondsFlag(
   }
   return n;
 }
+
+/** A TCP port (0–65535; 0 picks a free one) from a flag, or an AX_CLI_USAGE error naming it. */
+export function portFlag(command: string, name: string, value: string | undefined): number {
+  if (value === undefined) return 0;
+  const n = Number(value);
+  if (value.trim() === "" || !Number.isInteger(n) || n < 0 || n > 65_535) {
+    throw new AxError(
+      "AX_CLI_USAGE",
+      `${command}: --${name} must be a port number from 0 to 65535, got "${value}"`,
+    );
+  }
+  return n;
+}

@@ -5,9 +5,10 @@ import { AxError } from "../../shared/errors.js";
 import { type EmbeddedBroker, startEmbeddedBroker } from "../broker/embedded.js";
 import { parseCoordinatorConfig } from "../config.js";
 import { Coordinator } from "../coordinator.js";
+import { type HttpServer, startHttpServer } from "../http/server.js";
 import type { ExecutionRecord } from "../store/port.js";
 import { type AgentProcess, spawnAgentProcess } from "./agent-process.js";
-import { flags, secondsFlag } from "./args.js";
+import { flags, portFlag, secondsFlag } from "./args.js";
 import { jsonLogger } from "./log.js";
 import { table } from "./table.js";
 
@@ -36,13 +37,18 @@ const HEADER = ["execution", "job", "state", "agent", "late", "fire at (UTC)"];
  * `--duration` ends; then everything is stopped and a summary line printed.
  */
 export async function runDemo(argv: string[]): Promise<number> {
-  const f = flags("demo", argv, { duration: { type: "string" } });
+  const f = flags("demo", argv, {
+    duration: { type: "string" },
+    "http-port": { type: "string" },
+  });
   const durationS = secondsFlag("demo", "duration", f.duration, Number.POSITIVE_INFINITY);
+  const httpPort = portFlag("demo", "http-port", f["http-port"]);
   const dir = mkdtempSync(join(tmpdir(), "ax-demo-"));
   const out = process.stdout;
   const tty = out.isTTY === true;
   let broker: EmbeddedBroker | undefined;
   let coordinator: Coordinator | undefined;
+  let http: HttpServer | undefined;
   const agents: AgentProcess[] = [];
   let interrupted = false;
   const onSigint = () => {
@@ -61,7 +67,12 @@ export async function runDemo(argv: string[]): Promise<number> {
       log: jsonLogger({ file: join(dir, "coordinator.log") }),
     });
     await coordinator.start();
+    // The API, metrics and console, on this machine only (no tokens: loopback).
+    http = await startHttpServer(coordinator, { host: "127.0.0.1", port: httpPort, auth: "off" });
     out.write(`ax demo: broker ${broker.url}, store ${config.store.path}, logs in ${dir}\n`);
+    out.write(
+      `ax demo: console ${http.url}/  ·  API ${http.url}/api/  ·  metrics ${http.url}/metrics\n`,
+    );
     for (const agentId of AGENTS) {
       agents.push(
         spawnAgentProcess(dir, {
@@ -140,6 +151,7 @@ export async function runDemo(argv: string[]): Promise<number> {
       succeeded = all.filter((e) => e.state === "SUCCEEDED").length;
       const failed = all.filter((e) => ["FAILED", "TIMED_OUT", "EXPIRED"].includes(e.state)).length;
       summary = `demo: ${all.length} executions, ${succeeded} succeeded, ${failed} failed`;
+      await http?.close();
       await coordinator.close();
     }
     await broker?.close();

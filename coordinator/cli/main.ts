@@ -5,7 +5,9 @@ import { runDemo } from "./demo.js";
 const USAGE = `ax — a job scheduler for fleets of edge and IoT devices
 
 Usage:
-  ax demo [--duration SECONDS]          broker, coordinator and 3 agents on this machine; live table
+  ax demo [--duration SECONDS] [--http-port PORT]
+                                        broker, coordinator and 3 agents on this machine; live
+                                        table; the console, API and metrics at the URL it prints
   ax coordinator start --config FILE    run the coordinator (JSON config)
   ax agent start --config FILE          run an agent (JSON config)
   ax help                               this text

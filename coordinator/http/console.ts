@@ -1,21 +1,53 @@
+import { readFileSync } from "node:fs";
 import type { IncomingMessage, ServerResponse } from "node:http";
+import type { RawRoute } from "./route.js";
 
-const PAGE = `<!doctype html>
-<html lang="en">
-<head><meta charset="utf-8"><title>ax coordinator</title></head>
-<body>
-<h1>ax coordinator</h1>
-<p>The web console is not part of this build yet. The HTTP API is described by
-<a href="/api/openapi.json">/api/openapi.json</a>; metrics are at <a href="/metrics">/metrics</a>.</p>
-</body>
-</html>
-`;
-
-/** `GET /`: a placeholder page until the web console replaces it. */
-export function consoleHandler(_req: IncomingMessage, res: ServerResponse): void {
-  res.writeHead(200, {
-    "content-type": "text/html; charset=utf-8",
-    "cache-control": "no-store",
-  });
-  res.end(PAGE);
+/** The console's files, read once: it is three small static files and needs no build step. */
+const ASSETS = new URL("./console-assets/", import.meta.url);
+const FILES: Record<string, { type: string; body: Buffer }> = {};
+function file(name: string, type: string): { type: string; body: Buffer } {
+  FILES[name] ??= { type, body: readFileSync(new URL(name, ASSETS)) };
+  return FILES[name];
 }
+
+const TYPES: Record<string, string> = {
+  "app.js": "text/javascript; charset=utf-8",
+  "app.css": "text/css; charset=utf-8",
+};
+
+function send(res: ServerResponse, f: { type: string; body: Buffer }): void {
+  res.writeHead(200, {
+    "content-type": f.type,
+    "content-length": f.body.length,
+    "cache-control": "no-cache",
+    "x-content-type-options": "nosniff",
+  });
+  res.end(f.body);
+}
+
+/** `GET /`: the web console's page. */
+export function consoleHandler(_req: IncomingMessage, res: ServerResponse): void {
+  send(res, file("index.html", "text/html; charset=utf-8"));
+}
+
+/** `GET /assets/*`: the console's script and style sheet; nothing else is served. */
+export const consoleAssetsRoute: RawRoute = {
+  kind: "raw",
+  method: "GET",
+  path: "/assets/*",
+  role: "public",
+  operationId: "consoleAssets",
+  summary: "The web console's script and style sheet",
+  tag: "meta",
+  contentType: "text/javascript",
+  handle(_req, res, { params }) {
+    const name = params["*"] ?? "";
+    const type = TYPES[name];
+    if (type === undefined) {
+      res.writeHead(404, { "content-type": "text/plain; charset=utf-8" });
+      res.end("not found\n");
+      return;
+    }
+    send(res, file(name, type));
+  },
+};

@@ -8,7 +8,7 @@ import type { Coordinator } from "../coordinator.js";
 import { formatIssues } from "../domain/job.js";
 import type { Logger } from "../engine/context.js";
 import { type Auth, authorize, resolveAuth } from "./auth.js";
-import { consoleHandler } from "./console.js";
+import { consoleAssetsRoute, consoleHandler } from "./console.js";
 import { openApiDocument } from "./openapi.js";
 import type { AnyRoute, ApiRoute } from "./route.js";
 import { Reply } from "./route.js";
@@ -118,6 +118,7 @@ export function builtinRoutes(all: () => readonly AnyRoute[]): AnyRoute[] {
       contentType: "text/html",
       handle: consoleHandler,
     },
+    consoleAssetsRoute,
   ];
 }
 

@@ -1,8 +1,8 @@
-import { spawnSync } from "node:child_process";
+import { spawn, spawnSync } from "node:child_process";
 import { writeFileSync } from "node:fs";
 import { fileURLToPath } from "node:url";
 import { describe, expect, it } from "vitest";
-import { tempDir } from "../helpers/env.js";
+import { tempDir, waitFor } from "../helpers/env.js";
 
 const AX = fileURLToPath(new URL("../../bin/ax.js", import.meta.url));
 
@@ -25,6 +25,35 @@ describe("the ax command", () => {
     expect(r.stdout).toContain("command→demo-agent-2");
   }, 90_000);
 
+  it("serves the console, the API and metrics while the demo runs, at the URL it prints", async () => {
+    const child = spawn(process.execPath, [AX, "demo", "--duration", "8", "--http-port", "0"], {
+      stdio: ["ignore", "pipe", "pipe"],
+    });
+    let out = "";
+    child.stdout.on("data", (c: Buffer) => {
+      out += c.toString("utf8");
+    });
+    const exited = new Promise<number | null>((resolve) => child.on("exit", resolve));
+    try {
+      const url = await waitFor(
+        "the console URL",
+        () => /console (http:\/\/127\.0\.0\.1:\d+)\//.exec(out)?.[1],
+      );
+      const page = await fetch(`${url}/`);
+      expect(page.status).toBe(200);
+      expect(await page.text()).toContain("/assets/app.js");
+      // The demo's job fires every 2 s: its executions show in the API while it runs.
+      const items = await waitFor("executions in the API", async () => {
+        const r = (await (await fetch(`${url}/api/executions`)).json()) as { items: unknown[] };
+        return r.items.length > 0 ? r.items : undefined;
+      });
+      expect(items.length).toBeGreaterThan(0);
+      expect(await (await fetch(`${url}/metrics`)).text()).toContain("ax_fires_total");
+    } finally {
+      expect(await exited).toBe(0);
+    }
+  }, 60_000);
+
   it.each([
     [
       ["demo", "--duration", "abc"],
@@ -32,6 +61,10 @@ describe("the ax command", () => {
     ],
     [["demo", "--duration=-3"], 'demo: --duration must be a positive number of seconds, got "-3"'],
     [["demo", "--speed", "2"], "demo: Unknown option '--speed'"],
+    [
+      ["demo", "--http-port", "99999"],
+      'demo: --http-port must be a port number from 0 to 65535, got "99999"',
+    ],
     [["coordinator", "stop"], 'coordinator: unknown subcommand "stop" (expected start)'],
     [["agent", "start"], "agent start: --config FILE is required"],
     [["fly"], 'unknown command "fly"; run "ax help"'],

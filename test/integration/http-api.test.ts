@@ -121,11 +121,20 @@ describe("HTTP API", () => {
       expect((await del("/api/jobs")).headers.get("allow")).toBe("GET, POST");
     });
 
-    it("serves a placeholder console page at /", async () => {
+    it("serves the console page at / and its two assets, and nothing else under /assets", async () => {
       const page = await get("/", null);
       expect(page.status).toBe(200);
       expect(page.headers.get("content-type")).toMatch(/^text\/html/);
-      expect(page.text).toContain("/api/openapi.json");
+      expect(page.text).toContain('<script type="module" src="/assets/app.js">');
+      const js = await get("/assets/app.js", null);
+      expect(js.status).toBe(200);
+      expect(js.headers.get("content-type")).toMatch(/^text\/javascript/);
+      expect(js.text).toContain("/api/agents");
+      expect((await get("/assets/app.css", null)).headers.get("content-type")).toMatch(
+        /^text\/css/,
+      );
+      expect((await get("/assets/../../package.json", null)).status).toBe(404);
+      expect((await get("/assets/nope.js", null)).status).toBe(404);
     });
   });
 
@@ -512,7 +521,7 @@ describe("HTTP API", () => {
         scheme: "bearer",
       });
       const routes: AnyRoute[] = builtinRoutes(() => []);
-      expect(routes.length).toBe(23);
+      expect(routes.length).toBe(24);
       const ops = new Set<string>();
       for (const route of routes) {
         const op = doc.paths[route.path]?.[route.method.toLowerCase()] as

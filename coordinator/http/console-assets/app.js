@@ -257,7 +257,7 @@ async function executionView(seq, id) {
   <div class="card">
     <div>${e.jobId ? `job <a href="#/jobs">${h(e.jobId)}</a> v${h(e.jobVersion)}` : `command for ${h(e.targetAgentId)}`} · handler <b>${h(e.handler)}</b> · attempt ${h(e.attempt)}/${h(e.maxAttempts)} · round ${h(e.round)}</div>
     <div>fire at ${time(e.fireAt)} · deadline ${time(e.deadline)} · agent ${h(e.agentId ?? "–")}</div>
-    <div>started ${time(e.startedAt)} · finished ${time(e.finishedAt)}${e.lateMs !== null ? ` · started ${h(e.lateMs)} ms late` : ""}</div>
+    <div>started ${time(e.startedAt)} · finished ${time(e.finishedAt)}${e.lateMs !== null ? ` · started ${h(Number(e.lateMs).toFixed(1))} ms late` : ""}</div>
     ${e.message ? `<div>message: ${h(e.message)}</div>` : ""}
     <p>${open ? `<button data-act="cancel">Cancel</button>` : ""}
        ${["FAILED", "TIMED_OUT", "EXPIRED", "CANCELED"].includes(e.state) ? `<button data-act="retry">Retry</button>` : ""}</p>
