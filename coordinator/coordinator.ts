@@ -396,6 +396,8 @@ export class Coordinator {
     if (!(await this.store.deleteJob(jobId)))
       throw new AxError("AX_JOB_NOT_FOUND", `job "${jobId}" not found`, { context: { jobId } });
     this.triggers.invalidate();
+    // Its round-robin cursor, sticky agent and shard placement go with it.
+    this.dispatcher.router.forgetKey(jobId);
     await this.store.flush();
   }
 
