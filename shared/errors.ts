@@ -29,6 +29,11 @@ export const ERROR_CODES = {
   AX_HANDLER_PARAMS: "Handler parameters failed the handler's schema.",
   AX_LINK_FAILED: "The MQTT link failed to connect, subscribe or publish.",
   AX_CLI_USAGE: "A CLI command or flag is unknown or has an invalid value.",
+  AX_PROFILE_NOT_FOUND: "No firmware profile has the given name.",
+  AX_PROFILE_INVALID: "A firmware profile is invalid.",
+  AX_BUNDLE_BUILD: "An agent bundle could not be built.",
+  AX_BUNDLE_BUDGET: "An agent bundle is larger than its profile's budget.",
+  AX_BUNDLE_VERIFY: "An agent bundle does not match its manifest.",
 } as const;
 
 export type ErrorCode = keyof typeof ERROR_CODES;
