@@ -8,6 +8,13 @@ Usage:
   ax demo [--duration SECONDS]          broker, coordinator and 3 agents on this machine; live table
   ax coordinator start --config FILE    run the coordinator (JSON config)
   ax agent start --config FILE          run an agent (JSON config)
+  ax bundle build --profile NAME [--out DIR] [--native-binding FILE]
+                                        build the agent bundle of a firmware profile
+                                        (dist/bundles/NAME/ and NAME.tar.gz)
+  ax bundle verify FILE                 check a bundle (NAME.tar.gz or its folder) against
+                                        its manifest: every file's size and sha256
+  ax bundle profiles                    list the firmware profiles
+  ax bundle fleet --config FILE         which agent runs which build (coordinator config)
   ax help                               this text
 `;
 
@@ -44,6 +51,8 @@ export async function main(argv: string[]): Promise<number> {
         await runAgent(loadAgentConfig(f.config));
         return 0;
       }
+      case "bundle":
+        return await (await import("./bundle.js")).bundleCommand(sub, rest);
       default:
         throw new AxError("AX_CLI_USAGE", `unknown command "${command}"; run "ax help"`);
     }
