@@ -1,4 +1,4 @@
-import { randomBytes } from "node:crypto";
+import { randomBytes } from "./random.js";
 
 /**
  * Ids travel in MQTT topics, so they must not contain the topic separator or the wildcards

@@ -32,6 +32,11 @@ export const firmwareProfileSchema = z.strictObject({
   node: z.strictObject({
     /** Node's `--max-old-space-size`, in MiB, in the systemd unit's ExecStart. */
     maxOldSpaceMb: int(16, 65_536),
+    /**
+     * Node's `--max-semi-space-size`, in MiB: caps the young generation, which otherwise grows to
+     * 2 × 16 MiB under a burst of messages and stays. @default V8's own
+     */
+    maxSemiSpaceMb: z.optional(int(1, 256)),
   }),
   wheel: z._default(
     z.strictObject({

@@ -147,7 +147,7 @@ describe("ax bundle build", () => {
     const unit = readFileSync(join(b.dir, "ax-agent.service"), "utf8");
     expect(unit).toContain(
       // biome-ignore lint/suspicious/noTemplateCurlyInString: systemd's syntax, not JavaScript's
-      "ExecStart=/usr/bin/node --max-old-space-size=32 /opt/ax-agent/agent.mjs --config ${AX_AGENT_CONFIG}",
+      "ExecStart=/usr/bin/node --max-old-space-size=32 --max-semi-space-size=1 /opt/ax-agent/agent.mjs --config ${AX_AGENT_CONFIG}",
     );
     expect(unit).toContain("EnvironmentFile=/etc/ax-agent/agent.env");
     expect(readFileSync(join(b.dir, "agent.env"), "utf8")).toContain(

@@ -16,11 +16,13 @@ export const ENV_FILE = "agent.env";
 export const EXAMPLE_CONFIG_FILE = "agent.example.json";
 
 /**
- * The ExecStart command line: Node with the profile's heap cap, the agent, its config. The
+ * The ExecStart command line: Node with the profile's heap caps, the agent, its config. The
  * benchmark starts agents from this very line (bench/bundle.ts).
  */
 export function execStart(profile: FirmwareProfile, agentFile: string): string {
-  return `${INSTALL.node} --max-old-space-size=${profile.node.maxOldSpaceMb} ${INSTALL.dir}/${agentFile} --config \${AX_AGENT_CONFIG}`;
+  const semi = profile.node.maxSemiSpaceMb;
+  const heap = `--max-old-space-size=${profile.node.maxOldSpaceMb}${semi === undefined ? "" : ` --max-semi-space-size=${semi}`}`;
+  return `${INSTALL.node} ${heap} ${INSTALL.dir}/${agentFile} --config \${AX_AGENT_CONFIG}`;
 }
 
 /** The systemd unit. */

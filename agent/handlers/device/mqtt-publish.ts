@@ -1,5 +1,5 @@
-import { randomBytes } from "node:crypto";
 import * as z from "zod/mini";
+import { randomBytes } from "../../../shared/random.js";
 import { transportsFor } from "../../link/transport.js";
 import type { AgentFeatures, HandlerPart } from "../../parts/types.js";
 import { defineHandler, HandlerFailure } from "../registry.js";
