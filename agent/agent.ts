@@ -12,11 +12,13 @@ import {
   topics,
 } from "../shared/protocol/index.js";
 import type { AgentConfig } from "./config.js";
-import { BUILTIN_HANDLERS } from "./handlers/builtins.js";
-import { buildDeviceHandlers, type DeviceHandlers } from "./handlers/device/index.js";
 import { type Handler, HandlerRegistry } from "./handlers/registry.js";
+import { buildHandlers, type OfferedHandlers } from "./handlers/set.js";
 import { Journal, type ReportBody } from "./journal/journal.js";
 import { AgentLink } from "./link/mqtt-link.js";
+import { transportsFor } from "./link/transport.js";
+import { PARTS } from "./parts/included.js";
+import type { AgentParts } from "./parts/types.js";
 import { Executor } from "./runner/executor.js";
 import { AgentTime } from "./time.js";
 
@@ -29,9 +31,14 @@ export type AgentLogger = (
 export interface AgentDeps {
   clock?: Clock;
   log?: AgentLogger;
+  /** Offer exactly these handlers instead of those the config turns on (tests). */
   handlers?: readonly Handler<unknown>[];
-  /** Bundle identity reported in hello. */
+  /** Bundle identity reported in hello. @default { version: "dev", sha256: "dev" } */
   bundle?: { version: string; sha256: string };
+  /** The handlers and features built in. @default this agent's (agent/parts/included.ts) */
+  parts?: AgentParts;
+  /** The better-sqlite3 native binding's path, in a bundle (it has no node_modules). */
+  nativeBinding?: string | undefined;
 }
 
 /** How often hello is repeated until a welcome arrives (the coordinator may start later). */
@@ -52,7 +59,7 @@ export class Agent {
   private readonly link: AgentLink;
   private readonly executor: Executor;
   private readonly handlers: HandlerRegistry;
-  private readonly device: DeviceHandlers;
+  private readonly device: OfferedHandlers;
   private readonly time: AgentTime;
   private welcomed = false;
   private heartbeatMs: number;
@@ -79,12 +86,12 @@ export class Agent {
     this.topics = topics(config.mqtt.prefix);
     this.heartbeatMs = config.heartbeatMs;
     this.time = new AgentTime(this.clock, this.sync);
-    this.device = buildDeviceHandlers(config.handlers);
-    this.handlers = new HandlerRegistry(
-      deps.handlers ?? [...BUILTIN_HANDLERS, ...this.device.handlers],
-    );
+    const parts = deps.parts ?? PARTS;
+    this.device = buildHandlers(parts.handlers, config.handlers, parts.features);
+    this.handlers = new HandlerRegistry(deps.handlers ?? this.device.handlers);
     this.journal = new Journal({
       path: config.journal.path,
+      nativeBinding: deps.nativeBinding,
       synchronous: config.journal.synchronous,
       syncStart: config.journal.syncStart,
       maxOpen: config.capacity.maxPending,
@@ -103,6 +110,7 @@ export class Agent {
       password: config.mqtt.password,
       reconnect: config.mqtt.reconnect,
       will: this.presence("offline"),
+      transports: transportsFor(parts.features),
     });
     this.executor = new Executor({
       clock: this.clock,
@@ -112,6 +120,7 @@ export class Agent {
       concurrency: config.capacity.concurrency,
       queue: config.capacity.queue,
       tickMs: config.tickMs,
+      wheelSlots: config.wheelSlots,
       journal: this.journal,
       envelope: (body, seq) => ({ ...envelope(body, this.coordNow()), seq }) as Report,
       publish: (report) => {

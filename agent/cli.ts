@@ -4,8 +4,10 @@
  */
 import { parseArgs } from "node:util";
 import { isAxError } from "../shared/errors.js";
+import { bundleRuntime } from "./bundle-runtime.js";
 import { loadAgentConfig } from "./config.js";
-import { runAgent } from "./main.js";
+import { jsonLogger, runAgent } from "./main.js";
+import { PARTS } from "./parts/included.js";
 
 async function cli(argv: string[]): Promise<number> {
   try {
@@ -18,7 +20,8 @@ async function cli(argv: string[]): Promise<number> {
       process.stderr.write("usage: agent --config FILE\n");
       return 2;
     }
-    await runAgent(loadAgentConfig(values.config));
+    const config = loadAgentConfig(values.config);
+    await runAgent(config, jsonLogger(config.agentId), bundleRuntime(PARTS, import.meta.url));
     return 0;
   } catch (err) {
     process.stderr.write(

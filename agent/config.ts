@@ -2,94 +2,186 @@ import { readFileSync } from "node:fs";
 import * as z from "zod/mini";
 import { AxError } from "../shared/errors.js";
 import { ID_PATTERN } from "../shared/ids.js";
+import { HANDLER_NAMES } from "../shared/profile-names.js";
 import { describeIssue } from "../shared/protocol/codec.js";
-import { deviceHandlersConfigSchema } from "./handlers/device/index.js";
+import type { DeviceHandlersConfig, DeviceHandlersConfigInput } from "./handlers/device/index.js";
+import { handlersConfigSchema } from "./handlers/set.js";
+import { PARTS } from "./parts/included.js";
+import type { AgentParts } from "./parts/types.js";
 
-/** Agent options as written in its config file (JSON). */
-export const agentConfigSchema = z.object({
-  agentId: z
-    .string()
-    .check(z.regex(ID_PATTERN, "must be 1-128 of A-Z a-z 0-9 . _ : - (no / + # $)")),
-  mqtt: z.object({
-    url: z.string().check(z.regex(/^mqtts?:\/\/.+/, "must be an mqtt:// or mqtts:// URL")),
-    /** @default "ax" */
-    prefix: z._default(
-      z.string().check(z.regex(/^[A-Za-z0-9._-]+$/, "must be one plain topic level")),
-      "ax",
-    ),
-    /** Seconds; the broker publishes the Last Will after 1.5× this. @default 10 */
-    keepaliveS: z._default(z.int().check(z.gte(1), z.lte(3600)), 10),
-    username: z.optional(z.string()),
-    password: z.optional(z.string()),
-    /** Reconnect backoff: full jitter between 0 and min(capMs, baseMs·2^n). */
-    reconnect: z._default(
+/** The broker URL rule: mqtts:// only when the agent has TLS. */
+function brokerUrl(parts: AgentParts) {
+  return parts.features.tls
+    ? z.string().check(z.regex(/^mqtts?:\/\/.+/, "must be an mqtt:// or mqtts:// URL"))
+    : z
+        .string()
+        .check(
+          z.regex(
+            /^mqtt:\/\/.+/,
+            "must be an mqtt:// URL (mqtts:// needs the tls feature, left out of this agent)",
+          ),
+        );
+}
+
+/**
+ * Agent options as written in its config file (JSON), for an agent built with `parts`. The
+ * handler sections are typed as if every device handler were built in; at run time only those
+ * built in are accepted.
+ */
+function agentConfigSchema(parts: AgentParts) {
+  const handlers = handlersConfigSchema(parts.handlers, parts.features) as unknown as z.ZodMiniType<
+    DeviceHandlersConfig,
+    DeviceHandlersConfigInput
+  >;
+  return z.object({
+    agentId: z
+      .string()
+      .check(z.regex(ID_PATTERN, "must be 1-128 of A-Z a-z 0-9 . _ : - (no / + # $)")),
+    mqtt: z.object({
+      url: brokerUrl(parts),
+      /** @default "ax" */
+      prefix: z._default(
+        z.string().check(z.regex(/^[A-Za-z0-9._-]+$/, "must be one plain topic level")),
+        "ax",
+      ),
+      /** Seconds; the broker publishes the Last Will after 1.5× this. @default 10 */
+      keepaliveS: z._default(z.int().check(z.gte(1), z.lte(3600)), 10),
+      username: z.optional(z.string()),
+      password: z.optional(z.string()),
+      /** Reconnect backoff: full jitter between 0 and min(capMs, baseMs·2^n). */
+      reconnect: z._default(
+        z.object({
+          /** @default 500 */
+          baseMs: z._default(z.int().check(z.gte(10), z.lte(60_000)), 500),
+          /** @default 30000 */
+          capMs: z._default(z.int().check(z.gte(10), z.lte(3_600_000)), 30_000),
+        }),
+        { baseMs: 500, capMs: 30_000 },
+      ),
+    }),
+    /** Firmware profile name reported in hello. @default "dev" */
+    profile: z._default(z.string().check(z.minLength(1), z.maxLength(64)), "dev"),
+    capacity: z._default(
       z.object({
-        /** @default 500 */
-        baseMs: z._default(z.int().check(z.gte(10), z.lte(60_000)), 500),
-        /** @default 30000 */
-        capMs: z._default(z.int().check(z.gte(10), z.lte(3_600_000)), 30_000),
+        /** Executions running at once. @default 4 */
+        concurrency: z._default(z.int().check(z.gte(1), z.lte(1024)), 4),
+        /** Due executions waiting for a slot; beyond it a due dispatch is answered busy. @default 64 */
+        queue: z._default(z.int().check(z.gte(0), z.lte(100_000)), 64),
+        /** Executions held (scheduled, queued, running); beyond it dispatches are rejected journal_full. @default 10000 */
+        maxPending: z._default(z.int().check(z.gte(1), z.lte(1_000_000)), 10_000),
       }),
-      { baseMs: 500, capMs: 30_000 },
+      { concurrency: 4, queue: 64, maxPending: 10_000 },
     ),
-  }),
-  /** Firmware profile name reported in hello. @default "dev" */
-  profile: z._default(z.string().check(z.minLength(1), z.maxLength(64)), "dev"),
-  capacity: z._default(
-    z.object({
-      /** Executions running at once. @default 4 */
-      concurrency: z._default(z.int().check(z.gte(1), z.lte(1024)), 4),
-      /** Due executions waiting for a slot; beyond it a due dispatch is answered busy. @default 64 */
-      queue: z._default(z.int().check(z.gte(0), z.lte(100_000)), 64),
-      /** Executions held (scheduled, queued, running); beyond it dispatches are rejected journal_full. @default 10000 */
-      maxPending: z._default(z.int().check(z.gte(1), z.lte(1_000_000)), 10_000),
-    }),
-    { concurrency: 4, queue: 64, maxPending: 10_000 },
-  ),
-  tags: z._default(
-    z.record(z.string().check(z.regex(/^[A-Za-z0-9._-]{1,64}$/, "bad tag name")), z.string()),
-    {},
-  ),
-  journal: z._default(
-    z.object({
-      /** The journal's SQLite file. @default "ax-journal.sqlite" (in the working directory) */
-      path: z._default(z.string().check(z.minLength(1)), "ax-journal.sqlite"),
-      /** See docs/benchmarks.md for the cost of each. @default "NORMAL" */
-      synchronous: z._default(z.enum(["NORMAL", "FULL"]), "NORMAL"),
-      /** Under NORMAL, still fsync the commit that marks a command running (see docs/agent.md). @default true */
-      syncStart: z._default(z.boolean(), true),
-      /** Unacknowledged reports kept at most before new dispatches are refused. @default 100000 */
-      maxOutbox: z._default(z.int().check(z.gte(100), z.lte(10_000_000)), 100_000),
-      /** How long finished commands are kept to answer duplicates. @default 86400000 (24 h) */
-      retainMs: z._default(z.int().check(z.gte(60_000)), 86_400_000),
-    }),
-    {
-      path: "ax-journal.sqlite",
-      synchronous: "NORMAL",
-      syncStart: true,
-      maxOutbox: 100_000,
-      retainMs: 86_400_000,
-    },
-  ),
-  /** Built-in device handlers to offer (mqtt.publish, http.request, file.write, exec); see docs/handlers.md. @default {} */
-  handlers: z._default(deviceHandlersConfigSchema, {}),
-  /** Wheel tick for device commands. @default 20 */
-  tickMs: z._default(z.int().check(z.gte(1), z.lte(1000)), 20),
-  /** Heartbeat period until the coordinator's welcome says otherwise. @default 5000 */
-  heartbeatMs: z._default(z.int().check(z.gte(100), z.lte(600_000)), 5_000),
-  /** Grace for running work on SIGTERM (rule 13). @default 10000 */
-  shutdownGraceMs: z._default(z.int().check(z.gte(0), z.lte(3_600_000)), 10_000),
-});
+    tags: z._default(
+      z.record(z.string().check(z.regex(/^[A-Za-z0-9._-]{1,64}$/, "bad tag name")), z.string()),
+      {},
+    ),
+    journal: z._default(
+      z.object({
+        /** The journal's SQLite file. @default "ax-journal.sqlite" (in the working directory) */
+        path: z._default(z.string().check(z.minLength(1)), "ax-journal.sqlite"),
+        /** See docs/benchmarks.md for the cost of each. @default "NORMAL" */
+        synchronous: z._default(z.enum(["NORMAL", "FULL"]), "NORMAL"),
+        /** Under NORMAL, still fsync the commit that marks a command running (see docs/agent.md). @default true */
+        syncStart: z._default(z.boolean(), true),
+        /** Unacknowledged reports kept at most before new dispatches are refused. @default 100000 */
+        maxOutbox: z._default(z.int().check(z.gte(100), z.lte(10_000_000)), 100_000),
+        /** How long finished commands are kept to answer duplicates. @default 86400000 (24 h) */
+        retainMs: z._default(z.int().check(z.gte(60_000)), 86_400_000),
+      }),
+      {
+        path: "ax-journal.sqlite",
+        synchronous: "NORMAL",
+        syncStart: true,
+        maxOutbox: 100_000,
+        retainMs: 86_400_000,
+      },
+    ),
+    /** Built-in device handlers to offer (mqtt.publish, http.request, file.write, exec); see docs/handlers.md. @default {} */
+    handlers: z._default(handlers, {}),
+    /** Wheel tick for device commands. @default 20 */
+    tickMs: z._default(z.int().check(z.gte(1), z.lte(1000)), 20),
+    /** Slots of the wheel; one revolution is tickMs × wheelSlots. @default 512 */
+    wheelSlots: z._default(z.int().check(z.gte(16), z.lte(65_536)), 512),
+    /** Heartbeat period until the coordinator's welcome says otherwise. @default 5000 */
+    heartbeatMs: z._default(z.int().check(z.gte(100), z.lte(600_000)), 5_000),
+    /** Grace for running work on SIGTERM (rule 13). @default 10000 */
+    shutdownGraceMs: z._default(z.int().check(z.gte(0), z.lte(3_600_000)), 10_000),
+  });
+}
 
-export type AgentConfigInput = z.input<typeof agentConfigSchema>;
-export type AgentConfig = Readonly<z.output<typeof agentConfigSchema>>;
+export type AgentConfigInput = z.input<ReturnType<typeof agentConfigSchema>>;
+export type AgentConfig = Readonly<z.output<ReturnType<typeof agentConfigSchema>>>;
 
-/** Parses agent options; a bad one throws AX_CONFIG_INVALID naming `source`, the field and the problem. */
-export function parseAgentConfig(input: unknown, source = "config"): AgentConfig {
-  const result = agentConfigSchema.safeParse(input, { error: describeIssue });
-  if (!result.success) {
-    const lines = result.error.issues.map(
-      (i) => `${i.path.map(String).join(".") || "(root)"}: ${i.message}`,
+type Plain = Record<string, unknown>;
+const isPlain = (v: unknown): v is Plain =>
+  typeof v === "object" && v !== null && !Array.isArray(v);
+
+/** `over` laid over `under`: objects merge key by key, anything else in `over` wins. */
+function overlay(under: Plain, over: Plain): Plain {
+  const out: Plain = { ...under };
+  for (const [key, value] of Object.entries(over)) {
+    const below = out[key];
+    out[key] = isPlain(below) && isPlain(value) ? overlay(below, value) : value;
+  }
+  return out;
+}
+
+/**
+ * What a config asks for that this agent was not built with: a handler section for a handler
+ * left out of its bundle, or a profile other than its bundle's. Zod would say "unknown keys";
+ * this says why.
+ */
+function notBuiltIn(input: unknown, parts: AgentParts): string[] {
+  if (!isPlain(input)) return [];
+  const lines: string[] = [];
+  const bundle = parts.bundle;
+  const built = new Set(parts.handlers.map((h) => h.name));
+  const builtList = [...built].join(", ") || "none";
+  const where = bundle ? `this agent's bundle (profile ${bundle.profile})` : "this agent";
+  const handlers = input.handlers;
+  if (isPlain(handlers)) {
+    for (const key of Object.keys(handlers)) {
+      if ((HANDLER_NAMES as readonly string[]).includes(key) && !built.has(key as never)) {
+        lines.push(`handlers.${key}: not built into ${where}; it has ${builtList}`);
+      }
+    }
+  }
+  if (bundle && input.profile !== undefined && input.profile !== bundle.profile) {
+    lines.push(
+      `profile: this agent's bundle was built for profile "${bundle.profile}", got ${JSON.stringify(input.profile)} (leave the field out)`,
     );
+  }
+  return lines;
+}
+
+/**
+ * Parses agent options for an agent built with `parts` (by default, this one's). A bundle's
+ * profile supplies the defaults; what the file sets wins (docs/bundles.md, "Precedence"). A bad
+ * option throws AX_CONFIG_INVALID naming `source`, the field and the problem.
+ */
+export function parseAgentConfig(
+  input: unknown,
+  source = "config",
+  parts: AgentParts = PARTS,
+): AgentConfig {
+  const lines = notBuiltIn(input, parts);
+  const defaults = parts.bundle?.defaults;
+  const merged = defaults && isPlain(input) ? overlay(defaults, input) : input;
+  const result = agentConfigSchema(parts).safeParse(merged, { error: describeIssue });
+  if (!result.success) {
+    for (const i of result.error.issues) {
+      const path = i.path.map(String).join(".") || "(root)";
+      // The clearer line from notBuiltIn already covers an unknown handler section.
+      if (i.code === "unrecognized_keys" && path === "handlers") {
+        const rest = i.keys.filter((k) => !lines.some((l) => l.startsWith(`handlers.${k}:`)));
+        if (rest.length > 0) lines.push(`${path}: has unknown keys ${rest.join(", ")}`);
+        continue;
+      }
+      lines.push(`${path}: ${i.message}`);
+    }
+  }
+  if (!result.success || lines.length > 0) {
     throw new AxError("AX_CONFIG_INVALID", `${source}: invalid agent config\n${lines.join("\n")}`, {
       context: { source },
     });
@@ -98,7 +190,7 @@ export function parseAgentConfig(input: unknown, source = "config"): AgentConfig
 }
 
 /** Reads and parses an agent config file. */
-export function loadAgentConfig(path: string): AgentConfig {
+export function loadAgentConfig(path: string, parts: AgentParts = PARTS): AgentConfig {
   let raw: unknown;
   try {
     raw = JSON.parse(readFileSync(path, "utf8"));
@@ -109,5 +201,5 @@ export function loadAgentConfig(path: string): AgentConfig {
       { cause: err },
     );
   }
-  return parseAgentConfig(raw, path);
+  return parseAgentConfig(raw, path, parts);
 }

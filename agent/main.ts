@@ -1,4 +1,4 @@
-import { Agent, type AgentLogger } from "./agent.js";
+import { Agent, type AgentDeps, type AgentLogger } from "./agent.js";
 import type { AgentConfig } from "./config.js";
 
 /** A JSON-lines logger on stderr, tagged with the agent's id. */
@@ -22,10 +22,15 @@ export function jsonLogger(
 export async function runAgent(
   config: AgentConfig,
   log: AgentLogger = jsonLogger(config.agentId),
+  deps: Omit<AgentDeps, "log"> = {},
 ): Promise<void> {
-  const agent = new Agent(config, { log });
+  const agent = new Agent(config, { ...deps, log });
   agent.start();
-  log("info", "agent started", { mqtt: config.mqtt.url });
+  log("info", "agent started", {
+    mqtt: displayBroker(config.mqtt.url),
+    profile: config.profile,
+    version: deps.bundle?.version ?? "dev",
+  });
   await new Promise<void>((resolve) => {
     const stop = (signal: string) => {
       process.off("SIGTERM", onTerm);
@@ -41,4 +46,14 @@ export async function runAgent(
     process.on("SIGTERM", onTerm);
     process.on("SIGINT", onInt);
   });
+}
+
+/** The broker URL without credentials, for the log. */
+function displayBroker(url: string): string {
+  try {
+    const u = new URL(url);
+    return `${u.protocol}//${u.host}`;
+  } catch {
+    return "(invalid URL)";
+  }
 }

@@ -40,6 +40,11 @@ export const ERROR_CODES = {
   AX_API_TOO_LARGE: "An HTTP request body is larger than the configured limit.",
   AX_API_INTERNAL: "The HTTP API failed unexpectedly while handling a request.",
   AX_API_UNREACHABLE: "The CLI could not reach the coordinator's HTTP API.",
+  AX_PROFILE_NOT_FOUND: "No firmware profile has the given name.",
+  AX_PROFILE_INVALID: "A firmware profile is invalid.",
+  AX_BUNDLE_BUILD: "An agent bundle could not be built.",
+  AX_BUNDLE_BUDGET: "An agent bundle is larger than its profile's budget.",
+  AX_BUNDLE_VERIFY: "An agent bundle does not match its manifest.",
 } as const;
 
 export type ErrorCode = keyof typeof ERROR_CODES;

@@ -1,4 +1,4 @@
-import { randomFillSync } from "node:crypto";
+import { randomBytes } from "./random.js";
 
 /**
  * Ids travel in MQTT topics, so they must not contain the topic separator or the wildcards
@@ -17,19 +17,8 @@ const ALPHABET = "0123456789abcdefghijklmnopqrstuvwxyz";
  */
 export function newId(prefix = "", nowMs: number = Date.now()): string {
   const time = Math.floor(nowMs).toString(36).padStart(9, "0");
-  if (poolAt + 12 > pool.length) {
-    randomFillSync(pool);
-    poolAt = 0;
-  }
+  const bytes = randomBytes(12);
   let rand = "";
-  for (let i = poolAt; i < poolAt + 12; i++) rand += ALPHABET[(pool[i] as number) % 36];
-  poolAt += 12;
+  for (const b of bytes) rand += ALPHABET[b % 36];
   return `${prefix}${time}${rand}`;
 }
-
-/**
- * Random bytes drawn 4 KiB at a time: every message carries a new id, and one call into the
- * system's generator per id cost more than the rest of making it.
- */
-const pool = new Uint8Array(4096);
-let poolAt = pool.length;

@@ -25,6 +25,11 @@ export interface JournalOptions {
   /** SQLite file; `:memory:` for tests. */
   path: string;
   /**
+   * Path of better-sqlite3's native addon (`better_sqlite3.node`). A bundle ships it beside the
+   * agent file and has no node_modules to look it up in. @default looked up in node_modules
+   */
+  nativeBinding?: string | undefined;
+  /**
    * `NORMAL` (default): in WAL mode a commit survives a crash of the process but the last commits
    * may be lost on power loss. `FULL`: every commit is on disk before it returns. See
    * docs/benchmarks.md for what each costs.
@@ -100,7 +105,10 @@ export class Journal {
     this.retainMs = options.retainMs ?? 86_400_000;
     let opened: Database.Database | undefined;
     try {
-      opened = new Database(options.path);
+      opened = new Database(
+        options.path,
+        options.nativeBinding === undefined ? undefined : { nativeBinding: options.nativeBinding },
+      );
       opened.pragma("journal_mode = WAL");
       opened.pragma(`synchronous = ${options.synchronous ?? "NORMAL"}`);
       migrate(opened, JOURNAL_MIGRATIONS, options.now());

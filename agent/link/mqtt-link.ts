@@ -1,6 +1,7 @@
-import mqtt, { type MqttClient } from "mqtt";
 import { backoffMs } from "../../shared/backoff.js";
 import { encode, type Topics } from "../../shared/protocol/index.js";
+import { MqttSession } from "./mqtt-session.js";
+import type { Transports } from "./transport.js";
 
 /** Delays between reconnect attempts: exponential backoff with full jitter (shared/backoff.ts). */
 export interface ReconnectPolicy {
@@ -23,6 +24,8 @@ export interface AgentLinkOptions {
   will: Buffer;
   /** Reconnect backoff; see {@link ReconnectPolicy} for the defaults. */
   reconnect?: ReconnectPolicy | undefined;
+  /** How to reach the broker by URL protocol. @default plain TCP only */
+  transports?: Transports | undefined;
 }
 
 export interface AgentLinkEvents {
@@ -39,8 +42,6 @@ const DEFAULT_CAP_MS = 30_000;
 const CONNECT_TIMEOUT_MS = 10_000;
 /** How long a SUBACK may take; then the connection is dropped and retried. */
 const SUBSCRIBE_TIMEOUT_MS = 10_000;
-/** How long close() waits for the broker to end the socket after DISCONNECT. */
-const CLOSE_TIMEOUT_MS = 2_000;
 
 type Timer = ReturnType<typeof setTimeout>;
 
@@ -49,12 +50,12 @@ type Timer = ReturnType<typeof setTimeout>;
  * topics. On every (re)connect it subscribes before reporting ready, so a hello is never sent by
  * a connection that cannot hear the answer; a refused or failed subscribe drops the connection.
  *
- * Reconnecting is driven here, not by mqtt.js (`reconnectPeriod: 0`): each lost or failed
- * connection waits a full-jitter exponential delay before `client.reconnect()`, and the attempt
- * count restarts once a connection becomes ready.
+ * Each connection is one {@link MqttSession}; when it ends, the next one is opened after a
+ * full-jitter exponential delay, and the attempt count restarts once a connection becomes ready.
  */
 export class AgentLink {
-  private client: MqttClient | undefined;
+  private session: MqttSession | undefined;
+  private started = false;
   /** Connected and subscribed on the current connection. */
   private ready = false;
   private closed = false;
@@ -63,29 +64,15 @@ export class AgentLink {
   private failures = 0;
   private reconnectTimer: Timer | undefined;
   private subscribeTimer: Timer | undefined;
+  private events: AgentLinkEvents | undefined;
 
   constructor(private readonly options: AgentLinkOptions) {}
 
   start(events: AgentLinkEvents): void {
-    if (this.client !== undefined || this.closed) throw new Error("AgentLink can start only once");
-    const o = this.options;
-    const client = mqtt.connect(o.url, {
-      clientId: o.agentId,
-      clean: true,
-      keepalive: o.keepaliveS,
-      reconnectPeriod: 0,
-      connectTimeout: CONNECT_TIMEOUT_MS,
-      resubscribe: false,
-      will: { topic: o.topics.presence(o.agentId), payload: o.will, qos: 1, retain: true },
-      ...(o.username === undefined ? {} : { username: o.username }),
-      ...(o.password === undefined ? {} : { password: o.password }),
-    });
-    this.client = client;
-    client.on("connect", () => this.onConnect(client, events));
-    client.on("message", (topic, payload) => events.message(topic, payload));
-    client.on("close", () => this.onClose(client, events));
-    // Connection errors always end in "close", which schedules the next attempt.
-    client.on("error", () => {});
+    if (this.started || this.closed) throw new Error("AgentLink can start only once");
+    this.started = true;
+    this.events = events;
+    this.open();
   }
 
   /** True while connected and subscribed to the down topic. */
@@ -93,19 +80,22 @@ export class AgentLink {
     return this.ready;
   }
 
-  /** Publishes QoS 1 on the up topic; resolves on PUBACK (which is not delivery, see rule 1). */
+  /**
+   * Publishes QoS 1 on the up topic; resolves on PUBACK (which is not delivery, see rule 1).
+   * Does nothing while not ready; rejects when the connection ends before the PUBACK.
+   */
   async publishUp(message: { type: string }): Promise<void> {
-    const client = this.client;
-    if (!client || !this.ready) return;
-    await client.publishAsync(this.options.topics.up(this.options.agentId), encode(message), {
+    const session = this.session;
+    if (!session || !this.ready) return;
+    await session.publish(this.options.topics.up(this.options.agentId), encode(message), {
       qos: 1,
     });
   }
 
   async publishPresence(payload: Buffer): Promise<void> {
-    const client = this.client;
-    if (!client || !this.ready) return;
-    await client.publishAsync(this.options.topics.presence(this.options.agentId), payload, {
+    const session = this.session;
+    if (!session || !this.ready) return;
+    await session.publish(this.options.topics.presence(this.options.agentId), payload, {
       qos: 1,
       retain: true,
     });
@@ -123,61 +113,69 @@ export class AgentLink {
   private async shutdown(): Promise<void> {
     this.closed = true;
     this.clearTimers();
-    const client = this.client;
-    if (!client) return;
-    // mqtt.js's graceful end waits for every in-flight publish to be acknowledged, forever if
-    // the connection drops meanwhile; the outbox re-sends them anyway, so fail them now.
-    failInFlight(client);
-    const graceful = client.connected;
-    const fallback = setTimeout(() => client.stream.destroy(), CLOSE_TIMEOUT_MS);
-    try {
-      await client.endAsync(!graceful);
-    } finally {
-      clearTimeout(fallback);
-      this.client = undefined;
-    }
+    const session = this.session;
+    this.session = undefined;
+    this.ready = false;
+    if (session) await session.end();
   }
 
-  private onConnect(client: MqttClient, events: AgentLinkEvents): void {
+  private open(): void {
     if (this.closed) return;
-    const stream = client.stream;
-    // Rule 10: TCP_NODELAY, or back-to-back small publishes wait on delayed ACKs.
-    (stream as { setNoDelay?: (on: boolean) => void }).setNoDelay?.(true);
-    const current = () => !this.closed && client.connected && client.stream === stream;
+    const o = this.options;
+    const session = new MqttSession(
+      {
+        url: o.url,
+        clientId: o.agentId,
+        clean: true,
+        keepaliveS: o.keepaliveS,
+        connectTimeoutMs: CONNECT_TIMEOUT_MS,
+        will: { topic: o.topics.presence(o.agentId), payload: o.will, qos: 1, retain: true },
+        username: o.username,
+        password: o.password,
+        transports: o.transports,
+      },
+      {
+        message: (topic, payload) => {
+          if (this.session === session) this.events?.message(topic, payload);
+        },
+        close: () => this.onClose(session),
+      },
+    );
+    this.session = session;
+    session.connect().then(
+      () => this.onConnect(session),
+      () => {}, // the session's close event follows and schedules the next attempt
+    );
+  }
+
+  private onConnect(session: MqttSession): void {
+    if (this.closed || this.session !== session) return;
     const fail = () => {
-      if (current()) stream.destroy(); // "close" follows and schedules the next attempt
+      if (this.session === session) session.destroy(new Error("subscribe failed"));
     };
     this.clearSubscribeTimer();
     this.subscribeTimer = setTimeout(() => {
       this.subscribeTimer = undefined;
       fail();
     }, SUBSCRIBE_TIMEOUT_MS);
-    client
-      .subscribeAsync(this.options.topics.down(this.options.agentId), { qos: 1 })
-      .then(
-        (granted) => {
-          if (!current()) return;
-          this.clearSubscribeTimer();
-          // mqtt.js already rejects a SUBACK of 128; this also catches a malformed grant list.
-          if (granted.length !== 1 || granted.some((g) => g.qos > 2)) {
-            fail();
-            return;
-          }
-          this.ready = true;
-          this.failures = 0;
-          events.ready();
-        },
-        () => fail(),
-      )
-      .catch(() => fail());
+    session.subscribe(this.options.topics.down(this.options.agentId), 1).then(
+      () => {
+        if (this.closed || this.session !== session || !session.connected) return;
+        this.clearSubscribeTimer();
+        this.ready = true;
+        this.failures = 0;
+        this.events?.ready();
+      },
+      () => fail(),
+    );
   }
 
-  private onClose(client: MqttClient, events: AgentLinkEvents): void {
+  private onClose(session: MqttSession): void {
+    if (this.session !== session) return;
     this.clearSubscribeTimer();
-    failInFlight(client);
     const wasReady = this.ready;
     this.ready = false;
-    if (wasReady) events.down();
+    if (wasReady) this.events?.down();
     if (this.closed || this.reconnectTimer !== undefined) return;
     this.failures += 1;
     const r = this.options.reconnect;
@@ -188,7 +186,7 @@ export class AgentLink {
     );
     this.reconnectTimer = setTimeout(() => {
       this.reconnectTimer = undefined;
-      if (!this.closed) client.reconnect();
+      this.open();
     }, delay);
   }
 
@@ -202,13 +200,4 @@ export class AgentLink {
     if (this.reconnectTimer !== undefined) clearTimeout(this.reconnectTimer);
     this.reconnectTimer = undefined;
   }
-}
-
-/**
- * Rejects the publishes still waiting for PUBACK. With `reconnectPeriod: 0` mqtt.js keeps them
- * across a dropped socket, and `reconnect()` replaces the store they would be re-sent from, so
- * their promises would otherwise never settle.
- */
-function failInFlight(client: MqttClient): void {
-  for (const id of Object.keys(client.outgoing)) client.removeOutgoingMessage(Number(id));
 }

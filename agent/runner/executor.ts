@@ -30,6 +30,8 @@ export interface ExecutorOptions {
   concurrency: number;
   queue: number;
   tickMs: number;
+  /** Slots of the wheel; one revolution is tickMs × wheelSlots. @default 512 */
+  wheelSlots?: number;
   log(
     level: "debug" | "info" | "warn" | "error",
     message: string,
@@ -70,7 +72,7 @@ export class Executor {
     this.wheel = new TimingWheel((payload) => this.onWheel(payload), {
       clock: o.clock,
       tickMs: o.tickMs,
-      slots: 512,
+      slots: o.wheelSlots ?? 512,
       // Each fire reads and writes the journal (tens of µs); a turn fires at most this many, so
       // a burst of commands due together never blocks the loop for more than a couple of ms.
       maxBatch: 32,

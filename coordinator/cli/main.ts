@@ -10,6 +10,13 @@ Usage:
                                         table; the console, API and metrics at the URL it prints
   ax coordinator start --config FILE    run the coordinator (JSON config)
   ax agent start --config FILE          run an agent (JSON config)
+  ax bundle build --profile NAME [--out DIR] [--native-binding FILE]
+                                        build the agent bundle of a firmware profile
+                                        (dist/bundles/NAME/ and NAME.tar.gz)
+  ax bundle verify FILE                 check a bundle (NAME.tar.gz or its folder) against
+                                        its manifest: every file's size and sha256
+  ax bundle profiles                    list the firmware profiles
+  ax bundle fleet --config FILE         which agent runs which build (coordinator config)
   ax help                               this text
 
 Operating a running coordinator (its HTTP API):
@@ -73,6 +80,8 @@ export async function main(argv: string[]): Promise<number> {
         return await (await import("./fleet.js")).fleetCommand(sub, rest);
       case "command":
         return await (await import("./command.js")).commandCommand(sub, rest);
+      case "bundle":
+        return await (await import("./bundle.js")).bundleCommand(sub, rest);
       default:
         throw new AxError("AX_CLI_USAGE", `unknown command "${command}"; run "ax help"`);
     }

@@ -1,5 +1,6 @@
 import { spawn } from "node:child_process";
 import * as z from "zod/mini";
+import type { HandlerPart } from "../../parts/types.js";
 import { defineHandler, type Handler, HandlerFailure } from "../registry.js";
 import { absolutePath, tail } from "./common.js";
 
@@ -239,3 +240,26 @@ function run(
     child.on("close", finish);
   });
 }
+
+/** The config section of `exec`. */
+export const execConfigSchema = z.strictObject({
+  /** @default false */
+  enabled: z._default(z.boolean(), false),
+  /** Absolute paths of the executables that may run. @default [] */
+  allow: z._default(z.array(absolutePath), []),
+  /**
+   * Bytes kept of stdout and of stderr, each; at most 24 KiB so that both fit a `finished`
+   * report (64 KiB message limit). @default 16384
+   */
+  maxOutputBytes: z._default(z.int().check(z.gte(1), z.lte(24_576)), EXEC_DEFAULT_MAX_OUTPUT_BYTES),
+});
+
+/** `exec` as a part an agent is built with; offered only when its section says `enabled: true`. */
+export const execPart: HandlerPart = {
+  name: "exec",
+  config: () => execConfigSchema,
+  build: (section) => {
+    const config = section as z.output<typeof execConfigSchema>;
+    return config.enabled ? { handler: execHandler(config) as never } : undefined;
+  },
+};

@@ -2,6 +2,7 @@ import { constants } from "node:fs";
 import { appendFile, lstat, realpath, statfs, writeFile } from "node:fs/promises";
 import { basename, dirname, isAbsolute, join, relative, resolve, sep } from "node:path";
 import * as z from "zod/mini";
+import type { HandlerPart } from "../../parts/types.js";
 import { defineHandler, type Handler, HandlerFailure } from "../registry.js";
 import { absolutePath } from "./common.js";
 
@@ -150,3 +151,18 @@ export function fileWriteHandler(opts: FileWriteOptions): Handler<FileWriteParam
     return { path: resolve(params.path), bytes: Buffer.byteLength(params.value) };
   });
 }
+
+/** The config section of `file.write`. */
+export const fileWriteConfigSchema = z.strictObject({
+  /** Path prefixes writes may go to, such as "/sys/class/gpio/". */
+  allow: z.array(absolutePath),
+});
+
+/** `file.write` as a part an agent is built with. */
+export const fileWritePart: HandlerPart = {
+  name: "file.write",
+  config: () => fileWriteConfigSchema,
+  build: (section) => ({
+    handler: fileWriteHandler(section as z.output<typeof fileWriteConfigSchema>) as never,
+  }),
+};

@@ -1,4 +1,5 @@
 import * as z from "zod/mini";
+import type { HandlerPart } from "../../parts/types.js";
 import { defineHandler, type Handler, HandlerFailure } from "../registry.js";
 import { displayUrl, errorText, head } from "./common.js";
 
@@ -214,3 +215,32 @@ function fetchErrorText(err: unknown): string {
   }
   return errorText(err);
 }
+
+/** The config section of `http.request`. */
+export const httpRequestConfigSchema = z.strictObject({
+  /** Origins such as "http://127.0.0.1:8080"; empty allows any http(s) origin. @default [] */
+  allowOrigins: z._default(
+    z.array(
+      z
+        .string()
+        .check(
+          z.refine(
+            isHttpOrigin,
+            "must be an http(s) origin such as http://127.0.0.1:8080 (no path)",
+          ),
+        ),
+    ),
+    [],
+  ),
+  /** @default 10000 */
+  defaultTimeoutMs: z._default(z.int().check(z.gte(1), z.lte(600_000)), 10_000),
+});
+
+/** `http.request` as a part an agent is built with. */
+export const httpRequestPart: HandlerPart = {
+  name: "http.request",
+  config: () => httpRequestConfigSchema,
+  build: (section) => ({
+    handler: httpRequestHandler(section as z.output<typeof httpRequestConfigSchema>) as never,
+  }),
+};

@@ -1,18 +1,27 @@
-import mqtt, { type MqttClient } from "mqtt";
 import * as z from "zod/mini";
+import { randomBytes } from "../../../shared/random.js";
+import { transportsFor } from "../../link/transport.js";
+import type { AgentFeatures, HandlerPart } from "../../parts/types.js";
 import { defineHandler, HandlerFailure } from "../registry.js";
 import { abortedFailure, type ClosableHandler, displayUrl, errorText } from "./common.js";
+import {
+  type PublishConnection,
+  type PublishConnector,
+  sessionConnector,
+} from "./publish-connection.js";
 
 /** Options of `mqtt.publish`, resolved from the agent config's `"mqtt.publish"` section. */
 export interface MqttPublishOptions {
-  /** The local broker the devices listen on: `mqtt://`, `mqtts://`, `ws://` or `wss://`. */
+  /** The local broker the devices listen on: `mqtt://`, or `mqtts://`, `ws://`, `wss://` with the features for them. */
   url: string;
-  /** @default a random id chosen by mqtt.js */
+  /** @default a random id */
   clientId?: string | undefined;
   username?: string | undefined;
   password?: string | undefined;
   /** How long a publish waits for the broker's CONNACK before failing. @default 5000 */
   connectTimeoutMs?: number | undefined;
+  /** What this agent was built with. @default plain TCP only */
+  features?: AgentFeatures | undefined;
 }
 
 /** The params of one `mqtt.publish` execution. */
@@ -35,6 +44,59 @@ export type MqttPublishParams = z.infer<typeof mqttPublishParamsSchema>;
 
 const NAME = "mqtt.publish";
 
+/** The URL schemes `features` make available, and the feature each other scheme needs. */
+function schemes(features: AgentFeatures): { ok: string[]; missing: string[] } {
+  const ok = ["mqtt"];
+  const missing: string[] = [];
+  if (features.tls) ok.push("mqtts");
+  else missing.push("mqtts:// needs the tls feature");
+  if (features.websocket) ok.push("ws", "wss");
+  else missing.push("ws:// and wss:// need the websocket feature");
+  return { ok, missing };
+}
+
+function oneOf(list: string[]): string {
+  const urls = list.map((s) => `${s}://`);
+  return urls.length === 1 ? (urls[0] ?? "") : `${urls.slice(0, -1).join(", ")} or ${urls.at(-1)}`;
+}
+
+/** The config section of `mqtt.publish`; the URL schemes allowed depend on the features built in. */
+export function mqttPublishConfigSchema(features: AgentFeatures) {
+  const { ok, missing } = schemes(features);
+  const pattern = new RegExp(`^(${ok.join("|")}):\\/\\/.+`);
+  const left = missing.length > 0 ? ` (${missing.join("; ")}, left out of this agent)` : "";
+  return z.strictObject({
+    /** The local broker the devices listen on. */
+    url: z.string().check(z.regex(pattern, `must be an ${oneOf(ok)} URL${left}`)),
+    /** @default a random id */
+    clientId: z.optional(z.string().check(z.minLength(1), z.maxLength(128))),
+    username: z.optional(z.string()),
+    password: z.optional(z.string()),
+    /** @default 5000 */
+    connectTimeoutMs: z._default(z.int().check(z.gte(100), z.lte(60_000)), 5_000),
+  });
+}
+
+export type MqttPublishConfig = z.output<ReturnType<typeof mqttPublishConfigSchema>>;
+
+/** `mqtt.publish` as a part an agent is built with. */
+export const mqttPublishPart: HandlerPart = {
+  name: "mqtt.publish",
+  config: mqttPublishConfigSchema,
+  build: (section, features) =>
+    mqttPublishHandler({ ...(section as MqttPublishConfig), features }) as ReturnType<
+      HandlerPart["build"]
+    >,
+};
+
+/** The connector for a URL's protocol, from what the agent was built with. */
+function connectorFor(url: string, features: AgentFeatures): PublishConnector | undefined {
+  const protocol = url.slice(0, url.indexOf(":"));
+  if (protocol === "ws" || protocol === "wss") return features.websocket;
+  if (protocol === "mqtts" && !features.tls) return undefined;
+  return sessionConnector(transportsFor(features));
+}
+
 /**
  * `mqtt.publish`: publishes one message to a local broker, the way zigbee2mqtt or Tasmota devices
  * are driven (`zigbee2mqtt/lamp/set` with `{"state":"ON"}`). An object payload is sent as JSON.
@@ -46,28 +108,42 @@ const NAME = "mqtt.publish";
 export function mqttPublishHandler(opts: MqttPublishOptions): ClosableHandler<MqttPublishParams> {
   const connectTimeoutMs = opts.connectTimeoutMs ?? 5_000;
   const where = displayUrl(opts.url);
-  let client: MqttClient | undefined;
-  let connecting: Promise<MqttClient> | undefined;
+  const clientId = opts.clientId ?? `ax-publish-${randomBytes(6).toString("hex")}`;
+  let client: PublishConnection | undefined;
+  let connecting: Promise<PublishConnection> | undefined;
   let closed = false;
+  /** Runs waiting on the current connection's PUBACKs, failed at once when it is lost. */
+  const onLost = new Set<() => void>();
 
-  const discard = (c: MqttClient) => {
+  const discard = (c: PublishConnection) => {
     if (client === c) client = undefined;
-    c.end(true);
+    c.end().catch(() => {});
   };
 
-  const connect = (): Promise<MqttClient> =>
+  const connect = (): Promise<PublishConnection> =>
     new Promise((resolve, reject) => {
       if (client) discard(client);
-      let c: MqttClient;
+      const connector = connectorFor(opts.url, opts.features ?? {});
+      if (connector === undefined) {
+        reject(
+          new HandlerFailure(`${NAME}: cannot connect to ${where}: not available in this agent`, {
+            retryable: false,
+          }),
+        );
+        return;
+      }
+      let opened: ReturnType<PublishConnector>;
       try {
-        c = mqtt.connect(opts.url, {
-          clean: true,
-          reconnectPeriod: 0,
+        opened = connector({
+          url: opts.url,
+          clientId,
+          username: opts.username,
+          password: opts.password,
           // Our own timer below answers first, with a clearer message; this is a backstop.
-          connectTimeout: connectTimeoutMs + 1_000,
-          ...(opts.clientId === undefined ? {} : { clientId: opts.clientId }),
-          ...(opts.username === undefined ? {} : { username: opts.username }),
-          ...(opts.password === undefined ? {} : { password: opts.password }),
+          connectTimeoutMs: connectTimeoutMs + 1_000,
+          onClose: () => {
+            for (const lost of [...onLost]) lost();
+          },
         });
       } catch (err) {
         reject(
@@ -78,14 +154,12 @@ export function mqttPublishHandler(opts: MqttPublishOptions): ClosableHandler<Mq
         );
         return;
       }
+      const c = opened.connection;
       client = c;
-      // Always listen: an EventEmitter with no "error" listener throws.
-      c.on("error", () => {});
       const settle = (err: unknown) => {
         clearTimeout(timer);
-        c.off("connect", onConnect);
-        c.off("error", settle);
-        c.off("close", onClose);
+        if (settled) return;
+        settled = true;
         if (err === undefined) {
           resolve(c);
           return;
@@ -97,23 +171,19 @@ export function mqttPublishHandler(opts: MqttPublishOptions): ClosableHandler<Mq
           }),
         );
       };
-      const onConnect = () => {
-        // Rule 10: device commands are latency-sensitive; do not wait on delayed ACKs.
-        (c.stream as { setNoDelay?: (on: boolean) => void }).setNoDelay?.(true);
-        settle(undefined);
-      };
-      const onClose = () => settle(new Error("connection closed"));
+      let settled = false;
       const timer = setTimeout(
         () => settle(new Error(`no answer within ${connectTimeoutMs} ms`)),
         connectTimeoutMs,
       );
-      c.on("connect", onConnect);
-      c.on("error", settle);
-      c.on("close", onClose);
+      opened.ready.then(
+        () => settle(undefined),
+        (err: unknown) => settle(err),
+      );
     });
 
   /** The connected client, connecting first if needed; concurrent runs share one attempt. */
-  const connected = (): Promise<MqttClient> => {
+  const connected = (): Promise<PublishConnection> => {
     if (closed) {
       return Promise.reject(new HandlerFailure(`${NAME}: the handler is closed`));
     }
@@ -137,7 +207,7 @@ export function mqttPublishHandler(opts: MqttPublishOptions): ClosableHandler<Mq
     await new Promise<void>((resolve, reject) => {
       const done = (err?: unknown) => {
         ctx.signal.removeEventListener("abort", onAbort);
-        c.off("close", onClose);
+        onLost.delete(onClose);
         if (err === undefined) resolve();
         else reject(err);
       };
@@ -151,14 +221,21 @@ export function mqttPublishHandler(opts: MqttPublishOptions): ClosableHandler<Mq
           ),
         );
       ctx.signal.addEventListener("abort", onAbort, { once: true });
-      c.on("close", onClose);
-      c.publishAsync(params.topic, payload, {
+      onLost.add(onClose);
+      c.publish(params.topic, payload, {
         qos: params.qos ?? 1,
         retain: params.retain ?? false,
       }).then(
         () => done(),
         (err: unknown) =>
-          done(new HandlerFailure(`${NAME}: publish failed: ${errorText(err)}`, { cause: err })),
+          done(
+            c.connected
+              ? new HandlerFailure(`${NAME}: publish failed: ${errorText(err)}`, { cause: err })
+              : new HandlerFailure(
+                  `${NAME}: connection to ${where} lost before the broker acknowledged the message`,
+                  { cause: err },
+                ),
+          ),
       );
     });
     return { topic: params.topic, bytes: payload.byteLength };
@@ -170,7 +247,7 @@ export function mqttPublishHandler(opts: MqttPublishOptions): ClosableHandler<Mq
       closed = true;
       const c = client;
       client = undefined;
-      if (c) await c.endAsync(true);
+      if (c) await c.end();
     },
   };
 }

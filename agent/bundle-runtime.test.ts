@@ -1,0 +1,49 @@
+import { createHash } from "node:crypto";
+import { appendFileSync, unlinkSync, writeFileSync } from "node:fs";
+import { join } from "node:path";
+import { pathToFileURL } from "node:url";
+import { afterAll, describe, expect, it } from "vitest";
+import { tempDir } from "../test/helpers/env.js";
+import { bundleRuntime } from "./bundle-runtime.js";
+import { PARTS } from "./parts/included.js";
+import type { AgentParts } from "./parts/types.js";
+
+const tmp = tempDir("ax-runtime-");
+afterAll(() => tmp.cleanup());
+
+const bundled: AgentParts = {
+  ...PARTS,
+  bundle: { profile: "p", version: "1.2.3", defaults: {}, nativeBinding: "better_sqlite3.node" },
+};
+
+const sha = (text: string) => createHash("sha256").update(text).digest("hex");
+
+describe("bundleRuntime", () => {
+  const agent = join(tmp.dir, "agent.mjs");
+  const url = pathToFileURL(agent).href;
+  writeFileSync(agent, "console.log(1);\n");
+  const recorded = "ab".repeat(32);
+
+  it("takes the sha256 its manifest records for a file of the recorded size", () => {
+    writeFileSync(
+      join(tmp.dir, "manifest.json"),
+      JSON.stringify({ files: { "agent.mjs": { sha256: recorded, bytes: 16 } } }),
+    );
+    expect(bundleRuntime(bundled, url)).toEqual({
+      bundle: { version: "1.2.3", sha256: recorded },
+      nativeBinding: join(tmp.dir, "better_sqlite3.node"),
+    });
+  });
+
+  it("hashes the file itself when it is not the size the manifest records, or there is none", () => {
+    appendFileSync(agent, "// changed\n");
+    const actual = sha("console.log(1);\n// changed\n");
+    expect(bundleRuntime(bundled, url).bundle?.sha256).toBe(actual);
+    unlinkSync(join(tmp.dir, "manifest.json"));
+    expect(bundleRuntime(bundled, url).bundle?.sha256).toBe(actual);
+  });
+
+  it("says nothing for an agent run from source", () => {
+    expect(bundleRuntime(PARTS, url)).toEqual({});
+  });
+});

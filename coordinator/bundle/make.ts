@@ -1,0 +1,171 @@
+import { copyFileSync, mkdirSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs";
+import { join, resolve } from "node:path";
+import type { Metafile } from "esbuild";
+import type { BundleFacts } from "../../agent/parts/types.js";
+import { AxError } from "../../shared/errors.js";
+import { type FirmwareProfile, profileAgentDefaults } from "../../shared/profile.js";
+import { buildAgentBundle } from "./build.js";
+import {
+  ENV_FILE,
+  EXAMPLE_CONFIG_FILE,
+  envFile,
+  exampleConfig,
+  systemdUnit,
+  UNIT_FILE,
+} from "./install-files.js";
+import { fileEntryOf, MANIFEST_FILE, type Manifest } from "./manifest.js";
+import { inspectBinding, localBindingPath, NATIVE_BINDING_FILE } from "./native-binding.js";
+import { loadProfile, PROFILES_DIR } from "./profiles.js";
+import { type TarEntry, tarGz } from "./tar.js";
+
+/** The agent's file name in a bundle. */
+export const AGENT_FILE = "agent.mjs";
+
+export interface MakeBundleOptions {
+  /** A profile name (firmware-profiles/NAME.json) or the path of a profile file. */
+  profile: string;
+  /** The folder that receives NAME/ and NAME.meta.json. @default "dist/bundles" */
+  outDir?: string | undefined;
+  /**
+   * better-sqlite3's addon to ship: one built for the target device's CPU, C library and Node
+   * (docs/bundles.md, "Cross-building"). @default the one installed for this machine's Node
+   */
+  nativeBinding?: string | undefined;
+  /** @default firmware-profiles/ of this checkout */
+  profilesDir?: string | undefined;
+  /** @default the current time */
+  now?: (() => Date) | undefined;
+}
+
+export interface MadeBundle {
+  profile: FirmwareProfile;
+  /** dist/bundles/NAME */
+  dir: string;
+  /** dist/bundles/NAME/NAME.tar.gz */
+  archive: string;
+  /** dist/bundles/NAME.meta.json: esbuild's metafile, for what takes the room. */
+  metafilePath: string;
+  metafile: Metafile;
+  manifest: Manifest;
+  agentBytes: number;
+  archiveBytes: number;
+  buildMs: number;
+}
+
+const PACKAGE_JSON = new URL("../../package.json", import.meta.url);
+
+function packageInfo(): { version: string; engines: string } {
+  const pkg = JSON.parse(readFileSync(PACKAGE_JSON, "utf8")) as {
+    version: string;
+    engines?: { node?: string };
+  };
+  return { version: pkg.version, engines: pkg.engines?.node ?? ">=20" };
+}
+
+/** The inputs that put most bytes into the output, for a budget error. */
+function largestInputs(metafile: Metafile, top = 5): string {
+  const output = Object.values(metafile.outputs)[0];
+  if (!output) return "";
+  const byPackage = new Map<string, number>();
+  for (const [path, { bytesInOutput }] of Object.entries(output.inputs)) {
+    const m = /node_modules\/((?:@[^/]+\/)?[^/]+)/.exec(path);
+    const key = m ? (m[1] as string) : path.replace(/^.*?((agent|shared)\/)/, "$1");
+    byPackage.set(key, (byPackage.get(key) ?? 0) + bytesInOutput);
+  }
+  return [...byPackage]
+    .sort((a, b) => b[1] - a[1])
+    .slice(0, top)
+    .map(([k, v]) => `${k} ${v} B`)
+    .join(", ");
+}
+
+/**
+ * `ax bundle build`: builds the profile's agent and writes dist/bundles/NAME/ — the agent, the
+ * native binding, a systemd unit, an env file template, an example device config, manifest.json
+ * (sizes and sha256 of every file) — and NAME.tar.gz of all of it. Fails with AX_BUNDLE_BUDGET,
+ * leaving nothing behind, when the agent is larger than the profile's byte budget.
+ */
+export async function makeBundle(options: MakeBundleOptions): Promise<MadeBundle> {
+  const started = performance.now();
+  const { profile } = loadProfile(options.profile, options.profilesDir ?? PROFILES_DIR);
+  const pkg = packageInfo();
+  const bindingPath = resolve(options.nativeBinding ?? localBindingPath());
+  const binding = inspectBinding(bindingPath);
+  const outDir = resolve(options.outDir ?? join("dist", "bundles"));
+  const dir = join(outDir, profile.name);
+  const builtAt = (options.now ?? (() => new Date()))();
+
+  const facts: BundleFacts = {
+    profile: profile.name,
+    version: pkg.version,
+    defaults: profileAgentDefaults(profile),
+    nativeBinding: NATIVE_BINDING_FILE,
+  };
+  rmSync(dir, { recursive: true, force: true });
+  mkdirSync(dir, { recursive: true });
+  let metafile: Metafile;
+  try {
+    ({ metafile } = await buildAgentBundle({
+      outfile: join(dir, AGENT_FILE),
+      profile: { profile, facts },
+    }));
+  } catch (err) {
+    rmSync(dir, { recursive: true, force: true });
+    throw new AxError("AX_BUNDLE_BUILD", `profile ${profile.name}: ${(err as Error).message}`, {
+      cause: err,
+    });
+  }
+  const metafilePath = join(outDir, `${profile.name}.meta.json`);
+  writeFileSync(metafilePath, JSON.stringify(metafile));
+  const agentBytes = statSync(join(dir, AGENT_FILE)).size;
+  if (agentBytes > profile.budgets.bundleBytes) {
+    rmSync(dir, { recursive: true, force: true });
+    throw new AxError(
+      "AX_BUNDLE_BUDGET",
+      `profile ${profile.name}: ${AGENT_FILE} is ${agentBytes} bytes, over its budget of ${profile.budgets.bundleBytes} (budgets.bundleBytes); largest: ${largestInputs(metafile)}; details in ${metafilePath}`,
+      {
+        context: { profile: profile.name, bytes: agentBytes, budget: profile.budgets.bundleBytes },
+      },
+    );
+  }
+
+  copyFileSync(bindingPath, join(dir, NATIVE_BINDING_FILE));
+  writeFileSync(join(dir, UNIT_FILE), systemdUnit(profile, AGENT_FILE, pkg.version));
+  writeFileSync(join(dir, ENV_FILE), envFile(profile));
+  writeFileSync(join(dir, EXAMPLE_CONFIG_FILE), exampleConfig(profile));
+
+  const names = [AGENT_FILE, NATIVE_BINDING_FILE, UNIT_FILE, ENV_FILE, EXAMPLE_CONFIG_FILE];
+  const contents = new Map(names.map((n) => [n, readFileSync(join(dir, n))]));
+  const manifest: Manifest = {
+    format: 1,
+    profile: { ...profile },
+    ax: { version: pkg.version },
+    builtAt: builtAt.toISOString(),
+    node: { engines: binding.nodeRange ?? pkg.engines, abi: binding.nodeAbi },
+    target: { platform: binding.platform, arch: binding.arch, libc: binding.libc },
+    agent: AGENT_FILE,
+    files: Object.fromEntries(names.map((n) => [n, fileEntryOf(contents.get(n) as Buffer)])),
+  };
+  const manifestText = `${JSON.stringify(manifest, null, 2)}\n`;
+  writeFileSync(join(dir, MANIFEST_FILE), manifestText);
+
+  const entries: TarEntry[] = [
+    { name: `${profile.name}/`, data: Buffer.alloc(0) },
+    { name: `${profile.name}/${MANIFEST_FILE}`, data: Buffer.from(manifestText) },
+    ...names.map((n) => ({ name: `${profile.name}/${n}`, data: contents.get(n) as Buffer })),
+  ];
+  const archive = join(dir, `${profile.name}.tar.gz`);
+  const gz = tarGz(entries, builtAt);
+  writeFileSync(archive, gz);
+  return {
+    profile,
+    dir,
+    archive,
+    metafilePath,
+    metafile,
+    manifest,
+    agentBytes,
+    archiveBytes: gz.length,
+    buildMs: performance.now() - started,
+  };
+}

@@ -1,0 +1,161 @@
+import { existsSync, readdirSync, readFileSync } from "node:fs";
+import { join, relative, resolve } from "node:path";
+import { AxError } from "../../shared/errors.js";
+import { MANIFEST_FILE, parseManifest } from "../bundle/manifest.js";
+import { listProfiles, loadProfile } from "../bundle/profiles.js";
+import { parseCoordinatorConfig, readJsonFile } from "../config.js";
+import { flags } from "./args.js";
+import { table } from "./table.js";
+
+const out = (text: string) => process.stdout.write(`${text}\n`);
+
+/** `ax bundle build|verify|profiles|fleet …`. Returns the exit code. */
+export async function bundleCommand(sub: string | undefined, argv: string[]): Promise<number> {
+  switch (sub) {
+    case "build":
+      return build(argv);
+    case "verify":
+      return verify(argv);
+    case "profiles":
+      return profiles(argv);
+    case "fleet":
+      return fleet(argv);
+    default:
+      throw new AxError(
+        "AX_CLI_USAGE",
+        `bundle: unknown subcommand "${sub ?? ""}" (expected build, verify, profiles or fleet)`,
+      );
+  }
+}
+
+async function build(argv: string[]): Promise<number> {
+  const f = flags("bundle build", argv, {
+    profile: { type: "string" },
+    out: { type: "string" },
+    "native-binding": { type: "string" },
+  });
+  if (!f.profile) throw new AxError("AX_CLI_USAGE", "bundle build: --profile NAME is required");
+  const { makeBundle } = await import("../bundle/make.js");
+  const made = await makeBundle({
+    profile: f.profile,
+    outDir: f.out,
+    nativeBinding: f["native-binding"],
+  });
+  const m = made.manifest;
+  const rel = (p: string) => relative(process.cwd(), p) || ".";
+  out(
+    `built ${m.profile.name} (ax ${m.ax.version}) in ${Math.round(made.buildMs)} ms → ${rel(made.dir)}/`,
+  );
+  out(
+    table(
+      ["file", "bytes", "sha256"],
+      Object.entries(m.files).map(([name, e]) => [name, String(e.bytes), e.sha256]),
+    ),
+  );
+  out(
+    `${made.manifest.agent}: ${made.agentBytes} of ${made.profile.budgets.bundleBytes} budgeted bytes; ` +
+      `for ${m.target.platform}-${m.target.arch} (${m.target.libc}), Node ${m.node.engines}`,
+  );
+  out(
+    `archive: ${rel(made.archive)} (${made.archiveBytes} bytes); metafile: ${rel(made.metafilePath)}`,
+  );
+  return 0;
+}
+
+async function verify(argv: string[]): Promise<number> {
+  const [file, ...rest] = argv;
+  if (file === undefined || file.startsWith("-")) {
+    throw new AxError(
+      "AX_CLI_USAGE",
+      "bundle verify: FILE is required (NAME.tar.gz or its folder)",
+    );
+  }
+  flags("bundle verify", rest, {});
+  if (!existsSync(file)) throw new AxError("AX_CLI_USAGE", `bundle verify: ${file}: no such file`);
+  // Loaded here: verifying needs neither esbuild nor the store.
+  const { verifyBundle } = await import("../bundle/verify.js");
+  const r = verifyBundle(file);
+  if (r.problems.length > 0) {
+    throw new AxError(
+      "AX_BUNDLE_VERIFY",
+      `${r.source}: does not match its manifest\n${r.problems.join("\n")}`,
+      { context: { problems: r.problems } },
+    );
+  }
+  const m = r.manifest;
+  if (m) {
+    out(
+      `ok: ${r.source}: profile ${m.profile.name}, ax ${m.ax.version}, built ${m.builtAt}; ` +
+        `${Object.keys(m.files).length} files match their sha256 and size; ${m.agent} ${m.files[m.agent]?.sha256}`,
+    );
+  }
+  return 0;
+}
+
+function profiles(argv: string[]): number {
+  flags("bundle profiles", argv, {});
+  const rows = listProfiles().map((name) => {
+    const { profile: p } = loadProfile(name);
+    return [
+      p.name,
+      p.handlers.join(","),
+      p.features.join(",") || "-",
+      String(p.capacity.concurrency),
+      String(p.node.maxOldSpaceMb),
+      String(p.budgets.bundleBytes),
+      p.description,
+    ];
+  });
+  out(table(["profile", "handlers", "features", "conc.", "heap MiB", "budget B", "for"], rows));
+  return 0;
+}
+
+/** sha256 of each agent file built under `dir` (NAME/manifest.json), to name known builds. */
+function knownBuilds(dir: string): Map<string, string> {
+  const known = new Map<string, string>();
+  if (!existsSync(dir)) return known;
+  for (const name of readdirSync(dir)) {
+    const path = join(dir, name, MANIFEST_FILE);
+    if (!existsSync(path)) continue;
+    const parsed = parseManifest(readFileSync(path, "utf8"));
+    if (!parsed.ok) continue;
+    const m = parsed.manifest;
+    const sha = m.files[m.agent]?.sha256;
+    if (sha) known.set(sha, `${m.profile.name} ${m.ax.version} (${m.builtAt.slice(0, 16)}Z)`);
+  }
+  return known;
+}
+
+/** `ax bundle fleet --config FILE`: which agent runs which build, from the coordinator's store. */
+async function fleet(argv: string[]): Promise<number> {
+  const f = flags("bundle fleet", argv, {
+    config: { type: "string" },
+    bundles: { type: "string" },
+  });
+  if (!f.config) throw new AxError("AX_CLI_USAGE", "bundle fleet: --config FILE is required");
+  const config = parseCoordinatorConfig(readJsonFile(f.config), f.config);
+  const { SqliteStore } = await import("../store/sqlite/sqlite-store.js");
+  const store = new SqliteStore({ path: config.store.path });
+  try {
+    const known = knownBuilds(resolve(f.bundles ?? join("dist", "bundles")));
+    const agents = await store.listAgents();
+    out(
+      table(
+        ["agent", "status", "profile", "version", "sha256", "build"],
+        agents.map((a) => [
+          a.agentId,
+          a.status,
+          a.profile,
+          a.bundleVersion,
+          a.bundleSha256 === "dev" ? "dev" : `${a.bundleSha256.slice(0, 12)}…`,
+          a.bundleSha256 === "dev"
+            ? "from source"
+            : (known.get(a.bundleSha256) ?? "not a known build"),
+        ]),
+      ),
+    );
+    return 0;
+  } finally {
+    await store.close();
+  }
+}
