@@ -331,6 +331,14 @@ function findings(x: ReportInput): string[] {
   out.push(
     `**Throughput.** The coordinator is one thread, so about one core is its ceiling. ${rows.join(". ")}. A rate it cannot keep up with does not degrade gently: fires are recorded (or not) on time while dispatches fall behind in fire-time order, so the window's fires wait behind the backlog and run late or, within this run's drain, not at all.`,
   );
+  // Late starts with every dispatch out ahead of its fire: the lateness is the agents' own.
+  for (const r of x.results) {
+    const t = r.fires.trigger;
+    if (r.fires.ran === 0 || !(t.max < 0) || r.fires.start.p99 <= 10) continue;
+    out.push(
+      `**At ${n(r.rate)}/s the late starts are the agents'.** Every dispatch reached the broker ahead of its fire time (trigger p99 ${ms(t.p99)} ms, max ${ms(t.max)} ms), yet start p99 was ${ms(r.fires.start.p99)} ms: the agents (${n(AGENTS)} processes, ${n(r.rate / AGENTS)} commands/s each, ${fmt(r.process.agentCores)} cores together) fired late from their own wheels while the coordinator (${fmt(r.process.coordinatorCores)} cores) and the broker (${fmt(r.process.brokerCores)}) took the rest of the 2 cores. Each command costs an agent three journal commits (accepted, running, finished), plus its SQLite's WAL checkpoints; which of its work held up its wheel was not measured in this run.`,
+    );
+  }
   const lagging = x.results.filter(
     (r) =>
       r.fires.throughput.firedPerSec > 0.9 * r.rate &&
@@ -338,14 +346,14 @@ function findings(x: ReportInput): string[] {
   );
   if (lagging.length) {
     out.push(
-      `**The dispatcher is the wall: fires are recorded on time, dispatches are not.** Store calls per second: ${lagging
+      `**Where it stops: fires are recorded on time, dispatches fall behind.** Store calls per second: ${lagging
         .map(
           (r) =>
-            `at ${n(r.rate)}/s ${fmt(callsPerSec(r, "recordFires"))} \`recordFires\`, ${fmt(callsPerSec(r, "listExecutionsInStates"))} \`listExecutionsInStates\` and ${fmt(callsPerSec(r, "applyTransition"))} \`applyTransition\``,
+            `at ${n(r.rate)}/s ${fmt(callsPerSec(r, "recordFires"))} \`recordFires\` and ${fmt(callsPerSec(r, "applyTransition"))} \`applyTransition\` (${fmt(r.process.coordinatorCores)} cores)`,
         )
         .join(
           "; ",
-        )} (\`listExecutionsInStates\`: three per dispatcher pass and one more a second; \`applyTransition\`: four per execution, dispatch to finished). Two things in the code (commit ${x.machine.source.commit}) explain it: \`Dispatcher.pass\` moves its pending executions one at a time, and each dispatch awaits the broker's PUBACK (\`applyEvent\` → \`perform\` → \`CoordinatorLink.send\` → \`publishAsync\` at QoS 1), so a pass advances one execution per broker round trip plus whatever else the event loop runs meanwhile (a wheel turn of fires, reports). And every recorded fire calls \`Dispatcher.kick()\`, which clears and re-arms the pass's timer; with the firing wheel's turns back to back, passes hardly start. A publish need not be awaited (a lost one is already covered by \`dispatchTimeout\`); a kick need not move a timer that is already due; and a pass could write its dispatches in one transaction.`,
+        )}. The firing wheel records each fire in its turn; the dispatcher, the agents' reports and the fires then share one thread, which past about one core of work cannot dispatch what it records, so the backlog is PENDING executions in fire-time order.`,
     );
   }
   for (const r of x.profiles) {
@@ -371,7 +379,7 @@ function findings(x: ReportInput): string[] {
         .map((r) => `${fmt(r.process.coordinatorCpuMsPerFire)} ms at ${n(r.rate)}/s`)
         .join(
           ", ",
-        )}), from creating it to storing its result: one write transaction records the fire (job advanced, fire row, execution, timeline), and dispatch, \`accepted\`, \`started\` and \`finished\` are each a transition (read, compare-and-set update, timeline row) with the agent's acknowledged seq stored per report. At that cost one core carries about ${n(Math.floor(1000 / perFire))} fires/s; the issue's 2,000/s needs under 0.5 ms, i.e. far fewer commits per fire (a wheel tick's fires in one transaction, a burst of reports in one).`,
+        )}), from creating it to storing its result. Writes are grouped: everything written in one turn of the event loop is one SQLite commit, and what tells an agent about a write (a dispatch, an ack) waits for it. Per fire that is the fire (job advanced, fire row, execution, timeline row), the dispatch, \`accepted\`, and \`started\` with \`finished\` (folded into one write when they arrive in one burst), each an UPDATE by key and a timeline row; the executions just written are read back from memory. At that cost one core carries about ${n(Math.floor(1000 / perFire))} fires/s, and the agents and the broker share the same 2 cores.`,
     );
   }
   const dupRun = [...x.results].sort((a, b) => dup(b) - dup(a))[0];
@@ -399,7 +407,7 @@ function findings(x: ReportInput): string[] {
   if (withMem.length) {
     const live = withMem.map((r) => ((r.worker?.memory?.liveHeapAfterGc ?? 0) * 1024 * 1024) / 1e6);
     out.push(
-      `**RSS is garbage, not data.** Idle with the store loaded, the coordinator holds ${fmt(Math.min(...x.results.map((r) => r.process.coordinatorIdleRssMB)))} MB; under load ${withMem.map((r) => `${fmt(r.process.coordinatorRssMaxMB)} MB at ${n(r.rate)}/s`).join(", ")}, while a full GC at the window's end leaves ${fmt(Math.min(...live))}–${fmt(Math.max(...live))} MB of live heap: V8 grows its heap with the allocation rate (rows read and parsed, JSON of messages). Allocating less per fire brings RSS down with CPU; so would a smaller heap limit (\`--max-old-space-size\`), at some GC cost.`,
+      `**RSS is garbage, not data.** Idle with the store loaded, the coordinator holds ${fmt(Math.min(...x.results.map((r) => r.process.coordinatorIdleRssMB)))} MB; under load ${withMem.map((r) => `${fmt(r.process.coordinatorRssMaxMB)} MB at ${n(r.rate)}/s`).join(", ")}, while a full GC at the window's end leaves ${fmt(Math.min(...live))}–${fmt(Math.max(...live))} MB of live heap: the rest is garbage V8 has not collected yet under its heap cap (\`--max-old-space-size=${COORDINATOR_HEAP_MB}\`, as the coordinator's systemd unit sets it; without it the heap grew to ~500 MB at 2,000/s), SQLite's page cache (up to 64 MiB) and code.`,
     );
   }
   return out;
