@@ -3,6 +3,7 @@
  * embedded broker and a stand-in coordinator (CoordinatorPeer) in the bench process. Each run
  * has its own broker, peer, agent process and journal.
  */
+
 import { type ChildProcess, spawn } from "node:child_process";
 import { mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
@@ -10,6 +11,7 @@ import { join } from "node:path";
 import { startEmbeddedBroker } from "../coordinator/broker/embedded.js";
 import { buildAgentBundle } from "../coordinator/bundle/build.js";
 import { CoordinatorPeer } from "../test/helpers/coordinator-peer.js";
+import { stopProcess } from "../test/helpers/device.js";
 
 export interface RssOptions {
   /** Where the bundle goes; under the repository, so better-sqlite3 resolves from node_modules. */
@@ -79,28 +81,13 @@ async function until(what: string, timeoutMs: number, cond: () => boolean, every
   }
 }
 
-/** Resolves with how the child ended; SIGKILLs it when it has not ended within `graceMs`. */
-function stopChild(child: ChildProcess, graceMs: number): Promise<string> {
-  if (child.exitCode !== null || child.signalCode !== null) {
-    return Promise.resolve(`already ended (${child.exitCode ?? child.signalCode})`);
-  }
-  return new Promise((resolve) => {
-    const kill = setTimeout(() => child.kill("SIGKILL"), graceMs);
-    child.once("exit", (code, signal) => {
-      clearTimeout(kill);
-      resolve(signal ? `signal ${signal}` : `exit code ${code}`);
-    });
-    child.kill("SIGTERM");
-  });
-}
-
 async function bareNodeRssKb(): Promise<number> {
   const child = spawn(process.execPath, ["-e", "setTimeout(() => {}, 10000)"], { stdio: "ignore" });
   try {
     await sleep(1_000);
     return statusKb(child.pid as number, "VmRSS");
   } finally {
-    await stopChild(child, 2_000);
+    await stopProcess(child, 2_000);
   }
 }
 
@@ -188,7 +175,7 @@ async function runAgent(o: RssOptions, mode: "burst" | "paced"): Promise<AgentRu
     const otherReports = stored.filter(
       (r) => r.type !== "accepted" && r.type !== "finished",
     ).length;
-    const exit = await stopChild(agent, 15_000);
+    const exit = await stopProcess(agent, 15_000);
     return {
       mode,
       window: mode === "paced" ? o.window : null,
@@ -205,7 +192,7 @@ async function runAgent(o: RssOptions, mode: "burst" | "paced"): Promise<AgentRu
       exit,
     };
   } finally {
-    if (child) await stopChild(child, 5_000);
+    if (child) await stopProcess(child, 5_000);
     await peer.close();
     await broker.close();
     rmSync(dir, { recursive: true, force: true });

@@ -5,12 +5,14 @@
  * Steps: prefill → broker → coordinator → agents → (first nominal time) → warm-up → window →
  * drain → stop coordinator → stop agents → read the store and the agents' logs.
  */
+
 import { type ChildProcess, spawn } from "node:child_process";
 import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import Database from "better-sqlite3";
 import { startEmbeddedBroker } from "../coordinator/broker/embedded.js";
+import { stopProcess } from "../test/helpers/device.js";
 import {
   AGENTS,
   type AgentLog,
@@ -158,21 +160,6 @@ function takeSample(coordPid: number, agentPids: number[]): Sample {
     self: (u.user + u.system) / 1000,
     machine: machineBusyMs(),
   };
-}
-
-/** Ends a child: SIGTERM, then SIGKILL after `graceMs`; says how it ended. */
-function stopChild(child: ChildProcess, graceMs: number): Promise<string> {
-  if (child.exitCode !== null || child.signalCode !== null) {
-    return Promise.resolve(`had already ended (${child.exitCode ?? child.signalCode})`);
-  }
-  return new Promise((resolve) => {
-    const kill = setTimeout(() => child.kill("SIGKILL"), graceMs);
-    child.once("exit", (code, signal) => {
-      clearTimeout(kill);
-      resolve(signal ? `signal ${signal}` : `exit code ${code}`);
-    });
-    child.kill("SIGTERM");
-  });
 }
 
 /** Keeps the last `max` characters a stream wrote, for error messages. */
@@ -337,8 +324,8 @@ export async function runRate(o: RunOptions): Promise<RateResult> {
       const peakKb = statusKb(coordPid, "VmHWM");
       clearInterval(sampler);
 
-      const stop = await stopChild(worker, STOP_GRACE_MS);
-      await Promise.all(children.slice(1).map((c) => stopChild(c, 10_000)));
+      const stop = await stopProcess(worker, STOP_GRACE_MS);
+      await Promise.all(children.slice(1).map((c) => stopProcess(c, 10_000)));
       const logs: AgentLog[] = [];
       for (let n = 1; n <= AGENTS; n++) {
         const path = join(dir, `bench-agent-${n}.log.json`);
@@ -377,7 +364,7 @@ export async function runRate(o: RunOptions): Promise<RateResult> {
     }
   } finally {
     db?.close();
-    await Promise.all(children.map((c) => stopChild(c, 2_000)));
+    await Promise.all(children.map((c) => stopProcess(c, 2_000)));
     await broker.close();
     rmSync(dir, { recursive: true, force: true });
   }

@@ -1,28 +1,12 @@
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import type { ExecState } from "../shared/fsm.js";
+import { series } from "../test/helpers/http.js";
 import type { EngineContext } from "./engine/context.js";
 import { EngineEventBus, type EngineEvents } from "./engine/events.js";
 import { Registry } from "./engine/registry.js";
 import { CoordinatorMetrics } from "./metrics.js";
 import type { AgentRecord } from "./store/port.js";
 import { SqliteStore } from "./store/sqlite/sqlite-store.js";
-
-/** The value of one series in Prometheus text, or undefined when it is not there. */
-function series(
-  text: string,
-  name: string,
-  labels: Record<string, string> = {},
-): number | undefined {
-  for (const line of text.split("\n")) {
-    const m = /^([a-zA-Z_:][\w:]*)(\{([^}]*)\})? (\S+)$/.exec(line);
-    if (!m || m[1] !== name) continue;
-    const got = Object.fromEntries(
-      [...(m[3] ?? "").matchAll(/(\w+)="([^"]*)"/g)].map((x) => [x[1], x[2]]),
-    );
-    if (Object.entries(labels).every(([k, v]) => got[k] === v)) return Number(m[4]);
-  }
-  return undefined;
-}
 
 function agent(agentId: string, over: Partial<AgentRecord> = {}): AgentRecord {
   return {

@@ -4,6 +4,8 @@ import { join } from "node:path";
 import { type EmbeddedBroker, startEmbeddedBroker } from "../../coordinator/broker/embedded.js";
 import { parseCoordinatorConfig } from "../../coordinator/config.js";
 import { Coordinator } from "../../coordinator/coordinator.js";
+import type { ExecutionRecord } from "../../coordinator/store/port.js";
+import { TERMINAL_STATES } from "../../shared/fsm.js";
 import { newId } from "../../shared/ids.js";
 
 /**
@@ -74,5 +76,21 @@ export async function waitForAgentsOnline(coordinator: Coordinator, count: numbe
     coordinator.registry.list().filter((a) => a.status === "online").length === count
       ? true
       : undefined,
+  );
+}
+
+/** Waits until execution `id` is in a terminal state, and returns it. */
+export async function waitForEnd(
+  coordinator: Coordinator,
+  id: string,
+  timeoutMs = 20_000,
+): Promise<ExecutionRecord> {
+  return waitFor(
+    `execution ${id} to end`,
+    async () => {
+      const e = await coordinator.store.getExecution(id);
+      return e && TERMINAL_STATES.has(e.state) ? e : undefined;
+    },
+    timeoutMs,
   );
 }

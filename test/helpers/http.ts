@@ -40,3 +40,21 @@ export function errorOf(a: Answer): { code: string; message: string; paths: stri
     .error;
   return { code: e.code, message: e.message, paths: (e.issues ?? []).map((i) => i.path) };
 }
+
+/** The value of one series in Prometheus text, or undefined when it is not there. */
+export function series(
+  text: string,
+  name: string,
+  labels: Record<string, string> = {},
+): number | undefined {
+  for (const line of text.split("\n")) {
+    if (line.startsWith("#")) continue;
+    const m = /^([a-zA-Z_:][\w:]*)(\{([^}]*)\})? (\S+)$/.exec(line);
+    if (!m || m[1] !== name) continue;
+    const got = Object.fromEntries(
+      [...(m[3] ?? "").matchAll(/(\w+)="([^"]*)"/g)].map((x) => [x[1], x[2]]),
+    );
+    if (Object.entries(labels).every(([k, v]) => got[k] === v)) return Number(m[4]);
+  }
+  return undefined;
+}

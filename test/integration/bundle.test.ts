@@ -11,7 +11,6 @@ import { startEmbeddedBroker } from "../../coordinator/broker/embedded.js";
 import { type MadeBundle, makeBundle } from "../../coordinator/bundle/make.js";
 import type { Coordinator } from "../../coordinator/coordinator.js";
 import type { ExecutionRecord } from "../../coordinator/store/port.js";
-import { TERMINAL_STATES } from "../../shared/fsm.js";
 import {
   type DeviceInstall,
   installBundle,
@@ -24,6 +23,7 @@ import {
   tempDir,
   testBroker,
   waitFor,
+  waitForEnd,
 } from "../helpers/env.js";
 
 /**
@@ -34,16 +34,8 @@ import {
 const VERSION = JSON.parse(readFileSync(new URL("../../package.json", import.meta.url), "utf8"))
   .version as string;
 
-async function finished(coordinator: Coordinator, id: string): Promise<ExecutionRecord> {
-  return waitFor(
-    `execution ${id} to end`,
-    async () => {
-      const e = await coordinator.store.getExecution(id);
-      return e && TERMINAL_STATES.has(e.state) ? e : undefined;
-    },
-    20_000,
-  );
-}
+const finished = (coordinator: Coordinator, id: string): Promise<ExecutionRecord> =>
+  waitForEnd(coordinator, id);
 
 describe("a sensor-hub bundle runs alone", () => {
   const tmp = tempDir("ax-bundle-run-");

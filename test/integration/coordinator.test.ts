@@ -4,13 +4,13 @@ import { type AgentProcess, spawnAgentProcess } from "../../coordinator/cli/agen
 import type { Coordinator } from "../../coordinator/coordinator.js";
 import type { ExecutionRecord } from "../../coordinator/store/port.js";
 import { isAxError } from "../../shared/errors.js";
-import { TERMINAL_STATES } from "../../shared/fsm.js";
 import {
   startTestCoordinator,
   type TestBroker,
   tempDir,
   testBroker,
   waitFor,
+  waitForEnd,
 } from "../helpers/env.js";
 
 /** Operator control and leases, on a real broker, a real store and a real agent process. */
@@ -21,15 +21,7 @@ describe("coordinator: control and leases", () => {
   let agent: AgentProcess;
   let agentId: string;
 
-  const ended = (id: string, timeoutMs = 15_000) =>
-    waitFor(
-      `${id} to end`,
-      async () => {
-        const e = await coordinator.store.getExecution(id);
-        return e && TERMINAL_STATES.has(e.state) ? e : undefined;
-      },
-      timeoutMs,
-    );
+  const ended = (id: string, timeoutMs = 15_000) => waitForEnd(coordinator, id, timeoutMs);
 
   const startAgent = () =>
     spawnAgentProcess(tmp.dir, {

@@ -11,6 +11,7 @@ import {
   testBroker,
   waitFor,
   waitForAgentsOnline,
+  waitForEnd,
 } from "../helpers/env.js";
 
 /**
@@ -138,10 +139,7 @@ describe("a job runs end to end", () => {
       at,
       deadline: at + 5000,
     });
-    const done: ExecutionRecord = await waitFor("the command to end", async () => {
-      const e = await coordinator.store.getExecution(id);
-      return e && TERMINAL_STATES.has(e.state) ? e : undefined;
-    });
+    const done: ExecutionRecord = await waitForEnd(coordinator, id);
     expect(done.state).toBe("SUCCEEDED");
     expect(done.agentId).toBe(agentId);
     expect(done.startedAt ?? 0).toBeGreaterThanOrEqual(at - 50);

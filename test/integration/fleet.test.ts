@@ -3,7 +3,6 @@ import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import { type AgentProcess, spawnAgentProcess } from "../../coordinator/cli/agent-process.js";
 import type { Coordinator } from "../../coordinator/coordinator.js";
 import type { EngineEvents } from "../../coordinator/engine/events.js";
-import { TERMINAL_STATES } from "../../shared/fsm.js";
 import { envelope } from "../../shared/message.js";
 import { topics } from "../../shared/protocol/topics.js";
 import {
@@ -12,6 +11,7 @@ import {
   tempDir,
   testBroker,
   waitFor,
+  waitForEnd,
 } from "../helpers/env.js";
 
 /** The fleet as the registry sees it: liveness, superseded instances, busy agents. */
@@ -45,15 +45,7 @@ describe("fleet: registry and liveness", () => {
       const a = coordinator.registry.get(agentId);
       return a?.status === "online" && a.instanceId !== notInstance ? a : undefined;
     });
-  const ended = (id: string, timeoutMs = 20_000) =>
-    waitFor(
-      `${id} to end`,
-      async () => {
-        const e = await coordinator.store.getExecution(id);
-        return e && TERMINAL_STATES.has(e.state) ? e : undefined;
-      },
-      timeoutMs,
-    );
+  const ended = (id: string, timeoutMs = 20_000) => waitForEnd(coordinator, id, timeoutMs);
 
   beforeEach(async () => {
     broker = await testBroker();

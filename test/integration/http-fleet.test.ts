@@ -3,7 +3,6 @@ import { type AgentProcess, spawnAgentProcess } from "../../coordinator/cli/agen
 import type { Coordinator } from "../../coordinator/coordinator.js";
 import { agentListSchema, agentSchema } from "../../coordinator/http/schemas.js";
 import { type HttpServer, startHttpServer } from "../../coordinator/http/server.js";
-import { TERMINAL_STATES } from "../../shared/fsm.js";
 import {
   startTestCoordinator,
   type TestBroker,
@@ -11,28 +10,11 @@ import {
   testBroker,
   waitFor,
   waitForAgentsOnline,
+  waitForEnd,
 } from "../helpers/env.js";
-import { call } from "../helpers/http.js";
+import { call, series } from "../helpers/http.js";
 
 const TOKEN = "operate-token-0123456789";
-
-/** The value of one series in Prometheus text, or undefined when it is not there. */
-function series(
-  text: string,
-  name: string,
-  labels: Record<string, string> = {},
-): number | undefined {
-  for (const line of text.split("\n")) {
-    if (line.startsWith("#")) continue;
-    const m = /^([a-zA-Z_:][\w:]*)(\{([^}]*)\})? (\S+)$/.exec(line);
-    if (!m || m[1] !== name) continue;
-    const got = Object.fromEntries(
-      [...(m[3] ?? "").matchAll(/(\w+)="([^"]*)"/g)].map((x) => [x[1], x[2]]),
-    );
-    if (Object.entries(labels).every(([k, v]) => got[k] === v)) return Number(m[4]);
-  }
-  return undefined;
-}
 
 /** Commands, the fleet and metrics with real agents (child processes) doing the work. */
 describe("HTTP API with a fleet", () => {
@@ -49,11 +31,7 @@ describe("HTTP API with a fleet", () => {
     expect(r.headers.get("content-type")).toMatch(/^text\/plain/);
     return r.text;
   };
-  const ended = (id: string) =>
-    waitFor(`${id} to end`, async () => {
-      const e = await coordinator.store.getExecution(id);
-      return e && TERMINAL_STATES.has(e.state) ? e : undefined;
-    });
+  const ended = (id: string) => waitForEnd(coordinator, id);
 
   beforeAll(async () => {
     broker = await testBroker();

@@ -13,6 +13,7 @@ import {
   testBroker,
   waitFor,
   waitForAgentsOnline,
+  waitForEnd,
 } from "../helpers/env.js";
 
 /**
@@ -429,10 +430,7 @@ describe("job policies on real parts", () => {
       retry: { maxAttempts: 3, baseMs: 200, capMs },
     });
     const id = await coordinator.triggerJob("retry-timing");
-    const done = await waitFor(`${id} to end`, async () => {
-      const e = await coordinator.store.getExecution(id);
-      return e && TERMINAL_STATES.has(e.state) ? e : undefined;
-    });
+    const done = await waitForEnd(coordinator, id);
     expect(done.state).toBe("FAILED");
     expect(done.attempt).toBe(3);
     expect(done.message).toBe("flaky");

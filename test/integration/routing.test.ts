@@ -9,6 +9,7 @@ import {
   testBroker,
   waitFor,
   waitForAgentsOnline,
+  waitForEnd,
 } from "../helpers/env.js";
 
 /** Routing strategies end to end: real agent processes, a real broker and store. */
@@ -33,15 +34,7 @@ describe("routing across the fleet", () => {
     agents.set(agentId, a);
     return a;
   };
-  const ended = (id: string, timeoutMs = 20_000) =>
-    waitFor(
-      `${id} to end`,
-      async () => {
-        const e = await coordinator.store.getExecution(id);
-        return e && TERMINAL_STATES.has(e.state) ? e : undefined;
-      },
-      timeoutMs,
-    );
+  const ended = (id: string, timeoutMs = 20_000) => waitForEnd(coordinator, id, timeoutMs);
 
   beforeEach(async () => {
     broker = await testBroker();
