@@ -14,7 +14,8 @@ import { Agent } from "../agent/agent.js";
 import { loadAgentConfig } from "../agent/config.js";
 import { echoHandler, failHandler, sleepHandler } from "../agent/handlers/builtins.js";
 import { defineHandler } from "../agent/handlers/registry.js";
-import { type AgentLog, hostNow } from "./coordinator-params.js";
+import { Executor } from "../agent/runner/executor.js";
+import { type AgentLog, hostNow, LOOP_GAP_MS } from "./coordinator-params.js";
 
 const [configPath, logPath] = process.argv.slice(2);
 if (!configPath || !logPath) {
@@ -23,6 +24,29 @@ if (!configPath || !logPath) {
 }
 const config = loadAgentConfig(configPath);
 const runs: AgentLog["runs"] = [];
+const received: AgentLog["received"] = [];
+const loopGaps: AgentLog["loopGaps"] = [];
+
+// When each dispatch reached the executor (after decoding, before journaling): tells a start
+// that was late because its dispatch came late from one that waited on this agent.
+const seenIds = new Set<string>();
+const dispatchOriginal = Executor.prototype.dispatch;
+Executor.prototype.dispatch = function (this: Executor, d) {
+  if (!seenIds.has(d.executionId)) {
+    seenIds.add(d.executionId);
+    received.push([d.executionId, hostNow()]);
+  }
+  dispatchOriginal.call(this, d);
+};
+
+// Event-loop gaps: a 5 ms interval that runs much later than 5 ms after its last turn.
+let lastTurn = hostNow();
+setInterval(() => {
+  const now = hostNow();
+  const gap = now - lastTurn - 5;
+  if (gap > LOOP_GAP_MS) loopGaps.push([now, gap]);
+  lastTurn = now;
+}, 5).unref();
 
 /**
  * Date.now() − hostNow() just after Date.now() ticks: the largest difference over 20 ms of
@@ -64,6 +88,8 @@ const stop = () => {
         agentId: config.agentId,
         clockAlignment: [alignmentAtStart, clockAlignment()],
         runs,
+        received,
+        loopGaps,
       };
       writeFileSync(logPath, JSON.stringify(log));
       process.exit(0);

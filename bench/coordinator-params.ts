@@ -90,4 +90,14 @@ export interface AgentLog {
   clockAlignment: [number, number];
   /** [executionId, round, hostNow() as the echo handler was entered]. */
   runs: [string, number, number][];
+  /** [executionId, hostNow() as the agent's executor took the dispatch]: the first of each id. */
+  received: [string, number][];
+  /**
+   * Stretches when the agent's event loop was held: [hostNow() at the end, length in ms] of every
+   * gap over LOOP_GAP_MS between turns of a 5 ms interval timer (beyond the 5 ms it waits).
+   */
+  loopGaps: [number, number][];
 }
+
+/** A held event loop shorter than this is not listed in AgentLog.loopGaps. */
+export const LOOP_GAP_MS = 10;

@@ -1,9 +1,9 @@
 /** Tables, targets and the docs/benchmarks.md section of bench/coordinator.ts. */
 
-import { AGENTS, COORDINATOR_HEAP_MB, JOBS, SETUP_MS, WARMUP_MS } from "./coordinator-params.js";
+import { AGENTS, COORDINATOR_HEAP_MB, JOBS, LOOP_GAP_MS, SETUP_MS, WARMUP_MS } from "./coordinator-params.js";
 import type { ProfileRow, ProfileSummary } from "./coordinator-profile.js";
 import type { RateResult } from "./coordinator-run.js";
-import { STALL_MS } from "./coordinator-store.js";
+import { LATE_MS, STALL_MS } from "./coordinator-store.js";
 import { fmt, mdTable, printTable } from "./lib.js";
 
 /** The rate the issue's targets are stated at. */
@@ -202,6 +202,19 @@ function stallLine(r: RateResult): string | undefined {
   return `${n(r.rate)}/s: ${n(st.count)} of ${n(r.fires.ran)} fires started more than ${STALL_MS} ms late, with nominal times from ${st.fromS.toFixed(1)} s to ${st.toS.toFixed(1)} s into the window.`;
 }
 
+/** Where the late starts came from: the dispatch's delivery, or the agent holding it. */
+function diagnosisLine(r: RateResult): string | undefined {
+  const d = r.fires.diagnosis;
+  if (!d || d.delivery.n === 0) return undefined;
+  const g = d.loopGaps;
+  return (
+    `${n(r.rate)}/s: broker → agent p50 ${fmt(d.delivery.p50)} / p99 ${fmt(d.delivery.p99)} / max ${fmt(d.delivery.max)} ms; ` +
+    `dispatch at the agent vs nominal p99 ${fmt(d.arrival.p99)}, max ${fmt(d.arrival.max)} ms; ` +
+    `${n(d.late.count)} started over ${LATE_MS} ms late (${n(d.late.arrivedLate)} arrived after their time, ${n(d.late.arrivedAhead)} before); ` +
+    `agents' loops held > ${LOOP_GAP_MS} ms ${n(g.count)} times (${n(g.over50)} over 50 ms, longest ${fmt(g.maxMs)} ms, ${fmt(g.totalMs)} ms in all).`
+  );
+}
+
 function lostLine(r: RateResult): string | undefined {
   if (r.fires.lost === 0) return undefined;
   const b = r.fires.lostBreakdown;
@@ -250,7 +263,9 @@ export function printRates(results: RateResult[]): void {
   console.log("store calls per second of the window");
   printTable(...callsTable(results));
   for (const r of results) {
-    for (const line of [lostLine(r), stallLine(r)]) if (line) console.log(`  ${line}`);
+    for (const line of [lostLine(r), stallLine(r), diagnosisLine(r)]) {
+      if (line) console.log(`  ${line}`);
+    }
   }
 }
 

@@ -189,7 +189,23 @@ export interface FireFigures {
    * clock error; `agents` holds the offsets themselves.
    */
   agentTimeError: Dist;
+  /**
+   * Where late starts came from. `delivery`: the dispatch taken by the agent's executor (its
+   * host clock) − received by the broker; `arrival`: taken by the executor − nominal time
+   * (negative: ahead). `late`: starts more than LATE_MS late, split by whether their dispatch
+   * reached the agent before the nominal time. `loopGaps`: the agents' event loops held for more
+   * than LOOP_GAP_MS within the window (all agents), their count, total and longest, ms.
+   */
+  diagnosis: {
+    delivery: Dist;
+    arrival: Dist;
+    late: { count: number; arrivedLate: number; arrivedAhead: number };
+    loopGaps: { count: number; totalMs: number; maxMs: number; over50: number };
+  };
 }
+
+/** A start later than this counts in FireFigures.diagnosis.late. */
+export const LATE_MS = 10;
 
 interface ExecRow {
   id: string;
@@ -241,8 +257,14 @@ export function analyze(
     for (const r of rows) nominal.get(key(r.job_id, r.scheduled_for))?.rows.push(r);
 
     const runs = new Map<string, { count: number; first: number; agents: Set<string> }>();
+    const received = new Map<string, number>();
+    const gaps: number[] = [];
     let alignment = 0;
     for (const log of observed.logs) {
+      for (const [id, at] of log.received ?? []) {
+        received.set(id, Math.min(at, received.get(id) ?? Number.POSITIVE_INFINITY));
+      }
+      for (const [at, ms] of log.loopGaps ?? []) if (at - ms >= ws && at <= we) gaps.push(ms);
       for (const a of log.clockAlignment) if (Math.abs(a) > Math.abs(alignment)) alignment = a;
       for (const [id, , at] of log.runs) {
         const r = runs.get(id);
@@ -262,6 +284,9 @@ export function analyze(
     const endToEnd: number[] = [];
     const agentTimeError: number[] = [];
     const lostBreakdown: FireFigures["lostBreakdown"] = { missed: 0, notFired: 0, byState: {} };
+    const delivery: number[] = [];
+    const arrival: number[] = [];
+    const late = { count: 0, arrivedLate: 0, arrivedAhead: 0 };
     let ran = 0;
     let duplicated = 0;
     let duplicatedAcrossAgents = 0;
@@ -288,6 +313,16 @@ export function analyze(
         }
         const seen = observed.dispatches.get(r.id);
         if (seen !== undefined) trigger.push(seen - t);
+        const got = received.get(r.id);
+        if (got !== undefined) {
+          arrival.push(got - t);
+          if (seen !== undefined) delivery.push(got - seen);
+          if (run && run.first - t > LATE_MS) {
+            late.count++;
+            if (got > t) late.arrivedLate++;
+            else late.arrivedAhead++;
+          }
+        }
         if (r.dispatched_at !== null) triggerStored.push(r.dispatched_at - t);
         if (r.state === "SUCCEEDED") endToEnd.push(r.updated_at - t);
       }
@@ -375,6 +410,17 @@ export function analyze(
       agents,
       agentClockAlignmentMs: alignment,
       agentTimeError: dist(agentTimeError),
+      diagnosis: {
+        delivery: dist(delivery),
+        arrival: dist(arrival),
+        late,
+        loopGaps: {
+          count: gaps.length,
+          totalMs: gaps.reduce((a, b) => a + b, 0),
+          maxMs: gaps.length ? Math.max(...gaps) : 0,
+          over50: gaps.filter((g) => g > 50).length,
+        },
+      },
     };
   } finally {
     db.close();
