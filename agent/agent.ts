@@ -39,6 +39,8 @@ export interface AgentDeps {
   parts?: AgentParts;
   /** The better-sqlite3 native binding's path, in a bundle (it has no node_modules). */
   nativeBinding?: string | undefined;
+  /** Where the journal's checkpoint thread imports better-sqlite3 from (a bundle: itself). */
+  sqliteModule?: string | undefined;
 }
 
 /** How often hello is repeated until a welcome arrives (the coordinator may start later). */
@@ -94,6 +96,9 @@ export class Agent {
       nativeBinding: deps.nativeBinding,
       synchronous: config.journal.synchronous,
       syncStart: config.journal.syncStart,
+      checkpoint: config.journal.checkpoint,
+      sqliteModule: deps.sqliteModule,
+      log: (level, message) => this.log(level, message),
       maxOpen: config.capacity.maxPending,
       maxOutbox: config.journal.maxOutbox,
       retainMs: config.journal.retainMs,

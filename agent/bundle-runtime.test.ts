@@ -32,6 +32,8 @@ describe("bundleRuntime", () => {
     expect(bundleRuntime(bundled, url)).toEqual({
       bundle: { version: "1.2.3", sha256: recorded },
       nativeBinding: join(tmp.dir, "better_sqlite3.node"),
+      // The journal's checkpoint thread imports better-sqlite3 from the agent file itself.
+      sqliteModule: url,
     });
   });
 

@@ -44,7 +44,7 @@ function ownSha256(self: string, agentFile: string): string {
 export function bundleRuntime(
   parts: AgentParts,
   entryUrl: string,
-): Pick<AgentDeps, "bundle" | "nativeBinding"> {
+): Pick<AgentDeps, "bundle" | "nativeBinding" | "sqliteModule"> {
   const bundle = parts.bundle;
   if (!bundle) return {};
   const self = fileURLToPath(entryUrl);
@@ -54,5 +54,8 @@ export function bundleRuntime(
       sha256: ownSha256(self, self.slice(dirname(self).length + 1)),
     },
     nativeBinding: join(dirname(self), bundle.nativeBinding),
+    // The journal's checkpoint thread loads better-sqlite3 from the agent file itself, which
+    // exports it (agent/cli.ts): a bundle has no node_modules, and a second file would cost bytes.
+    sqliteModule: entryUrl,
   };
 }

@@ -84,6 +84,12 @@ function agentConfigSchema(parts: AgentParts) {
         synchronous: z._default(z.enum(["NORMAL", "FULL"]), "NORMAL"),
         /** Under NORMAL, still fsync the commit that marks a command running (see docs/agent.md). @default true */
         syncStart: z._default(z.boolean(), true),
+        /**
+         * Where WAL checkpoints run: "thread" (a worker thread started when writes need one, so
+         * the fsyncs of a checkpoint never hold up the wheel) or "inline" (inside a commit, as
+         * SQLite does by default; no second thread). @default "thread"
+         */
+        checkpoint: z._default(z.enum(["thread", "inline"]), "thread"),
         /** Unacknowledged reports kept at most before new dispatches are refused. @default 100000 */
         maxOutbox: z._default(z.int().check(z.gte(100), z.lte(10_000_000)), 100_000),
         /** How long finished commands are kept to answer duplicates. @default 86400000 (24 h) */
@@ -93,6 +99,7 @@ function agentConfigSchema(parts: AgentParts) {
         path: "ax-journal.sqlite",
         synchronous: "NORMAL",
         syncStart: true,
+        checkpoint: "thread",
         maxOutbox: 100_000,
         retainMs: 86_400_000,
       },

@@ -1,6 +1,13 @@
 /** Tables, targets and the docs/benchmarks.md section of bench/coordinator.ts. */
 
-import { AGENTS, COORDINATOR_HEAP_MB, JOBS, LOOP_GAP_MS, SETUP_MS, WARMUP_MS } from "./coordinator-params.js";
+import {
+  AGENTS,
+  COORDINATOR_HEAP_MB,
+  JOBS,
+  LOOP_GAP_MS,
+  SETUP_MS,
+  WARMUP_MS,
+} from "./coordinator-params.js";
 import type { ProfileRow, ProfileSummary } from "./coordinator-profile.js";
 import type { RateResult } from "./coordinator-run.js";
 import { LATE_MS, STALL_MS } from "./coordinator-store.js";
@@ -211,7 +218,8 @@ function diagnosisLine(r: RateResult): string | undefined {
     `${n(r.rate)}/s: broker → agent p50 ${fmt(d.delivery.p50)} / p99 ${fmt(d.delivery.p99)} / max ${fmt(d.delivery.max)} ms; ` +
     `dispatch at the agent vs nominal p99 ${fmt(d.arrival.p99)}, max ${fmt(d.arrival.max)} ms; ` +
     `${n(d.late.count)} started over ${LATE_MS} ms late (${n(d.late.arrivedLate)} arrived after their time, ${n(d.late.arrivedAhead)} before); ` +
-    `agents' loops held > ${LOOP_GAP_MS} ms ${n(g.count)} times (${n(g.over50)} over 50 ms, longest ${fmt(g.maxMs)} ms, ${fmt(g.totalMs)} ms in all).`
+    `agents' loops held > ${LOOP_GAP_MS} ms ${n(g.count)} times (${n(g.over50)} over 50 ms, longest ${fmt(g.maxMs)} ms, ${fmt(g.totalMs)} ms in all); ` +
+    `an agent's main thread on a CPU ${pct(100 * r.process.agentMainThreads.onCpu)}, waiting for one ${pct(100 * r.process.agentMainThreads.waitingForCpu)} of the time.`
   );
 }
 

@@ -72,6 +72,11 @@ export interface ProcessFigures {
    * call such as SQLite's writes and fsyncs).
    */
   mainThread: { onCpu: number; waitingForCpu: number; asleep: number };
+  /**
+   * The agents' main threads, the same shares averaged over the agents: a start held up while
+   * its agent was runnable but had no CPU shows as waiting.
+   */
+  agentMainThreads: { onCpu: number; waitingForCpu: number; asleep: number };
 }
 
 export interface RateResult {
@@ -143,6 +148,9 @@ interface Sample {
   waitNs: number;
   rssKb: number;
   agents: number;
+  /** The agents' main threads on a CPU, and waiting for one, ns, summed. */
+  agentRunNs: number;
+  agentWaitNs: number;
   self: number;
   machine: number;
 }
@@ -157,6 +165,8 @@ function takeSample(coordPid: number, agentPids: number[]): Sample {
     waitNs,
     rssKb: statusKb(coordPid, "VmRSS"),
     agents: agentPids.reduce((sum, pid) => sum + cpuMs(pid), 0),
+    agentRunNs: agentPids.reduce((sum, pid) => sum + schedNs(pid)[0], 0),
+    agentWaitNs: agentPids.reduce((sum, pid) => sum + schedNs(pid)[1], 0),
     self: (u.user + u.system) / 1000,
     machine: machineBusyMs(),
   };
@@ -271,13 +281,24 @@ export async function runRate(o: RunOptions): Promise<RateResult> {
             path: join(dir, `${agentId}.journal.sqlite`),
             synchronous: "NORMAL",
             syncStart: o.agentSyncStart,
+            ...(process.env.AX_BENCH_AGENT_CKPT
+              ? { checkpoint: process.env.AX_BENCH_AGENT_CKPT }
+              : {}),
           },
           shutdownGraceMs: 2_000,
         }),
       );
       const child = spawn(
         process.execPath,
-        [o.agentFile, configFile, join(dir, `${agentId}.log.json`)],
+        [
+          // Diagnosis: a CPU profile of every agent, written into this folder on exit.
+          ...(process.env.AX_BENCH_AGENT_PROFILE_DIR
+            ? ["--cpu-prof", `--cpu-prof-dir=${process.env.AX_BENCH_AGENT_PROFILE_DIR}`]
+            : []),
+          o.agentFile,
+          configFile,
+          join(dir, `${agentId}.log.json`),
+        ],
         { stdio: ["ignore", "ignore", "pipe"] },
       );
       children.push(child);
@@ -400,6 +421,12 @@ function windowFigures(
       onCpu: (b.runNs - a.runNs) / 1e6 / wall,
       waitingForCpu: (b.waitNs - a.waitNs) / 1e6 / wall,
       asleep: 1 - (b.runNs - a.runNs + b.waitNs - a.waitNs) / 1e6 / wall,
+    },
+    agentMainThreads: {
+      onCpu: (b.agentRunNs - a.agentRunNs) / 1e6 / wall / AGENTS,
+      waitingForCpu: (b.agentWaitNs - a.agentWaitNs) / 1e6 / wall / AGENTS,
+      asleep:
+        1 - (b.agentRunNs - a.agentRunNs + b.agentWaitNs - a.agentWaitNs) / 1e6 / wall / AGENTS,
     },
     otherCores: Math.max(
       0,

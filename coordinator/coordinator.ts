@@ -67,6 +67,9 @@ export function openStore(config: CoordinatorConfig, clock: Clock = systemClock)
     now: () => clock.wallNow(),
     maxErrorTextBytes: config.maxErrorTextBytes,
     groupCommit: true,
+    // A checkpoint's fsyncs would otherwise hold the loop that dispatches (tens of ms, at times
+    // hundreds on a busy disk).
+    checkpoint: "thread",
   });
 }
 

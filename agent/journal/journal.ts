@@ -3,6 +3,7 @@ import { AxError } from "../../shared/errors.js";
 import { newId } from "../../shared/ids.js";
 import { migrate } from "../../shared/migrate.js";
 import type { Dispatch, LocalState, Report } from "../../shared/protocol/index.js";
+import { WalCheckpointer } from "../../shared/wal-checkpoint.js";
 import { JOURNAL_MIGRATIONS } from "./migrations.js";
 
 /** States a journaled command can be in; the last six are terminal. */
@@ -40,6 +41,16 @@ export interface JournalOptions {
    * handler runs, so a power loss cannot make it run twice. @default true
    */
   syncStart?: boolean;
+  /**
+   * "thread": WAL checkpoints run on a worker thread (shared/wal-checkpoint.ts), so their fsyncs
+   * never hold up the agent's event loop; "inline": inside commits, as SQLite does. A `:memory:`
+   * journal has no WAL. @default "thread"
+   */
+  checkpoint?: "thread" | "inline";
+  /** Where the checkpoint thread imports better-sqlite3 from (a bundle: the agent file). */
+  sqliteModule?: string | undefined;
+  /** Told when checkpoints cannot run on their thread and go back inline. */
+  log?: (level: "debug" | "warn", message: string) => void;
   /** Open commands (scheduled, queued, running) held at most; beyond it dispatches are rejected journal_full. */
   maxOpen: number;
   /** Unacknowledged reports held at most before new dispatches are rejected journal_full. @default 100000 */
@@ -98,6 +109,8 @@ export class Journal {
   /** One prepared transaction wrapper, reused: creating one per call costs more than the commit. */
   private readonly runTx: (fn: () => unknown) => unknown;
   private readonly stmt;
+  /** Off-thread WAL checkpoints, unless inline or in memory. */
+  readonly checkpointer: WalCheckpointer | undefined;
 
   constructor(private readonly options: JournalOptions) {
     this.maxOutbox = options.maxOutbox ?? 100_000;
@@ -170,6 +183,15 @@ export class Journal {
       (db.prepare("SELECT MAX(seq) AS s FROM outbox").get() as { s: number | null }).s ?? 0;
     this.lastSeqValue = Math.max(Number(this.meta("last_seq") ?? "0"), maxOutboxSeq);
     this.runTx = db.transaction((fn: () => unknown) => fn());
+    if ((options.checkpoint ?? "thread") === "thread" && options.path !== ":memory:") {
+      this.checkpointer = new WalCheckpointer(db, {
+        path: options.path,
+        nativeBinding: options.nativeBinding,
+        sqliteModule: options.sqliteModule,
+        synchronous: options.synchronous ?? "NORMAL",
+        log: (level, message) => options.log?.(level, `journal: ${message}`),
+      });
+    }
     this.openCount = (this.stmt.countOpen.get() as { n: number }).n;
     this.outboxCount = (this.stmt.outboxCount.get() as { n: number }).n;
   }
@@ -260,7 +282,10 @@ export class Journal {
     const openBefore = this.openCount;
     const outboxBefore = this.outboxCount;
     try {
-      return this.runTx(fn) as T;
+      const result = this.runTx(fn) as T;
+      // A commit (not a savepoint inside a batch) moves the WAL on.
+      if (!this.db.inTransaction) this.checkpointer?.wrote();
+      return result;
     } catch (err) {
       // The transaction rolled back: so do the counters kept beside it.
       this.lastSeqValue = seqBefore;
@@ -428,11 +453,15 @@ export class Journal {
 
   /** Deletes at most `limit` terminal commands finished before the retention window; returns how many. */
   purge(limit = 500): number {
-    return this.guard("purge", () => this.stmt.purge.run(this.options.now() - this.retainMs, limit))
-      .changes;
+    const n = this.guard("purge", () =>
+      this.stmt.purge.run(this.options.now() - this.retainMs, limit),
+    ).changes;
+    if (n > 0) this.checkpointer?.wrote();
+    return n;
   }
 
   close(): void {
+    this.checkpointer?.close();
     if (this.db.open) this.db.close();
   }
 }

@@ -5,6 +5,7 @@ import {
   readlinkSync,
   realpathSync,
   rmSync,
+  statSync,
   writeFileSync,
 } from "node:fs";
 import { tmpdir } from "node:os";
@@ -19,6 +20,7 @@ import {
   SqliteStore,
 } from "../../coordinator/store/sqlite/sqlite-store.js";
 import { migrate } from "../../shared/migrate.js";
+import { waitFor } from "../helpers/env.js";
 import { jobDef, newExecution, storeContract } from "./store.contract.js";
 
 /** A fresh temp folder; realpath so that /proc fd links compare equal. */
@@ -49,7 +51,11 @@ storeContract("sqlite", async () => {
 // the file's only writer in its thread, so the contract's second-store cases do not apply.
 storeContract("sqlite, group commit", async () => {
   const dir = freshDir();
-  const store = new SqliteStore({ path: join(dir, "ax.sqlite"), groupCommit: true });
+  const store = new SqliteStore({
+    path: join(dir, "ax.sqlite"),
+    groupCommit: true,
+    checkpoint: "thread",
+  });
   return {
     store,
     cleanup: async () => {
@@ -123,6 +129,25 @@ describe("SqliteStore (SQLite specifics)", () => {
         store.afterCommit(() => resolve(countIn(other))),
       );
       expect(seenAtCallback).toBe(2);
+    });
+
+    it("checkpoints on its thread, as the coordinator opens it, and loses nothing", async () => {
+      const s = new SqliteStore({ path, groupCommit: true, checkpoint: "thread" });
+      stores.push(s);
+      const before = statSync(path).size;
+      // 100 commits, far from SQLite's own 1,000-page checkpoint: the file itself grows only if
+      // the thread checkpointed.
+      for (let turn = 0; turn < 100; turn++) {
+        for (let i = 0; i < 5; i++) await s.createExecution(newExecution(`ex-${turn}-${i}`), 1_000);
+        await s.flush();
+      }
+      await waitFor("a checkpoint into the file", () =>
+        statSync(path).size > before ? true : undefined,
+      );
+      await s.close();
+      const db = raw();
+      expect(countIn(db)).toBe(500);
+      expect(db.pragma("integrity_check", { simple: true })).toBe("ok");
     });
 
     it("resolves flush() once the writes are committed", async () => {

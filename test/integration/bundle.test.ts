@@ -1,6 +1,6 @@
 import type { ChildProcess } from "node:child_process";
 import { spawnSync } from "node:child_process";
-import { mkdirSync, readFileSync, writeFileSync } from "node:fs";
+import { mkdirSync, readFileSync, statSync, writeFileSync } from "node:fs";
 import { createServer, type Server } from "node:http";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
@@ -128,6 +128,31 @@ describe("a sensor-hub bundle runs alone", () => {
     } finally {
       await watcher.endAsync(true);
     }
+  });
+
+  it("checkpoints its journal on a thread that loads better-sqlite3 from its own agent file", async () => {
+    // SQLite alone would checkpoint only once the WAL reaches 1,000 pages, which these commands
+    // do not write; the journal's thread is asked after 64 commits. So the database file itself
+    // grows only if the thread ran: and it can only run if the bundle (no node_modules) could
+    // give it better-sqlite3.
+    const file = join(device.state, "journal.sqlite");
+    const before = statSync(file).size;
+    const at = Date.now() + 300;
+    const ids = await Promise.all(
+      Array.from({ length: 40 }, (_, i) =>
+        coordinator.sendCommand({
+          agentId,
+          handler: "file.write",
+          params: { path: join(device.state, "out", "counter"), value: String(i) },
+          at,
+        }),
+      ),
+    );
+    for (const id of ids) expect((await finished(coordinator, id)).state).toBe("SUCCEEDED");
+    await waitFor("a checkpoint into the journal file", () =>
+      statSync(file).size > before ? true : undefined,
+    );
+    expect(stderr).not.toMatch(/checkpointing inline/);
   });
 
   it("shows in `ax bundle fleet` as the build its manifest describes", async () => {

@@ -2,6 +2,7 @@ import Database from "better-sqlite3";
 import { AxError } from "../../../shared/errors.js";
 import { type ExecState, TERMINAL_STATES } from "../../../shared/fsm.js";
 import { migrate } from "../../../shared/migrate.js";
+import { WalCheckpointer } from "../../../shared/wal-checkpoint.js";
 import type { JobDefinition } from "../../domain/job.js";
 import { decodeExecutionCursor, encodeExecutionCursor } from "../cursor.js";
 import type {
@@ -236,6 +237,13 @@ export interface SqliteStoreOptions {
    * @default false
    */
   groupCommit?: boolean;
+  /**
+   * Where WAL checkpoints run: "thread" (a worker thread with its own connection, so the fsyncs
+   * and copying of a checkpoint never hold up the coordinator's event loop; see
+   * shared/wal-checkpoint.ts) or "inline" (inside a commit, as SQLite does by default).
+   * @default "inline"
+   */
+  checkpoint?: "thread" | "inline";
 }
 
 /** A group commit is forced after this many writes, which bounds a transaction's size. */
@@ -265,6 +273,8 @@ export class SqliteStore implements Store {
   private afterCommitQueue: (() => void)[] = [];
   private flushWaiters: { resolve: () => void; reject: (err: Error) => void }[] = [];
   private commitTimer: ReturnType<typeof setImmediate> | undefined;
+  /** Off-thread WAL checkpoints, when asked for. */
+  private checkpointer: WalCheckpointer | undefined;
 
   constructor(options: SqliteStoreOptions) {
     this.maxErrorTextBytes = options.maxErrorTextBytes ?? DEFAULT_MAX_ERROR_TEXT_BYTES;
@@ -283,6 +293,12 @@ export class SqliteStore implements Store {
         this.db.pragma("foreign_keys = ON");
       });
       migrate(this.db, SQLITE_MIGRATIONS, (options.now ?? Date.now)());
+      if (options.checkpoint === "thread" && options.path !== ":memory:") {
+        this.checkpointer = new WalCheckpointer(this.db, {
+          path: options.path,
+          synchronous: "NORMAL",
+        });
+      }
     } catch (err) {
       // Nobody else holds the handle of a store that failed to open.
       this.db.close();
@@ -296,7 +312,11 @@ export class SqliteStore implements Store {
    */
   private write<T>(fn: () => T, guard: "savepoint" | "statement" | "none" = "savepoint"): T {
     this.runWrite ??= this.db.transaction((f: () => unknown) => f());
-    if (!this.groupCommit) return this.runWrite.immediate(fn) as T;
+    if (!this.groupCommit) {
+      const result = this.runWrite.immediate(fn) as T;
+      this.checkpointer?.wrote();
+      return result;
+    }
     if (!this.db.inTransaction) {
       this.prepare("BEGIN IMMEDIATE").run();
       this.commitTimer = setImmediate(() => this.commitGroup());
@@ -370,6 +390,7 @@ export class SqliteStore implements Store {
       this.failGroup(err);
       return;
     }
+    this.checkpointer?.wrote();
     for (const w of waiters) w.resolve();
     // Deferred, so a commit forced inside a write never runs callers' code inside that write.
     for (const cb of callbacks) queueMicrotask(cb);
@@ -1122,6 +1143,7 @@ export class SqliteStore implements Store {
   async close(): Promise<void> {
     if (!this.db.open) return;
     if (this.db.inTransaction) this.commitGroup();
+    this.checkpointer?.close();
     this.db.close();
   }
 
