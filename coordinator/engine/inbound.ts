@@ -154,6 +154,7 @@ export class Inbound {
     }
     if (d.channel !== "up") return; // down: our own traffic
     const m: UpMessage = d.message;
+    this.registry.heardFrom(d.agentId, m.sentAt);
     switch (m.type) {
       case "hello": {
         const rec = await this.registry.hello(m, receivedAt);

@@ -30,6 +30,27 @@ export class Registry {
     return [...this.agents.values()];
   }
 
+  /**
+   * The newest `sentAt` (coordinator time, as the agent estimates it) of the messages handled from
+   * each agent: how far into the agent's stream this coordinator has read. Memory only.
+   */
+  private readonly heard = new Map<string, number>();
+
+  /** Notes a message from `agentId` sent at `sentAt`, as it is handled. */
+  heardFrom(agentId: string, sentAt: number): void {
+    if (sentAt > (this.heard.get(agentId) ?? Number.NEGATIVE_INFINITY)) {
+      this.heard.set(agentId, sentAt);
+    }
+  }
+
+  /**
+   * True once a message the agent sent at `t` or later has been handled: whatever it sent before
+   * `t` (an `accepted`, say) has been handled too, since an agent's messages arrive in order.
+   */
+  heardSince(agentId: string, t: number): boolean {
+    return (this.heard.get(agentId) ?? Number.NEGATIVE_INFINITY) >= t;
+  }
+
   isLive(agentId: string, now: number): boolean {
     const a = this.agents.get(agentId);
     return a !== undefined && a.status === "online" && (this.busyUntil.get(agentId) ?? 0) <= now;

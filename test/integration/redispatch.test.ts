@@ -22,8 +22,11 @@ describe("redispatch after a missing answer", () => {
   let coordinator: Coordinator;
   const silent: { client: MqttClient; id: string; got: Dispatch[] }[] = [];
 
-  /** A live agent (hello, heartbeats) that takes dispatches and never answers them. */
-  async function silentAgent(id: string): Promise<void> {
+  /**
+   * A live agent (hello, heartbeats) that takes dispatches and never answers them. Its heartbeats
+   * say they were sent `lag.ms` ago: what a coordinator reading its inbound that far behind sees.
+   */
+  async function silentAgent(id: string, lag = { ms: 0 }): Promise<void> {
     const t = topics(broker.prefix);
     const client = await mqtt.connectAsync(broker.url, { clientId: id });
     const got: Dispatch[] = [];
@@ -56,11 +59,15 @@ describe("redispatch after a missing answer", () => {
         clockOffset: { offsetMs: 0, uncertaintyMs: 0 },
         journal: { depth: 0, outboxDepth: 0 },
       };
-      client.publishAsync(t.up(id), encode(envelope(hb, Date.now())), { qos: 1 }).catch(() => {});
+      client
+        .publishAsync(t.up(id), encode(envelope(hb, Date.now() - lag.ms)), { qos: 1 })
+        .catch(() => {});
     }, 300);
     client.on("end", () => clearInterval(beat));
     silent.push({ client, id, got });
   }
+
+  const lagging = { ms: 60_000 };
 
   beforeAll(async () => {
     broker = await testBroker();
@@ -68,7 +75,8 @@ describe("redispatch after a missing answer", () => {
     coordinator = await startTestCoordinator(broker, tmp.dir, 500);
     await silentAgent(`${broker.prefix}-s1`);
     await silentAgent(`${broker.prefix}-s2`);
-    await waitForAgentsOnline(coordinator, 2);
+    await silentAgent(`${broker.prefix}-lag`, lagging);
+    await waitForAgentsOnline(coordinator, 3);
   }, 30_000);
 
   afterAll(async () => {
@@ -83,6 +91,10 @@ describe("redispatch after a missing answer", () => {
       id: "quiet",
       handler: "echo",
       trigger: { type: "manual" },
+      routing: {
+        strategy: "TARGET",
+        agents: [`${broker.prefix}-s1`, `${broker.prefix}-s2`],
+      },
       dispatchTimeout: "600ms",
       maxDispatches: 3,
     });
@@ -101,5 +113,29 @@ describe("redispatch after a missing answer", () => {
     expect(holders[0]?.got.filter((d) => d.executionId === id).map((d) => d.round)).toEqual([
       1, 2, 3,
     ]);
+  }, 30_000);
+
+  it("does not time a dispatch out before it has read what the agent sent after the timeout", async () => {
+    const agentId = `${broker.prefix}-lag`;
+    await coordinator.putJob({
+      id: "behind",
+      handler: "echo",
+      trigger: { type: "manual" },
+      routing: { strategy: "TARGET", agents: [agentId] },
+      dispatchTimeout: "300ms",
+      maxDispatches: 3,
+    });
+    const id = await coordinator.triggerJob("behind");
+    const rounds = () =>
+      silent.find((s) => s.id === agentId)?.got.filter((d) => d.executionId === id).length ?? 0;
+    await waitFor("the first dispatch", () => (rounds() === 1 ? true : undefined));
+    // Four timeouts long: the agent is online and heartbeating, but everything read from it was
+    // sent long before the timeout, so its `accepted` could still be in the backlog.
+    await new Promise((r) => setTimeout(r, 1_200));
+    expect(rounds()).toBe(1);
+    expect((await coordinator.store.getExecution(id))?.state).toBe("DISPATCHED");
+    // Caught up: what it sends now is from after the timeout, so the missing answer counts.
+    lagging.ms = 0;
+    await waitFor("the next round", () => (rounds() >= 2 ? true : undefined), 5_000);
   }, 30_000);
 });
