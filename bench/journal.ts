@@ -221,7 +221,7 @@ async function benchStream(dir: string, n: number, ratePerSec: number): Promise<
   try {
     const first = Date.now() + 500;
     for (let i = 0; i < n; i += 64) {
-      journal.batch(() => {
+      ex.batch(() => {
         for (let k = i; k < Math.min(n, i + 64); k++) {
           const d = makeDispatch(k, first);
           ex.dispatch({
