@@ -79,16 +79,6 @@ export class CommitQueue {
 
   constructor(private readonly o: CommitQueueOptions) {}
 
-  /** True while {@link batch} runs: journal writes made now commit with it. */
-  get inBatch(): boolean {
-    return this.held !== undefined;
-  }
-
-  /** Changes made in memory and not yet committed. */
-  get pendingCount(): number {
-    return this.pending.length;
-  }
-
   /**
    * The state a row will have in the journal once the pending changes are written, if one of
    * them moves it; for reads made outside a batch (which do not see them yet).
