@@ -72,8 +72,6 @@ export class Agent {
   private pendingDispatches: Dispatch[] = [];
   private pendingAck = 0;
   private batchScheduled = false;
-  /** Reports written inside the open batch, sent once it commits. */
-  private held: Report[] | undefined;
   /** Seq of the oldest unacknowledged report at the previous heartbeat. */
   private lastOldestSeq: number | undefined;
   private ackStallSince = 0;
@@ -128,10 +126,9 @@ export class Agent {
       wheelSlots: config.wheelSlots,
       journal: this.journal,
       envelope: (body, seq) => ({ ...envelope(body, this.coordNow()), seq }) as Report,
+      // The executor calls this only once the report's transaction has committed.
       publish: (report) => {
-        // Inside a batch the journal has not committed yet: hold the report until it has.
-        if (this.held !== undefined) this.held.push(report);
-        else if (this.welcomed) this.publish(() => this.link.publishUp(report));
+        if (this.welcomed) this.publish(() => this.link.publishUp(report));
       },
       log: this.log,
     });
@@ -184,6 +181,7 @@ export class Agent {
     if (this.helloTimer !== undefined) this.clock.clearTimer(this.helloTimer);
     this.helloTimer = undefined;
     if (this.stopped || this.welcomed || !this.link.connected) return;
+    this.executor.flush(); // lastSeq below counts what already happened
     const sentAt = this.coordNow();
     this.sync.stamp(sentAt);
     const c = this.config;
@@ -249,6 +247,8 @@ export class Agent {
         if (m.instanceId !== this.instanceId) return; // an answer to another process's hello
         this.sync.addSample(m.clock, receivedLocal);
         this.heartbeatMs = m.heartbeatMs;
+        // What is still pending is journaled first and sent by the replay below (not twice).
+        this.executor.flush();
         this.welcomed = true;
         if (this.helloTimer !== undefined) this.clock.clearTimer(this.helloTimer);
         this.helloTimer = undefined;
@@ -287,7 +287,8 @@ export class Agent {
   /**
    * Group commit: the dispatches that arrived together are journaled in one transaction, and
    * their answers are sent only after it commits (a dispatch is written before it is
-   * acknowledged). Batches are capped so one never holds the loop for long.
+   * acknowledged). Batches are capped so one never holds the loop for long. The executor's
+   * pending changes (commands that finished meanwhile) are written first in the same commit.
    */
   private flushBatch(): void {
     this.batchScheduled = false;
@@ -296,24 +297,19 @@ export class Agent {
     const ack = this.pendingAck;
     this.pendingAck = 0;
     if (this.pendingDispatches.length > 0) this.scheduleBatch();
-    const held: Report[] = [];
-    this.held = held;
     try {
-      this.journal.batch(() => {
+      // Answers are sent by the executor once this commits.
+      this.executor.batch(() => {
         if (ack > 0) this.journal.ack(ack);
         for (const d of batch) this.executor.dispatch(d);
       });
     } catch (err) {
       // The batch rolled back: nothing in it was answered, so the coordinator redispatches.
-      held.length = 0;
       this.log(
         "error",
         `journaling a batch of ${batch.length} dispatches failed: ${(err as Error).message}`,
       );
-    } finally {
-      this.held = undefined;
     }
-    if (this.welcomed) for (const r of held) this.publish(() => this.link.publishUp(r));
   }
 
   private scheduleHeartbeat(delayMs: number): void {
@@ -331,6 +327,7 @@ export class Agent {
   private heartbeat(): void {
     this.heartbeatTimer = undefined;
     if (this.stopped) return;
+    this.executor.flush(); // the counts, the outbox and the purge below read the journal
     if (this.welcomed && this.link.connected) {
       const counts = this.executor.counts;
       const sentAt = this.coordNow();
@@ -372,16 +369,16 @@ export class Agent {
     this.scheduleHeartbeat(this.heartbeatMs);
   }
 
-  /** A report outside any command (an unreadable dispatch's rejection): outboxed, then sent. */
+  /**
+   * A report outside any command (an unreadable dispatch's rejection): outboxed after what the
+   * executor has pending, so seqs follow the order things happened, then sent.
+   */
   private report(body: ReportBody): void {
-    const message = this.journal.report(
-      body,
-      (b, seq) => ({ ...envelope(b, this.coordNow()), seq }) as Report,
-    );
-    if (this.welcomed) this.publish(() => this.link.publishUp(message));
+    this.executor.batch(() => this.executor.report(body));
   }
 
   private replayOutbox(): void {
+    this.executor.flush();
     for (const m of this.journal.pendingReports()) this.publish(() => this.link.publishUp(m));
   }
 

@@ -298,6 +298,62 @@ describe("Journal: transition", () => {
   });
 });
 
+describe("Journal: batch", () => {
+  const own = (x: Journal) => (x as unknown as { db: Database.Database }).db;
+  const startedBody = (at: number) => ({
+    type: "started" as const,
+    executionId: "e1",
+    round: 1,
+    startedAt: at,
+    lateMs: 0,
+  });
+
+  it("marks a command running inside a durable batch, whose commit is fsynced (FULL), then NORMAL again", () => {
+    const clock = { t: T0 };
+    const j = openJournal(tempFile(), clock);
+    const { id } = accept(j, clock, dispatch("e1"));
+    const levels: unknown[] = [];
+    j.batch(
+      () => {
+        levels.push(own(j).pragma("synchronous", { simple: true }));
+        j.transition(id, "scheduled", "running", startedBody(T0), envelopeAt(clock), T0);
+        // A batch inside joins the durable one.
+        j.batch(() => j.report(startedBody(T0), envelopeAt(clock)), { durable: true });
+      },
+      { durable: true },
+    );
+    expect(levels).toEqual([2]);
+    expect(own(j).pragma("synchronous", { simple: true })).toBe(1);
+    expect(j.get(id)?.state).toBe("running");
+    expect(j.lastSeq).toBe(3);
+  });
+
+  it("refuses to mark a command running inside a plain batch, whose commit would not be fsynced", () => {
+    const clock = { t: T0 };
+    const j = openJournal(tempFile(), clock);
+    const { id } = accept(j, clock, dispatch("e1"));
+    const err = thrown(() =>
+      j.batch(() =>
+        j.transition(id, "scheduled", "running", startedBody(T0), envelopeAt(clock), T0),
+      ),
+    );
+    expect(err).toBeInstanceOf(AxError);
+    expect((err as AxError).code).toBe("AX_STORE_FAILED");
+    expect((err as AxError).message).toBe(
+      "journal: batch failed: journal: a command marked running inside a batch needs batch(fn, { durable: true })",
+    );
+    expect(j.get(id)?.state).toBe("scheduled");
+    expect([j.lastSeq, j.open]).toEqual([1, 1]);
+    // Without syncStart no commit is fsynced for a start, and a plain batch may hold one.
+    const plain = openJournal(tempFile(), clock, { syncStart: false });
+    const other = accept(plain, clock, dispatch("e1"));
+    plain.batch(() =>
+      plain.transition(other.id, "scheduled", "running", startedBody(T0), envelopeAt(clock), T0),
+    );
+    expect(plain.get(other.id)?.state).toBe("running");
+  });
+});
+
 describe("Journal: seq and the outbox (rule 1)", () => {
   it("keeps lastSeq across reopen and continues without a gap, even with the outbox empty", () => {
     const clock = { t: T0 };

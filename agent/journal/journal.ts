@@ -104,6 +104,8 @@ export class Journal {
   private readonly maxOutbox: number;
   private readonly retainMs: number;
   private readonly syncStart: boolean;
+  /** True inside a {@link Journal.batch} opened `durable` whose commit will be fsynced. */
+  private durableBatch = false;
   /** Highest `ack` applied in this process. */
   private ackedUpTo = 0;
   /** One prepared transaction wrapper, reused: creating one per call costs more than the commit. */
@@ -382,6 +384,17 @@ export class Journal {
     // NORMAL a power loss could undo it and the command would run again after the reboot; so
     // unless told otherwise, that one commit is made durable (fsynced) like under FULL.
     const syncThis = state === "running" && this.syncStart;
+    if (syncThis && this.db.inTransaction) {
+      // SQLite cannot change the safety level inside a transaction: the batch this joins decides
+      // whether its commit is fsynced, and must have been opened durable.
+      if (!this.durableBatch) {
+        throw new AxError(
+          "AX_STORE_FAILED",
+          "journal: a command marked running inside a batch needs batch(fn, { durable: true })",
+        );
+      }
+      return this.transitionTx(id, from, state, body, envelope, startedAt);
+    }
     if (syncThis) this.db.pragma("synchronous = FULL");
     try {
       return this.transitionTx(id, from, state, body, envelope, startedAt);
@@ -419,9 +432,21 @@ export class Journal {
   /**
    * Runs `fn` in one transaction: the journal operations inside it commit together (each one
    * becomes a savepoint). One commit for many dispatches is what makes a burst cheap.
+   *
+   * `durable`: the batch marks commands running, so its commit is made durable as
+   * {@link Journal.transition} makes a lone start's (`syncStart`). Inside another batch it joins
+   * that one, which must then be durable itself.
    */
-  batch<T>(fn: () => T): T {
-    return this.tx("batch", fn);
+  batch<T>(fn: () => T, options: { durable?: boolean } = {}): T {
+    if (!options.durable || !this.syncStart || this.db.inTransaction) return this.tx("batch", fn);
+    this.db.pragma("synchronous = FULL");
+    this.durableBatch = true;
+    try {
+      return this.tx("batch", fn);
+    } finally {
+      this.durableBatch = false;
+      this.db.pragma("synchronous = NORMAL");
+    }
   }
 
   /** Unacknowledged reports, oldest first, exactly as first sent. */

@@ -4,6 +4,7 @@ import type { Dispatch, Outcome, RejectReason, Report } from "../../shared/proto
 import { TimingWheel } from "../../shared/wheel.js";
 import { HandlerFailure, type HandlerRegistry } from "../handlers/registry.js";
 import type { CommandRow, CommandState, Journal, ReportBody } from "../journal/journal.js";
+import { CommitQueue } from "./commit-queue.js";
 
 /** A command that has come due and holds a place in the queue or an execution slot. */
 interface Active {
@@ -25,7 +26,10 @@ export interface ExecutorOptions {
   toMono(coordTime: number): number;
   /** Wraps a report body in the envelope with its seq. */
   envelope(body: ReportBody, seq: number): Report;
-  /** Sends a report that is already in the outbox (it is re-sent until acknowledged). */
+  /**
+   * Sends a report that is already in the outbox (it is re-sent until acknowledged); called only
+   * once the transaction that wrote it has committed.
+   */
   publish(report: Report): void;
   concurrency: number;
   queue: number;
@@ -59,6 +63,10 @@ const OUTCOME_STATE: Record<Outcome, CommandState> = {
  * Memory: a scheduled command costs one wheel entry (its payload is the journal row id); its
  * dispatch stays on disk until it comes due. Only queued and running commands are in memory.
  * Cancelling a scheduled command updates its row; its wheel entry is skipped when it comes up.
+ *
+ * Journal writes go through a {@link CommitQueue}: each entry point (dispatch, cancel, query,
+ * recover, a batch) is one transaction that first writes what is pending, and what happens
+ * between them (results, timeouts, expiries, starts) is folded into the next commit.
  */
 export class Executor {
   private readonly active = new Map<number, Active>();
@@ -66,9 +74,17 @@ export class Executor {
   /** Payload: row id to fire, or −row id for a queued command's deadline. */
   private readonly wheel: TimingWheel<number>;
   private running = 0;
+  private readonly commits: CommitQueue;
   shuttingDown = false;
 
   constructor(private readonly o: ExecutorOptions) {
+    this.commits = new CommitQueue({
+      journal: o.journal,
+      clock: o.clock,
+      envelope: o.envelope,
+      publish: o.publish,
+      log: o.log,
+    });
     this.wheel = new TimingWheel((payload) => this.onWheel(payload), {
       clock: o.clock,
       tickMs: o.tickMs,
@@ -81,6 +97,7 @@ export class Executor {
   }
 
   get counts(): { running: number; queued: number; scheduled: number; open: number } {
+    this.flush();
     const c = this.o.journal.countsByState();
     return {
       running: this.running,
@@ -98,8 +115,25 @@ export class Executor {
     return out;
   }
 
-  private report(body: ReportBody): void {
-    this.o.publish(this.o.journal.report(body, this.o.envelope));
+  /**
+   * Runs `fn` in one journal transaction, after the changes still pending; the reports written in
+   * it are published once it commits. The agent journals a burst of dispatches (and an ack) so.
+   */
+  batch<T>(fn: () => T): T {
+    return this.commits.batch(fn);
+  }
+
+  /** Commits the changes still pending, before reading the journal from outside. */
+  flush(): void {
+    this.commits.flush();
+  }
+
+  /**
+   * Outboxes a report that changes no command (state, rejected, busy, progress): inside a batch
+   * with it, otherwise with the next commit.
+   */
+  report(body: ReportBody): void {
+    this.commits.report(body);
   }
 
   private move(
@@ -109,9 +143,7 @@ export class Executor {
     body?: ReportBody,
     startedAt?: number,
   ): void {
-    const report = this.o.journal.transition(row.id, from, to, body, this.o.envelope, startedAt);
-    row.state = to;
-    if (report) this.o.publish(report);
+    this.commits.move(row, from, to, body, startedAt);
   }
 
   /**
@@ -120,6 +152,10 @@ export class Executor {
    * passed while down is reported `expired`; the rest go back on the wheel.
    */
   recover(): { rescheduled: number; interrupted: number; expired: number } {
+    return this.batch(() => this.recoverIn());
+  }
+
+  private recoverIn(): { rescheduled: number; interrupted: number; expired: number } {
     const out = { rescheduled: 0, interrupted: 0, expired: 0 };
     const now = this.o.coordNow();
     for (const row of this.o.journal.openCommands()) {
@@ -151,6 +187,10 @@ export class Executor {
 
   /** Handles a valid dispatch (rules 3, 5, 6, 7). */
   dispatch(d: Dispatch): void {
+    this.batch(() => this.dispatchIn(d));
+  }
+
+  private dispatchIn(d: Dispatch): void {
     const { executionId: id, round } = d;
     const latest = this.o.journal.latest(id);
     if (latest) {
@@ -218,7 +258,7 @@ export class Executor {
         },
         this.o.envelope,
       );
-      if (report) this.o.publish(report);
+      if (report) this.commits.written(report);
       return;
     }
     const dueNow = d.fireAt <= now;
@@ -229,7 +269,7 @@ export class Executor {
     }
     const accepted = this.o.journal.accept(d, this.o.envelope);
     if (!accepted) return; // journaled meanwhile; cannot happen on one thread, but never run twice
-    this.o.publish(accepted.report);
+    this.commits.written(accepted.report);
     const row: CommandRow = {
       id: accepted.id,
       executionId: id,
@@ -246,6 +286,10 @@ export class Executor {
 
   /** Rule 8: stops a scheduled, queued or running command, or says it is too late. */
   cancel(id: string, round: number): void {
+    this.batch(() => this.cancelIn(id, round));
+  }
+
+  private cancelIn(id: string, round: number): void {
     const latest = this.o.journal.latest(id);
     if (
       latest &&
@@ -279,18 +323,24 @@ export class Executor {
 
   /** Answers from the journal what this agent knows of an execution. */
   query(id: string, round: number): void {
-    const latest = this.o.journal.latest(id);
-    this.report({
-      type: "state",
-      executionId: id,
-      round: latest?.round ?? round,
-      localState: latest?.state ?? "unknown",
+    this.batch(() => {
+      const latest = this.o.journal.latest(id);
+      this.report({
+        type: "state",
+        executionId: id,
+        round: latest?.round ?? round,
+        localState: latest?.state ?? "unknown",
+      });
     });
   }
 
   private onWheel(payload: number): void {
     if (payload > 0) {
       const row = this.o.journal.get(payload);
+      // The journal does not show the changes still pending (an expiry of this very row, say):
+      // read it as it will be once they are written, so they count without a commit of their own.
+      const pending = row && this.commits.stateOf(row.id);
+      if (row && pending) row.state = pending;
       if (row?.state !== "scheduled") return; // canceled or replaced meanwhile
       // The wheel runs on the monotonic clock; the offset estimate may have moved since this was
       // scheduled. Never start before fireAt on the coordinator's clock (rule 4).
@@ -388,14 +438,42 @@ export class Executor {
     this.active.set(row.id, active);
     this.running++;
     const lateMs = Math.max(0, startedAt - d.fireAt);
-    this.move(
+    // Rule 13: the handler's side effect may only happen once `running` is in the journal, so it
+    // is launched after that commit (shared by the starts of this turn), never before.
+    this.commits.start(
       row,
       row.state,
-      "running",
       { type: "started", executionId: d.executionId, round: d.round, startedAt, lateMs },
       startedAt,
+      {
+        launch: () => this.launch(active, handler),
+        instead: () => {
+          if (this.o.coordNow() <= d.deadline) return undefined;
+          this.release(row);
+          return {
+            to: "expired",
+            body: {
+              type: "finished",
+              executionId: d.executionId,
+              round: d.round,
+              outcome: "expired",
+              retryable: false,
+              message: "deadline passed before its start could be journaled",
+              finishedAt: this.o.coordNow(),
+            },
+          };
+        },
+      },
     );
+  }
+
+  /** Runs a started command's handler, with its timeout; its start has committed. */
+  private launch(active: Active, handler: ReturnType<HandlerRegistry["get"]>): void {
+    const { row, abort } = active;
+    const d = row.dispatch;
     const current = () => this.active.get(row.id) === active && row.state === "running";
+    // Canceled (or the executor closed) between the start and its commit: never launched.
+    if (!current() || abort === undefined) return;
     active.timeoutTimer = this.o.clock.setTimer(() => {
       if (!current()) return;
       abort.abort();
@@ -427,6 +505,7 @@ export class Executor {
     const params = handler ? handler.params.safeParse(d.params) : undefined;
     Promise.resolve()
       .then(() => {
+        if (!current()) return undefined; // canceled, or the executor closed, before it began
         if (!handler || !params?.success) {
           throw new HandlerFailure(`handler "${d.handler}" unavailable`, { retryable: false });
         }
@@ -513,12 +592,13 @@ export class Executor {
     }
   }
 
-  /** Resolves when nothing is running, or after `graceMs`. */
+  /** Resolves when nothing is running (and what finished is journaled), or after `graceMs`. */
   async drainRunning(graceMs: number): Promise<void> {
     const until = this.o.clock.monoNow() + graceMs;
     while (this.running > 0 && this.o.clock.monoNow() < until) {
       await new Promise<void>((resolve) => this.o.clock.setTimer(resolve, 20));
     }
+    this.flush();
   }
 
   /**
@@ -526,6 +606,8 @@ export class Executor {
    * and one still running is reported `interrupted` then (rule 13).
    */
   close(): void {
+    // What finished is journaled before the handles go (a last try; see CommitQueue.close).
+    this.commits.close();
     for (const active of this.active.values()) {
       active.abort?.abort();
       if (active.timeoutTimer !== undefined) this.o.clock.clearTimer(active.timeoutTimer);
