@@ -120,6 +120,7 @@ export class Agent {
       handlers: this.handlers,
       coordNow: () => this.coordNow(),
       toMono: (t) => this.time.toMono(t),
+      uncertaintyMs: () => this.sync.uncertaintyMs,
       concurrency: config.capacity.concurrency,
       queue: config.capacity.queue,
       tickMs: config.tickMs,

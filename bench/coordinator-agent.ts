@@ -39,14 +39,15 @@ Executor.prototype.dispatch = function (this: Executor, d) {
   dispatchOriginal.call(this, d);
 };
 
-// Event-loop gaps: a 5 ms interval that runs much later than 5 ms after its last turn.
+// Event-loop gaps: an interval that runs much later than its period after its last turn. Its
+// period is the gap threshold, so it wakes the agent no more than it must to see such a gap.
 let lastTurn = hostNow();
 setInterval(() => {
   const now = hostNow();
-  const gap = now - lastTurn - 5;
+  const gap = now - lastTurn - LOOP_GAP_MS;
   if (gap > LOOP_GAP_MS) loopGaps.push([now, gap]);
   lastTurn = now;
-}, 5).unref();
+}, LOOP_GAP_MS).unref();
 
 /**
  * Date.now() − hostNow() just after Date.now() ticks: the largest difference over 20 ms of

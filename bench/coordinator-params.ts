@@ -5,7 +5,7 @@ export const PREFIX = "axbench";
 /** Jobs in the store, every run. */
 export const JOBS = 100_000;
 /** Agents (bundled child processes) executing the fires. */
-export const AGENTS = 4;
+export const AGENTS = 2;
 /** From the start of the store prefill to the first nominal time: prefill, coordinator, agents. */
 export const SETUP_MS = 8_000;
 /**
@@ -94,7 +94,7 @@ export interface AgentLog {
   received: [string, number][];
   /**
    * Stretches when the agent's event loop was held: [hostNow() at the end, length in ms] of every
-   * gap over LOOP_GAP_MS between turns of a 5 ms interval timer (beyond the 5 ms it waits).
+   * gap over LOOP_GAP_MS between turns of an interval timer of that period (beyond its period).
    */
   loopGaps: [number, number][];
 }

@@ -49,7 +49,10 @@ afterEach(() => {
   invalidReports = [];
 });
 
-function setup(capacity: { concurrency?: number; queue?: number; maxPending?: number } = {}) {
+function setup(
+  capacity: { concurrency?: number; queue?: number; maxPending?: number } = {},
+  clockUncertaintyMs = 0,
+) {
   const clock = new FakeClock();
   const reports: ReportBody[] = [];
   const runs = new Map<string, number>();
@@ -102,6 +105,7 @@ function setup(capacity: { concurrency?: number; queue?: number; maxPending?: nu
     handlers: new HandlerRegistry([...BUILTIN_HANDLERS, count, block, hang, boom, final, progress]),
     coordNow: () => clock.wallNow(),
     toMono: (t) => t - (clock.wallNow() - clock.monoNow()),
+    uncertaintyMs: () => clockUncertaintyMs,
     concurrency: capacity.concurrency ?? 2,
     queue: capacity.queue ?? 4,
     tickMs: 20,
@@ -216,6 +220,20 @@ describe("Executor: firing at fireAt", () => {
     const [started] = h.of("started", "e1");
     expect(started?.startedAt).toBeGreaterThanOrEqual(d.fireAt);
     expect(h.of("finished", "e1")[0]?.outcome).toBe("succeeded");
+  });
+
+  it("waits out the clock estimate's uncertainty, so it is not early even if the estimate is that far ahead", async () => {
+    // The estimate may be ahead of the coordinator's true clock by up to 5 ms: a start at
+    // fireAt + 5 on the estimate is at fireAt or later on the true clock.
+    const h = setup({}, 5);
+    const d = h.dispatch({ executionId: "e1" });
+    h.clock.advance(d.fireAt - h.clock.wallNow() + 4);
+    await flush();
+    expect(h.of("started")).toEqual([]);
+    h.clock.advance(1);
+    await flush();
+    const [started] = h.of("started", "e1");
+    expect(started?.startedAt).toBeGreaterThanOrEqual(d.fireAt + 5);
   });
 
   it("expires a scheduled one whose deadline has passed by the time it comes due", async () => {

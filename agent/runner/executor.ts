@@ -24,6 +24,12 @@ export interface ExecutorOptions {
   coordNow(): number;
   /** Converts a coordinator timestamp to the local monotonic timeline. */
   toMono(coordTime: number): number;
+  /**
+   * How far the offset estimate may be off (half the round trip of its sample): the true
+   * coordinator time is within coordNow() ± this. A command starts once even the lowest
+   * coordinator time it could be has reached fireAt. @default () => 0
+   */
+  uncertaintyMs?(): number;
   /** Wraps a report body in the envelope with its seq. */
   envelope(body: ReportBody, seq: number): Report;
   /**
@@ -179,7 +185,7 @@ export class Executor {
         out.expired++;
         continue;
       }
-      this.wheel.schedule(this.o.toMono(row.dispatch.fireAt), row.id);
+      this.wheel.schedule(this.startMono(row.dispatch.fireAt), row.id);
       out.rescheduled++;
     }
     return out;
@@ -281,7 +287,7 @@ export class Executor {
     };
     // Even a command due now starts from the wheel, on a later turn of the loop: never inside
     // the transaction that journals it, so its side effect cannot happen before that commits.
-    this.wheel.schedule(this.o.toMono(d.fireAt), row.id);
+    this.wheel.schedule(this.startMono(d.fireAt), row.id);
   }
 
   /** Rule 8: stops a scheduled, queued or running command, or says it is too late. */
@@ -343,8 +349,9 @@ export class Executor {
       if (row && pending) row.state = pending;
       if (row?.state !== "scheduled") return; // canceled or replaced meanwhile
       // The wheel runs on the monotonic clock; the offset estimate may have moved since this was
-      // scheduled. Never start before fireAt on the coordinator's clock (rule 4).
-      const early = this.notYet(row.dispatch.fireAt);
+      // scheduled. Never start before fireAt on the coordinator's clock (rule 4), by as much as
+      // the estimate may be off.
+      const early = this.notYet(row.dispatch.fireAt, this.margin());
       if (early !== undefined) {
         this.wheel.schedule(early, row.id);
         return;
@@ -370,9 +377,19 @@ export class Executor {
    * has come. At least a microsecond ahead, so float rounding between the two timelines cannot
    * make the wheel spin.
    */
-  private notYet(t: number): number | undefined {
-    if (t - this.o.coordNow() <= 0) return undefined;
-    return Math.max(this.o.toMono(t), this.o.clock.monoNow() + 0.001);
+  private notYet(t: number, margin = 0): number | undefined {
+    if (t + margin - this.o.coordNow() <= 0) return undefined;
+    return Math.max(this.o.toMono(t) + margin, this.o.clock.monoNow() + 0.001);
+  }
+
+  /** The offset estimate's uncertainty: a start waits it out, so it is never early. */
+  private margin(): number {
+    return this.o.uncertaintyMs?.() ?? 0;
+  }
+
+  /** The monotonic time to start a command due at coordinator time `fireAt`. */
+  private startMono(fireAt: number): number {
+    return this.o.toMono(fireAt) + this.margin();
   }
 
   private expire(row: CommandRow, from: CommandState, message: string): void {
