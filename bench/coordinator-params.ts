@@ -4,7 +4,11 @@
 export const PREFIX = "axbench";
 /** Jobs in the store, every run. */
 export const JOBS = 100_000;
-/** Agents (bundled child processes) executing the fires. */
+/**
+ * Agents (bundled child processes) executing the fires, by default. Two: on 2 cores every further
+ * process brings its own timers, heartbeats and garbage collector to compete for the same CPUs
+ * (`--agents 4` measures that).
+ */
 export const AGENTS = 2;
 /** From the start of the store prefill to the first nominal time: prefill, coordinator, agents. */
 export const SETUP_MS = 8_000;

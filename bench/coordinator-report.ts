@@ -1,7 +1,6 @@
 /** Tables, targets and the docs/benchmarks.md section of bench/coordinator.ts. */
 
 import {
-  AGENTS,
   COORDINATOR_HEAP_MB,
   JOBS,
   LOOP_GAP_MS,
@@ -209,6 +208,40 @@ function stallLine(r: RateResult): string | undefined {
   return `${n(r.rate)}/s: ${n(st.count)} of ${n(r.fires.ran)} fires started more than ${STALL_MS} ms late, with nominal times from ${st.fromS.toFixed(1)} s to ${st.toS.toFixed(1)} s into the window.`;
 }
 
+const DIAGNOSIS = [
+  "rate/s",
+  "broker → agent p50",
+  "p99",
+  "max",
+  "at agent vs nominal p99",
+  "max",
+  "starts > 10 ms late",
+  "of them arrived late",
+  "agent thread on CPU",
+  "waiting for CPU",
+  "agent loop held > 10 ms",
+  "longest",
+];
+
+function diagnosisRow(r: RateResult): string[] {
+  const d = r.fires.diagnosis;
+  const a = r.process.agentMainThreads;
+  return [
+    n(r.rate),
+    ms(d.delivery.p50),
+    ms(d.delivery.p99),
+    ms(d.delivery.max),
+    ms(d.arrival.p99),
+    ms(d.arrival.max),
+    n(d.late.count),
+    n(d.late.arrivedLate),
+    pct(100 * a.onCpu),
+    pct(100 * a.waitingForCpu),
+    n(d.loopGaps.count),
+    ms(d.loopGaps.maxMs),
+  ];
+}
+
 /** Where the late starts came from: the dispatch's delivery, or the agent holding it. */
 function diagnosisLine(r: RateResult): string | undefined {
   const d = r.fires.diagnosis;
@@ -301,7 +334,7 @@ export interface ReportInput {
     runSeconds: number;
     source: { commit: string; modified: boolean };
   };
-  o: { durationS: number; profileDurationS: number; agentSyncStart: boolean };
+  o: { durationS: number; profileDurationS: number; agentSyncStart: boolean; agents: number };
 }
 
 /**
@@ -357,9 +390,12 @@ function findings(x: ReportInput): string[] {
   // Late starts with every dispatch out ahead of its fire: the lateness is the agents' own.
   for (const r of x.results) {
     const t = r.fires.trigger;
+    const d = r.fires.diagnosis;
     if (r.fires.ran === 0 || !(t.max < 0) || r.fires.start.p99 <= 10) continue;
+    const a = r.process.agentMainThreads;
     out.push(
-      `**At ${n(r.rate)}/s the late starts are the agents'.** Every dispatch reached the broker ahead of its fire time (trigger p99 ${ms(t.p99)} ms, max ${ms(t.max)} ms), yet start p99 was ${ms(r.fires.start.p99)} ms: the agents (${n(AGENTS)} processes, ${n(r.rate / AGENTS)} commands/s each, ${fmt(r.process.agentCores)} cores together) fired late from their own wheels while the coordinator (${fmt(r.process.coordinatorCores)} cores) and the broker (${fmt(r.process.brokerCores)}) took the rest of the 2 cores. Each command costs an agent three journal commits (accepted, running, finished), plus its SQLite's WAL checkpoints; which of its work held up its wheel was not measured in this run.`,
+      `**At ${n(r.rate)}/s the late starts are the agents'.** Every dispatch reached the broker ahead of its fire time (trigger p99 ${ms(t.p99)} ms, max ${ms(t.max)} ms) and the agent ahead of it too (p99 ${ms(d.arrival.p99)} ms, max ${ms(d.arrival.max)} ms), yet start p99 was ${ms(r.fires.start.p99)} ms: ${n(d.late.count)} starts were more than ${LATE_MS} ms late, each held by its own agent. ` +
+        `The agents (${n(r.agents)} processes, ${n(r.rate / r.agents)} commands/s each, ${fmt(r.process.agentCores)} cores together) share the 2 cores with the coordinator (${fmt(r.process.coordinatorCores)} cores) and the broker (${fmt(r.process.brokerCores)}), ${fmt(r.process.agentCores + r.process.coordinatorCores + r.process.brokerCores + r.process.otherCores)} cores of 2 in all: an agent's main thread was on a CPU ${pct(100 * a.onCpu)} of the time and runnable but waiting for one ${pct(100 * a.waitingForCpu)}, and its event loop was held more than ${LOOP_GAP_MS} ms ${n(d.loopGaps.count)} times (longest ${ms(d.loopGaps.maxMs)} ms). So what is left is the machine's CPU, not the agent's timing: a start waits whenever the agent cannot get a core at its moment.`,
     );
   }
   const lagging = x.results.filter(
@@ -464,7 +500,7 @@ export function renderMarkdown(x: ReportInput): string {
   const src = `commit ${m.source.commit}${m.source.modified ? " with uncommitted changes under coordinator/, agent/ or shared/" : ""}`;
   const out: string[] = [
     "## Coordinator: fire lateness, lost and duplicated fires, RSS and CPU",
-    `Reproduce with \`npm run bench:coordinator\` (\`tsx bench/coordinator.ts\`; Linux, it reads \`/proc\`). **This run: ${x.o.durationS} s per rate** at ${rates} fires/s${x.o.durationS < 60 ? " (the default, to finish in a few minutes; `npm run bench:coordinator -- --duration 60` runs the issue's full 60 s per rate)" : ""}, plus ${x.profiles.length ? `${x.profiles.length} profiled run(s) of ${x.o.profileDurationS} s` : "no profiled run"}; ${m.runSeconds} s in all; ${src}. ${n(JOBS)} jobs in the store, ${AGENTS} agents. Measured on ${m.cpus} cores (${m.cpuModel}), load average ${m.loadavgAtStart.join(" / ")} at start and ${m.loadavgAtEnd.join(" / ")} at the end; coordinator, broker and agents share the ${m.cpus} cores ("others" is every other process). One run per rate, so maxima are noisy.`,
+    `Reproduce with \`npm run bench:coordinator\` (\`tsx bench/coordinator.ts\`; Linux, it reads \`/proc\`). **This run: ${x.o.durationS} s per rate** at ${rates} fires/s${x.o.durationS < 60 ? " (the default, to finish in a few minutes; `npm run bench:coordinator -- --duration 60` runs the issue's full 60 s per rate)" : ""}, plus ${x.profiles.length ? `${x.profiles.length} profiled run(s) of ${x.o.profileDurationS} s` : "no profiled run"}; ${m.runSeconds} s in all; ${src}. ${n(JOBS)} jobs in the store, ${x.o.agents} agents. Measured on ${m.cpus} cores (${m.cpuModel}), load average ${m.loadavgAtStart.join(" / ")} at start and ${m.loadavgAtEnd.join(" / ")} at the end; coordinator, broker and agents share the ${m.cpus} cores ("others" is every other process). One run per rate, so maxima are noisy.`,
     `### Targets at ${n(TARGET_RATE)} fires/s`,
     mdTable(
       ["target", "measured", "verdict"],
@@ -494,6 +530,8 @@ export function renderMarkdown(x: ReportInput): string {
     mdTable(PROCESS, x.results.map(processRow)),
     "Store calls per second of the window, by method (counted by the Proxy around the coordinator's store; the most called methods).",
     mdTable(...callsTable(x.results)),
+    `**Where late starts came from.** **broker → agent**: from the dispatch reaching the broker to the agent's executor taking it (after decoding), ms; **at agent vs nominal**: that moment minus the nominal time (negative: ahead); **starts > ${LATE_MS} ms late**, and how many of those reached their agent after their nominal time (the rest were held by the agent itself); **agent thread on CPU / waiting for CPU**: an agent's main thread on a CPU, and runnable but waiting for one, as shares of the window (from \`/proc/PID/schedstat\`, averaged over the agents); **agent loop held**: gaps of more than ${LOOP_GAP_MS} ms between turns of a ${LOOP_GAP_MS} ms interval timer in each agent, counted over all agents, and the longest.`,
+    mdTable(DIAGNOSIS, x.results.map(diagnosisRow)),
   ];
   for (const r of x.profiles) {
     const p = r.profile;
@@ -516,7 +554,7 @@ export function renderMarkdown(x: ReportInput): string {
       `- **Store**: for each rate a fresh SQLite file, created by \`SqliteStore\` (its migrations) and filled with plain SQL with ${n(JOBS)} jobs: \`echo\`, trigger \`every\` P = ${n(JOBS)} / rate seconds (50 s at 2,000/s), anchors spread evenly over one period, so nominal times come evenly at the rate; all active; every other field at its default (overlap SKIP, misfire FIRE_ONCE, dispatchTimeout 5 s, one attempt).`,
       "- **Coordinator**: the real `Coordinator`, default config (dispatchLead 500 ms, poll 100 ms, lookAhead 5 s, heartbeat 5 s, misfireThreshold 5 s), alone in a node process (`bench/coordinator-worker.ts`, bundled with esbuild, packages external, run with `--expose-gc`). Its store is its own `SqliteStore`, passed in through `deps.store` behind a Proxy that, before each call, runs the window's start and end actions if they are due (event-loop monitor, memory reading, profile): a coordinator far behind can hold its event loop in one chain of microtasks for many seconds, running no timer and handling no signal, but it keeps calling its store.",
       "- **Broker**: the embedded aedes broker (`startEmbeddedBroker`) on port 0 in the bench process, which otherwise only samples `/proc` and notes when each dispatch arrives (the trigger figure; nominal times and broker are on the same machine clock).",
-      `- **Agents**: ${AGENTS} node processes of the real \`Agent\` (\`bench/coordinator-agent.ts\`, bundled like \`buildAgentBundle\`), concurrency 256, queue 10,000, maxPending 100,000, journal in a temp dir, \`synchronous\` NORMAL, \`syncStart\` ${x.o.agentSyncStart ? "on (the agent's default)" : "off (fast agents: a durable start costs one fsync on the agent's thread per start, measured in the journal section; `--agent-sync-start` turns it on)"}. Their \`echo\` returns what the built-in one does and also notes \`performance.timeOrigin + performance.now()\` as it is entered; that clock and \`Date.now()\`, the coordinator's, were at most ${fmt(alignment(x))} ms apart (\`Date.now() − hostNow()\` measured at each agent's start and stop), so start lateness is on the coordinator's clock to within that, and a start "early" by less is within the measurement's error. On SIGTERM each agent stops and writes its log.`,
+      `- **Agents**: ${x.o.agents} node processes of the real \`Agent\` (\`bench/coordinator-agent.ts\`, bundled like \`buildAgentBundle\`), concurrency 256, queue 10,000, maxPending 100,000, journal in a temp dir, \`synchronous\` NORMAL, \`syncStart\` ${x.o.agentSyncStart ? "on (the agent's default)" : "off (fast agents: a durable start costs one fsync on the agent's thread per start, measured in the journal section; `--agent-sync-start` turns it on)"}. Their \`echo\` returns what the built-in one does and also notes \`performance.timeOrigin + performance.now()\` as it is entered; that clock and \`Date.now()\`, the coordinator's, were at most ${fmt(alignment(x))} ms apart (\`Date.now() − hostNow()\` measured at each agent's start and stop), so start lateness is on the coordinator's clock to within that, and a start "early" by less is within the measurement's error. On SIGTERM each agent stops and writes its log.`,
       `- **Timeline per rate**: prefill (about ${fmt((x.results[0]?.setup.prefillMs ?? 0) / 1000)} s), coordinator, agents once it listens; first nominal time ${SETUP_MS / 1000} s after the prefill began; ${WARMUP_MS / 1000} s warm-up at the full rate, not counted (a cold coordinator ran late for its first 5–8 s at 2,000/s: JIT, caches, heap sizing); the coordinator runs with \`--max-old-space-size=${COORDINATOR_HEAP_MB}\`, as its systemd unit in docs/operations.md starts it; the window; the drain; SIGTERM (then SIGKILL after 5 s) to the coordinator, then the agents; then the store (read-only) and the agents' logs are read and every nominal time of the window accounted for.`,
     ].join("\n"),
     "### For scale",

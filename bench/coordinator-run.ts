@@ -1,6 +1,6 @@
 /**
  * One run of bench/coordinator.ts at one aggregate rate: a fresh store of JOBS jobs, the embedded
- * broker in this process, the coordinator worker and AGENTS bench agents as child processes.
+ * broker in this process, the coordinator worker and `agents` bench agents as child processes.
  *
  * Steps: prefill → broker → coordinator → agents → (first nominal time) → warm-up → window →
  * drain → stop coordinator → stop agents → read the store and the agents' logs.
@@ -8,13 +8,12 @@
 
 import { type ChildProcess, spawn } from "node:child_process";
 import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
-import { setPriority, tmpdir } from "node:os";
+import { tmpdir } from "node:os";
 import { join } from "node:path";
 import Database from "better-sqlite3";
 import { startEmbeddedBroker } from "../coordinator/broker/embedded.js";
 import { stopProcess } from "../test/helpers/device.js";
 import {
-  AGENTS,
   type AgentLog,
   COORDINATOR_HEAP_MB,
   DRAIN_MAX_MS,
@@ -46,6 +45,8 @@ export interface RunOptions {
   agentFile: string;
   /** Run the coordinator under --cpu-prof and summarise the profile. */
   profile: boolean;
+  /** Agent processes sharing the rate. */
+  agents: number;
   /** The agents' journal.syncStart (the agent's default is true). */
   agentSyncStart: boolean;
 }
@@ -237,9 +238,6 @@ export async function runRate(o: RunOptions): Promise<RateResult> {
       },
     );
     children.push(worker);
-    if (process.env.AX_BENCH_COORD_NICE) {
-      setPriority(worker.pid as number, Number(process.env.AX_BENCH_COORD_NICE));
-    }
     const workerErr = tail(worker);
     const online = new Set<string>();
     // Filled in by the stdout handler (a holder object, so control flow does not narrow them).
@@ -276,7 +274,7 @@ export async function runRate(o: RunOptions): Promise<RateResult> {
     // The agents, once the coordinator listens (a hello before that waits 2 s for its retry).
     const agentPids: number[] = [];
     const agentErr: (() => string)[] = [];
-    for (let n = 1; n <= AGENTS; n++) {
+    for (let n = 1; n <= o.agents; n++) {
       const agentId = `bench-agent-${n}`;
       const configFile = join(dir, `${agentId}.json`);
       writeFileSync(
@@ -289,9 +287,6 @@ export async function runRate(o: RunOptions): Promise<RateResult> {
             path: join(dir, `${agentId}.journal.sqlite`),
             synchronous: "NORMAL",
             syncStart: o.agentSyncStart,
-            ...(process.env.AX_BENCH_AGENT_CKPT
-              ? { checkpoint: process.env.AX_BENCH_AGENT_CKPT }
-              : {}),
           },
           shutdownGraceMs: 2_000,
         }),
@@ -317,7 +312,7 @@ export async function runRate(o: RunOptions): Promise<RateResult> {
     await until("waiting for the agents to be welcomed", firstAt - 600, () => {
       const dead = children.findIndex((c, i) => i > 0 && c.exitCode !== null);
       if (dead > 0) throw new Error(`agent ${dead} ended: ${agentErr[dead - 1]?.() ?? ""}`);
-      return online.size === AGENTS;
+      return online.size === o.agents;
     });
     const agentsReadyAheadMs = firstAt - Date.now();
     const idleRssKb = statusKb(worker.pid as number, "VmRSS");
@@ -356,7 +351,7 @@ export async function runRate(o: RunOptions): Promise<RateResult> {
       const stop = await stopProcess(worker, STOP_GRACE_MS);
       await Promise.all(children.slice(1).map((c) => stopProcess(c, 10_000)));
       const logs: AgentLog[] = [];
-      for (let n = 1; n <= AGENTS; n++) {
+      for (let n = 1; n <= o.agents; n++) {
         const path = join(dir, `bench-agent-${n}.log.json`);
         try {
           logs.push(JSON.parse(readFileSync(path, "utf8")) as AgentLog);
@@ -368,7 +363,7 @@ export async function runRate(o: RunOptions): Promise<RateResult> {
       }
 
       const fires = analyze(storePath, schedule, window, { dispatches, logs });
-      const proc = windowFigures(samples, window, fires.expected, peakKb, idleRssKb);
+      const proc = windowFigures(samples, window, fires.expected, peakKb, idleRssKb, o.agents);
       let profile: ProfileSummary | null = null;
       if (o.profile && existsSync(profilePath)) {
         profile = summariseProfile(profilePath, o.workerFile);
@@ -378,7 +373,7 @@ export async function runRate(o: RunOptions): Promise<RateResult> {
         durationMs: o.durationMs,
         jobs: JOBS,
         periodMs: schedule.periodMs,
-        agents: AGENTS,
+        agents: o.agents,
         agentSyncStart: o.agentSyncStart,
         setup: { prefillMs, agentsReadyAheadMs },
         drain: { ms: drainMs, complete },
@@ -406,6 +401,7 @@ function windowFigures(
   fires: number,
   peakKb: number,
   idleRssKb: number,
+  agents: number,
 ): ProcessFigures {
   const inside = samples.filter((s) => s.at >= window.start && s.at <= window.end);
   const a = inside[0];
@@ -431,10 +427,10 @@ function windowFigures(
       asleep: 1 - (b.runNs - a.runNs + b.waitNs - a.waitNs) / 1e6 / wall,
     },
     agentMainThreads: {
-      onCpu: (b.agentRunNs - a.agentRunNs) / 1e6 / wall / AGENTS,
-      waitingForCpu: (b.agentWaitNs - a.agentWaitNs) / 1e6 / wall / AGENTS,
+      onCpu: (b.agentRunNs - a.agentRunNs) / 1e6 / wall / agents,
+      waitingForCpu: (b.agentWaitNs - a.agentWaitNs) / 1e6 / wall / agents,
       asleep:
-        1 - (b.agentRunNs - a.agentRunNs + b.agentWaitNs - a.agentWaitNs) / 1e6 / wall / AGENTS,
+        1 - (b.agentRunNs - a.agentRunNs + b.agentWaitNs - a.agentWaitNs) / 1e6 / wall / agents,
     },
     otherCores: Math.max(
       0,

@@ -6,6 +6,7 @@
  *   npm run bench:coordinator                      # 20 s per rate, about 4 minutes
  *   npm run bench:coordinator -- --duration 60     # the full 60 s per rate, about 7½ minutes
  *   options: --rates 50,2000  --no-profile  --profile-rates 500,2000  --profile-duration 10
+ *            --agents 4 (agent processes; default 2)
  *            --agent-sync-start (agents fsync each start, their default; off here, see the doc)
  *
  * Each rate is a fresh run (bench/coordinator-run.ts): a new store, broker, coordinator process
@@ -96,6 +97,7 @@ function options() {
       "profile-rates": { type: "string", default: PROFILE_RATES.join(",") },
       "profile-duration": { type: "string", default: "10" },
       "agent-sync-start": { type: "boolean", default: false },
+      agents: { type: "string", default: String(AGENTS) },
     },
     strict: true,
   });
@@ -112,6 +114,10 @@ function options() {
       : values["profile-rates"].split(",").map((r) => positive("profile-rates", r)),
     profileDurationS: positive("profile-duration", values["profile-duration"]),
     agentSyncStart: values["agent-sync-start"],
+    agents: ((a: number) => {
+      if (!Number.isInteger(a)) throw new Error("--agents must be a whole number");
+      return a;
+    })(positive("agents", values.agents)),
   };
 }
 
@@ -129,7 +135,7 @@ async function main(): Promise<void> {
   };
   console.log(
     `coordinator bench: ${machine.cpus} cores, load average ${machine.loadavgAtStart.join(" ")}; ` +
-      `${JOBS.toLocaleString("en-US")} jobs, ${AGENTS} agents, ${o.durationS} s per rate` +
+      `${JOBS.toLocaleString("en-US")} jobs, ${o.agents} agents, ${o.durationS} s per rate` +
       (o.durationS < 60 ? " (the full run: --duration 60)" : ""),
   );
   await buildAll();
@@ -144,6 +150,7 @@ async function main(): Promise<void> {
       agentFile: AGENT,
       profile: false,
       agentSyncStart: o.agentSyncStart,
+      agents: o.agents,
     });
     results.push(r);
     printRates([r]);
@@ -160,6 +167,7 @@ async function main(): Promise<void> {
       agentFile: AGENT,
       profile: true,
       agentSyncStart: o.agentSyncStart,
+      agents: o.agents,
     });
     profiles.push(r);
     if (r.profile) printProfile(r.profile);
@@ -178,7 +186,7 @@ async function main(): Promise<void> {
   );
   const figures = {
     machine,
-    settings: { ...o, jobs: JOBS, agents: AGENTS },
+    settings: { ...o, jobs: JOBS },
     targets: TARGETS,
     verdicts: Object.fromEntries(targets.map((t) => [t.key, { figure: t.value, met: t.met }])),
     rates: results,
