@@ -80,6 +80,8 @@ export function openStore(config: CoordinatorConfig, clock: Clock = systemClock)
 export class Coordinator {
   readonly store: Store;
   readonly registry: Registry;
+  /** The leases of executions agents hold (memory only; rebuilt after a restart). */
+  readonly leases: Leases;
   /** Typed engine events: transitions, fires, misses, agents, dropped and invalid messages. */
   readonly events: EngineEventBus;
   /** Prometheus metrics, in a registry of this coordinator's own. */
@@ -126,6 +128,7 @@ export class Coordinator {
     });
     // A lease lapses after three silent heartbeats; a query gets two heartbeats (2 s at least).
     const leases = new Leases(config.heartbeat * 3, Math.max(2_000, config.heartbeat * 2));
+    this.leases = leases;
     this.inbound = new Inbound(this.ctx, this.registry, leases);
     this.firing = new FiringLoop(this.ctx);
     this.dispatcher = new Dispatcher(this.ctx, this.registry, leases);
@@ -134,6 +137,11 @@ export class Coordinator {
     this.triggers = new EventTriggers(this.ctx, () => this.dispatcher.kick());
     this.inbound.onEvent = (name, msgId, payload) => this.triggers.onEvent(name, msgId, payload);
     this.events.on("transition", (e) => {
+      // A lease is for work an agent holds: once the execution has left it (ended, or back to
+      // waiting for a dispatch) the entry goes, or the table would grow by one per execution.
+      if (e.to !== "DISPATCHED" && e.to !== "SCHEDULED" && e.to !== "RUNNING") {
+        leases.forget(e.executionId);
+      }
       // STICKY follows the agent that last ran the job successfully.
       if (e.to === "SUCCEEDED" && e.jobId !== null && e.agentId !== null) {
         this.dispatcher.router.noteSucceeded(e.jobId, e.agentId);

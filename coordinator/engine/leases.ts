@@ -38,8 +38,14 @@ export class Leases {
     this.leases.set(executionId, { round, renewedAt: now, queriedAt: undefined });
   }
 
+  /** The execution has left its agent (ended, or waits for a new dispatch). */
   forget(executionId: string): void {
     this.leases.delete(executionId);
+  }
+
+  /** Leases held in memory (one per execution an agent holds). */
+  get size(): number {
+    return this.leases.size;
   }
 
   /**
