@@ -15,7 +15,7 @@
  * `deps.store` behind a Proxy that only looks at the clock). The inspector answers a session on
  * this thread synchronously, so the profile is started and stopped right there.
  */
-import { writeFileSync, writeSync } from "node:fs";
+import { appendFileSync, writeFileSync, writeSync } from "node:fs";
 import { Session } from "node:inspector";
 import { parseCoordinatorConfig } from "../coordinator/config.js";
 import { Coordinator, openStore } from "../coordinator/coordinator.js";
@@ -158,6 +158,29 @@ function main(args: WorkerArgs): Promise<void> {
     if (a.status === "offline") stats.events.agentOffline++;
     emit({ t: "agent", agentId: a.agentId, status: a.status, reason: a.reason, at: a.at });
   });
+
+  // Diagnosis: what the coordinator holds in memory, every 2 s, appended to the file named.
+  const memoryLog = process.env.AX_BENCH_DEBUG_MEMORY;
+  if (memoryLog) {
+    // biome-ignore lint/suspicious/noExplicitAny: reads private fields, for diagnosis only
+    const c = coordinator as any;
+    setInterval(() => {
+      const client = c.ctx?.link?.client;
+      const queues = [...(c.inbound?.queues?.values() ?? [])] as { items: unknown[] }[];
+      appendFileSync(
+        memoryLog,
+        `${JSON.stringify({
+          heapMB: Math.round(process.memoryUsage().heapUsed / MiB),
+          leases: coordinator.leases.size,
+          inboundQueued: queues.reduce((a, q) => a + q.items.length, 0),
+          mqttOutgoing: client ? Object.keys(client.outgoing ?? {}).length : -1,
+          mqttQueue: client?.queue?.length ?? -1,
+          // biome-ignore lint/suspicious/noExplicitAny: private field, for diagnosis only
+          executionsCached: (store as any).executions?.size ?? -1,
+        })}\n`,
+      );
+    }, 2_000).unref();
+  }
 
   const loop = new LoopMonitor();
   const session = args.profilePath ? new Session() : undefined;

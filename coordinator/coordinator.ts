@@ -157,9 +157,11 @@ export class Coordinator {
 
   async start(): Promise<void> {
     await this.registry.load();
+    this.inbound.onCaughtUp = () => this.ctx.link.resume();
     await this.ctx.link.start({
       message: (decoded, receivedAt) => this.inbound.handle(decoded, receivedAt),
       invalid: (error, topic) => this.inbound.invalid(error, topic),
+      backlog: () => this.inbound.backlog,
     });
     this.firing.start();
     this.dispatcher.start();

@@ -117,6 +117,9 @@ export class Dispatcher {
         );
         continue;
       }
+      // The broker has not yet acknowledged thousands of publishes: sending more would only grow
+      // this process's buffers. The rest waits PENDING for a later pass (expiry above still runs).
+      if (this.ctx.link.congested) continue;
       if (!(await this.admit(exec, jobs, now))) continue;
       const agentId = await this.route(exec, jobs, now);
       if (agentId === undefined) continue; // waits in PENDING until an agent is live or it expires

@@ -1,5 +1,12 @@
 import { envelope } from "../../shared/message.js";
-import type { Decoded, ProtocolError, Report, UpMessage } from "../../shared/protocol/index.js";
+import type {
+  Decoded,
+  DownMessage,
+  ProtocolError,
+  Report,
+  UpMessage,
+} from "../../shared/protocol/index.js";
+import { MAX_INBOUND_BACKLOG } from "../link/mqtt-link.js";
 import type { EngineContext } from "./context.js";
 import type { Leases } from "./leases.js";
 import type { Registry } from "./registry.js";
@@ -26,6 +33,10 @@ function reportOf(d: Decoded): Report | undefined {
  */
 export class Inbound {
   private readonly queues = new Map<string, { items: Queued[]; done: Promise<void> }>();
+  /** Messages handed in and not yet handled, over all queues. */
+  private waiting = 0;
+  /** Called when the backlog has fallen to half the link's limit (it may read on). */
+  onCaughtUp: () => void = () => {};
   /** Called after a report changed an execution, so the dispatcher can act at once. */
   onChange: () => void = () => {};
   /** Called for a message on an event topic. */
@@ -39,7 +50,13 @@ export class Inbound {
     private readonly leases: Leases,
   ) {}
 
+  /** Messages handed in and not yet handled. */
+  get backlog(): number {
+    return this.waiting;
+  }
+
   handle(decoded: Decoded, receivedAt: number): void {
+    this.waiting++;
     const key = decoded.channel === "event" ? `event:${decoded.name}` : decoded.agentId;
     const queued = this.queues.get(key);
     if (queued) {
@@ -56,7 +73,15 @@ export class Inbound {
 
   private async drainQueue(key: string, q: { items: Queued[] }): Promise<void> {
     try {
-      while (q.items.length > 0) await this.burst(q.items.splice(0));
+      while (q.items.length > 0) {
+        const items = q.items.splice(0);
+        try {
+          await this.burst(items);
+        } finally {
+          this.waiting -= items.length;
+          if (this.waiting <= MAX_INBOUND_BACKLOG / 2) this.onCaughtUp();
+        }
+      }
     } finally {
       // Nothing runs between the loop's last check and here: a message arriving later starts a
       // new queue.
@@ -161,7 +186,8 @@ export class Inbound {
         this.ctx.log("info", `agent ${m.agentId} registered (instance ${m.instanceId})`, {
           agentId: m.agentId,
         });
-        await this.ctx.link.send(
+        // Not awaited: the broker's acknowledgement may sit behind this very backlog.
+        this.publish(
           m.agentId,
           envelope(
             {
@@ -181,7 +207,7 @@ export class Inbound {
       case "heartbeat": {
         if (!(await this.registry.heartbeat(d.agentId, m, receivedAt))) return;
         for (const ref of m.running) this.leases.renew(ref.executionId, ref.round, receivedAt);
-        await this.ctx.link.send(
+        this.publish(
           d.agentId,
           envelope(
             { type: "time", clock: { t0: m.sentAt, t1: receivedAt, t2: this.ctx.clock.wallNow() } },
@@ -332,12 +358,20 @@ export class Inbound {
    * commit fails: the agent then re-sends them from its outbox).
    */
   private sendAck(agentId: string, upTo: number): void {
-    this.ctx.store.afterCommit(() => {
-      this.ctx.link
-        .send(agentId, envelope({ type: "ack", upTo }, this.ctx.clock.wallNow()))
-        .catch((err: unknown) =>
-          this.ctx.log("warn", `ack to ${agentId} failed: ${(err as Error).message}`, { agentId }),
-        );
-    });
+    this.ctx.store.afterCommit(() =>
+      this.publish(agentId, envelope({ type: "ack", upTo }, this.ctx.clock.wallNow())),
+    );
+  }
+
+  /**
+   * Sends without waiting for the broker's acknowledgement: that may sit behind the very backlog
+   * this queue is working through, while the link holds its socket (MAX_INBOUND_BACKLOG).
+   */
+  private publish(agentId: string, message: DownMessage): void {
+    this.ctx.link.send(agentId, message).catch((err: unknown) =>
+      this.ctx.log("warn", `${message.type} to ${agentId} failed: ${(err as Error).message}`, {
+        agentId,
+      }),
+    );
   }
 }

@@ -184,13 +184,22 @@ async function perform(
             }),
           );
       } else if (effect.type === "send_cancel" && exec.agentId) {
-        await ctx.link.send(
-          exec.agentId,
-          envelope(
-            { type: "cancel", executionId: exec.id, round: effect.round },
-            ctx.clock.wallNow(),
-          ),
-        );
+        // Not awaited, like the dispatch: the broker's acknowledgement may wait behind a backlog
+        // the caller is working through.
+        const agentId = exec.agentId;
+        ctx.link
+          .send(
+            agentId,
+            envelope(
+              { type: "cancel", executionId: exec.id, round: effect.round },
+              ctx.clock.wallNow(),
+            ),
+          )
+          .catch((err: unknown) =>
+            ctx.log("warn", `cancel to ${agentId} not published: ${(err as Error).message}`, {
+              executionId: exec.id,
+            }),
+          );
       } else if (effect.type === "terminal") {
         ctx.log("info", `execution ${exec.id} ended ${effect.state}`, {
           executionId: exec.id,

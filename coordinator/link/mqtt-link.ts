@@ -21,17 +21,41 @@ export interface CoordinatorLinkOptions {
   sharedGroup?: string;
   username?: string;
   password?: string;
+  /** Publishes awaiting the broker's acknowledgement at which the link reports congestion. @default MAX_IN_FLIGHT */
+  maxInFlight?: number;
 }
 
 export interface LinkHandlers {
   message(decoded: Decoded, receivedAt: number): void;
   invalid(error: ProtocolError, topic: string): void;
+  /**
+   * Messages handed over and not yet handled. While it is at `maxBacklog` or more the link stops
+   * reading the socket (and so acknowledging), until {@link CoordinatorLink.resume} is called.
+   */
+  backlog?(): number;
 }
+
+/**
+ * Messages received but not yet handled, beyond which the link stops reading: the broker (and
+ * behind it the agents' journals) hold the rest, instead of this process's heap. An overloaded
+ * coordinator falls behind instead of running out of memory.
+ */
+export const MAX_INBOUND_BACKLOG = 10_000;
+
+/**
+ * Publishes sent and not yet acknowledged by the broker, beyond which {@link
+ * CoordinatorLink.congested} says to hold new dispatches back.
+ */
+export const MAX_IN_FLIGHT = 5_000;
 
 /** The coordinator's MQTT connection: subscribes to every agent's up and presence topics. */
 export class CoordinatorLink {
   readonly topics: Topics;
   private client: MqttClient | undefined;
+  /** The callback that lets mqtt.js read on, held while the engine is behind. */
+  private held: (() => void) | undefined;
+  /** Publishes not yet acknowledged by the broker. */
+  private inFlight = 0;
 
   constructor(
     private readonly options: CoordinatorLinkOptions,
@@ -65,6 +89,12 @@ export class CoordinatorLink {
       if (result.ok) handlers.message(result.value, receivedAt);
       else handlers.invalid(result.error, topic);
     });
+    // mqtt.js handles one packet at a time and reads the next only once this calls back: holding
+    // the callback is how the link stops reading (and acknowledging) while the engine is behind.
+    client.handleMessage = (_packet, callback) => {
+      if ((handlers.backlog?.() ?? 0) < MAX_INBOUND_BACKLOG) callback();
+      else this.held = () => callback();
+    };
     await new Promise<void>((resolve, reject) => {
       const onError = (err: Error) => {
         client.removeListener("connect", onConnect);
@@ -93,11 +123,33 @@ export class CoordinatorLink {
     return this.client?.connected === true;
   }
 
-  /** Publishes a message on an agent's down topic, QoS 1. */
+  /** Reads on once the engine has caught up (a no-op when reading was not held). */
+  resume(): void {
+    const held = this.held;
+    this.held = undefined;
+    held?.();
+  }
+
+  /** True while reading is held back because the engine is behind. */
+  get paused(): boolean {
+    return this.held !== undefined;
+  }
+
+  /** True while so many publishes await the broker's acknowledgement that new work should wait. */
+  get congested(): boolean {
+    return this.inFlight >= (this.options.maxInFlight ?? MAX_IN_FLIGHT);
+  }
+
+  /** Publishes a message on an agent's down topic, QoS 1; resolves once the broker has it. */
   async send(agentId: string, message: DownMessage): Promise<void> {
     const client = this.client;
     if (!client) throw new AxError("AX_LINK_FAILED", "link not started");
-    await client.publishAsync(this.topics.down(agentId), encode(message), { qos: 1 });
+    this.inFlight++;
+    try {
+      await client.publishAsync(this.topics.down(agentId), encode(message), { qos: 1 });
+    } finally {
+      this.inFlight--;
+    }
   }
 
   async close(): Promise<void> {
