@@ -177,6 +177,8 @@ function main(args: WorkerArgs): Promise<void> {
           mqttQueue: client?.queue?.length ?? -1,
           // biome-ignore lint/suspicious/noExplicitAny: private field, for diagnosis only
           executionsCached: (store as any).executions?.size ?? -1,
+          // biome-ignore lint/suspicious/noExplicitAny: private field, for diagnosis only
+          checkpoints: (store as any).checkpointer?.stats,
         })}\n`,
       );
     }, 2_000).unref();

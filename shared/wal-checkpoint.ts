@@ -118,7 +118,14 @@ export class WalCheckpointer {
   private closed = false;
   private readonly waiters: ((r: CheckpointResult) => void)[] = [];
   /** Checkpoints done by the worker, and how many the writer finished. */
-  readonly stats = { checkpoints: 0, finishedInline: 0, workerStarts: 0 };
+  readonly stats = {
+    checkpoints: 0,
+    finishedInline: 0,
+    workerStarts: 0,
+    /** Time the writer spent finishing checkpoints itself, in all and at most once, ms. */
+    inlineMs: 0,
+    inlineMaxMs: 0,
+  };
 
   constructor(
     private readonly db: BetterSqlite3.Database,
@@ -223,9 +230,11 @@ export class WalCheckpointer {
     let finishedInline = false;
     if (!this.closed && m.log >= this.restartFrames) {
       // Copy what was written during the worker's pass, so the next commit starts the WAL over.
-      this.inline();
+      const { ms } = this.inline();
       finishedInline = true;
       this.stats.finishedInline++;
+      this.stats.inlineMs += ms;
+      this.stats.inlineMaxMs = Math.max(this.stats.inlineMaxMs, ms);
     }
     this.settle({ log: m.log, checkpointed: m.checkpointed, ms: m.ms, finishedInline });
     if (this.closed) return;
