@@ -91,6 +91,8 @@ const stop = () => {
         runs,
         received,
         loopGaps,
+        // biome-ignore lint/suspicious/noExplicitAny: a private field, read for the bench's figures
+        checkpoints: (agent as any).journal?.checkpointer?.stats,
       };
       writeFileSync(logPath, JSON.stringify(log));
       process.exit(0);

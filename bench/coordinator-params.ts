@@ -101,6 +101,8 @@ export interface AgentLog {
    * gap over LOOP_GAP_MS between turns of an interval timer of that period (beyond its period).
    */
   loopGaps: [number, number][];
+  /** The journal's checkpoint figures at stop (shared/wal-checkpoint.ts), when it has them. */
+  checkpoints?: Record<string, number>;
 }
 
 /** A held event loop shorter than this is not listed in AgentLog.loopGaps. */

@@ -32,23 +32,41 @@ const pct = (v: number) => (Number.isFinite(v) ? `${v.toFixed(v < 10 ? 2 : 1)} %
 const share = (part: number, whole: number) => pct(whole > 0 ? (100 * part) / whole : Number.NaN);
 const dup = (r: RateResult) => r.fires.duplicated + r.fires.duplicateExecutions;
 
-export function targetRows(results: RateResult[]): TargetRow[] {
-  const r = results.find((x) => x.rate === TARGET_RATE);
+/**
+ * The targets, judged over every run at the target rate (the rates' run and its repeats): a target
+ * is met only if every run met it; the figure is the worst run's, with each run's where they vary.
+ */
+export function targetRows(results: RateResult[], repeats: RateResult[] = []): TargetRow[] {
+  const first = results.find((x) => x.rate === TARGET_RATE);
+  const runs = first ? [first, ...repeats] : [];
+  const each = (f: (r: RateResult) => string) =>
+    runs.length > 1 ? ` (each run: ${runs.map(f).join(", ")})` : "";
   const row = (
     key: string,
     target: string,
     value: (r: RateResult) => number,
-    figure: (r: RateResult, v: number) => string,
+    figure: (worst: RateResult, v: number) => string,
     ok: (v: number) => boolean,
     needsRuns = false,
   ): TargetRow => {
-    if (!r) return { key, target, figure: "not run", value: null, met: null };
-    const v = value(r);
-    if (needsRuns && r.fires.ran === 0) {
+    if (runs.length === 0) return { key, target, figure: "not run", value: null, met: null };
+    // The worst run: the one whose figure misses, or the highest.
+    const worst = runs.reduce((a, b) => {
+      const va = value(a);
+      const vb = value(b);
+      if (!Number.isFinite(vb)) return b;
+      return Number.isFinite(va) && vb > va ? b : a;
+    });
+    const v = value(worst);
+    if (needsRuns && runs.every((r) => r.fires.ran === 0)) {
       return { key, target, figure: `${n(v)}, but no fire of the window ran`, value: v, met: null };
     }
     // A lateness over no fires at all (NaN, or null once read back from JSON) meets nothing.
-    return { key, target, figure: figure(r, v), value: v, met: Number.isFinite(v) ? ok(v) : false };
+    const met = runs.every((r) => {
+      const x = value(r);
+      return Number.isFinite(x) && ok(x);
+    });
+    return { key, target, figure: figure(worst, v), value: v, met };
   };
   return [
     row(
@@ -56,18 +74,18 @@ export function targetRows(results: RateResult[]): TargetRow[] {
       `start lateness p99 ≤ ${TARGETS.startP99Ms} ms`,
       (x) => x.fires.start.p99,
       (x, v) =>
-        x.fires.ran === 0
+        (x.fires.ran === 0
           ? "no fire of the window ran"
           : x.fires.ran < x.fires.expected
             ? `${ms(v)} ms (over the ${n(x.fires.ran)} of ${n(x.fires.expected)} that ran)`
-            : `${ms(v)} ms`,
+            : `${ms(v)} ms`) + each((r) => `${ms(r.fires.start.p99)} ms`),
       (v) => v <= TARGETS.startP99Ms,
     ),
     row(
       "early",
       "0 started early",
       (x) => x.fires.start.early,
-      (x, v) => `${n(v)} of ${n(x.fires.start.n)} that ran`,
+      (x, v) => `${n(v)} of ${n(x.fires.start.n)} that ran${each((r) => n(r.fires.start.early))}`,
       (v) => v === 0,
       true,
     ),
@@ -75,14 +93,15 @@ export function targetRows(results: RateResult[]): TargetRow[] {
       "lost",
       "0 lost",
       (x) => x.fires.lost,
-      (x, v) => `${n(v)} of ${n(x.fires.expected)} (${share(v, x.fires.expected)})`,
+      (x, v) =>
+        `${n(v)} of ${n(x.fires.expected)} (${share(v, x.fires.expected)})${each((r) => n(r.fires.lost))}`,
       (v) => v === 0,
     ),
     row(
       "duplicated",
       "0 duplicated",
       (x) => dup(x),
-      (_x, v) => n(v),
+      (_x, v) => `${n(v)}${each((r) => n(dup(r)))}`,
       (v) => v === 0,
       true,
     ),
@@ -90,7 +109,8 @@ export function targetRows(results: RateResult[]): TargetRow[] {
       "rss",
       `coordinator RSS ≤ ${TARGETS.rssMB} MB`,
       (x) => x.process.coordinatorRssMaxMB,
-      (x, v) => `${fmt(v)} MB (peak over the whole run ${fmt(x.process.coordinatorPeakMB)} MB)`,
+      (x, v) =>
+        `${fmt(v)} MB, the highest sampled in a window (peak over that whole run ${fmt(x.process.coordinatorPeakMB)} MB)${each((r) => `${fmt(r.process.coordinatorRssMaxMB)} MB`)}`,
       (v) => v <= TARGETS.rssMB,
     ),
   ];
@@ -252,7 +272,8 @@ function diagnosisLine(r: RateResult): string | undefined {
     `dispatch at the agent vs nominal p99 ${fmt(d.arrival.p99)}, max ${fmt(d.arrival.max)} ms; ` +
     `${n(d.late.count)} started over ${LATE_MS} ms late (${n(d.late.arrivedLate)} arrived after their time, ${n(d.late.arrivedAhead)} before); ` +
     `agents' loops held > ${LOOP_GAP_MS} ms ${n(g.count)} times (${n(g.over50)} over 50 ms, longest ${fmt(g.maxMs)} ms, ${fmt(g.totalMs)} ms in all); ` +
-    `an agent's main thread on a CPU ${pct(100 * r.process.agentMainThreads.onCpu)}, waiting for one ${pct(100 * r.process.agentMainThreads.waitingForCpu)} of the time.`
+    `an agent's main thread on a CPU ${pct(100 * r.process.agentMainThreads.onCpu)}, waiting for one ${pct(100 * r.process.agentMainThreads.waitingForCpu)} of the time; ` +
+    `journal checkpoints ${n(d.agentCheckpoints?.checkpoints ?? 0)} on their thread, ${n(d.agentCheckpoints?.finishedInline ?? 0)} finished by the agent itself (longest ${fmt(d.agentCheckpoints?.inlineMaxMs ?? 0)} ms).`
   );
 }
 
@@ -324,6 +345,8 @@ export function printProfile(p: ProfileSummary): void {
 
 export interface ReportInput {
   results: RateResult[];
+  /** Further runs at the target rate, after the rates' own. */
+  repeats: RateResult[];
   profiles: RateResult[];
   targets: TargetRow[];
   machine: {
@@ -500,7 +523,7 @@ export function renderMarkdown(x: ReportInput): string {
   const src = `commit ${m.source.commit}${m.source.modified ? " with uncommitted changes under coordinator/, agent/ or shared/" : ""}`;
   const out: string[] = [
     "## Coordinator: fire lateness, lost and duplicated fires, RSS and CPU",
-    `Reproduce with \`npm run bench:coordinator\` (\`tsx bench/coordinator.ts\`; Linux, it reads \`/proc\`). **This run: ${x.o.durationS} s per rate** at ${rates} fires/s${x.o.durationS < 60 ? " (the default, to finish in a few minutes; `npm run bench:coordinator -- --duration 60` runs the issue's full 60 s per rate)" : ""}, plus ${x.profiles.length ? `${x.profiles.length} profiled run(s) of ${x.o.profileDurationS} s` : "no profiled run"}; ${m.runSeconds} s in all; ${src}. ${n(JOBS)} jobs in the store, ${x.o.agents} agents. Measured on ${m.cpus} cores (${m.cpuModel}), load average ${m.loadavgAtStart.join(" / ")} at start and ${m.loadavgAtEnd.join(" / ")} at the end; coordinator, broker and agents share the ${m.cpus} cores ("others" is every other process). One run per rate, so maxima are noisy.`,
+    `Reproduce with \`npm run bench:coordinator\` (\`tsx bench/coordinator.ts\`; Linux, it reads \`/proc\`). **This run: ${x.o.durationS} s per rate** at ${rates} fires/s${x.o.durationS < 60 ? " (the default, to finish in a few minutes; `npm run bench:coordinator -- --duration 60` runs the issue's full 60 s per rate)" : ""}, plus ${x.profiles.length ? `${x.profiles.length} profiled run(s) of ${x.o.profileDurationS} s` : "no profiled run"}; ${m.runSeconds} s in all; ${src}. ${n(JOBS)} jobs in the store, ${x.o.agents} agents. Measured on ${m.cpus} cores (${m.cpuModel}), load average ${m.loadavgAtStart.join(" / ")} at start and ${m.loadavgAtEnd.join(" / ")} at the end; coordinator, broker and agents share the ${m.cpus} cores ("others" is every other process). One run per rate${x.repeats.length ? `, and ${n(x.repeats.length + 1)} at ${n(TARGET_RATE)}/s` : ""}, so maxima are noisy.`,
     `### Targets at ${n(TARGET_RATE)} fires/s`,
     mdTable(
       ["target", "measured", "verdict"],
@@ -510,6 +533,19 @@ export function renderMarkdown(x: ReportInput): string {
         t.met === null ? "n/a" : t.met ? "met" : "**not met**",
       ]),
     ),
+    ...(x.repeats.length
+      ? [
+          `Every run at ${n(TARGET_RATE)} fires/s (the rates' run first, then ${n(x.repeats.length)} repeat(s), each a fresh store, broker, coordinator and agents): one run's tail is at the mercy of what else the 2 cores do in that minute, so the targets above are judged over all of them.`,
+          mdTable(
+            TIMING,
+            [...x.results.filter((r) => r.rate === TARGET_RATE), ...x.repeats].map(timingRow),
+          ),
+          mdTable(
+            DIAGNOSIS,
+            [...x.results.filter((r) => r.rate === TARGET_RATE), ...x.repeats].map(diagnosisRow),
+          ),
+        ]
+      : []),
     "### Findings",
     bestRate(x.results),
     findings(x)

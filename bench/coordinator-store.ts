@@ -201,6 +201,12 @@ export interface FireFigures {
     arrival: Dist;
     late: { count: number; arrivedLate: number; arrivedAhead: number };
     loopGaps: { count: number; totalMs: number; maxMs: number; over50: number };
+    /**
+     * The agents' journal checkpoints over their whole run: passes on the checkpoint thread, the
+     * times an agent's own thread finished one (so the WAL starts over), and the longest of
+     * those, ms.
+     */
+    agentCheckpoints: { checkpoints: number; finishedInline: number; inlineMaxMs: number };
   };
 }
 
@@ -259,12 +265,19 @@ export function analyze(
     const runs = new Map<string, { count: number; first: number; agents: Set<string> }>();
     const received = new Map<string, number>();
     const gaps: number[] = [];
+    const agentCheckpoints = { checkpoints: 0, finishedInline: 0, inlineMaxMs: 0 };
     let alignment = 0;
     for (const log of observed.logs) {
       for (const [id, at] of log.received ?? []) {
         received.set(id, Math.min(at, received.get(id) ?? Number.POSITIVE_INFINITY));
       }
       for (const [at, ms] of log.loopGaps ?? []) if (at - ms >= ws && at <= we) gaps.push(ms);
+      const c = log.checkpoints;
+      if (c) {
+        agentCheckpoints.checkpoints += c.checkpoints ?? 0;
+        agentCheckpoints.finishedInline += c.finishedInline ?? 0;
+        agentCheckpoints.inlineMaxMs = Math.max(agentCheckpoints.inlineMaxMs, c.inlineMaxMs ?? 0);
+      }
       for (const a of log.clockAlignment) if (Math.abs(a) > Math.abs(alignment)) alignment = a;
       for (const [id, , at] of log.runs) {
         const r = runs.get(id);
@@ -420,6 +433,7 @@ export function analyze(
           maxMs: gaps.length ? Math.max(...gaps) : 0,
           over50: gaps.filter((g) => g > 50).length,
         },
+        agentCheckpoints,
       },
     };
   } finally {

@@ -7,6 +7,7 @@
  *   npm run bench:coordinator -- --duration 60     # the full 60 s per rate, about 7½ minutes
  *   options: --rates 50,2000  --no-profile  --profile-rates 500,2000  --profile-duration 10
  *            --agents 4 (agent processes; default 2)
+ *            --repeat 3 (runs at the target rate, 2,000/s, counting the rates' own; default 3)
  *            --agent-sync-start (agents fsync each start, their default; off here, see the doc)
  *
  * Each rate is a fresh run (bench/coordinator-run.ts): a new store, broker, coordinator process
@@ -98,6 +99,7 @@ function options() {
       "profile-duration": { type: "string", default: "10" },
       "agent-sync-start": { type: "boolean", default: false },
       agents: { type: "string", default: String(AGENTS) },
+      repeat: { type: "string", default: "3" },
     },
     strict: true,
   });
@@ -114,6 +116,7 @@ function options() {
       : values["profile-rates"].split(",").map((r) => positive("profile-rates", r)),
     profileDurationS: positive("profile-duration", values["profile-duration"]),
     agentSyncStart: values["agent-sync-start"],
+    repeat: Math.floor(positive("repeat", values.repeat)),
     agents: ((a: number) => {
       if (!Number.isInteger(a)) throw new Error("--agents must be a whole number");
       return a;
@@ -155,6 +158,26 @@ async function main(): Promise<void> {
     results.push(r);
     printRates([r]);
   }
+  // The target rate again, each a fresh run: a single minute's tail says little on shared cores.
+  const repeats: RateResult[] = [];
+  if (o.rates.includes(TARGET_RATE)) {
+    for (let i = 2; i <= o.repeat; i++) {
+      console.log(
+        `\n${TARGET_RATE.toLocaleString("en-US")} fires/s again (run ${i} of ${o.repeat}) for ${o.durationS} s …`,
+      );
+      const r = await runRate({
+        rate: TARGET_RATE,
+        durationMs: o.durationS * 1000,
+        workerFile: WORKER,
+        agentFile: AGENT,
+        profile: false,
+        agentSyncStart: o.agentSyncStart,
+        agents: o.agents,
+      });
+      repeats.push(r);
+      printRates([r]);
+    }
+  }
   const profiles: RateResult[] = [];
   for (const rate of o.profileRates) {
     console.log(
@@ -178,7 +201,7 @@ async function main(): Promise<void> {
   printRates(results);
   machine.loadavgAtEnd = loadavg().map(round);
   machine.runSeconds = Math.round((performance.now() - started) / 1000);
-  const targets = targetRows(results);
+  const targets = targetRows(results, repeats);
   console.log(`\ntargets (at ${TARGET_RATE.toLocaleString("en-US")} fires/s)`);
   printTable(
     ["target", "figure", "verdict"],
@@ -190,9 +213,14 @@ async function main(): Promise<void> {
     targets: TARGETS,
     verdicts: Object.fromEntries(targets.map((t) => [t.key, { figure: t.value, met: t.met }])),
     rates: results,
+    repeats,
     profiles,
   };
-  writeResults("coordinator", figures, renderMarkdown({ results, profiles, targets, machine, o }));
+  writeResults(
+    "coordinator",
+    figures,
+    renderMarkdown({ results, repeats, profiles, targets, machine, o }),
+  );
   console.log(`done in ${machine.runSeconds} s`);
 }
 
