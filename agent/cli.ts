@@ -3,8 +3,8 @@
  * (`ax agent start --config FILE` does the same from the full package.)
  */
 import { parseArgs } from "node:util";
-import { isMainThread } from "node:worker_threads";
 import { isAxError } from "../shared/errors.js";
+import { onCheckpointThread } from "../shared/wal-checkpoint.js";
 import { bundleRuntime } from "./bundle-runtime.js";
 import { loadAgentConfig } from "./config.js";
 import { jsonLogger, runAgent } from "./main.js";
@@ -34,6 +34,6 @@ async function cli(argv: string[]): Promise<number> {
 
 // The journal's checkpoint thread imports this file for better-sqlite3 (agent/bundle-runtime.ts);
 // there it must not start a second agent.
-if (isMainThread) process.exitCode = await cli(process.argv.slice(2));
+if (!onCheckpointThread()) process.exitCode = await cli(process.argv.slice(2));
 
 export { default as Database } from "better-sqlite3";

@@ -1,6 +1,6 @@
 import { createRequire } from "node:module";
 import { pathToFileURL } from "node:url";
-import { Worker } from "node:worker_threads";
+import type { Worker } from "node:worker_threads";
 import type BetterSqlite3 from "better-sqlite3";
 
 /**
@@ -60,9 +60,22 @@ export interface CheckpointResult {
   finishedInline: boolean;
 }
 
+/**
+ * Set on the checkpoint thread before it imports `sqliteModule`: an agent bundle's entry, which
+ * is that module there, must not start an agent in it. A global, not `isMainThread`: loading
+ * node:worker_threads costs every process about 1.6 MB of RSS, and most never start a thread.
+ */
+const WORKER_FLAG = "ax.walCheckpointThread";
+
+/** True on the checkpoint thread (see WORKER_FLAG). */
+export function onCheckpointThread(): boolean {
+  return (globalThis as Record<symbol, unknown>)[Symbol.for(WORKER_FLAG)] === true;
+}
+
 /** The worker: one connection, a PASSIVE checkpoint per request. An ES module in a data: URL. */
 const WORKER_SOURCE = `
 import { parentPort, workerData } from "node:worker_threads";
+globalThis[Symbol.for(${JSON.stringify(WORKER_FLAG)})] = true;
 const m = await import(workerData.sqliteModule);
 const Database = m.Database ?? m.default;
 const db = new Database(workerData.path, {
@@ -186,6 +199,10 @@ export class WalCheckpointer {
   private startWorker(): Worker | undefined {
     let worker: Worker;
     try {
+      // Loaded on first use, not at import: see WORKER_FLAG.
+      const { Worker } = createRequire(import.meta.url)(
+        "node:worker_threads",
+      ) as typeof import("node:worker_threads");
       worker = new Worker(WORKER_URL, {
         workerData: {
           path: this.o.path,
