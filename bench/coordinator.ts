@@ -143,9 +143,8 @@ async function main(): Promise<void> {
   );
   await buildAll();
 
-  const results: RateResult[] = [];
-  for (const rate of o.rates) {
-    console.log(`\n${rate.toLocaleString("en-US")} fires/s for ${o.durationS} s …`);
+  /** One plain (unprofiled) run of `rate` for the window's length, its tables printed. */
+  const plainRun = async (rate: number): Promise<RateResult> => {
     const r = await runRate({
       rate,
       durationMs: o.durationS * 1000,
@@ -155,8 +154,13 @@ async function main(): Promise<void> {
       agentSyncStart: o.agentSyncStart,
       agents: o.agents,
     });
-    results.push(r);
     printRates([r]);
+    return r;
+  };
+  const results: RateResult[] = [];
+  for (const rate of o.rates) {
+    console.log(`\n${rate.toLocaleString("en-US")} fires/s for ${o.durationS} s …`);
+    results.push(await plainRun(rate));
   }
   // The target rate again, each a fresh run: a single minute's tail says little on shared cores.
   const repeats: RateResult[] = [];
@@ -165,17 +169,7 @@ async function main(): Promise<void> {
       console.log(
         `\n${TARGET_RATE.toLocaleString("en-US")} fires/s again (run ${i} of ${o.repeat}) for ${o.durationS} s …`,
       );
-      const r = await runRate({
-        rate: TARGET_RATE,
-        durationMs: o.durationS * 1000,
-        workerFile: WORKER,
-        agentFile: AGENT,
-        profile: false,
-        agentSyncStart: o.agentSyncStart,
-        agents: o.agents,
-      });
-      repeats.push(r);
-      printRates([r]);
+      repeats.push(await plainRun(TARGET_RATE));
     }
   }
   const profiles: RateResult[] = [];

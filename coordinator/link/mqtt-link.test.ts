@@ -2,7 +2,7 @@ import mqtt from "mqtt";
 import { afterEach, describe, expect, it } from "vitest";
 import { envelope } from "../../shared/message.js";
 import { encode, topics } from "../../shared/protocol/index.js";
-import { type TestBroker, testBroker, waitFor } from "../../test/helpers/env.js";
+import { idleHeartbeat, type TestBroker, testBroker, waitFor } from "../../test/helpers/env.js";
 import { CoordinatorLink, MAX_INBOUND_BACKLOG } from "./mqtt-link.js";
 
 const cleanups: (() => Promise<unknown>)[] = [];
@@ -32,19 +32,7 @@ async function setup(maxInFlight?: number) {
   const up = topics(broker.prefix).up("a1");
   const send = async (n: number) => {
     for (let i = 0; i < n; i++) {
-      const hb = envelope(
-        {
-          type: "heartbeat" as const,
-          instanceId: "i1",
-          running: [],
-          queued: 0,
-          scheduled: 0,
-          load: 0,
-          clockOffset: { offsetMs: 0, uncertaintyMs: 0 },
-          journal: { depth: 0, outboxDepth: 0 },
-        },
-        Date.now(),
-      );
+      const hb = envelope(idleHeartbeat("i1"), Date.now());
       await agent.publishAsync(up, encode(hb), { qos: 1 });
     }
   };

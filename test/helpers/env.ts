@@ -94,3 +94,17 @@ export async function waitForEnd(
     timeoutMs,
   );
 }
+
+/** The body of an idle agent's heartbeat (nothing running, nothing held), for tests that fake one. */
+export function idleHeartbeat(instanceId: string, load = 0) {
+  return {
+    type: "heartbeat" as const,
+    instanceId,
+    running: [],
+    queued: 0,
+    scheduled: 0,
+    load,
+    clockOffset: { offsetMs: 0, uncertaintyMs: 0 },
+    journal: { depth: 0, outboxDepth: 0 },
+  };
+}

@@ -6,6 +6,7 @@ import type { EngineEvents } from "../../coordinator/engine/events.js";
 import { envelope } from "../../shared/message.js";
 import { topics } from "../../shared/protocol/topics.js";
 import {
+  idleHeartbeat,
   startTestCoordinator,
   type TestBroker,
   tempDir,
@@ -131,21 +132,7 @@ describe("fleet: registry and liveness", () => {
     const seenBefore = coordinator.registry.get(agentId)?.lastSeenAt;
     await zombie.publishAsync(
       topics(broker.prefix).up(agentId),
-      JSON.stringify(
-        envelope(
-          {
-            type: "heartbeat",
-            instanceId: before.instanceId,
-            running: [],
-            queued: 0,
-            scheduled: 0,
-            load: 0.99,
-            clockOffset: { offsetMs: 0, uncertaintyMs: 1 },
-            journal: { depth: 0, outboxDepth: 0 },
-          },
-          Date.now(),
-        ),
-      ),
+      JSON.stringify(envelope(idleHeartbeat(before.instanceId ?? "", 0.99), Date.now())),
       { qos: 1 },
     );
     await zombie.endAsync();

@@ -4,6 +4,7 @@ import type { Coordinator } from "../../coordinator/coordinator.js";
 import { envelope } from "../../shared/message.js";
 import { type Dispatch, decode, encode, topics } from "../../shared/protocol/index.js";
 import {
+  idleHeartbeat,
   startTestCoordinator,
   type TestBroker,
   tempDir,
@@ -49,16 +50,7 @@ describe("redispatch after a missing answer", () => {
     };
     await client.publishAsync(t.up(id), encode(envelope(hello, Date.now())), { qos: 1 });
     const beat = setInterval(() => {
-      const hb = {
-        type: "heartbeat" as const,
-        instanceId: `i-${id}`,
-        running: [],
-        queued: 0,
-        scheduled: 0,
-        load: 0,
-        clockOffset: { offsetMs: 0, uncertaintyMs: 0 },
-        journal: { depth: 0, outboxDepth: 0 },
-      };
+      const hb = idleHeartbeat(`i-${id}`);
       client
         .publishAsync(t.up(id), encode(envelope(hb, Date.now() - lag.ms)), { qos: 1 })
         .catch(() => {});
