@@ -134,24 +134,27 @@ describe("a sensor-hub bundle runs alone", () => {
     // SQLite alone would checkpoint only once the WAL reaches 1,000 pages, which these commands
     // do not write; the journal's thread is asked after 64 commits. So the database file itself
     // grows only if the thread ran: and it can only run if the bundle (no node_modules) could
-    // give it better-sqlite3.
+    // give it better-sqlite3. The commands fall due 5 ms apart, each start its own commit, so
+    // they make well over 64 commits however the agent groups the rest.
     const file = join(device.state, "journal.sqlite");
     const before = statSync(file).size;
     const at = Date.now() + 300;
     const ids = await Promise.all(
-      Array.from({ length: 40 }, (_, i) =>
+      Array.from({ length: 120 }, (_, i) =>
         coordinator.sendCommand({
           agentId,
           handler: "file.write",
           params: { path: join(device.state, "out", "counter"), value: String(i) },
-          at,
+          at: at + 5 * i,
         }),
       ),
     );
     for (const id of ids) expect((await finished(coordinator, id)).state).toBe("SUCCEEDED");
     await waitFor("a checkpoint into the journal file", () =>
       statSync(file).size > before ? true : undefined,
-    );
+    ).catch((err: Error) => {
+      throw new Error(`${err.message}; the agent's stderr: ${stderr.slice(-2_000)}`);
+    });
     expect(stderr).not.toMatch(/checkpointing inline/);
   });
 
