@@ -3,8 +3,8 @@
  * per second (and 50 and 100 for reference), executed by bundled agents over the embedded broker; start, trigger and end-to-end
  * lateness, lost and duplicated fires, the coordinator's RSS and CPU, and a CPU profile of it.
  *
- *   npm run bench:coordinator                      # 20 s per rate, about 4 minutes
- *   npm run bench:coordinator -- --duration 60     # the full 60 s per rate, about 7½ minutes
+ *   npm run bench:coordinator                      # 20 s per rate, about 6 minutes
+ *   npm run bench:coordinator -- --duration 60     # the full 60 s per rate, about 11 minutes
  *   options: --rates 50,2000  --no-profile  --profile-rates 500,2000  --profile-duration 10
  *            --agents 4 (agent processes; default 2)
  *            --repeat 3 (runs at the target rate, 2,000/s, counting the rates' own; default 3)
