@@ -1,5 +1,6 @@
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import type { ExecState } from "../shared/fsm.js";
+import { newExecution } from "../test/contract/store.contract.js";
 import { series } from "../test/helpers/http.js";
 import type { EngineContext } from "./engine/context.js";
 import { EngineEventBus, type EngineEvents } from "./engine/events.js";
@@ -125,25 +126,7 @@ describe("CoordinatorMetrics", () => {
     await store.bumpCounter("invalid_messages", 4);
     for (const id of ["a", "b"]) {
       await store.createExecution(
-        {
-          id,
-          kind: "command",
-          jobId: null,
-          jobVersion: null,
-          handler: "echo",
-          params: {},
-          targetAgentId: "ag-1",
-          fireAt: 1,
-          deadline: 2,
-          timeoutMs: 1,
-          dispatchTimeoutMs: 1,
-          maxAttempts: 1,
-          maxDispatches: 1,
-          priority: 0,
-          retryBaseMs: 1,
-          retryCapMs: 1,
-          createdAt: 1,
-        },
+        newExecution(id, { kind: "command", jobId: null, jobVersion: null, targetAgentId: "ag-1" }),
         1,
       );
     }

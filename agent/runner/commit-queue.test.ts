@@ -6,7 +6,8 @@ import { afterEach, describe, expect, it } from "vitest";
 import * as z from "zod/mini";
 import { FakeClock } from "../../shared/clock.js";
 import { envelope } from "../../shared/message.js";
-import { type Dispatch, dispatchSchema, type Report } from "../../shared/protocol/index.js";
+import type { Dispatch, Report } from "../../shared/protocol/index.js";
+import { testDispatch } from "../../test/helpers/dispatch.js";
 import { holdWal, walStats } from "../../test/helpers/wal.js";
 import { defineHandler, HandlerRegistry } from "../handlers/registry.js";
 import { Journal } from "../journal/journal.js";
@@ -92,23 +93,7 @@ function boot(path: string, clock: FakeClock, runs = new Map<string, number>()) 
   };
   closers.push(close);
   const dispatch = (executionId: string, p: Partial<Dispatch> = {}): Dispatch => {
-    const now = clock.wallNow();
-    const d = dispatchSchema.parse({
-      v: 1,
-      type: "dispatch",
-      msgId: `m-${executionId}`,
-      sentAt: now,
-      executionId,
-      round: 1,
-      attempt: 1,
-      handler: "block",
-      params: {},
-      fireAt: now,
-      deadline: now + 60_000,
-      timeoutMs: 600_000,
-      priority: 0,
-      ...p,
-    });
+    const d = testDispatch(executionId, clock.wallNow(), "block", p);
     ex.dispatch(d);
     return d;
   };
@@ -145,6 +130,16 @@ function boot(path: string, clock: FakeClock, runs = new Map<string, number>()) 
     seqs,
     kinds,
   };
+}
+
+/** Boots an executor on `path` with execution e1 dispatched, due at once, and started. */
+async function started(path = tempPath(), runs = new Map<string, number>()) {
+  const clock = new FakeClock();
+  const a = boot(path, clock, runs);
+  a.dispatch("e1");
+  clock.advance(0);
+  await microtasks();
+  return { a, clock };
 }
 
 describe("CommitQueue: what a stream of commands costs", () => {
@@ -189,11 +184,7 @@ describe("CommitQueue: what a stream of commands costs", () => {
 
   it("journals a finish on setImmediate when nothing else commits: never held longer", async () => {
     const path = tempPath();
-    const clock = new FakeClock();
-    const a = boot(path, clock);
-    a.dispatch("e1");
-    clock.advance(0);
-    await microtasks();
+    const { a } = await started(path);
     await a.resolve("e1");
     expect(a.journaled("e1")).toBe("running");
     expect(a.kinds("e1")).toEqual(["accepted", "started"]);
@@ -235,11 +226,7 @@ describe("CommitQueue: what a stream of commands costs", () => {
 
 describe("CommitQueue: reads never pass a pending change", () => {
   it("answers a cancel, a query and a duplicate right after a finish with its terminal state", async () => {
-    const clock = new FakeClock();
-    const a = boot(tempPath(), clock);
-    a.dispatch("e1");
-    clock.advance(0);
-    await microtasks();
+    const { a } = await started();
     await a.resolve("e1");
     expect(a.journaled("e1")).toBe("running"); // pending
 
@@ -262,11 +249,7 @@ describe("CommitQueue: reads never pass a pending change", () => {
   });
 
   it("writes a pending failure before a new attempt is journaled, so the retry is accepted", async () => {
-    const clock = new FakeClock();
-    const a = boot(tempPath(), clock);
-    a.dispatch("e1");
-    clock.advance(0);
-    await microtasks();
+    const { a } = await started();
     await a.fail("e1");
     expect(a.journaled("e1")).toBe("running");
     a.dispatch("e1", { round: 2, attempt: 2 });
@@ -276,11 +259,7 @@ describe("CommitQueue: reads never pass a pending change", () => {
   });
 
   it("counts a pending finish in counts", async () => {
-    const clock = new FakeClock();
-    const a = boot(tempPath(), clock);
-    a.dispatch("e1");
-    clock.advance(0);
-    await microtasks();
+    const { a } = await started();
     await a.resolve("e1");
     expect(a.ex.counts).toEqual({ running: 0, queued: 0, scheduled: 0, open: 0 });
     expect(a.journaled("e1")).toBe("succeeded");
@@ -290,12 +269,8 @@ describe("CommitQueue: reads never pass a pending change", () => {
 describe("CommitQueue: a crash or a failed commit", () => {
   it("leaves a finish that was never journaled running: the restart reports it interrupted, never runs it again", async () => {
     const path = tempPath();
-    const clock = new FakeClock();
     const runs = new Map<string, number>();
-    const a = boot(path, clock, runs);
-    a.dispatch("e1");
-    clock.advance(0);
-    await microtasks();
+    const { a, clock } = await started(path, runs);
     await a.resolve("e1");
     expect(a.kinds("e1")).toEqual(["accepted", "started"]);
 

@@ -7,11 +7,11 @@ import { FakeClock } from "../../shared/clock.js";
 import { envelope } from "../../shared/message.js";
 import {
   type Dispatch,
-  dispatchSchema,
   type Finished,
   type Report,
   upMessageSchema,
 } from "../../shared/protocol/index.js";
+import { testDispatch } from "../../test/helpers/dispatch.js";
 import { defineHandler, HandlerRegistry } from "../handlers/registry.js";
 import { Journal } from "../journal/journal.js";
 import { Executor } from "./executor.js";
@@ -74,25 +74,7 @@ function boot(path: string, clock: FakeClock, runs: Map<string, number>) {
   };
   closers.push(crash);
   const dispatch = (executionId: string, p: Partial<Dispatch>) => {
-    const now = clock.wallNow();
-    ex.dispatch(
-      dispatchSchema.parse({
-        v: 1,
-        type: "dispatch",
-        msgId: `m-${executionId}`,
-        sentAt: now,
-        executionId,
-        round: 1,
-        attempt: 1,
-        handler: "count",
-        params: {},
-        fireAt: now,
-        deadline: now + 60_000,
-        timeoutMs: 600_000,
-        priority: 0,
-        ...p,
-      }),
-    );
+    ex.dispatch(testDispatch(executionId, clock.wallNow(), "count", p));
     clock.advance(0); // a command due on arrival starts on the wheel's next turn
   };
   const finished = (id: string) =>

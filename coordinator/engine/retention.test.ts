@@ -5,6 +5,7 @@ import Database from "better-sqlite3";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import { FakeClock } from "../../shared/clock.js";
 import type { ExecState } from "../../shared/fsm.js";
+import { newExecution } from "../../test/contract/store.contract.js";
 import { type CoordinatorConfigInput, parseCoordinatorConfig } from "../config.js";
 import { CoordinatorLink } from "../link/mqtt-link.js";
 import type { Store } from "../store/port.js";
@@ -37,25 +38,18 @@ async function finished(
   state: ExecState = "SUCCEEDED",
 ): Promise<void> {
   await store.createExecution(
-    {
-      id,
+    newExecution(id, {
       kind: "command",
       jobId: null,
       jobVersion: null,
-      handler: "echo",
       params: {},
       targetAgentId: "ag-1",
       fireAt: at - 10,
       deadline: at + 60_000,
-      timeoutMs: 30_000,
-      dispatchTimeoutMs: 5_000,
       maxAttempts: 1,
       maxDispatches: 3,
-      priority: 0,
-      retryBaseMs: 1_000,
-      retryCapMs: 60_000,
       createdAt: at - 10,
-    },
+    }),
     at - 10,
   );
   const written = await store.applyTransition({

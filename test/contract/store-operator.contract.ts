@@ -57,28 +57,21 @@ export function operatorContract(
       const store = current();
       await store.putJob(jobDef("job-a"), 1_000, 10);
       await store.putJob(jobDef("job-a", { priority: 3 }), 1_000, 11);
-      expect(
-        await store.recordFire({
+      // Job a's nominal time 1000, fired as execution `id`.
+      const fire1000 = (id: string, at: number) =>
+        store.recordFire({
           jobId: "job-a",
           scheduledFor: 1_000,
           nextFireAt: 2_000,
-          execution: newExecution("ex-1", { jobId: "job-a" }),
-          at: 990,
-        }),
-      ).toBe(true);
+          execution: newExecution(id, { jobId: "job-a" }),
+          at,
+        });
+      expect(await fire1000("ex-1", 990)).toBe(true);
       await store.deleteJob("job-a");
       const again = await store.putJob(jobDef("job-a"), 1_000, 20);
       expect(again.version).toBe(3);
       // The fire ledger outlives the job: 1000 was fired by the deleted one.
-      expect(
-        await store.recordFire({
-          jobId: "job-a",
-          scheduledFor: 1_000,
-          nextFireAt: 2_000,
-          execution: newExecution("ex-2", { jobId: "job-a" }),
-          at: 995,
-        }),
-      ).toBe(false);
+      expect(await fire1000("ex-2", 995)).toBe(false);
       expect(await store.getExecution("ex-2")).toBeUndefined();
     });
   });
