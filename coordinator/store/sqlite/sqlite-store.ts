@@ -289,6 +289,11 @@ export class SqliteStore implements Store {
         // jobs' next-fire index and the newest rows stay in memory instead of being read back
         // from the file for every transition.
         this.db.pragma("cache_size = -65536");
+        // Each write of a group commit runs in a savepoint, whose first change to a page copies
+        // the page to a sub-journal. With temp files that journal spills to disk past 64 KiB and
+        // then costs two pwrite calls per page copied: measured at 13 % of the coordinator's CPU
+        // at 2,000 fires/s. In memory it is a copy, bounded by one group's pages.
+        this.db.pragma("temp_store = MEMORY");
         this.db.pragma("busy_timeout = 5000");
         this.db.pragma("foreign_keys = ON");
       });
