@@ -1,5 +1,6 @@
 import { createServer, type Server } from "node:net";
 import { Aedes } from "aedes";
+import { coalesceWrites } from "../link/coalesce.js";
 
 /** An MQTT 3.1.1 broker in this process (aedes), for the demo and tests. */
 export interface EmbeddedBroker {
@@ -19,7 +20,11 @@ export async function startEmbeddedBroker(port = 0): Promise<EmbeddedBroker> {
       true,
     );
   });
-  const server: Server = createServer(broker.handle);
+  // One writev per turn of the loop per connection, not one per packet (coalesce.ts).
+  const server: Server = createServer((socket) => {
+    coalesceWrites(socket);
+    broker.handle(socket);
+  });
   await new Promise<void>((resolve, reject) => {
     server.once("error", reject);
     server.listen(port, "127.0.0.1", () => resolve());

@@ -10,6 +10,7 @@ import {
   type Topics,
   topics,
 } from "../../shared/protocol/index.js";
+import { type CorkableStream, coalesceWrites } from "./coalesce.js";
 
 export interface CoordinatorLinkOptions {
   url: string;
@@ -56,6 +57,8 @@ export class CoordinatorLink {
   private held: (() => void) | undefined;
   /** Publishes not yet acknowledged by the broker. */
   private inFlight = 0;
+  /** Sends the writes held until the end of this turn of the loop now. */
+  private flushWrites: () => void = () => {};
 
   constructor(
     private readonly options: CoordinatorLinkOptions,
@@ -77,8 +80,15 @@ export class CoordinatorLink {
     });
     this.client = client;
     // Rule 10: without TCP_NODELAY two small publishes in a row wait on the peer's delayed ACK.
+    // Then one writev per turn of the loop instead of one per packet (coalesce.ts). Each
+    // connection has a stream of its own.
     client.on("connect", () => {
-      (client.stream as { setNoDelay?: (on: boolean) => void }).setNoDelay?.(true);
+      const stream = client.stream as Partial<CorkableStream> & {
+        setNoDelay?: (on: boolean) => void;
+      };
+      stream.setNoDelay?.(true);
+      this.flushWrites =
+        typeof stream.cork === "function" ? coalesceWrites(stream as CorkableStream) : () => {};
     });
     client.on("message", (topic, payload) => {
       const receivedAt = this.now();
@@ -146,7 +156,13 @@ export class CoordinatorLink {
     if (!client) throw new AxError("AX_LINK_FAILED", "link not started");
     this.inFlight++;
     try {
-      await client.publishAsync(this.topics.down(agentId), encode(message), { qos: 1 });
+      const published = client.publishAsync(this.topics.down(agentId), encode(message), {
+        qos: 1,
+      });
+      // A clock sample (welcome, time) is stamped as it is sent: whatever holds it back is
+      // counted as round trip, which the agent waits out before every start.
+      if ("clock" in message) this.flushWrites();
+      await published;
     } finally {
       this.inFlight--;
     }
