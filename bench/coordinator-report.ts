@@ -274,7 +274,7 @@ function diagnosisLine(r: RateResult): string | undefined {
     `${n(d.late.count)} started over ${LATE_MS} ms late (${n(d.late.arrivedLate)} arrived after their time, ${n(d.late.arrivedAhead)} before); ` +
     `agents' loops held > ${LOOP_GAP_MS} ms ${n(g.count)} times (${n(g.over50)} over 50 ms, longest ${fmt(g.maxMs)} ms, ${fmt(g.totalMs)} ms in all); ` +
     `an agent's main thread on a CPU ${pct(100 * r.process.agentMainThreads.onCpu)}, waiting for one ${pct(100 * r.process.agentMainThreads.waitingForCpu)} of the time; ` +
-    `journal checkpoints ${n(d.agentCheckpoints?.checkpoints ?? 0)} on their thread, ${n(d.agentCheckpoints?.finishedInline ?? 0)} finished by the agent itself (longest ${fmt(d.agentCheckpoints?.inlineMaxMs ?? 0)} ms).`
+    `journal checkpoints ${n(d.agentCheckpoints?.checkpoints ?? 0)} on their thread, ${n(d.agentCheckpoints?.finishedInline ?? 0)} finished by the agent itself (${fmt(d.agentCheckpoints?.inlineMs ?? 0)} ms in all, longest ${fmt(d.agentCheckpoints?.inlineMaxMs ?? 0)} ms).`
   );
 }
 

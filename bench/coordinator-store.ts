@@ -206,7 +206,12 @@ export interface FireFigures {
      * times an agent's own thread finished one (so the WAL starts over), and the longest of
      * those, ms.
      */
-    agentCheckpoints: { checkpoints: number; finishedInline: number; inlineMaxMs: number };
+    agentCheckpoints: {
+      checkpoints: number;
+      finishedInline: number;
+      inlineMs: number;
+      inlineMaxMs: number;
+    };
   };
 }
 
@@ -265,7 +270,7 @@ export function analyze(
     const runs = new Map<string, { count: number; first: number; agents: Set<string> }>();
     const received = new Map<string, number>();
     const gaps: number[] = [];
-    const agentCheckpoints = { checkpoints: 0, finishedInline: 0, inlineMaxMs: 0 };
+    const agentCheckpoints = { checkpoints: 0, finishedInline: 0, inlineMs: 0, inlineMaxMs: 0 };
     let alignment = 0;
     for (const log of observed.logs) {
       for (const [id, at] of log.received ?? []) {
@@ -276,6 +281,7 @@ export function analyze(
       if (c) {
         agentCheckpoints.checkpoints += c.checkpoints ?? 0;
         agentCheckpoints.finishedInline += c.finishedInline ?? 0;
+        agentCheckpoints.inlineMs += c.inlineMs ?? 0;
         agentCheckpoints.inlineMaxMs = Math.max(agentCheckpoints.inlineMaxMs, c.inlineMaxMs ?? 0);
       }
       for (const a of log.clockAlignment) if (Math.abs(a) > Math.abs(alignment)) alignment = a;
