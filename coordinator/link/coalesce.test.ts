@@ -1,5 +1,5 @@
 import { once } from "node:events";
-import { createServer, type Server, type Socket, connect } from "node:net";
+import { connect, createServer, type Server, type Socket } from "node:net";
 import { afterEach, describe, expect, it } from "vitest";
 import { coalesceWrites } from "./coalesce.js";
 
