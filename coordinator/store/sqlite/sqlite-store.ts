@@ -788,24 +788,54 @@ export class SqliteStore implements Store {
   }> {
     const order = "ORDER BY priority DESC, fire_at, created_at LIMIT ?";
     return wrap("listDue", () => ({
-      pending: (
-        this.prepare(
-          `SELECT * FROM executions WHERE ${OPEN_SQL} AND state = 'PENDING' AND fire_at <= ? ${order}`,
-        ).all(pendingBy, limit) as ExecutionRow[]
-      ).map(toExecution),
-      retry: (
-        this.prepare(
-          `SELECT * FROM executions WHERE ${OPEN_SQL} AND state = 'RETRY_WAITING'
-             AND (COALESCE(next_attempt_at, 0) <= @now OR deadline < @now) ${order.replace("?", "@limit")}`,
-        ).all({ now, limit }) as ExecutionRow[]
-      ).map(toExecution),
-      dispatchTimedOut: (
-        this.prepare(
-          `SELECT * FROM executions WHERE ${OPEN_SQL} AND state = 'DISPATCHED'
-             AND COALESCE(dispatched_at, 0) + dispatch_timeout_ms <= ? ${order}`,
-        ).all(now, limit) as ExecutionRow[]
-      ).map(toExecution),
+      pending: this.selectExecutions(
+        `FROM executions WHERE ${OPEN_SQL} AND state = 'PENDING' AND fire_at <= ? ${order}`,
+        pendingBy,
+        limit,
+      ),
+      retry: this.selectExecutions(
+        `FROM executions WHERE ${OPEN_SQL} AND state = 'RETRY_WAITING'
+           AND (COALESCE(next_attempt_at, 0) <= ? OR deadline < ?) ${order}`,
+        now,
+        now,
+        limit,
+      ),
+      dispatchTimedOut: this.selectExecutions(
+        `FROM executions WHERE ${OPEN_SQL} AND state = 'DISPATCHED'
+           AND COALESCE(dispatched_at, 0) + dispatch_timeout_ms <= ? ${order}`,
+        now,
+        limit,
+      ),
     }));
+  }
+
+  /**
+   * The executions a query selects (`rest`: its FROM clause onwards), in its order. Under group
+   * commit only their ids are read and the records come from the cache where it holds them: the
+   * dispatcher's executions were mostly written moments before, and reading and decoding every
+   * column of each again was a tenth of the coordinator's time at 2,000 fires/s.
+   */
+  private selectExecutions(rest: string, ...args: unknown[]): ExecutionRecord[] {
+    if (!this.groupCommit) {
+      return (this.prepare(`SELECT * ${rest}`).all(...args) as ExecutionRow[]).map(toExecution);
+    }
+    const ids = this.prepare(`SELECT id ${rest}`)
+      .pluck()
+      .all(...args) as string[];
+    const out: ExecutionRecord[] = [];
+    for (const id of ids) {
+      let e = this.executions.get(id);
+      if (!e) {
+        const row = this.prepare("SELECT * FROM executions WHERE id = ?").get(id) as
+          | ExecutionRow
+          | undefined;
+        if (!row) continue;
+        e = toExecution(row);
+        this.cacheExecution(e);
+      }
+      out.push(e);
+    }
+    return out;
   }
 
   async listOpenPeers(by: { jobId: string } | { groupKey: string }): Promise<PeerRecord[]> {
