@@ -422,6 +422,22 @@ function findings(x: ReportInput): string[] {
         `The agents (${n(r.agents)} processes, ${n(r.rate / r.agents)} commands/s each, ${fmt(r.process.agentCores)} cores together) share the 2 cores with the coordinator (${fmt(r.process.coordinatorCores)} cores) and the broker (${fmt(r.process.brokerCores)}), ${fmt(r.process.agentCores + r.process.coordinatorCores + r.process.brokerCores + r.process.otherCores)} cores of 2 in all: an agent's main thread was on a CPU ${pct(100 * a.onCpu)} of the time and runnable but waiting for one ${pct(100 * a.waitingForCpu)}, and its event loop was held more than ${LOOP_GAP_MS} ms ${n(d.loopGaps.count)} times (longest ${ms(d.loopGaps.maxMs)} ms). So what is left is the machine's CPU, not the agent's timing: a start waits whenever the agent cannot get a core at its moment.`,
     );
   }
+  // Late starts whose dispatches were late too: the coordinator's thread did not keep up.
+  const behind = [...x.results, ...x.repeats].filter(
+    (r) => r.fires.ran >= r.fires.expected && r.fires.trigger.max > 0 && r.fires.start.p99 > 10,
+  );
+  if (behind.length) {
+    const run = (r: RateResult) =>
+      x.repeats.includes(r) ? `run ${x.repeats.indexOf(r) + 2}` : "the rates' run";
+    const each = behind.map((r) => {
+      const d = r.fires.diagnosis;
+      const m = r.process.mainThread;
+      return `${n(r.rate)}/s, ${run(r)}: ${n(d.late.arrivedLate)} of the ${n(d.late.count)} starts more than ${LATE_MS} ms late had their dispatch reach the agent after the fire time (trigger p99 ${ms(r.fires.trigger.p99)} ms, max ${ms(r.fires.trigger.max)} ms); ${fmt(r.process.coordinatorCpuMsPerFire)} ms of CPU per fire, ${fmt(r.process.coordinatorCores)} cores, its main thread on a CPU ${pct(100 * m.onCpu)} and waiting for one ${pct(100 * m.waitingForCpu)} of the window, its event loop held up to ${ms(r.worker?.loopDelay?.max ?? 0)} ms; agents ${fmt(r.process.agentCores)} cores, broker ${fmt(r.process.brokerCores)}`;
+    });
+    out.push(
+      `**The coordinator fell behind at times.** Where its work stretched past the 500 ms dispatch lead, starts waited for it: ${each.join("; ")}. Sharing 2 cores with the agents and the broker, its main thread was on a CPU ${pct((100 * behind.reduce((a, r) => a + r.process.mainThread.onCpu, 0)) / behind.length)} of the time on average in these runs, while its work asked for about ${fmt(behind.reduce((a, r) => a + r.process.coordinatorCores, 0) / behind.length)} cores (all its threads).`,
+    );
+  }
   // Past its ceiling the coordinator falls behind; what matters then is that it stays up.
   for (const r of x.results) {
     if (r.fires.ran >= r.fires.expected || r.worker?.memory == null) continue;
