@@ -78,13 +78,14 @@ export const DEFAULT_MAX_ERROR_TEXT_BYTES = 2048;
 
 /**
  * The states a purge may delete. Written out, not built from TERMINAL_STATES: the purge query must
- * repeat the WHERE clause of the partial index `executions_finished` (migration 2) exactly.
+ * repeat the WHERE clause of the partial index `executions_finished` (migration 8) exactly.
  */
-const TERMINAL_SQL =
-  "state IN ('SUCCEEDED', 'FAILED', 'TIMED_OUT', 'EXPIRED', 'CANCELED', 'SKIPPED')";
+export const TERMINAL_SQL =
+  "(state = 'SUCCEEDED' OR state = 'FAILED' OR state = 'TIMED_OUT' OR state = 'EXPIRED' OR state = 'CANCELED' OR state = 'SKIPPED')";
 
-/** The WHERE clause of the partial indexes of open executions (migration 4), word for word. */
-const OPEN_SQL = "state IN ('PENDING', 'DISPATCHED', 'SCHEDULED', 'RUNNING', 'RETRY_WAITING')";
+/** The WHERE clause of the partial indexes of open executions (migration 8), word for word. */
+export const OPEN_SQL =
+  "(state = 'PENDING' OR state = 'DISPATCHED' OR state = 'SCHEDULED' OR state = 'RUNNING' OR state = 'RETRY_WAITING')";
 
 function toJob(row: JobRow): StoredJob {
   return {
