@@ -7,7 +7,7 @@ import { AxError } from "../../shared/errors.js";
 import { ID_PATTERN } from "../../shared/ids.js";
 import { envelope } from "../../shared/message.js";
 import type { Dispatch, Report } from "../../shared/protocol/index.js";
-import { Journal, type JournalOptions, type ReportBody } from "./journal.js";
+import { Journal, type JournalOptions, OPEN_SQL, type ReportBody } from "./journal.js";
 
 const T0 = 1_700_000_000_000;
 
@@ -459,6 +459,33 @@ describe("Journal: limits", () => {
 });
 
 describe("Journal: open commands", () => {
+  it("writes a command without building a temporary b-tree, and finds open ones by index", () => {
+    const path = tempFile();
+    openJournal(path, { t: T0 });
+    const c = otherConnection(path);
+    // An IN list of three constants in the partial index's WHERE clause was evaluated through a
+    // temporary b-tree built on every insert and every change of state: five per command.
+    const temporaryTrees = (sql: string) =>
+      (c.prepare(`EXPLAIN ${sql}`).all() as { opcode: string }[]).filter(
+        (op) => op.opcode === "OpenEphemeral",
+      ).length;
+    expect(temporaryTrees("UPDATE commands SET state = 'running' WHERE id = 1")).toBe(0);
+    expect(
+      temporaryTrees(
+        `INSERT INTO commands (execution_id, round, attempt, state, dispatch, fire_at, deadline,
+           priority, received_at) VALUES ('e', 1, 1, 'scheduled', '{}', 1, 2, 0, 1)`,
+      ),
+    ).toBe(0);
+    const plan = (
+      c.prepare(`EXPLAIN QUERY PLAN SELECT COUNT(*) FROM commands WHERE ${OPEN_SQL}`).all() as {
+        detail: string;
+      }[]
+    )
+      .map((r) => r.detail)
+      .join("; ");
+    expect(plan).toContain("USING COVERING INDEX commands_open");
+  });
+
   it("counts a command open from scheduled through running, and not once it succeeded", () => {
     const clock = { t: T0 };
     const path = tempFile();
