@@ -49,13 +49,15 @@ storeContract("sqlite", async () => {
   };
 });
 
-// The coordinator's own store: writes grouped into one commit per turn of the event loop. It is
-// the file's only writer in its thread, so the contract's second-store cases do not apply.
+// The coordinator's own store (as openStore makes it): writes grouped into one commit per turn
+// of the event loop, at most one per 10 ms. It is the file's only writer in its thread, so the
+// contract's second-store cases do not apply.
 storeContract("sqlite, group commit", async () => {
   const dir = freshDir();
   const store = new SqliteStore({
     path: join(dir, "ax.sqlite"),
     groupCommit: true,
+    commitIntervalMs: 10,
     checkpoint: "thread",
   });
   return {
@@ -178,6 +180,42 @@ describe("SqliteStore (SQLite specifics)", () => {
       expect(countIn(db)).toBe(2);
       // The failed insert's timeline row went with it: one "created" entry each.
       expect(db.prepare("SELECT COUNT(*) AS n FROM timeline").get()).toEqual({ n: 2 });
+    });
+
+    it("with commitIntervalMs, commits a write after a quiet spell at the end of its turn, and one soon after the last commit when the interval is up", async () => {
+      const store = new SqliteStore({ path, groupCommit: true, commitIntervalMs: 200 });
+      stores.push(store);
+      const other = raw();
+      const committedAfter = async (write: () => Promise<unknown>) => {
+        const t0 = performance.now();
+        await write();
+        await store.flush();
+        return performance.now() - t0;
+      };
+      // Nothing committed before: the first write's group commits on setImmediate.
+      expect(await committedAfter(() => store.bumpCounter("n"))).toBeLessThan(100);
+      // The next group waits out the rest of the 200 ms since that commit, then holds both
+      // writes made meanwhile, in different turns of the loop.
+      const second = committedAfter(async () => {
+        await store.bumpCounter("n");
+        await new Promise((r) => setImmediate(r));
+        await new Promise((r) => setTimeout(r, 20));
+        await store.bumpCounter("n");
+      });
+      await new Promise((r) => setTimeout(r, 60));
+      expect(other.prepare("SELECT value FROM counters WHERE name = 'n'").get()).toEqual({
+        value: 1,
+      });
+      expect(await second).toBeGreaterThanOrEqual(150);
+      expect(other.prepare("SELECT value FROM counters WHERE name = 'n'").get()).toEqual({
+        value: 3,
+      });
+      // close() commits what is still open at once.
+      await store.bumpCounter("n");
+      await store.close();
+      expect(other.prepare("SELECT value FROM counters WHERE name = 'n'").get()).toEqual({
+        value: 4,
+      });
     });
 
     it(`commits at once after ${GROUP_COMMIT_MAX_WRITES} writes, bounding a transaction`, async () => {
