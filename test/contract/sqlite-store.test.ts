@@ -490,11 +490,10 @@ describe("SqliteStore (SQLite specifics)", () => {
     expect(
       plan(`SELECT id FROM executions WHERE ${OPEN_SQL} AND state = 'PENDING' AND fire_at <= 1`),
     ).toContain("USING INDEX executions_open (state=?)");
-    expect(
-      plan(
-        `SELECT id FROM executions INDEXED BY executions_open_job WHERE job_id = 'j' AND ${OPEN_SQL}`,
-      ),
-    ).toContain("USING INDEX executions_open_job (job_id=?");
+    const peers = `SELECT id, state FROM executions WHERE job_id = 'j' AND ${OPEN_SQL}
+      ORDER BY created_at, id`;
+    expect(plan(peers)).toBe("SEARCH executions USING INDEX executions_open_job (job_id=?)");
+    expect(temporaryTrees(peers, 0)).toBe(0);
   });
 
   it("purges through its indexes: no scan of the executions, timeline or fires tables", () => {

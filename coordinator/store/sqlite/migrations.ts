@@ -227,7 +227,9 @@ export const SQLITE_MIGRATIONS: readonly Migration[] = [
       CREATE INDEX executions_open ON executions (state, priority DESC, fire_at)
         WHERE (state = 'PENDING' OR state = 'DISPATCHED' OR state = 'SCHEDULED'
           OR state = 'RUNNING' OR state = 'RETRY_WAITING');
-      CREATE INDEX executions_open_job ON executions (job_id, state)
+      -- The overlap rules' peers of a job, in their order (created_at, id): no sort, and no
+      -- state column for the planner to look up each open state in, through a temporary b-tree.
+      CREATE INDEX executions_open_job ON executions (job_id, created_at, id)
         WHERE (state = 'PENDING' OR state = 'DISPATCHED' OR state = 'SCHEDULED'
           OR state = 'RUNNING' OR state = 'RETRY_WAITING');
     `,
