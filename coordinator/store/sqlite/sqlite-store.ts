@@ -139,7 +139,7 @@ function toExecution(r: ExecutionRow): ExecutionRecord {
   };
 }
 
-/** Patchable fields and their columns, in the order of {@link APPLY_TRANSITION_SQL}'s CASEs. */
+/** Patchable fields and their columns; bit i of a patch's shape stands for entry i. */
 const PATCH_COLUMNS = [
   ["agentId", "agent_id"],
   ["dispatchedAt", "dispatched_at"],
@@ -152,20 +152,30 @@ const PATCH_COLUMNS = [
   ["fireAt", "fire_at"],
   ["deadline", "deadline"],
 ] as const satisfies readonly (readonly [keyof ExecutionPatch, string])[];
-const PATCH_KEYS = PATCH_COLUMNS.map(([key]) => key);
+
+/** The UPDATE of each patch shape, made when first needed (a few shapes occur in practice). */
+const applyTransitionSql: (string | undefined)[] = [];
 
 /**
- * A transition's compare-and-set: the snapshot, then for each patchable column a flag and a
- * value (`message` also sets `message_bytes`), then id, expected state and round.
+ * A transition's compare-and-set for one patch shape (a bit per {@link PATCH_COLUMNS} entry the
+ * patch sets): the snapshot, then the patched columns (`message` also sets `message_bytes`),
+ * then id, expected state and round. Only the columns a transition changes are in its SET list,
+ * so it binds a dozen values instead of forty, and SQLite rewrites only the indexes on them.
  */
-const APPLY_TRANSITION_SQL = `UPDATE executions SET state = ?, round = ?, attempt = ?,
-    max_attempts = ?, dispatches = ?, max_dispatches = ?, updated_at = ?,
-    ${PATCH_COLUMNS.map(([key, column]) =>
-      key === "message"
-        ? "message = CASE WHEN ? THEN ? ELSE message END, message_bytes = CASE WHEN ? THEN ? ELSE message_bytes END"
-        : `${column} = CASE WHEN ? THEN ? ELSE ${column} END`,
-    ).join(",\n    ")}
-  WHERE id = ? AND state = ? AND round = ?`;
+function applyTransitionSqlFor(shape: number): string {
+  let sql = applyTransitionSql[shape];
+  if (sql === undefined) {
+    const set = ["state = ?", "round = ?", "attempt = ?", "max_attempts = ?", "dispatches = ?"];
+    set.push("max_dispatches = ?", "updated_at = ?");
+    PATCH_COLUMNS.forEach(([key, column], i) => {
+      if ((shape & (1 << i)) === 0) return;
+      set.push(key === "message" ? "message = ?, message_bytes = ?" : `${column} = ?`);
+    });
+    sql = `UPDATE executions SET ${set.join(", ")} WHERE id = ? AND state = ? AND round = ?`;
+    applyTransitionSql[shape] = sql;
+  }
+  return sql;
+}
 
 /** How many executions {@link SqliteStore} keeps in memory under group commit. */
 const EXECUTION_CACHE_SIZE = 20_000;
@@ -485,16 +495,21 @@ export class SqliteStore implements Store {
 
   async getJob(id: string): Promise<StoredJob | undefined> {
     return wrap("getJob", () => {
-      const row = this.prepare(
-        "SELECT id, version, next_fire_at, created_at, updated_at FROM jobs WHERE id = ?",
-      ).get(id) as Omit<JobRow, "definition"> | undefined;
-      if (!row) return undefined;
       const cached = this.definitions.get(id);
+      // The definition's text is read only when the cache cannot answer: one query either way.
+      const row = this.prepare(
+        cached
+          ? "SELECT id, version, next_fire_at, created_at, updated_at FROM jobs WHERE id = ?"
+          : "SELECT * FROM jobs WHERE id = ?",
+      ).get(id) as (Omit<JobRow, "definition"> & { definition?: string }) | undefined;
+      if (!row) return undefined;
       let definition: JobDefinition;
       if (cached?.version === row.version) {
         definition = cached.definition;
       } else {
-        const json = this.prepare("SELECT definition FROM jobs WHERE id = ?").pluck().get(id);
+        const json =
+          row.definition ??
+          this.prepare("SELECT definition FROM jobs WHERE id = ?").pluck().get(id);
         definition = deepFreeze(JSON.parse(json as string) as JobDefinition);
         if (this.definitions.size >= DEFINITION_CACHE_SIZE) {
           // The oldest entry goes (a Map iterates in insertion order).
@@ -973,8 +988,6 @@ export class SqliteStore implements Store {
     return wrap("applyTransition", () =>
       this.write(() => {
         const p = w.patch;
-        // One statement for every patch: a column the patch leaves out keeps its value. (Building
-        // the SQL for each patch's columns cost more than the update.)
         const args: unknown[] = [
           w.next.state,
           w.next.round,
@@ -990,12 +1003,11 @@ export class SqliteStore implements Store {
           ...w.next,
           updatedAt: w.at,
         };
-        for (const key of PATCH_KEYS) {
-          if (!(key in p)) {
-            if (key === "message") args.push(0, null, 0, null);
-            else args.push(0, null);
-            continue;
-          }
+        let shape = 0;
+        for (let i = 0; i < PATCH_COLUMNS.length; i++) {
+          const key = (PATCH_COLUMNS[i] as (typeof PATCH_COLUMNS)[number])[0];
+          if (!(key in p)) continue;
+          shape |= 1 << i;
           let value: unknown = p[key] ?? null;
           if (key === "result" && value !== null) {
             value = JSON.stringify(value);
@@ -1003,7 +1015,7 @@ export class SqliteStore implements Store {
           } else if (key === "message") {
             const capped =
               typeof value === "string" ? capUtf8(value, this.maxErrorTextBytes) : null;
-            args.push(1, capped?.text ?? null, 1, capped?.bytes ?? null);
+            args.push(capped?.text ?? null, capped?.bytes ?? null);
             if (updated) {
               updated.message = capped?.text ?? null;
               updated.messageBytes = capped?.bytes ?? null;
@@ -1012,10 +1024,10 @@ export class SqliteStore implements Store {
           } else if (updated) {
             updated[key] = value;
           }
-          args.push(1, value);
+          args.push(value);
         }
         args.push(w.executionId, w.expected.state, w.expected.round);
-        const res = this.prepare(APPLY_TRANSITION_SQL).run(...args);
+        const res = this.prepare(applyTransitionSqlFor(shape)).run(...args);
         if (res.changes !== 1) {
           // Not as the caller read it: whatever is cached is not to be trusted either.
           this.executions.delete(w.executionId);
