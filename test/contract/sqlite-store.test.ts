@@ -487,9 +487,11 @@ describe("SqliteStore (SQLite specifics)", () => {
       (raw().prepare(`EXPLAIN QUERY PLAN ${sql}`).all() as { detail: string }[])
         .map((r) => r.detail)
         .join("; ");
+    // In the dispatcher's order, with no sort.
     expect(
-      plan(`SELECT id FROM executions WHERE ${OPEN_SQL} AND state = 'PENDING' AND fire_at <= 1`),
-    ).toContain("USING INDEX executions_open (state=?)");
+      plan(`SELECT id FROM executions WHERE ${OPEN_SQL} AND state = 'PENDING' AND fire_at <= 1
+        ORDER BY priority DESC, fire_at, created_at LIMIT 10`),
+    ).toBe("SEARCH executions USING INDEX executions_open (state=?)");
     const peers = `SELECT id, state FROM executions WHERE job_id = 'j' AND ${OPEN_SQL}
       ORDER BY created_at, id`;
     expect(plan(peers)).toBe("SEARCH executions USING INDEX executions_open_job (job_id=?)");

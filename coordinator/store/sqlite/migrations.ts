@@ -224,7 +224,8 @@ export const SQLITE_MIGRATIONS: readonly Migration[] = [
       CREATE INDEX executions_finished ON executions (COALESCE(finished_at, updated_at))
         WHERE (state = 'SUCCEEDED' OR state = 'FAILED' OR state = 'TIMED_OUT'
           OR state = 'EXPIRED' OR state = 'CANCELED' OR state = 'SKIPPED');
-      CREATE INDEX executions_open ON executions (state, priority DESC, fire_at)
+      -- In the dispatcher's whole order (priority DESC, fire_at, created_at): no sort per pass.
+      CREATE INDEX executions_open ON executions (state, priority DESC, fire_at, created_at)
         WHERE (state = 'PENDING' OR state = 'DISPATCHED' OR state = 'SCHEDULED'
           OR state = 'RUNNING' OR state = 'RETRY_WAITING');
       -- The overlap rules' peers of a job, in their order (created_at, id): no sort, and no
