@@ -485,7 +485,7 @@ function findings(x: ReportInput): string[] {
         .map((r) => `${fmt(r.process.coordinatorCpuMsPerFire)} ms at ${n(r.rate)}/s`)
         .join(
           ", ",
-        )}), from creating it to storing its result. Writes are grouped: everything written in one turn of the event loop is one SQLite commit, and what tells an agent about a write (a dispatch, an ack) waits for it. Per fire that is the fire (job advanced, fire row, execution, timeline row), the dispatch, \`accepted\`, and \`started\` with \`finished\` (folded into one write when they arrive in one burst), each an UPDATE by key and a timeline row; the executions just written are read back from memory. At that cost one core carries about ${n(Math.floor(1000 / perFire))} fires/s, and the agents and the broker share the same 2 cores.`,
+        )}), from creating it to storing its result. Writes are grouped: at most one SQLite commit per 10 ms holds everything written since the last, and what tells an agent about a write (a dispatch, an ack) waits for it. Per fire that is the fire (job advanced, fire row, execution, timeline row), the dispatch, \`accepted\`, and \`started\` with \`finished\` (folded into one write when they arrive in one burst), each an UPDATE by key and a timeline row; the executions just written are read back from memory. At that cost one core carries about ${n(Math.floor(1000 / perFire))} fires/s, and the agents and the broker share the same 2 cores.`,
     );
   }
   const dupRun = [...x.results].sort((a, b) => dup(b) - dup(a))[0];
