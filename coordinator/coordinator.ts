@@ -67,9 +67,9 @@ export function openStore(config: CoordinatorConfig, clock: Clock = systemClock)
     now: () => clock.wallNow(),
     maxErrorTextBytes: config.maxErrorTextBytes,
     groupCommit: true,
-    // At most 100 commits a second: at 2,000 fires/s one per loop turn was about 2,500 commits a
-    // second, each writing to the WAL again the pages the previous one had just written. What
-    // waits on a commit (a dispatch's publish, an agent's ack, an API answer) waits ≤ 10 ms more.
+    // At most 100 commits a second. Measured at 2,000 fires/s: 99 commits a second with one per
+    // loop turn, 72 with this, and 12 % fewer WAL frames written. What waits on a commit (a
+    // dispatch's publish, an agent's ack, an API answer) waits at most 10 ms more.
     commitIntervalMs: 10,
     // A checkpoint's fsyncs would otherwise hold the loop that dispatches (tens of ms, at times
     // hundreds on a busy disk).
