@@ -416,9 +416,9 @@ function windowFigures(
     coordinatorCpuMsPerFire: (coord / wall) * ((window.end - window.start) / Math.max(1, fires)),
     coordinatorIdleRssMB: MB(idleRssKb),
     coordinatorRssMB: MB(b.rssKb),
-    coordinatorRssMaxMB: MB(Math.max(...inside.map((s) => s.rssKb))),
+    coordinatorRssMaxMB: MB(inside.reduce((m, s) => Math.max(m, s.rssKb), 0)),
     // VmHWM is updated lazily, so a sample may be above it.
-    coordinatorPeakMB: MB(Math.max(peakKb, ...samples.map((s) => s.rssKb))),
+    coordinatorPeakMB: MB(samples.reduce((m, s) => Math.max(m, s.rssKb), peakKb)),
     brokerCores: cores(a.self, b.self),
     agentCores: cores(a.agents, b.agents),
     mainThread: {

@@ -410,8 +410,8 @@ export function analyze(
       stalled: stalledAt.length
         ? {
             count: stalledAt.length,
-            fromS: Math.min(...stalledAt),
-            toS: Math.max(...stalledAt),
+            fromS: stalledAt.reduce((a, b) => Math.min(a, b)),
+            toS: stalledAt.reduce((a, b) => Math.max(a, b)),
           }
         : null,
       startReported: dist(startReported),
@@ -436,7 +436,7 @@ export function analyze(
         loopGaps: {
           count: gaps.length,
           totalMs: gaps.reduce((a, b) => a + b, 0),
-          maxMs: gaps.length ? Math.max(...gaps) : 0,
+          maxMs: gaps.reduce((a, b) => Math.max(a, b), 0),
           over50: gaps.filter((g) => g > 50).length,
         },
         agentCheckpoints,
