@@ -26,9 +26,7 @@ export class EventTriggers {
   }
 
   private async listening(): Promise<StoredJob[]> {
-    this.jobs ??= (await this.ctx.store.listJobs()).filter(
-      (j) => j.definition.trigger.type === "event" || j.definition.trigger.type === "after",
-    );
+    this.jobs ??= await this.ctx.store.listListeningJobs();
     return this.jobs;
   }
 

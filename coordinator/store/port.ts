@@ -248,6 +248,11 @@ export interface Store {
   putJob(definition: JobDefinition, nextFireAt: number | null, now: number): Promise<StoredJob>;
   getJob(id: string): Promise<StoredJob | undefined>;
   listJobs(): Promise<StoredJob[]>;
+  /**
+   * The jobs whose trigger is `event` or `after`, paused or not: what event messages and
+   * transitions are matched against. Found without reading the other jobs.
+   */
+  listListeningJobs(): Promise<StoredJob[]>;
   /** One version of a job's definition (every version is kept), or undefined. */
   getJobVersion(jobId: string, version: number): Promise<JobDefinition | undefined>;
   /** Ids and next fire times of the jobs, not paused, due at or before `untilMs` (no definitions). */

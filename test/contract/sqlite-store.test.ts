@@ -17,6 +17,7 @@ import type { ExecutionRecord } from "../../coordinator/store/port.js";
 import { SQLITE_MIGRATIONS } from "../../coordinator/store/sqlite/migrations.js";
 import {
   GROUP_COMMIT_MAX_WRITES,
+  LISTENING_SQL,
   OPEN_SQL,
   SqliteStore,
   TERMINAL_SQL,
@@ -496,6 +497,32 @@ describe("SqliteStore (SQLite specifics)", () => {
       ORDER BY created_at, id`;
     expect(plan(peers)).toBe("SEARCH executions USING INDEX executions_open_job (job_id=?)");
     expect(temporaryTrees(peers, 0)).toBe(0);
+  });
+
+  it("finds the listening jobs through their index, and a fire's write leaves that index alone", async () => {
+    const store = open();
+    await store.putJob(jobDef("on-door", { trigger: { type: "event", name: "door" } }), null, 10);
+    const db = raw();
+    expect(
+      (
+        db
+          .prepare(`EXPLAIN QUERY PLAN SELECT * FROM jobs WHERE ${LISTENING_SQL} ORDER BY id`)
+          .all() as {
+          detail: string;
+        }[]
+      ).map((r) => r.detail),
+    ).toEqual(["SCAN jobs USING INDEX jobs_listening"]);
+    // Advancing the next fire time (every fire) neither reads nor writes jobs_listening.
+    const root = db
+      .prepare("SELECT rootpage FROM sqlite_schema WHERE name = 'jobs_listening'")
+      .pluck()
+      .get() as number;
+    const touched = (sql: string) =>
+      (db.prepare(`EXPLAIN ${sql}`).all(null, null) as { opcode: string; p2: number }[]).some(
+        (op) => (op.opcode === "OpenWrite" || op.opcode === "OpenRead") && op.p2 === root,
+      );
+    expect(touched("UPDATE jobs SET next_fire_at = ? WHERE id = ?")).toBe(false);
+    expect(touched("UPDATE jobs SET definition = ? WHERE id = ?")).toBe(true);
   });
 
   it("purges through its indexes: no scan of the executions, timeline or fires tables", () => {

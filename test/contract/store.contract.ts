@@ -243,6 +243,29 @@ export function storeContract(name: string, makeStore: () => Promise<StoreFixtur
         ]);
       });
 
+      it("listListeningJobs returns the jobs with an event or after trigger, paused or not", async () => {
+        await store.putJob(jobDef("plain"), 1_000, 10);
+        await store.putJob(
+          jobDef("on-door", { trigger: { type: "event", name: "door" } }),
+          null,
+          10,
+        );
+        await store.putJob(
+          jobDef("then", { trigger: { type: "after", job: "plain" }, paused: true }),
+          null,
+          10,
+        );
+        await store.putJob(jobDef("by-hand", { trigger: { type: "manual" } }), null, 10);
+        const ids = async () => (await store.listListeningJobs()).map((j) => j.id);
+        expect(await ids()).toEqual(["on-door", "then"]);
+        const [first] = await store.listListeningJobs();
+        expect(first?.definition.trigger).toEqual({ type: "event", name: "door" });
+        // A change of trigger moves a job in or out.
+        await store.putJob(jobDef("on-door"), 2_000, 20);
+        await store.putJob(jobDef("plain", { trigger: { type: "event", name: "bell" } }), null, 20);
+        expect(await ids()).toEqual(["plain", "then"]);
+      });
+
       it("listJobsDueBy returns unpaused jobs due at or before the time", async () => {
         await store.putJob(jobDef("a"), 1_000, 10);
         await store.putJob(jobDef("b"), 2_000, 10);

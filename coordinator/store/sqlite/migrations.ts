@@ -235,4 +235,17 @@ export const SQLITE_MIGRATIONS: readonly Migration[] = [
           OR state = 'RUNNING' OR state = 'RETRY_WAITING');
     `,
   },
+  {
+    version: 9,
+    name: "jobs listening for events and other jobs' ends",
+    sql: `
+      -- Event messages and transitions are matched against the jobs with an event or after
+      -- trigger. Reading every job to find them cost about half a second and 130 MB of garbage
+      -- with 100,000 jobs, on the first transition and after every change of a job. Only a
+      -- change of definition touches this index; advancing a job's next fire time does not.
+      CREATE INDEX jobs_listening ON jobs (id)
+        WHERE (json_extract(definition, '$.trigger.type') = 'event'
+          OR json_extract(definition, '$.trigger.type') = 'after');
+    `,
+  },
 ];

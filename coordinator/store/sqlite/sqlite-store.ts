@@ -87,6 +87,13 @@ export const TERMINAL_SQL =
 export const OPEN_SQL =
   "(state = 'PENDING' OR state = 'DISPATCHED' OR state = 'SCHEDULED' OR state = 'RUNNING' OR state = 'RETRY_WAITING')";
 
+/**
+ * The WHERE clause of the partial index `jobs_listening` (migration 9), word for word: the jobs
+ * whose trigger is `event` or `after`.
+ */
+export const LISTENING_SQL =
+  "(json_extract(definition, '$.trigger.type') = 'event' OR json_extract(definition, '$.trigger.type') = 'after')";
+
 function toJob(row: JobRow): StoredJob {
   return {
     id: row.id,
@@ -567,6 +574,14 @@ export class SqliteStore implements Store {
   async listJobs(): Promise<StoredJob[]> {
     return wrap("listJobs", () =>
       (this.prepare("SELECT * FROM jobs ORDER BY id").all() as JobRow[]).map(toJob),
+    );
+  }
+
+  async listListeningJobs(): Promise<StoredJob[]> {
+    return wrap("listListeningJobs", () =>
+      (this.prepare(`SELECT * FROM jobs WHERE ${LISTENING_SQL} ORDER BY id`).all() as JobRow[]).map(
+        toJob,
+      ),
     );
   }
 
