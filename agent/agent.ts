@@ -137,7 +137,9 @@ export class Agent {
       envelope: (body, seq) => ({ ...envelope(body, this.coordNow()), seq }) as Report,
       // The executor calls this only once the report's transaction has committed.
       publish: (report) => {
-        if (this.welcomed) this.publish(() => this.link.publishUp(report));
+        if (this.welcomed) {
+          this.publish(() => this.link.publishUp(report, this.journal.encoded(report)));
+        }
       },
       log: this.log,
     });

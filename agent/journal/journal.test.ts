@@ -410,6 +410,30 @@ describe("Journal: seq and the outbox (rule 1)", () => {
     expect(again.oldestReport()).toEqual(written[0]);
   });
 
+  it("hands back each report's outboxed JSON for its publish, and knows no report it did not write", () => {
+    const clock = { t: T0 };
+    const path = tempFile();
+    const j = openJournal(path, clock);
+    const a = accept(j, clock, dispatch("e1"));
+    const started = j.transition(
+      a.id,
+      "scheduled",
+      "running",
+      { type: "started", executionId: "e1", round: 1, startedAt: clock.t, lateMs: 0 },
+      envelopeAt(clock),
+      clock.t,
+    );
+    if (!started) throw new Error("no started report");
+    const rows = otherConnection(path).prepare("SELECT message FROM outbox ORDER BY seq").all() as {
+      message: string;
+    }[];
+    expect(rows.map((r) => r.message)).toEqual([j.encoded(a.report), j.encoded(started)]);
+    expect(JSON.parse(j.encoded(started) ?? "null")).toEqual(started);
+    // A copy, or a report read back after a restart, is serialised afresh by its publisher.
+    expect(j.encoded({ ...started })).toBeUndefined();
+    expect(j.encoded(j.pendingReports()[0] as Report)).toBeUndefined();
+  });
+
   it("ack(upTo) removes the reports with seq ≤ upTo only, and outboxDepth follows", () => {
     const clock = { t: T0 };
     const path = tempFile();

@@ -104,6 +104,11 @@ export class Journal {
   private lastSeqValue: number;
   private openCount: number;
   private outboxCount: number;
+  /**
+   * The JSON each report was outboxed as, so its publish sends those bytes instead of
+   * serialising it again (a report is published right after its commit).
+   */
+  private readonly encodedReports = new WeakMap<Report, string>();
   private readonly maxOutbox: number;
   private readonly retainMs: number;
   private readonly syncStart: boolean;
@@ -278,7 +283,9 @@ export class Journal {
   private enqueue(body: ReportBody, envelope: (body: ReportBody, seq: number) => Report): Report {
     const seq = this.lastSeqValue + 1;
     const report = envelope(body, seq);
-    this.stmt.outboxInsert.run(seq, JSON.stringify(report));
+    const json = JSON.stringify(report);
+    this.stmt.outboxInsert.run(seq, json);
+    this.encodedReports.set(report, json);
     this.lastSeqValue = seq;
     this.outboxCount++;
     return report;
@@ -455,6 +462,11 @@ export class Journal {
   }
 
   /** Unacknowledged reports, oldest first, exactly as first sent. */
+  /** The JSON `report` was outboxed as, when this journal wrote it (see `encodedReports`). */
+  encoded(report: Report): string | undefined {
+    return this.encodedReports.get(report);
+  }
+
   pendingReports(): Report[] {
     return (
       this.guard("pendingReports", () => this.stmt.outboxAll.all()) as { message: string }[]

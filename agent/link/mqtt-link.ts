@@ -82,12 +82,14 @@ export class AgentLink {
 
   /**
    * Publishes QoS 1 on the up topic; resolves on PUBACK (which is not delivery, see rule 1).
-   * Does nothing while not ready; rejects when the connection ends before the PUBACK.
+   * Does nothing while not ready; rejects when the connection ends before the PUBACK. `json`,
+   * when given, is `message` already serialised (the text the journal wrote it as).
    */
-  async publishUp(message: { type: string }): Promise<void> {
+  async publishUp(message: { type: string }, json?: string): Promise<void> {
     const session = this.session;
     if (!session || !this.ready) return;
-    await session.publish(this.options.topics.up(this.options.agentId), encode(message), {
+    const payload = json === undefined ? encode(message) : Buffer.from(json);
+    await session.publish(this.options.topics.up(this.options.agentId), payload, {
       qos: 1,
     });
   }
