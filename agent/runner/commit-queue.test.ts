@@ -53,6 +53,8 @@ async function settle(): Promise<void> {
 function boot(path: string, clock: FakeClock, runs = new Map<string, number>()) {
   const published: Report[] = [];
   const uncommitted: Report[] = [];
+  /** Handler entries (`run e1`) and publishes (`started e1`), in the order they happened. */
+  const order: string[] = [];
   const logs: string[] = [];
   const settlers = new Map<string, { resolve: () => void; reject: (e: Error) => void }>();
   const block = defineHandler(
@@ -61,6 +63,7 @@ function boot(path: string, clock: FakeClock, runs = new Map<string, number>()) 
     (ctx) =>
       new Promise<undefined>((resolve, reject) => {
         runs.set(ctx.executionId, (runs.get(ctx.executionId) ?? 0) + 1);
+        order.push(`run ${ctx.executionId}`);
         settlers.set(ctx.executionId, { resolve: () => resolve(undefined), reject });
       }),
   );
@@ -80,6 +83,7 @@ function boot(path: string, clock: FakeClock, runs = new Map<string, number>()) 
     publish: (report) => {
       if (!("seq" in report) || inOutbox.get(report.seq) === undefined) uncommitted.push(report);
       published.push(report);
+      order.push(`${report.type} ${"executionId" in report ? report.executionId : ""}`);
     },
     log: (_level, message) => logs.push(message),
   });
@@ -119,6 +123,7 @@ function boot(path: string, clock: FakeClock, runs = new Map<string, number>()) 
     journal,
     ex,
     published,
+    order,
     uncommitted,
     logs,
     runs,
@@ -219,6 +224,15 @@ describe("CommitQueue: what a stream of commands costs", () => {
       "started",
       "started",
       "started",
+    ]);
+    // The handlers are entered before the commit's reports go out: the start is what is timed.
+    expect(a.order.slice(3)).toEqual([
+      "run s1",
+      "run s2",
+      "run s3",
+      "started s1",
+      "started s2",
+      "started s3",
     ]);
     expect(a.uncommitted).toEqual([]);
   });

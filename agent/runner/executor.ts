@@ -2,7 +2,7 @@ import type { Clock, TimerHandle } from "../../shared/clock.js";
 import { describeIssue } from "../../shared/protocol/codec.js";
 import type { Dispatch, Outcome, RejectReason, Report } from "../../shared/protocol/index.js";
 import { TimingWheel } from "../../shared/wheel.js";
-import { HandlerFailure, type HandlerRegistry } from "../handlers/registry.js";
+import { HandlerFailure, type HandlerRegistry, type HandlerResult } from "../handlers/registry.js";
 import type { CommandRow, CommandState, Journal, ReportBody } from "../journal/journal.js";
 import { CommitQueue } from "./commit-queue.js";
 
@@ -520,14 +520,22 @@ export class Executor {
         this.o.log("info", message, { executionId: d.executionId, ...fields }),
     };
     const params = handler ? handler.params.safeParse(d.params) : undefined;
-    Promise.resolve()
-      .then(() => {
-        if (!current()) return undefined; // canceled, or the executor closed, before it began
-        if (!handler || !params?.success) {
-          throw new HandlerFailure(`handler "${d.handler}" unavailable`, { retryable: false });
-        }
-        return handler.run(ctx, params.data);
-      })
+    // Entered now, not in a later microtask: its start is what the fire time promised, and the
+    // commit's reports are published after the launches (CommitQueue.batch). A synchronous throw
+    // fails it like a rejection.
+    const run = (): Promise<HandlerResult> => {
+      if (!handler || !params?.success) {
+        throw new HandlerFailure(`handler "${d.handler}" unavailable`, { retryable: false });
+      }
+      return Promise.resolve(handler.run(ctx, params.data));
+    };
+    let running: Promise<HandlerResult>;
+    try {
+      running = run();
+    } catch (err) {
+      running = Promise.reject(err);
+    }
+    running
       .then(
         (result) => {
           if (!current()) return; // canceled or timed out meanwhile
