@@ -153,12 +153,20 @@ export async function jobCommand(sub: string | undefined, argv: string[]): Promi
     }
     case "list": {
       const { flags } = parseCommand("job list", argv, CLIENT_FLAGS);
-      const r = await apiClient("job list", flags).request<{ items: JobView[] }>(
-        "GET",
-        "/api/jobs",
-      );
-      if (flags.json) printJson(r);
-      else print(table(JOB_HEADER, r.items.map(jobRow)));
+      // Every job, a page at a time (the API pages the listing).
+      const api = apiClient("job list", flags);
+      const items: JobView[] = [];
+      let cursor: string | null = null;
+      do {
+        const page: { items: JobView[]; nextCursor: string | null } = await api.request(
+          "GET",
+          `/api/jobs?limit=1000${cursor === null ? "" : `&cursor=${encodeURIComponent(cursor)}`}`,
+        );
+        items.push(...page.items);
+        cursor = page.nextCursor;
+      } while (cursor !== null);
+      if (flags.json) printJson({ items });
+      else print(table(JOB_HEADER, items.map(jobRow)));
       return 0;
     }
     case "show": {

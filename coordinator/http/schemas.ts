@@ -223,7 +223,29 @@ export const jobSchema = z.object({
   updatedAt: z.number(),
 });
 
-export const jobListSchema = z.object({ items: z.array(jobSchema) });
+/** The most jobs one page of the listing holds. */
+export const JOBS_PAGE_MAX = 1000;
+
+export const jobsQuery = z
+  .object({
+    limit: z.coerce
+      .number()
+      .int()
+      .min(1)
+      .max(JOBS_PAGE_MAX)
+      .default(500)
+      .meta({ description: `Jobs per page (1-${JOBS_PAGE_MAX}).` }),
+    cursor: idSchema.optional().meta({ description: "The previous page's nextCursor." }),
+  })
+  .strict();
+
+export const jobListSchema = z.object({
+  items: z.array(jobSchema),
+  nextCursor: z
+    .string()
+    .nullable()
+    .meta({ description: "Pass as cursor for the next page; null on the last page." }),
+});
 
 export const previewSchema = z.object({
   times: z.array(z.number()).meta({ description: "Nominal fire times, UTC milliseconds." }),

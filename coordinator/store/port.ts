@@ -2,6 +2,12 @@ import type { ExecSnapshot, ExecState } from "../../shared/fsm.js";
 import type { JobDefinition } from "../domain/job.js";
 
 /** A job as stored: its current definition and version, and when it fires next. */
+/** A page of jobs; `nextCursor` is null on the last page. */
+export interface JobPage {
+  items: StoredJob[];
+  nextCursor: string | null;
+}
+
 export interface StoredJob {
   id: string;
   version: number;
@@ -248,6 +254,12 @@ export interface Store {
   putJob(definition: JobDefinition, nextFireAt: number | null, now: number): Promise<StoredJob>;
   getJob(id: string): Promise<StoredJob | undefined>;
   listJobs(): Promise<StoredJob[]>;
+  /**
+   * One page of jobs in id order: at most `limit`, after the job `cursor` names (the previous
+   * page's `nextCursor`, which is its last id). Jobs added or deleted between pages neither
+   * repeat nor shift the rest.
+   */
+  pageJobs(query: { limit: number; cursor?: string }): Promise<JobPage>;
   /**
    * The jobs whose trigger is `event` or `after`, paused or not: what event messages and
    * transitions are matched against. Found without reading the other jobs.

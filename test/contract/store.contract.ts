@@ -243,6 +243,29 @@ export function storeContract(name: string, makeStore: () => Promise<StoreFixtur
         ]);
       });
 
+      it("pageJobs pages by id; a cursor is the last id, so changes between pages shift nothing", async () => {
+        for (const id of ["c", "a", "e", "b", "d"]) await store.putJob(jobDef(id), 1_000, 10);
+        const first = await store.pageJobs({ limit: 2 });
+        expect([first.items.map((j) => j.id), first.nextCursor]).toEqual([["a", "b"], "b"]);
+        await store.putJob(jobDef("aa"), 1_000, 20);
+        await store.deleteJob("c");
+        const second = await store.pageJobs({ limit: 2, cursor: "b" });
+        // The last page: nothing after it, so no cursor.
+        expect([second.items.map((j) => j.id), second.nextCursor]).toEqual([["d", "e"], null]);
+        const one = await store.pageJobs({ limit: 1, cursor: "b" });
+        expect([one.items.map((j) => j.id), one.nextCursor]).toEqual([["d"], "d"]);
+        expect(await store.pageJobs({ limit: 2, cursor: "e" })).toEqual({
+          items: [],
+          nextCursor: null,
+        });
+        const whole = await store.pageJobs({ limit: 10 });
+        expect([whole.items.map((j) => j.id), whole.nextCursor]).toEqual([
+          ["a", "aa", "b", "d", "e"],
+          null,
+        ]);
+        expect(whole.items[0]).toEqual(await store.getJob("a"));
+      });
+
       it("listListeningJobs returns the jobs with an event or after trigger, paused or not", async () => {
         await store.putJob(jobDef("plain"), 1_000, 10);
         await store.putJob(

@@ -188,6 +188,38 @@ describe("HTTP API", () => {
       ).not.toContain("crud-1");
     });
 
+    it("pages the job listing by id: no job twice or skipped while jobs come and go", async () => {
+      for (const id of ["page-a", "page-b", "page-c", "page-d", "page-e"]) {
+        expect((await post("/api/jobs", every(id))).status).toBe(201);
+      }
+      const page = async (query: string) => {
+        const a = await get(`/api/jobs?${query}`);
+        expect(a.status, a.text).toBe(200);
+        const p = jobListSchema.parse(a.body);
+        return {
+          ids: p.items.map((j) => j.id).filter((id) => id.startsWith("page-")),
+          next: p.nextCursor,
+        };
+      };
+      const first = await page("limit=2&cursor=page-");
+      expect(first).toEqual({ ids: ["page-a", "page-b"], next: "page-b" });
+      // A job added before the cursor, and one deleted after it, shift nothing.
+      expect((await post("/api/jobs", every("page-0"))).status).toBe(201);
+      expect((await del("/api/jobs/page-c")).status).toBe(204);
+      const second = await page(`limit=2&cursor=${first.next}`);
+      expect(second.ids).toEqual(["page-d", "page-e"]);
+      // Other tests' jobs may sort after these: then this page is not the last.
+      expect([null, "page-e"]).toContain(second.next);
+      const all = await page("limit=1000");
+      expect(all.ids).toEqual(["page-0", "page-a", "page-b", "page-d", "page-e"]);
+      expectError(
+        await get("/api/jobs?limit=1001&cursor=no/such&extra=1"),
+        400,
+        "AX_API_INVALID_REQUEST",
+        ["query.limit", "query.cursor", "query"],
+      );
+    });
+
     it("answers 404 for an unknown job on every job route", async () => {
       expectError(await put("/api/jobs/nope", every("nope")), 404, "AX_JOB_NOT_FOUND");
       for (const action of ["pause", "resume", "trigger"]) {

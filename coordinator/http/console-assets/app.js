@@ -134,7 +134,16 @@ async function fleetView(seq) {
 }
 
 async function jobsView(seq) {
-  const { items } = await api("/api/jobs");
+  const items = [];
+  for (let cursor = null; ; ) {
+    const page = await api(
+      `/api/jobs?limit=1000${cursor ? `&cursor=${encodeURIComponent(cursor)}` : ""}`,
+    );
+    if (seq !== renderSeq) return; // left this view while paging
+    items.push(...page.items);
+    cursor = page.nextCursor;
+    if (!cursor) break;
+  }
   const last = await Promise.all(
     items.slice(0, 100).map((j) =>
       api(`/api/executions?job=${encodeURIComponent(j.id)}&limit=1`)

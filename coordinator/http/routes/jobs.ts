@@ -10,6 +10,7 @@ import {
   jobListSchema,
   jobPreviewQuery,
   jobSchema,
+  jobsQuery,
   jobUpdateBody,
   previewBody,
   previewSchema,
@@ -60,12 +61,20 @@ export const jobRoutes = [
     path: "/api/jobs",
     role: "read",
     operationId: "listJobs",
-    summary: "List jobs",
+    summary: "List jobs, by id",
+    description:
+      "Paged: pass a page's nextCursor as cursor for the next; jobs added or deleted between " +
+      "pages neither repeat nor shift the others.",
     tag: "jobs",
-    success: { status: 200, description: "Every job, by id.", schema: jobListSchema },
-    handle: async ({ coordinator }) => ({
-      items: (await coordinator.store.listJobs()).map(jobView),
-    }),
+    query: jobsQuery,
+    success: { status: 200, description: "One page, by id.", schema: jobListSchema },
+    handle: async ({ coordinator, query }) => {
+      const page = await coordinator.store.pageJobs({
+        limit: query.limit,
+        ...(query.cursor === undefined ? {} : { cursor: query.cursor }),
+      });
+      return { items: page.items.map(jobView), nextCursor: page.nextCursor };
+    },
   }),
   apiRoute({
     method: "POST",

@@ -13,6 +13,7 @@ import type {
   ExecutionPageQuery,
   ExecutionPatch,
   ExecutionRecord,
+  JobPage,
   NewExecution,
   PeerRecord,
   Store,
@@ -575,6 +576,22 @@ export class SqliteStore implements Store {
     return wrap("listJobs", () =>
       (this.prepare("SELECT * FROM jobs ORDER BY id").all() as JobRow[]).map(toJob),
     );
+  }
+
+  async pageJobs(query: { limit: number; cursor?: string }): Promise<JobPage> {
+    const limit = Math.max(1, Math.floor(query.limit));
+    // One row more than the page says whether there is a next one.
+    const rows = wrap("pageJobs", () =>
+      query.cursor === undefined
+        ? (this.prepare("SELECT * FROM jobs ORDER BY id LIMIT ?").all(limit + 1) as JobRow[])
+        : (this.prepare("SELECT * FROM jobs WHERE id > ? ORDER BY id LIMIT ?").all(
+            query.cursor,
+            limit + 1,
+          ) as JobRow[]),
+    );
+    const items = rows.slice(0, limit).map(toJob);
+    const last = items.at(-1);
+    return { items, nextCursor: rows.length > limit && last ? last.id : null };
   }
 
   async listListeningJobs(): Promise<StoredJob[]> {
