@@ -358,7 +358,13 @@ export interface ReportInput {
     runSeconds: number;
     source: { commit: string; modified: boolean };
   };
-  o: { durationS: number; profileDurationS: number; agentSyncStart: boolean; agents: number };
+  o: {
+    durationS: number;
+    profileDurationS: number;
+    agentSyncStart: boolean;
+    agents: number;
+    coordinatorNice: number;
+  };
 }
 
 /**
@@ -546,7 +552,7 @@ export function renderMarkdown(x: ReportInput): string {
   const rates = x.results.map((r) => n(r.rate)).join(", ");
   const src = `commit ${m.source.commit}${m.source.modified ? " with uncommitted changes under coordinator/, agent/ or shared/" : ""}`;
   const out: string[] = [
-    "## Coordinator: fire lateness, lost and duplicated fires, RSS and CPU",
+    `## Coordinator: fire lateness, lost and duplicated fires, RSS and CPU${x.o.coordinatorNice === 0 ? "" : `, the coordinator at nice ${x.o.coordinatorNice}`}`,
     `Reproduce with \`npm run bench:coordinator\` (\`tsx bench/coordinator.ts\`; Linux, it reads \`/proc\`). **This run: ${x.o.durationS} s per rate** at ${rates} fires/s${x.o.durationS < 60 ? " (the default, to finish in a few minutes; `npm run bench:coordinator -- --duration 60` runs the issue's full 60 s per rate)" : ""}, plus ${x.profiles.length ? `${x.profiles.length} profiled run(s) of ${x.o.profileDurationS} s` : "no profiled run"}; ${m.runSeconds} s in all; ${src}. ${n(JOBS)} jobs in the store, ${x.o.agents} agents. Measured on ${m.cpus} cores (${m.cpuModel}), load average ${m.loadavgAtStart.join(" / ")} at start and ${m.loadavgAtEnd.join(" / ")} at the end; coordinator, broker and agents share the ${m.cpus} cores ("others" is every other process). One run per rate${x.repeats.length ? `, and ${n(x.repeats.length + 1)} at ${n(TARGET_RATE)}/s` : ""}, so maxima are noisy.`,
     `### Targets at ${n(TARGET_RATE)} fires/s`,
     mdTable(
@@ -612,7 +618,11 @@ export function renderMarkdown(x: ReportInput): string {
     "### How it is measured",
     [
       `- **Store**: for each rate a fresh SQLite file, created by \`SqliteStore\` (its migrations) and filled with plain SQL with ${n(JOBS)} jobs: \`echo\`, trigger \`every\` P = ${n(JOBS)} / rate seconds (50 s at 2,000/s), anchors spread evenly over one period, so nominal times come evenly at the rate; all active; every other field at its default (overlap SKIP, misfire FIRE_ONCE, dispatchTimeout 5 s, one attempt).`,
-      "- **Coordinator**: the real `Coordinator`, default config (dispatchLead 500 ms, poll 100 ms, lookAhead 5 s, heartbeat 5 s, misfireThreshold 5 s), alone in a node process (`bench/coordinator-worker.ts`, bundled with esbuild, packages external, run with `--expose-gc`). Its store is its own `SqliteStore`, passed in through `deps.store` behind a Proxy that, before each call, runs the window's start and end actions if they are due (event-loop monitor, memory reading, profile): a coordinator far behind can hold its event loop in one chain of microtasks for many seconds, running no timer and handling no signal, but it keeps calling its store.",
+      "- **Coordinator**: the real `Coordinator`, default config (dispatchLead 500 ms, poll 100 ms, lookAhead 5 s, heartbeat 5 s, misfireThreshold 5 s), alone in a node process (`bench/coordinator-worker.ts`, bundled with esbuild, packages external, run with `--expose-gc`" +
+        (x.o.coordinatorNice === 0
+          ? ", at the same CPU priority as the agents"
+          : `, at nice ${x.o.coordinatorNice} (--coordinator-nice), below the agents`) +
+        "). Its store is its own `SqliteStore`, passed in through `deps.store` behind a Proxy that, before each call, runs the window's start and end actions if they are due (event-loop monitor, memory reading, profile): a coordinator far behind can hold its event loop in one chain of microtasks for many seconds, running no timer and handling no signal, but it keeps calling its store.",
       "- **Broker**: the embedded aedes broker (`startEmbeddedBroker`) on port 0 in the bench process, which otherwise only samples `/proc` and notes when each dispatch arrives (the trigger figure; nominal times and broker are on the same machine clock).",
       `- **Agents**: ${x.o.agents} node processes of the real \`Agent\` (\`bench/coordinator-agent.ts\`, bundled like \`buildAgentBundle\`), concurrency 256, queue 10,000, maxPending 100,000, journal in a temp dir, \`synchronous\` NORMAL, \`syncStart\` ${x.o.agentSyncStart ? "on (the agent's default)" : "off (fast agents: a durable start costs one fsync on the agent's thread per start, measured in the journal section; `--agent-sync-start` turns it on)"}. Their \`echo\` returns what the built-in one does and also notes \`performance.timeOrigin + performance.now()\` as it is entered; that clock and \`Date.now()\`, the coordinator's, were at most ${fmt(alignment(x))} ms apart (\`Date.now() − hostNow()\` measured at each agent's start and stop), so start lateness is on the coordinator's clock to within that, and a start "early" by less is within the measurement's error. On SIGTERM each agent stops and writes its log.`,
       `- **Timeline per rate**: prefill (about ${fmt((x.results[0]?.setup.prefillMs ?? 0) / 1000)} s), coordinator, agents once it listens; first nominal time ${SETUP_MS / 1000} s after the prefill began; ${WARMUP_MS / 1000} s warm-up at the full rate, not counted (a cold coordinator ran late for its first 5–8 s at 2,000/s: JIT, caches, heap sizing); the coordinator runs with \`--max-old-space-size=${COORDINATOR_HEAP_MB}\`, as its systemd unit in docs/operations.md starts it; the window; the drain; SIGTERM (then SIGKILL after 5 s) to the coordinator, then the agents; then the store (read-only) and the agents' logs are read and every nominal time of the window accounted for.`,

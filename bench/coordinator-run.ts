@@ -8,7 +8,7 @@
 
 import { type ChildProcess, spawn } from "node:child_process";
 import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
-import { tmpdir } from "node:os";
+import { setPriority, tmpdir } from "node:os";
 import { join } from "node:path";
 import Database from "better-sqlite3";
 import { startEmbeddedBroker } from "../coordinator/broker/embedded.js";
@@ -49,6 +49,8 @@ export interface RunOptions {
   agents: number;
   /** The agents' journal.syncStart (the agent's default is true). */
   agentSyncStart: boolean;
+  /** The coordinator process's nice value (0: the same priority as the agents). */
+  coordinatorNice: number;
 }
 
 /** Process figures over the window (from /proc, sampled every SAMPLE_MS). */
@@ -87,6 +89,7 @@ export interface RateResult {
   periodMs: number;
   agents: number;
   agentSyncStart: boolean;
+  coordinatorNice: number;
   /** Prefill time, and how long before the first nominal time the last agent was welcomed. */
   setup: { prefillMs: number; agentsReadyAheadMs: number };
   drain: { ms: number; complete: boolean };
@@ -238,6 +241,8 @@ export async function runRate(o: RunOptions): Promise<RateResult> {
       },
     );
     children.push(worker);
+    // As `Nice=` in its systemd unit would (docs/operations.md: an agent on the same machine).
+    if (o.coordinatorNice !== 0) setPriority(worker.pid as number, o.coordinatorNice);
     const workerErr = tail(worker);
     const online = new Set<string>();
     // Filled in by the stdout handler (a holder object, so control flow does not narrow them).
@@ -375,6 +380,7 @@ export async function runRate(o: RunOptions): Promise<RateResult> {
         periodMs: schedule.periodMs,
         agents: o.agents,
         agentSyncStart: o.agentSyncStart,
+        coordinatorNice: o.coordinatorNice,
         setup: { prefillMs, agentsReadyAheadMs },
         drain: { ms: drainMs, complete },
         stop,

@@ -9,6 +9,8 @@
  *            --agents 4 (agent processes; default 2)
  *            --repeat 3 (runs at the target rate, 2,000/s, counting the rates' own; default 3)
  *            --agent-sync-start (agents fsync each start, their default; off here, see the doc)
+ *            --coordinator-nice 10 (the coordinator's nice value, as an agent's neighbour would
+ *            set it; default 0)
  *
  * Each rate is a fresh run (bench/coordinator-run.ts): a new store, broker, coordinator process
  * (bench/coordinator-worker.ts, bundled) and agents (bench/coordinator-agent.ts, bundled).
@@ -98,6 +100,7 @@ function options() {
       "profile-rates": { type: "string", default: PROFILE_RATES.join(",") },
       "profile-duration": { type: "string", default: "10" },
       "agent-sync-start": { type: "boolean", default: false },
+      "coordinator-nice": { type: "string", default: "0" },
       agents: { type: "string", default: String(AGENTS) },
       repeat: { type: "string", default: "3" },
     },
@@ -116,6 +119,13 @@ function options() {
       : values["profile-rates"].split(",").map((r) => positive("profile-rates", r)),
     profileDurationS: positive("profile-duration", values["profile-duration"]),
     agentSyncStart: values["agent-sync-start"],
+    coordinatorNice: ((text: string) => {
+      const nice = Number(text);
+      if (!Number.isInteger(nice) || nice < 0 || nice > 19) {
+        throw new Error(`--coordinator-nice must be a whole number from 0 to 19, not "${text}"`);
+      }
+      return nice;
+    })(values["coordinator-nice"]),
     repeat: Math.floor(positive("repeat", values.repeat)),
     agents: ((a: number) => {
       if (!Number.isInteger(a)) throw new Error("--agents must be a whole number");
@@ -139,6 +149,7 @@ async function main(): Promise<void> {
   console.log(
     `coordinator bench: ${machine.cpus} cores, load average ${machine.loadavgAtStart.join(" ")}; ` +
       `${JOBS.toLocaleString("en-US")} jobs, ${o.agents} agents, ${o.durationS} s per rate` +
+      (o.coordinatorNice === 0 ? "" : `, coordinator at nice ${o.coordinatorNice}`) +
       (o.durationS < 60 ? " (the full run: --duration 60)" : ""),
   );
   await buildAll();
@@ -152,6 +163,7 @@ async function main(): Promise<void> {
       agentFile: AGENT,
       profile: false,
       agentSyncStart: o.agentSyncStart,
+      coordinatorNice: o.coordinatorNice,
       agents: o.agents,
     });
     printRates([r]);
@@ -184,6 +196,7 @@ async function main(): Promise<void> {
       agentFile: AGENT,
       profile: true,
       agentSyncStart: o.agentSyncStart,
+      coordinatorNice: o.coordinatorNice,
       agents: o.agents,
     });
     profiles.push(r);
@@ -210,8 +223,9 @@ async function main(): Promise<void> {
     repeats,
     profiles,
   };
+  // A run at another priority is kept beside the plain one, not over it.
   writeResults(
-    "coordinator",
+    o.coordinatorNice === 0 ? "coordinator" : `coordinator-nice${o.coordinatorNice}`,
     figures,
     renderMarkdown({ results, repeats, profiles, targets, machine, o }),
   );
