@@ -7,6 +7,7 @@ import {
   type DownMessage,
   decode,
   encode,
+  MAX_BATCH_REPORTS,
   type Report,
   type Topics,
   topics,
@@ -54,6 +55,9 @@ const HELLO_RETRY_MS = 2_000;
  */
 const DISPATCH_BATCH = 16;
 
+/** A batch of reports stays under this many bytes whatever the coordinator would read. */
+const MAX_BATCH_BYTES = 60_000;
+
 /**
  * The edge agent: registers, receives dispatches, fires them from its own wheel, runs handlers
  * and reports through the journal's outbox, re-sent until the coordinator acknowledges. Commands
@@ -72,6 +76,8 @@ export class Agent {
   private readonly device: OfferedHandlers;
   private readonly time: AgentTime;
   private welcomed = false;
+  /** The largest batch of reports the coordinator reads, in bytes (its welcome); 0: none. */
+  private batchBytes = 0;
   private heartbeatMs: number;
   private helloTimer: TimerHandle | undefined;
   private heartbeatTimer: TimerHandle | undefined;
@@ -141,6 +147,7 @@ export class Agent {
           this.publish(() => this.link.publishUp(report, this.journal.encoded(report)));
         }
       },
+      publishBatch: (reports) => this.publishReports(reports),
       log: this.log,
     });
   }
@@ -258,6 +265,7 @@ export class Agent {
         if (m.instanceId !== this.instanceId) return; // an answer to another process's hello
         this.sync.addSample(m.clock, receivedLocal);
         this.heartbeatMs = m.heartbeatMs;
+        this.batchBytes = m.batchBytes ?? 0;
         // What is still pending is journaled first and sent by the replay below (not twice).
         this.executor.flush();
         this.welcomed = true;
@@ -391,6 +399,41 @@ export class Agent {
   private replayOutbox(): void {
     this.executor.flush();
     for (const m of this.journal.pendingReports()) this.publish(() => this.link.publishUp(m));
+  }
+
+  /**
+   * Sends the reports of one commit: in batches (a message per up to MAX_BATCH_REPORTS reports,
+   * within the payload size the coordinator's welcome gave) to a coordinator that reads them,
+   * one message each otherwise. Either way each report's outboxed JSON is what is sent.
+   */
+  private publishReports(reports: readonly Report[]): void {
+    if (!this.welcomed) return;
+    const limit = Math.min(this.batchBytes, MAX_BATCH_BYTES);
+    let batch: Report[] = [];
+    let jsons: string[] = [];
+    let bytes = 2; // the brackets
+    const send = () => {
+      const [first] = batch;
+      if (batch.length === 1 && first) {
+        const json = jsons[0];
+        this.publish(() => this.link.publishUp(first, json));
+      } else if (batch.length > 1) {
+        const all = jsons;
+        this.publish(() => this.link.publishUpBatch(all));
+      }
+      batch = [];
+      jsons = [];
+      bytes = 2;
+    };
+    for (const r of reports) {
+      const json = this.journal.encoded(r) ?? JSON.stringify(r);
+      const size = Buffer.byteLength(json) + 1; // and its comma
+      if (batch.length > 0 && (batch.length >= MAX_BATCH_REPORTS || bytes + size > limit)) send();
+      batch.push(r);
+      jsons.push(json);
+      bytes += size;
+    }
+    send();
   }
 
   private publish(fn: () => Promise<void>): void {

@@ -14,6 +14,7 @@ export const ERROR_CODES = {
   AX_PROTO_UNKNOWN_TYPE: "A message has a missing or unknown `type` for its topic.",
   AX_PROTO_INVALID_FIELD: "A message field is missing or has the wrong type or value.",
   AX_PROTO_AGENT_MISMATCH: "A message names an agent other than the one in its topic.",
+  AX_PROTO_BAD_BATCH: "A batch of reports is empty, too long, or holds a message never batched.",
   AX_CONFIG_INVALID: "A configuration file or option is invalid.",
   AX_CONFIG_READ: "A configuration file could not be read or parsed.",
   AX_JOB_INVALID: "A job definition is invalid.",

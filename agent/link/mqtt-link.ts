@@ -94,6 +94,20 @@ export class AgentLink {
     });
   }
 
+  /**
+   * Publishes several reports as one message on the up topic: a JSON array of their JSON texts
+   * (the batch of protocol.md), QoS 1. Only to a coordinator whose welcome said `batches`.
+   */
+  async publishUpBatch(jsons: readonly string[]): Promise<void> {
+    const session = this.session;
+    if (!session || !this.ready) return;
+    await session.publish(
+      this.options.topics.up(this.options.agentId),
+      Buffer.from(`[${jsons.join(",")}]`),
+      { qos: 1 },
+    );
+  }
+
   async publishPresence(payload: Buffer): Promise<void> {
     const session = this.session;
     if (!session || !this.ready) return;

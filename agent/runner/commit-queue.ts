@@ -35,6 +35,8 @@ export interface CommitQueueOptions {
   envelope(body: ReportBody, seq: number): Report;
   /** Sends a report; called only after the transaction that wrote it has committed. */
   publish(report: Report): void;
+  /** Sends the reports of one commit (two or more) together; without it, `publish` each. */
+  publishBatch?(reports: readonly Report[]): void;
   log(level: "error", message: string, fields?: Record<string, unknown>): void;
 }
 
@@ -188,7 +190,8 @@ export class CommitQueue {
     // The handlers first: their start is what is timed, and a handler cannot reach this queue
     // synchronously (what it reports is deferred), so the reports still go out in seq order.
     for (const launch of launches) launch();
-    for (const r of held) this.o.publish(r);
+    if (held.length > 1 && this.o.publishBatch) this.o.publishBatch(held);
+    else for (const r of held) this.o.publish(r);
     return out;
   }
 

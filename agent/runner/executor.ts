@@ -37,6 +37,8 @@ export interface ExecutorOptions {
    * once the transaction that wrote it has committed.
    */
   publish(report: Report): void;
+  /** Sends the reports one commit wrote, in seq order, as `publish` would each. */
+  publishBatch?(reports: readonly Report[]): void;
   concurrency: number;
   queue: number;
   tickMs: number;
@@ -89,6 +91,7 @@ export class Executor {
       clock: o.clock,
       envelope: o.envelope,
       publish: o.publish,
+      ...(o.publishBatch === undefined ? {} : { publishBatch: o.publishBatch }),
       log: o.log,
     });
     this.wheel = new TimingWheel((payload) => this.onWheel(payload), {

@@ -203,6 +203,8 @@ export class Inbound {
               instanceId: m.instanceId,
               heartbeatMs: this.ctx.config.heartbeat,
               clock: { t0: m.sentAt, t1: receivedAt, t2: this.ctx.clock.wallNow() },
+              // What the link reads: a batch of reports up to the payload limit.
+              batchBytes: this.ctx.config.maxPayloadBytes,
             },
             this.ctx.clock.wallNow(),
           ),

@@ -4,7 +4,7 @@ import { newId } from "../../shared/ids.js";
 import {
   type Decoded,
   type DownMessage,
-  decode,
+  decodeAll,
   encode,
   type ProtocolError,
   type Topics,
@@ -92,12 +92,14 @@ export class CoordinatorLink {
     });
     client.on("message", (topic, payload) => {
       const receivedAt = this.now();
-      const result = decode(topic, payload, {
+      // A batch of an agent's reports is one MQTT message; each report is handled on its own.
+      for (const result of decodeAll(topic, payload, {
         prefix: this.topics.prefix,
         maxBytes: this.options.maxPayloadBytes ?? 65_536,
-      });
-      if (result.ok) handlers.message(result.value, receivedAt);
-      else handlers.invalid(result.error, topic);
+      })) {
+        if (result.ok) handlers.message(result.value, receivedAt);
+        else handlers.invalid(result.error, topic);
+      }
     });
     // mqtt.js handles one packet at a time and reads the next only once this calls back: holding
     // the callback is how the link stops reading (and acknowledging) while the engine is behind.

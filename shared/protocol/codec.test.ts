@@ -2,7 +2,14 @@ import { describe, expect, it } from "vitest";
 import { seededRandom } from "../../test/helpers/random.js";
 import { ERROR_CODES } from "../errors.js";
 import { ID_PATTERN } from "../ids.js";
-import { type DecodeOptions, type DecodeResult, decode, encode } from "./codec.js";
+import {
+  type DecodeOptions,
+  type DecodeResult,
+  decode,
+  decodeAll,
+  encode,
+  MAX_BATCH_REPORTS,
+} from "./codec.js";
 import { DEFAULT_MAX_PAYLOAD_BYTES } from "./envelope.js";
 import type { Event } from "./event.js";
 import { type DownMessage, SCHEMAS_BY_CHANNEL, type UpMessage } from "./messages.js";
@@ -898,6 +905,73 @@ describe("decode names the execution of an invalid message (rule 6)", () => {
       const error = expectError(decode(down, payload));
       expect(Object.keys(error).sort()).toEqual(["code", "message"]);
     }
+  });
+});
+
+describe("decodeAll: batches of reports on an up topic", () => {
+  const batch = (items: unknown[]) => JSON.stringify(items);
+
+  it("decodes each report of a batch, in order, as decode decodes it alone", () => {
+    const items = [sample("accepted"), sample("started"), sample("finished")];
+    const results = decodeAll(up, batch(items));
+    expect(results.map((r) => expectOk(r))).toEqual(
+      items.map((m) => expectOk(decode(up, JSON.stringify(m)))),
+    );
+  });
+
+  it("answers a single message with one result, the same as decode", () => {
+    const hello = JSON.stringify(sample("hello"));
+    expect(decodeAll(up, hello)).toEqual([decode(up, hello)]);
+    expect(decodeAll(down, "{}")).toEqual([decode(down, "{}")]);
+    expect(decodeAll(up, "not json")).toEqual([decode(up, "not json")]);
+  });
+
+  it("keeps the good reports of a batch with a bad one, whose error names its index", () => {
+    const results = decodeAll(
+      up,
+      batch([sample("accepted"), broken("started", { round: 0 }), 7, sample("finished")]),
+    );
+    expect(results.map((r) => r.ok)).toEqual([true, false, false, true]);
+    const bad = expectError(results[1] as DecodeResult);
+    expect(bad).toMatchObject({
+      code: "AX_PROTO_INVALID_FIELD",
+      field: "1.round",
+      type: "started",
+    });
+    expect(bad.message).toMatch(/^batch item 1: started message: field round/);
+    expect(expectError(results[2] as DecodeResult)).toMatchObject({
+      code: "AX_PROTO_NOT_OBJECT",
+      field: "2",
+    });
+  });
+
+  it("refuses an empty or too long batch, a session message in one, and a batch off the up topic", () => {
+    expect(expectError(decodeAll(up, "[]")[0] as DecodeResult)).toMatchObject({
+      code: "AX_PROTO_BAD_BATCH",
+    });
+    const many = Array.from({ length: MAX_BATCH_REPORTS + 1 }, () => sample("accepted"));
+    const tooMany = decodeAll(up, batch(many), { maxBytes: 1 << 24 });
+    expect(tooMany).toHaveLength(1);
+    expect(expectError(tooMany[0] as DecodeResult).message).toContain(`this one ${many.length}`);
+    const [session, report] = decodeAll(up, batch([sample("heartbeat"), sample("accepted")]));
+    expect(expectError(session as DecodeResult)).toMatchObject({
+      code: "AX_PROTO_BAD_BATCH",
+      field: "0.type",
+      type: "heartbeat",
+    });
+    expect(report?.ok).toBe(true);
+    for (const topic of [down, TOPIC.presence, TOPIC.event]) {
+      const [r] = decodeAll(topic, batch([sample("accepted")]));
+      expect(expectError(r as DecodeResult).code).toBe("AX_PROTO_NOT_OBJECT");
+    }
+    // decode itself never takes a batch.
+    expect(expectError(decode(up, batch([sample("accepted")]))).code).toBe("AX_PROTO_NOT_OBJECT");
+  });
+
+  it("checks the size of the whole batch first", () => {
+    const items = Array.from({ length: 100 }, () => sample("accepted"));
+    const [r] = decodeAll(up, batch(items), { maxBytes: 2048 });
+    expect(expectError(r as DecodeResult).code).toBe("AX_PROTO_TOO_LARGE");
   });
 });
 

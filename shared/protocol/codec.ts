@@ -104,33 +104,122 @@ export function describeIssue(issue: Issue): string {
   }
 }
 
+/** The most reports one batch payload on an `up` topic may hold. */
+export const MAX_BATCH_REPORTS = 256;
+
+/** Up message types that are not reports, so never in a batch. */
+const SESSION_TYPES: ReadonlySet<string> = new Set(["hello", "heartbeat"]);
+
+/** A payload's topic and JSON value, or why it has none. */
+type Parsed =
+  | { ok: true; topic: NonNullable<ReturnType<typeof parseTopic>>; raw: unknown }
+  | { ok: false; result: DecodeResult };
+
+/** Steps 1-3 of decoding: size, topic, JSON. */
+function parsePayload(topic: string, payload: Uint8Array | string, options: DecodeOptions): Parsed {
+  const maxBytes = options.maxBytes ?? DEFAULT_MAX_PAYLOAD_BYTES;
+  const size = typeof payload === "string" ? Buffer.byteLength(payload) : payload.byteLength;
+  if (size > maxBytes) {
+    return {
+      ok: false,
+      result: fail(
+        "AX_PROTO_TOO_LARGE",
+        `payload is ${size} bytes, more than the limit of ${maxBytes}`,
+      ),
+    };
+  }
+  const parsedTopic = parseTopic(topic, options.prefix);
+  if (parsedTopic === null) {
+    return { ok: false, result: fail("AX_PROTO_BAD_TOPIC", `topic "${topic}" is not a v1 topic`) };
+  }
+  try {
+    const raw: unknown = JSON.parse(
+      typeof payload === "string" ? payload : decoder.decode(payload),
+    );
+    return { ok: true, topic: parsedTopic, raw };
+  } catch (err) {
+    return {
+      ok: false,
+      result: fail("AX_PROTO_BAD_JSON", `payload is not valid JSON: ${(err as Error).message}`),
+    };
+  }
+}
+
 /**
  * Decodes one MQTT message of protocol v1: checks size, topic, JSON, version, type and every
- * field, and that a body naming an agent names the one in its topic. Never throws.
+ * field, and that a body naming an agent names the one in its topic. Never throws. A batch (a
+ * JSON array, see {@link decodeAll}) is not one message: it fails with AX_PROTO_NOT_OBJECT.
  */
 export function decode(
   topic: string,
   payload: Uint8Array | string,
   options: DecodeOptions = {},
 ): DecodeResult {
-  const maxBytes = options.maxBytes ?? DEFAULT_MAX_PAYLOAD_BYTES;
-  const size = typeof payload === "string" ? Buffer.byteLength(payload) : payload.byteLength;
-  if (size > maxBytes) {
-    return fail(
-      "AX_PROTO_TOO_LARGE",
-      `payload is ${size} bytes, more than the limit of ${maxBytes}`,
-    );
-  }
-  const parsedTopic = parseTopic(topic, options.prefix);
-  if (parsedTopic === null) return fail("AX_PROTO_BAD_TOPIC", `topic "${topic}" is not a v1 topic`);
-  const channel = parsedTopic.kind === "event" ? "event" : parsedTopic.channel;
+  const p = parsePayload(topic, payload, options);
+  return p.ok ? decodeValue(p.topic, p.raw) : p.result;
+}
 
-  let raw: unknown;
-  try {
-    raw = JSON.parse(typeof payload === "string" ? payload : decoder.decode(payload));
-  } catch (err) {
-    return fail("AX_PROTO_BAD_JSON", `payload is not valid JSON: ${(err as Error).message}`);
+/**
+ * Decodes an MQTT message that may be a batch: on an `up` topic a JSON array of 1 to
+ * {@link MAX_BATCH_REPORTS} reports (never `hello` or `heartbeat`), each checked as a message
+ * of its own, in order. One result per report, so one bad report does not cost the others;
+ * a bad item's error names its index (`field` `3.round`). Any other payload: one result, as
+ * {@link decode} gives. Never throws.
+ */
+export function decodeAll(
+  topic: string,
+  payload: Uint8Array | string,
+  options: DecodeOptions = {},
+): DecodeResult[] {
+  const p = parsePayload(topic, payload, options);
+  if (!p.ok) return [p.result];
+  if (!Array.isArray(p.raw)) return [decodeValue(p.topic, p.raw)];
+  if (p.topic.kind !== "agent" || p.topic.channel !== "up") {
+    return [
+      fail(
+        "AX_PROTO_NOT_OBJECT",
+        "payload must be a JSON object (only an agent's up topic takes a batch)",
+      ),
+    ];
   }
+  const items: unknown[] = p.raw;
+  if (items.length === 0 || items.length > MAX_BATCH_REPORTS) {
+    return [
+      fail(
+        "AX_PROTO_BAD_BATCH",
+        `a batch holds 1 to ${MAX_BATCH_REPORTS} reports, this one ${items.length}`,
+      ),
+    ];
+  }
+  return items.map((item, i) => {
+    const type =
+      typeof item === "object" && item !== null ? (item as { type?: unknown }).type : undefined;
+    if (typeof type === "string" && SESSION_TYPES.has(type)) {
+      return fail("AX_PROTO_BAD_BATCH", `batch item ${i}: a ${type} message is never batched`, {
+        field: `${i}.type`,
+        type,
+      });
+    }
+    const r = decodeValue(p.topic, item);
+    if (r.ok) return r;
+    const { field, message } = r.error;
+    return {
+      ok: false,
+      error: {
+        ...r.error,
+        message: `batch item ${i}: ${message}`,
+        field: field === undefined || field === "" ? String(i) : `${i}.${field}`,
+      },
+    };
+  });
+}
+
+/** Steps 4-8 of decoding, on one JSON value. */
+function decodeValue(
+  parsedTopic: NonNullable<ReturnType<typeof parseTopic>>,
+  raw: unknown,
+): DecodeResult {
+  const channel = parsedTopic.kind === "event" ? "event" : parsedTopic.channel;
   if (typeof raw !== "object" || raw === null || Array.isArray(raw)) {
     return fail("AX_PROTO_NOT_OBJECT", "payload must be a JSON object");
   }

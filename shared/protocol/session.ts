@@ -69,6 +69,11 @@ export const welcomeSchema = z.object({
   instanceId: id(),
   heartbeatMs: z.int().check(z.gte(100), z.lte(600_000)),
   clock: clockSampleSchema,
+  /**
+   * Present when this coordinator reads batches of reports on the up topic (decodeAll): the
+   * largest payload it reads, in bytes. Absent: send each report as a message of its own.
+   */
+  batchBytes: z.optional(z.int().check(z.gte(1024))),
 });
 export type Welcome = z.infer<typeof welcomeSchema>;
 

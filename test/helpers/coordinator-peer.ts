@@ -5,7 +5,7 @@ import {
   type Decoded,
   type Dispatch,
   type DownMessage,
-  decode,
+  decodeAll,
   encode,
   type Hello,
   type Report,
@@ -31,6 +31,12 @@ export class CoordinatorPeer {
   private readonly acked = new Map<string, { journalId: string; upTo: number }>();
   /** When false, reports are recorded but not acknowledged (to test outbox replay). */
   ackReports = true;
+  /** The welcome's batchBytes; undefined: a coordinator that reads no batches. */
+  batchBytes: number | undefined = 65_536;
+  /** MQTT messages received on up topics: one report or session message each, or a batch. */
+  readonly upPayloads = { single: 0, batch: 0 };
+  /** The largest batch payload received, in bytes. */
+  largestUpPayload = 0;
 
   constructor(
     private readonly url: string,
@@ -52,12 +58,16 @@ export class CoordinatorPeer {
         .catch(() => {});
     client.on("connect", () => void subscribe());
     client.on("message", (topic, payload) => {
-      const r = decode(topic, payload, { prefix: this.topics.prefix });
-      if (!r.ok) {
-        this.invalid.push(`${r.error.code}: ${r.error.message}`);
-        return;
+      if (topic.endsWith("/up")) {
+        if (payload[0] === 0x5b /* [ */) {
+          this.upPayloads.batch++;
+          this.largestUpPayload = Math.max(this.largestUpPayload, payload.byteLength);
+        } else this.upPayloads.single++;
       }
-      this.onMessage(r.value);
+      for (const r of decodeAll(topic, payload, { prefix: this.topics.prefix })) {
+        if (r.ok) this.onMessage(r.value);
+        else this.invalid.push(`${r.error.code}: ${r.error.message}`);
+      }
     });
     await subscribe();
   }
@@ -84,6 +94,7 @@ export class CoordinatorPeer {
         instanceId: m.instanceId,
         heartbeatMs: 500,
         clock: { t0: m.sentAt, t1: now, t2: Date.now() },
+        ...(this.batchBytes === undefined ? {} : { batchBytes: this.batchBytes }),
       });
       this.send(m.agentId, { type: "ack", upTo: this.acked.get(m.agentId)?.upTo ?? 0 });
       return;

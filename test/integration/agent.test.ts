@@ -37,10 +37,12 @@ async function rig(
     mqtt?: Partial<AgentConfigInput["mqtt"]>;
   } = {},
   broker?: TestBroker,
+  peerOptions: { batchBytes?: number | undefined } = {},
 ): Promise<Rig> {
   const b = broker ?? (await testBroker());
   const tmp = tempDir();
   const peer = new CoordinatorPeer(b.url, b.prefix);
+  if ("batchBytes" in peerOptions) peer.batchBytes = peerOptions.batchBytes;
   await peer.start();
   const agentId = `${b.prefix}-a`;
   const config: AgentConfigInput = {
@@ -176,7 +178,53 @@ describe("agent: timing", () => {
       expect(s.lateMs).toBeCloseTo(s.startedAt - (fireAts.get(s.executionId) ?? 0), 6);
     }
     expect(peer.of(agentId, "finished").every((f) => f.outcome === "succeeded")).toBe(true);
+    // Each commit's reports went out together. The burst of dispatches is journaled 16 to a
+    // commit, so its 1,000 accepted reports alone fit in about 63 messages; starts spread over
+    // 2 s share commits only with each other and with finishes folded into them.
+    expect(peer.upPayloads.batch).toBeGreaterThan(0);
+    expect(peer.upPayloads.single + peer.upPayloads.batch).toBeLessThan(0.8 * peer.received.length);
+    expect(peer.invalid).toEqual([]);
   }, 60_000);
+
+  it("sends each report alone to a coordinator whose welcome offers no batches", async () => {
+    const { peer, agentId } = await rig(
+      { capacity: { concurrency: 64, queue: 200, maxPending: 500 } },
+      undefined,
+      { batchBytes: undefined },
+    );
+    const fireAt = Date.now() + 500;
+    for (let i = 0; i < 50; i++) {
+      peer.dispatch(agentId, { executionId: `s-${i}`, fireAt, deadline: fireAt + 20_000 });
+    }
+    await waitFor(
+      "50 finished",
+      () => (peer.of(agentId, "finished").length === 50 ? true : undefined),
+      20_000,
+    );
+    expect(peer.upPayloads.batch).toBe(0);
+    expect(peer.of(agentId, "started")).toHaveLength(50);
+    expect(peer.invalid).toEqual([]);
+  }, 30_000);
+
+  it("keeps every batch within the coordinator's payload limit", async () => {
+    const { peer, agentId } = await rig(
+      { capacity: { concurrency: 64, queue: 200, maxPending: 500 } },
+      undefined,
+      { batchBytes: 1024 },
+    );
+    const fireAt = Date.now() + 500;
+    for (let i = 0; i < 50; i++) {
+      peer.dispatch(agentId, { executionId: `k-${i}`, fireAt, deadline: fireAt + 20_000 });
+    }
+    await waitFor(
+      "50 finished",
+      () => (peer.of(agentId, "finished").length === 50 ? true : undefined),
+      20_000,
+    );
+    expect(peer.upPayloads.batch).toBeGreaterThan(0);
+    expect(peer.largestUpPayload).toBeLessThanOrEqual(1024);
+    expect(peer.invalid).toEqual([]);
+  }, 30_000);
 });
 
 describe("agent: outages", () => {
