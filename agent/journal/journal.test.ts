@@ -107,6 +107,20 @@ function accept(j: Journal, clock: TestClock, d: Dispatch): { id: number; report
   return r;
 }
 
+/** Moves row `id` (execution e1, round 1) from scheduled to running; returns its report. */
+function startE1(j: Journal, clock: TestClock, id: number): Report {
+  const started = j.transition(
+    id,
+    "scheduled",
+    "running",
+    { type: "started", executionId: "e1", round: 1, startedAt: clock.t, lateMs: 0 },
+    envelopeAt(clock),
+    clock.t,
+  );
+  if (!started) throw new Error("no started report");
+  return started;
+}
+
 const seqs = (reports: Report[]) => reports.map((r) => ("seq" in r ? r.seq : undefined));
 
 describe("Journal: identity and storage", () => {
@@ -182,14 +196,7 @@ describe("Journal: transition", () => {
     const j = openJournal(tempFile(), clock);
     const { id } = accept(j, clock, dispatch("e1"));
     clock.t = T0 + 1000;
-    const started = j.transition(
-      id,
-      "scheduled",
-      "running",
-      { type: "started", executionId: "e1", round: 1, startedAt: clock.t, lateMs: 0 },
-      envelopeAt(clock),
-      clock.t,
-    );
+    const started = startE1(j, clock, id);
     expect(started).toMatchObject({ type: "started", seq: 2, startedAt: T0 + 1000 });
     expect(j.get(id)).toMatchObject({ state: "running", startedAt: T0 + 1000 });
     expect(j.pendingReports().at(-1)).toEqual(started);
@@ -383,15 +390,7 @@ describe("Journal: seq and the outbox (rule 1)", () => {
     const a = accept(j, clock, dispatch("e1"));
     written.push(a.report);
     clock.t += 1000;
-    const started = j.transition(
-      a.id,
-      "scheduled",
-      "running",
-      { type: "started", executionId: "e1", round: 1, startedAt: clock.t, lateMs: 0 },
-      envelopeAt(clock),
-      clock.t,
-    );
-    if (started) written.push(started);
+    written.push(startE1(j, clock, a.id));
     clock.t += 5;
     written.push(
       j.report(
@@ -415,15 +414,7 @@ describe("Journal: seq and the outbox (rule 1)", () => {
     const path = tempFile();
     const j = openJournal(path, clock);
     const a = accept(j, clock, dispatch("e1"));
-    const started = j.transition(
-      a.id,
-      "scheduled",
-      "running",
-      { type: "started", executionId: "e1", round: 1, startedAt: clock.t, lateMs: 0 },
-      envelopeAt(clock),
-      clock.t,
-    );
-    if (!started) throw new Error("no started report");
+    const started = startE1(j, clock, a.id);
     const rows = otherConnection(path).prepare("SELECT message FROM outbox ORDER BY seq").all() as {
       message: string;
     }[];

@@ -239,12 +239,15 @@ export const jobsQuery = z
   })
   .strict();
 
+/** A page's pointer to the next one (executions and jobs are paged alike). */
+const nextCursorSchema = z
+  .string()
+  .nullable()
+  .meta({ description: "Pass as cursor for the next page; null on the last page." });
+
 export const jobListSchema = z.object({
   items: z.array(jobSchema),
-  nextCursor: z
-    .string()
-    .nullable()
-    .meta({ description: "Pass as cursor for the next page; null on the last page." }),
+  nextCursor: nextCursorSchema,
 });
 
 export const previewSchema = z.object({
@@ -297,10 +300,7 @@ export const executionSchema = z.object({
 
 export const executionPageSchema = z.object({
   items: z.array(executionSchema),
-  nextCursor: z
-    .string()
-    .nullable()
-    .meta({ description: "Pass as cursor for the next page; null on the last page." }),
+  nextCursor: nextCursorSchema,
 });
 
 export const timelineEntrySchema = z.object({
