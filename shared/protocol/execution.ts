@@ -130,6 +130,11 @@ export const finishedSchema = z.object({
   result: z.optional(jsonObject()),
   startedAt: z.optional(timestamp()),
   finishedAt: timestamp(),
+  /**
+   * With outcome `interrupted`: whether the handler had begun (`in_handler`: its side effects may
+   * have happened, in part) or not (`before_handler`: nothing of it ran). Absent otherwise.
+   */
+  interruptedPhase: z.optional(z.enum(["before_handler", "in_handler"])),
 });
 export type Finished = z.infer<typeof finishedSchema>;
 

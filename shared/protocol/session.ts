@@ -59,6 +59,12 @@ export const heartbeatSchema = z.object({
     depth: count(),
     outboxDepth: count(),
   }),
+  /**
+   * True once the agent has begun to shut down (SIGTERM): it starts nothing new and answers new
+   * dispatches `rejected` (`shutting_down`), so the coordinator routes nothing more to it. Absent
+   * (or false) otherwise.
+   */
+  shuttingDown: z.optional(z.boolean()),
 });
 export type Heartbeat = z.infer<typeof heartbeatSchema>;
 
@@ -90,6 +96,16 @@ export const ackSchema = z.object({
   ...envelopeShape,
   type: z.literal("ack"),
   upTo: count(),
+  /**
+   * The journal the ack is about (hello's journalId). An agent ignores an ack naming another
+   * journal, so an ack meant for a wiped device's old journal never prunes the new one's outbox.
+   */
+  journalId: z.optional(id()),
+  /**
+   * Asks the agent to re-send now, in seq order, every report of its outbox with seq > upTo: the
+   * coordinator has found a gap (a report it never received), or has restarted.
+   */
+  replay: z.optional(z.boolean()),
 });
 export type Ack = z.infer<typeof ackSchema>;
 
