@@ -378,6 +378,11 @@ export class Inbound {
           steps.push({ event: { type: "busy", round: r.round } });
           break;
         case "rejected":
+          // "Not now": the agent is stopping (nothing more is routed to it) or its journal is
+          // full (passed over like a busy agent); the execution waits instead of failing.
+          if (r.reason === "shutting_down") this.registry.markDraining(agentId);
+          if (r.reason === "journal_full")
+            this.registry.markBusy(agentId, this.ctx.clock.wallNow());
           steps.push({
             event: { type: "rejected", round: r.round, reason: r.reason },
             patch: () => ({
