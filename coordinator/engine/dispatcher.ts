@@ -330,7 +330,14 @@ export class Dispatcher {
       await this.ctx.link
         .send(
           exec.agentId,
-          envelope({ type: "query", executionId: exec.id, round: exec.round }, now),
+          envelope(
+            {
+              type: "query",
+              executionId: exec.id,
+              round: this.leases.ranRound(exec.id, exec.round),
+            },
+            now,
+          ),
         )
         .catch(() => {});
       return true;
