@@ -884,6 +884,7 @@ describe("decode names the execution of an invalid message (rule 6)", () => {
     ["executionId with a slash, round 0", { executionId: "ex/1", round: 0 }],
     ["executionId a number, round a string", { executionId: 17, round: "3" }],
     ["executionId empty, round fractional", { executionId: "", round: 2.5 }],
+    ["executionId too long, round past 2^53", { executionId: "e".repeat(129), round: 1e21 }],
   ])("leaves them out when they are not readable: %s", (_, patch) => {
     const error = expectError(decode(down, encode(broken("dispatch", patch))));
     expect(error.code).toBe("AX_PROTO_INVALID_FIELD");

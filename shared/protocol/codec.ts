@@ -48,7 +48,9 @@ function readRef(obj: Record<string, unknown>): Partial<ProtocolError> {
   if (typeof executionId === "string" && /^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$/.test(executionId)) {
     out.executionId = executionId;
   }
-  if (typeof round === "number" && Number.isInteger(round) && round >= 1) out.round = round;
+  // Safe integers only, as the schema's: a round of 1e21 echoed in `rejected` would make the
+  // agent's own report invalid, refused by the coordinator and re-sent forever.
+  if (typeof round === "number" && Number.isSafeInteger(round) && round >= 1) out.round = round;
   return out;
 }
 
