@@ -48,15 +48,18 @@ function agentConfigSchema(parts: AgentParts) {
       keepaliveS: z._default(z.int().check(z.gte(1), z.lte(3600)), 10),
       username: z.optional(z.string()),
       password: z.optional(z.string()),
-      /** Reconnect backoff: full jitter between 0 and min(capMs, baseMs·2^n). */
+      /**
+       * Reconnect backoff: full jitter between 0 and min(capMs, baseMs·2^(n−1)) before attempt n,
+       * so a broker restart costs an agent seconds (docs/agent.md, "Offline operation").
+       */
       reconnect: z._default(
         z.object({
           /** @default 500 */
           baseMs: z._default(z.int().check(z.gte(10), z.lte(60_000)), 500),
-          /** @default 30000 */
-          capMs: z._default(z.int().check(z.gte(10), z.lte(3_600_000)), 30_000),
+          /** @default 5000 */
+          capMs: z._default(z.int().check(z.gte(10), z.lte(3_600_000)), 5_000),
         }),
-        { baseMs: 500, capMs: 30_000 },
+        { baseMs: 500, capMs: 5_000 },
       ),
     }),
     /** Firmware profile name reported in hello. @default "dev" */
