@@ -20,6 +20,7 @@ import { AgentLink } from "./link/mqtt-link.js";
 import { transportsFor } from "./link/transport.js";
 import { PARTS } from "./parts/included.js";
 import type { AgentParts } from "./parts/types.js";
+import { ReplayGate } from "./replay-gate.js";
 import { Executor } from "./runner/executor.js";
 import { AgentTime } from "./time.js";
 
@@ -58,6 +59,9 @@ const DISPATCH_BATCH = 16;
 /** A batch of reports stays under this many bytes whatever the coordinator would read. */
 const MAX_BATCH_BYTES = 60_000;
 
+/** What publishUp is told a report's JSON text is (only its text is sent). */
+const REPORT = { type: "report" } as const;
+
 /**
  * The edge agent: registers, receives dispatches, fires them from its own wheel, runs handlers
  * and reports through the journal's outbox, re-sent until the coordinator acknowledges. Commands
@@ -85,11 +89,18 @@ export class Agent {
   /** Dispatches and the highest ack received since the last batch (see flushBatch). */
   private pendingDispatches: Dispatch[] = [];
   private pendingAck = 0;
+  /** An ack since the last batch asked for a replay (applied after the ack prunes the outbox). */
+  private pendingReplay = false;
   private batchScheduled = false;
+  /** Re-sends of the outbox, at most one per window however often they are asked for. */
+  private readonly replays: ReplayGate;
+  /** Set on SIGTERM: every heartbeat from then on says so (the coordinator routes nothing here). */
+  private shuttingDown = false;
+  private stopping: Promise<void> | undefined;
   /** Seq of the oldest unacknowledged report at the previous heartbeat. */
   private lastOldestSeq: number | undefined;
   private ackStallSince = 0;
-  private readonly counters = { invalidMessages: 0, dispatches: 0 };
+  private readonly counters = { invalidMessages: 0, dispatches: 0, foreignAcks: 0 };
 
   constructor(
     private readonly config: AgentConfig,
@@ -116,6 +127,7 @@ export class Agent {
       retainMs: config.journal.retainMs,
       now: () => this.coordNow(),
     });
+    this.replays = new ReplayGate(this.clock, () => this.replayOutbox());
     const bundle = deps.bundle ?? { version: "dev", sha256: "dev" };
     this.bundle = bundle;
     this.link = new AgentLink({
@@ -162,10 +174,21 @@ export class Agent {
   get stats(): {
     invalidMessages: number;
     dispatches: number;
+    /** Acks ignored because they named another journal. */
+    foreignAcks: number;
+    /** Outbox replays sent on request, and requests folded into one of them. */
+    replays: number;
+    replaysCoalesced: number;
     outboxDepth: number;
     welcomed: boolean;
   } {
-    return { ...this.counters, outboxDepth: this.journal.outboxDepth, welcomed: this.welcomed };
+    return {
+      ...this.counters,
+      replays: this.replays.counts.replays,
+      replaysCoalesced: this.replays.counts.coalesced,
+      outboxDepth: this.journal.outboxDepth,
+      welcomed: this.welcomed,
+    };
   }
 
   start(): void {
@@ -273,14 +296,23 @@ export class Agent {
         this.helloTimer = undefined;
         this.log("info", "welcomed by the coordinator", { offsetMs: this.sync.offsetMs });
         this.replayOutbox();
+        this.replays.ran();
         this.scheduleHeartbeat(0);
         return;
       case "time":
         this.sync.addSample(m.clock, receivedLocal);
         return;
       case "ack":
+        if (m.journalId !== undefined && m.journalId !== this.journal.journalId) {
+          // Meant for another journal of this agentId (before a wipe, say): its upTo says
+          // nothing about this outbox, and pruning by it could lose reports never stored.
+          this.counters.foreignAcks++;
+          this.log("debug", "ignored an ack for another journal", { journalId: m.journalId });
+          return;
+        }
         // Acks come in bursts; only the highest matters, applied once per batch.
         this.pendingAck = Math.max(this.pendingAck, m.upTo);
+        if (m.replay === true) this.pendingReplay = true;
         this.scheduleBatch();
         return;
       case "dispatch":
@@ -315,6 +347,8 @@ export class Agent {
     const batch = this.pendingDispatches.splice(0, DISPATCH_BATCH);
     const ack = this.pendingAck;
     this.pendingAck = 0;
+    const replay = this.pendingReplay;
+    this.pendingReplay = false;
     if (this.pendingDispatches.length > 0) this.scheduleBatch();
     try {
       // Answers are sent by the executor once this commits.
@@ -329,6 +363,8 @@ export class Agent {
         `journaling a batch of ${batch.length} dispatches failed: ${(err as Error).message}`,
       );
     }
+    // After the ack has pruned what it covers: what is left is every report with seq > upTo.
+    if (replay) this.replays.request();
   }
 
   private scheduleHeartbeat(delayMs: number): void {
@@ -363,6 +399,7 @@ export class Agent {
               load: counts.running / this.config.capacity.concurrency,
               clockOffset: { offsetMs: this.sync.offsetMs, uncertaintyMs: this.sync.uncertaintyMs },
               journal: { depth: counts.open, outboxDepth: this.journal.outboxDepth },
+              ...(this.shuttingDown ? { shuttingDown: true } : {}),
             },
             sentAt,
           ),
@@ -378,7 +415,7 @@ export class Agent {
         this.lastOldestSeq = oldest?.seq;
         this.ackStallSince = now;
       } else if (oldest && now - this.ackStallSince >= Math.max(3 * this.heartbeatMs, 5_000)) {
-        this.replayOutbox();
+        this.replays.request();
         this.ackStallSince = now;
       }
     }
@@ -396,9 +433,11 @@ export class Agent {
     this.executor.batch(() => this.executor.report(body));
   }
 
+  /** Re-sends every report still in the outbox, in seq order, as the journal wrote it (rule 1). */
   private replayOutbox(): void {
+    if (this.stopped || !this.welcomed) return;
     this.executor.flush();
-    for (const m of this.journal.pendingReports()) this.publish(() => this.link.publishUp(m));
+    this.publishJsons(this.journal.pendingReportTexts());
   }
 
   /**
@@ -408,28 +447,28 @@ export class Agent {
    */
   private publishReports(reports: readonly Report[]): void {
     if (!this.welcomed) return;
+    this.publishJsons(reports.map((r) => this.journal.encoded(r) ?? JSON.stringify(r)));
+  }
+
+  /** Publishes reports given as their JSON texts, in order, batched as {@link publishReports} says. */
+  private publishJsons(all: readonly string[]): void {
     const limit = Math.min(this.batchBytes, MAX_BATCH_BYTES);
-    let batch: Report[] = [];
     let jsons: string[] = [];
     let bytes = 2; // the brackets
     const send = () => {
-      const [first] = batch;
-      if (batch.length === 1 && first) {
-        const json = jsons[0];
-        this.publish(() => this.link.publishUp(first, json));
-      } else if (batch.length > 1) {
-        const all = jsons;
-        this.publish(() => this.link.publishUpBatch(all));
+      const [first] = jsons;
+      if (jsons.length === 1 && first !== undefined) {
+        this.publish(() => this.link.publishUp(REPORT, first));
+      } else if (jsons.length > 1) {
+        const batch = jsons;
+        this.publish(() => this.link.publishUpBatch(batch));
       }
-      batch = [];
       jsons = [];
       bytes = 2;
     };
-    for (const r of reports) {
-      const json = this.journal.encoded(r) ?? JSON.stringify(r);
+    for (const json of all) {
       const size = Buffer.byteLength(json) + 1; // and its comma
-      if (batch.length > 0 && (batch.length >= MAX_BATCH_REPORTS || bytes + size > limit)) send();
-      batch.push(r);
+      if (jsons.length > 0 && (jsons.length >= MAX_BATCH_REPORTS || bytes + size > limit)) send();
       jsons.push(json);
       bytes += size;
     }
@@ -444,11 +483,19 @@ export class Agent {
    * Rule 9: refuse new work, let running work finish within the grace period, publish `offline`
    * and disconnect.
    */
-  async stop(graceMs: number = this.config.shutdownGraceMs): Promise<void> {
-    if (this.stopped) return;
+  stop(graceMs: number = this.config.shutdownGraceMs): Promise<void> {
+    this.stopping ??= this.shutdown(graceMs);
+    return this.stopping;
+  }
+
+  private async shutdown(graceMs: number): Promise<void> {
     this.executor.shuttingDown = true;
+    this.shuttingDown = true;
+    // Said at once, not at the next period: the coordinator stops routing work here now.
+    this.scheduleHeartbeat(0);
     await this.executor.drainRunning(graceMs);
     this.stopped = true;
+    this.replays.close();
     if (this.helloTimer !== undefined) this.clock.clearTimer(this.helloTimer);
     if (this.heartbeatTimer !== undefined) this.clock.clearTimer(this.heartbeatTimer);
     // Rule 9: say offline and disconnect first, so no message arrives for a closed journal.

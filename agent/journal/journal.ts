@@ -461,12 +461,19 @@ export class Journal {
     }
   }
 
-  /** Unacknowledged reports, oldest first, exactly as first sent. */
   /** The JSON `report` was outboxed as, when this journal wrote it (see `encodedReports`). */
   encoded(report: Report): string | undefined {
     return this.encodedReports.get(report);
   }
 
+  /** Unacknowledged reports, oldest first, as the JSON texts first sent (to re-send unchanged). */
+  pendingReportTexts(): string[] {
+    return (
+      this.guard("pendingReports", () => this.stmt.outboxAll.all()) as { message: string }[]
+    ).map((r) => r.message);
+  }
+
+  /** Unacknowledged reports, oldest first, exactly as first sent. */
   pendingReports(): Report[] {
     return (
       this.guard("pendingReports", () => this.stmt.outboxAll.all()) as { message: string }[]
