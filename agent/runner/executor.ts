@@ -82,6 +82,12 @@ export class Executor {
   /** Payload: row id to fire, or −row id for a queued command's deadline. */
   private readonly wheel: TimingWheel<number>;
   private running = 0;
+  /**
+   * Commands accepted due now whose wheel entry has not come up yet (it comes up on the next
+   * tick, after their journal commit). They are due and waiting as much as the queue is: without
+   * them a burst inside one tick was accepted whole, and nothing was answered busy (issue 15).
+   */
+  private readonly arriving = new Set<number>();
   private readonly commits: CommitQueue;
   shuttingDown = false;
 
@@ -271,7 +277,7 @@ export class Executor {
       return;
     }
     const dueNow = d.fireAt <= now;
-    if (dueNow && this.running >= this.o.concurrency && this.queue.length >= this.o.queue) {
+    if (dueNow && this.waiting() >= this.o.concurrency + this.o.queue) {
       // Rule 7: due now, no slot and no queue room: busy, and not kept.
       this.report({ type: "busy", executionId: id, round });
       return;
@@ -291,6 +297,12 @@ export class Executor {
     // Even a command due now starts from the wheel, on a later turn of the loop: never inside
     // the transaction that journals it, so its side effect cannot happen before that commits.
     this.wheel.schedule(this.startMono(d.fireAt), row.id);
+    if (dueNow) this.arriving.add(row.id);
+  }
+
+  /** Due commands holding a slot or a place in line: running, queued, or accepted this tick. */
+  private waiting(): number {
+    return this.running + this.queue.length + this.arriving.size;
   }
 
   /** Rule 8: stops a scheduled, queued or running command, or says it is too late. */
@@ -345,6 +357,7 @@ export class Executor {
 
   private onWheel(payload: number): void {
     if (payload > 0) {
+      this.arriving.delete(payload);
       const row = this.o.journal.get(payload);
       // The journal does not show the changes still pending (an expiry of this very row, say):
       // read it as it will be once they are written, so they count without a commit of their own.
@@ -641,6 +654,7 @@ export class Executor {
       if (active.timeoutTimer !== undefined) this.o.clock.clearTimer(active.timeoutTimer);
     }
     this.active.clear();
+    this.arriving.clear();
     this.wheel.close();
   }
 }
