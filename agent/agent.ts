@@ -1,3 +1,4 @@
+import { existsSync } from "node:fs";
 import { type Clock, systemClock, type TimerHandle } from "../shared/clock.js";
 import { ClockSync } from "../shared/clock-sync.js";
 import { newId } from "../shared/ids.js";
@@ -12,7 +13,7 @@ import {
   type Topics,
   topics,
 } from "../shared/protocol/index.js";
-import type { AgentConfig } from "./config.js";
+import { type AgentConfig, journalPath, LEGACY_JOURNAL_PATH } from "./config.js";
 import { type Handler, HandlerRegistry } from "./handlers/registry.js";
 import { buildHandlers, type OfferedHandlers } from "./handlers/set.js";
 import { Journal, type ReportBody } from "./journal/journal.js";
@@ -114,8 +115,18 @@ export class Agent {
     const parts = deps.parts ?? PARTS;
     this.device = buildHandlers(parts.handlers, config.handlers, parts.features);
     this.handlers = new HandlerRegistry(deps.handlers ?? this.device.handlers);
+    const path = journalPath(config);
+    if (config.journal.path === undefined && !existsSync(path) && existsSync(LEGACY_JOURNAL_PATH)) {
+      // Not taken over silently: it may be another agent's (that is how two agents came to share
+      // one). Said once, where an operator upgrading a device will look.
+      this.log(
+        "warn",
+        `found ${LEGACY_JOURNAL_PATH} (the journal's default name before it named the agent); starting a new journal ${path}. Set journal.path to ${LEGACY_JOURNAL_PATH} to keep using the old one`,
+      );
+    }
     this.journal = new Journal({
-      path: config.journal.path,
+      path,
+      agentId: config.agentId,
       nativeBinding: deps.nativeBinding,
       synchronous: config.journal.synchronous,
       syncStart: config.journal.syncStart,

@@ -81,8 +81,11 @@ function agentConfigSchema(parts: AgentParts) {
     ),
     journal: z._default(
       z.object({
-        /** The journal's SQLite file. @default "ax-journal.sqlite" (in the working directory) */
-        path: z._default(z.string().check(z.minLength(1)), "ax-journal.sqlite"),
+        /**
+         * The journal's SQLite file; one journal serves one agent (docs/agent.md, "The journal").
+         * @default "ax-journal-<agentId>.sqlite" in the working directory (see {@link journalPath})
+         */
+        path: z.optional(z.string().check(z.minLength(1))),
         /** See docs/benchmarks.md for the cost of each. @default "NORMAL" */
         synchronous: z._default(z.enum(["NORMAL", "FULL"]), "NORMAL"),
         /** Under NORMAL, still fsync the commit that marks a command running (see docs/agent.md). @default true */
@@ -99,7 +102,6 @@ function agentConfigSchema(parts: AgentParts) {
         retainMs: z._default(z.int().check(z.gte(60_000)), 86_400_000),
       }),
       {
-        path: "ax-journal.sqlite",
         synchronous: "NORMAL",
         syncStart: true,
         checkpoint: "thread",
@@ -122,6 +124,18 @@ function agentConfigSchema(parts: AgentParts) {
 
 export type AgentConfigInput = z.input<ReturnType<typeof agentConfigSchema>>;
 export type AgentConfig = Readonly<z.output<ReturnType<typeof agentConfigSchema>>>;
+
+/**
+ * The journal file an agent uses: `journal.path` when set, otherwise `ax-journal-<agentId>.sqlite`
+ * in the working directory. Derived from the agentId so that two agents started from one folder
+ * never share a journal (issue 15); agentIds cannot hold `/`, so it is always one file name.
+ */
+export function journalPath(config: Pick<AgentConfig, "agentId" | "journal">): string {
+  return config.journal.path ?? `ax-journal-${config.agentId}.sqlite`;
+}
+
+/** The journal file name agents used before it was derived from the agentId. */
+export const LEGACY_JOURNAL_PATH = "ax-journal.sqlite";
 
 type Plain = Record<string, unknown>;
 const isPlain = (v: unknown): v is Plain =>

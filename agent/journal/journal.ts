@@ -4,6 +4,7 @@ import { newId } from "../../shared/ids.js";
 import { migrate } from "../../shared/migrate.js";
 import type { Dispatch, LocalState, Report } from "../../shared/protocol/index.js";
 import { WalCheckpointer } from "../../shared/wal-checkpoint.js";
+import { acquireJournalLock, type JournalLock } from "./lock.js";
 import { JOURNAL_MIGRATIONS } from "./migrations.js";
 
 /** States a journaled command can be in; the last six are terminal. */
@@ -28,6 +29,12 @@ export interface CommandRow {
 export interface JournalOptions {
   /** SQLite file; `:memory:` for tests. */
   path: string;
+  /**
+   * The agent this journal belongs to. When set (and the journal is a file), opening it takes an
+   * exclusive lock (`<path>.lock`, see lock.ts) and checks the agentId the journal was created
+   * by: a journal held by another live process or written by another agent is refused.
+   */
+  agentId?: string | undefined;
   /**
    * Path of better-sqlite3's native addon (`better_sqlite3.node`). A bundle ships it beside the
    * agent file and has no node_modules to look it up in. @default looked up in node_modules
@@ -85,6 +92,28 @@ function toRow(r: CommandDbRow): CommandRow {
   };
 }
 
+/**
+ * Records `agentId` as the journal's owner when it has none (a new journal, or one created before
+ * journals had owners), or throws AX_AGENT_JOURNAL_FOREIGN when another agent owns it: its
+ * commands and seqs are that agent's, and the coordinator knows them under that agent's id.
+ */
+function claimFor(db: Database.Database, path: string, agentId: string): void {
+  const row = db.prepare("SELECT value FROM meta WHERE key = 'agent_id'").get() as
+    | { value: string }
+    | undefined;
+  if (row === undefined) {
+    db.prepare("INSERT INTO meta (key, value) VALUES ('agent_id', ?)").run(agentId);
+    return;
+  }
+  if (row.value !== agentId) {
+    throw new AxError(
+      "AX_AGENT_JOURNAL_FOREIGN",
+      `journal ${path} belongs to agent "${row.value}", not to this agent "${agentId}": each agent needs its own journal (set journal.path, or leave it out for the per-agent default)`,
+      { context: { path, owner: row.value, agentId } },
+    );
+  }
+}
+
 /** A report body before the envelope and seq are added. */
 export type ReportBody = Report extends infer R
   ? R extends Report
@@ -121,12 +150,19 @@ export class Journal {
   private readonly stmt;
   /** Off-thread WAL checkpoints, unless inline or in memory. */
   readonly checkpointer: WalCheckpointer | undefined;
+  private readonly lock: JournalLock | undefined;
 
   constructor(private readonly options: JournalOptions) {
     this.maxOutbox = options.maxOutbox ?? 100_000;
     this.syncStart = (options.synchronous ?? "NORMAL") === "NORMAL" && (options.syncStart ?? true);
     this.retainMs = options.retainMs ?? 86_400_000;
     let opened: Database.Database | undefined;
+    const agentId = options.agentId;
+    // Before the file is even opened: a second process must not recover the first one's work.
+    this.lock =
+      agentId !== undefined && options.path !== ":memory:"
+        ? acquireJournalLock(options.path, agentId)
+        : undefined;
     try {
       opened = new Database(
         options.path,
@@ -139,11 +175,13 @@ export class Journal {
       // calls per page. In memory it is a copy, bounded by one batch's pages.
       opened.pragma("temp_store = MEMORY");
       migrate(opened, JOURNAL_MIGRATIONS, options.now());
+      if (agentId !== undefined) claimFor(opened, options.path, agentId);
       this.db = opened;
     } catch (err) {
       // The caller gets no Journal to close, so a half-opened one must not keep its file handle
-      // (a file that is not a database, or one written by a newer build).
+      // (a file that is not a database, or one written by a newer build), nor its lock.
       if (opened?.open) opened.close();
+      this.lock?.release();
       if (err instanceof AxError) throw err;
       throw new AxError(
         "AX_STORE_FAILED",
@@ -512,5 +550,6 @@ export class Journal {
   close(): void {
     this.checkpointer?.close();
     if (this.db.open) this.db.close();
+    this.lock?.release();
   }
 }
