@@ -204,7 +204,7 @@ export class Agent {
 
   start(): void {
     const recovered = this.executor.recover();
-    if (recovered.rescheduled + recovered.interrupted + recovered.expired > 0) {
+    if (recovered.rescheduled + recovered.interrupted + recovered.expired + recovered.settled > 0) {
       this.log("info", "recovered journaled commands", { ...recovered });
     }
     this.link.start({
@@ -433,6 +433,7 @@ export class Agent {
     // Retention: terminal commands past their window go, a small batch at a time so no
     // synchronous chunk of agent work grows long.
     this.journal.purge(200);
+    this.executor.tidy();
     this.scheduleHeartbeat(this.heartbeatMs);
   }
 

@@ -4,7 +4,10 @@ import type { Dispatch, Outcome, RejectReason, Report } from "../../shared/proto
 import { TimingWheel } from "../../shared/wheel.js";
 import { HandlerFailure, type HandlerRegistry, type HandlerResult } from "../handlers/registry.js";
 import type { CommandRow, CommandState, Journal, ReportBody } from "../journal/journal.js";
+import { processStartTime } from "../process-info.js";
 import { CommitQueue } from "./commit-queue.js";
+import type { ProcessControl } from "./process-group.js";
+import { settleRunning } from "./recover.js";
 
 /** A command that has come due and holds a place in the queue or an execution slot. */
 interface Active {
@@ -44,6 +47,8 @@ export interface ExecutorOptions {
   tickMs: number;
   /** Slots of the wheel; one revolution is tickMs × wheelSlots. @default 512 */
   wheelSlots?: number;
+  /** The machine's processes, for recovery to stop what outlived a crash. @default the real ones */
+  processes?: ProcessControl;
   log(
     level: "debug" | "info" | "warn" | "error",
     message: string,
@@ -162,30 +167,57 @@ export class Executor {
   }
 
   /**
-   * After a restart (rule 13, issue: restart): a command that was running when the process died
-   * is reported `interrupted` and never run again; a scheduled or queued one whose deadline
-   * passed while down is reported `expired`; the rest go back on the wheel.
+   * After a restart (rule 13): a command that was running when the process died is never run
+   * again; it is reported as {@link settleRunning} finds it (interrupted before or in its handler,
+   * or what its journaled child did), once any child that outlived the agent has been stopped. A
+   * scheduled or queued one whose deadline passed while down is reported `expired`; the rest go
+   * back on the wheel.
    */
-  recover(): { rescheduled: number; interrupted: number; expired: number } {
-    return this.batch(() => this.recoverIn());
+  recover(): { rescheduled: number; interrupted: number; expired: number; settled: number } {
+    const now = this.o.coordNow();
+    const open = this.o.journal.openCommands();
+    // Children are stopped before the transaction: a report must not say "interrupted" while
+    // the side effect it is about is still going on, and no transaction waits on a kill.
+    const settled = new Map<number, ReturnType<typeof settleRunning>>();
+    for (const row of open) {
+      if (row.state !== "running") continue;
+      const s = settleRunning(
+        row,
+        this.o.journal.children(row.id),
+        this.o.journal.sameBoot,
+        now,
+        this.o.processes,
+      );
+      for (const g of s.stopped) {
+        this.o.log("warn", `stopped a child that outlived the agent: pid ${g.pid} ${g.how}`, {
+          executionId: row.executionId,
+        });
+      }
+      settled.set(row.id, s);
+    }
+    const out = this.batch(() => this.recoverIn(open, settled, now));
+    // Every command found running is settled and that is journaled: no mark matters any more.
+    this.o.journal.forgetLaunches();
+    return out;
   }
 
-  private recoverIn(): { rescheduled: number; interrupted: number; expired: number } {
-    const out = { rescheduled: 0, interrupted: 0, expired: 0 };
-    const now = this.o.coordNow();
-    for (const row of this.o.journal.openCommands()) {
-      if (row.state === "running") {
-        this.move(row, "running", "interrupted", {
-          type: "finished",
-          executionId: row.executionId,
-          round: row.round,
-          outcome: "interrupted",
-          retryable: true,
-          message: "the agent stopped while this was running; not run again",
-          finishedAt: now,
-          ...(row.startedAt === null ? {} : { startedAt: row.startedAt }),
-        });
-        out.interrupted++;
+  /** Empties the launch marks once they have grown, while nothing runs (at a heartbeat). */
+  tidy(): void {
+    if (this.running === 0) this.o.journal.forgetLaunches(64 * 1024);
+  }
+
+  private recoverIn(
+    open: readonly CommandRow[],
+    settled: ReadonlyMap<number, ReturnType<typeof settleRunning>>,
+    now: number,
+  ): { rescheduled: number; interrupted: number; expired: number; settled: number } {
+    const out = { rescheduled: 0, interrupted: 0, expired: 0, settled: 0 };
+    for (const row of open) {
+      const s = settled.get(row.id);
+      if (row.state === "running" && s) {
+        this.move(row, "running", OUTCOME_STATE[s.body.outcome], s.body);
+        if (s.body.outcome === "interrupted") out.interrupted++;
+        else out.settled++;
         continue;
       }
       if (row.state === "queued") this.move(row, "queued", "scheduled");
@@ -372,6 +404,9 @@ export class Executor {
         this.wheel.schedule(early, row.id);
         return;
       }
+      // Rule 13: after SIGTERM nothing new starts. It stays scheduled in the journal and fires
+      // after the restart if its deadline still allows (reported neither started nor interrupted).
+      if (this.shuttingDown) return;
       this.due(row);
       return;
     }
@@ -480,6 +515,15 @@ export class Executor {
       startedAt,
       {
         launch: () => this.launch(active, handler),
+        abandon: (message) => {
+          if (this.active.get(row.id) !== active || row.state !== "running") return;
+          this.finish(active, {
+            outcome: "interrupted",
+            retryable: true,
+            message,
+            interruptedPhase: "before_handler",
+          });
+        },
         instead: () => {
           if (this.o.coordNow() <= d.deadline) return undefined;
           this.release(row);
@@ -522,6 +566,17 @@ export class Executor {
       round: d.round,
       shard: d.shard,
       signal: abort.signal,
+      children: {
+        // Written at once, each its own small commit: a crash a moment later must find them.
+        spawned: (pid: number) =>
+          this.journalChild(d, () =>
+            this.o.journal.recordChild(row.id, pid, processStartTime(pid)),
+          ),
+        exited: (
+          pid: number,
+          exit: { code: number | null; signal: string | null; stoppedByAgent: boolean },
+        ) => this.journalChild(d, () => this.o.journal.recordChildExit(row.id, pid, exit)),
+      },
       progress: (percent?: number, note?: string) => {
         if (!current()) return;
         this.report({
@@ -576,9 +631,27 @@ export class Executor {
       );
   }
 
+  /** A child's journal write; a failure is logged (the restart then reports it in_handler). */
+  private journalChild(d: Dispatch, write: () => void): void {
+    try {
+      write();
+    } catch (err) {
+      this.o.log(
+        "error",
+        `journaling a child of ${d.executionId} failed: ${(err as Error).message}`,
+      );
+    }
+  }
+
   private finish(
     active: Active,
-    r: { outcome: Outcome; retryable: boolean; message: string; result?: Record<string, unknown> },
+    r: {
+      outcome: Outcome;
+      retryable: boolean;
+      message: string;
+      result?: Record<string, unknown>;
+      interruptedPhase?: "before_handler" | "in_handler";
+    },
   ): void {
     const row = active.row;
     if (r.result !== undefined) {
@@ -603,6 +676,7 @@ export class Executor {
       finishedAt: this.o.coordNow(),
       ...(active.startedAt === undefined ? {} : { startedAt: active.startedAt }),
       ...(r.result === undefined ? {} : { result: r.result }),
+      ...(r.interruptedPhase === undefined ? {} : { interruptedPhase: r.interruptedPhase }),
     });
   }
 
@@ -623,6 +697,9 @@ export class Executor {
   }
 
   private pump(): void {
+    // Shutting down: queued commands stay queued in the journal and go back on the wheel after
+    // the restart (rule 13); only the deadline can still end them.
+    if (this.shuttingDown) return;
     while (this.running < this.o.concurrency && this.queue.length > 0) {
       const id = this.queue.shift() as number;
       const active = this.active.get(id);
