@@ -113,7 +113,7 @@ describe("journal owner", () => {
     const id = legacy.journalId;
     legacy.close();
     expect(open(path, "dev-1").journalId).toBe(id);
-    journals.splice(0).forEach((x) => x.close());
+    for (const x of journals.splice(0)) x.close();
     expect(thrown(() => open(path, "dev-2")).code).toBe("AX_AGENT_JOURNAL_FOREIGN");
   });
 });
