@@ -600,13 +600,18 @@ export class Journal {
     }
   }
 
-  /**
-   * Empties the launch marks when nothing is running (no mark can matter then), once they have
-   * grown past `bytes`. The executor calls it at a heartbeat and after recovery.
-   */
-  forgetLaunches(bytes = 0): void {
-    if (this.launches.size < bytes) return;
+  /** Empties the launch marks: after recovery has settled every command found running. */
+  forgetLaunches(): void {
     this.guard("forgetLaunches", () => this.launches.clear());
+  }
+
+  /**
+   * Once the launch marks have grown past `bytes`, keeps only those of `running` (the commands
+   * running now; no other mark can matter).
+   */
+  compactLaunches(running: readonly number[], bytes: number): void {
+    if (this.launches.size < bytes) return;
+    this.guard("compactLaunches", () => this.launches.compact(running));
   }
 
   /**

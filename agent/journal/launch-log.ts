@@ -1,4 +1,12 @@
-import { closeSync, ftruncateSync, openSync, readFileSync, writeSync } from "node:fs";
+import {
+  closeSync,
+  ftruncateSync,
+  openSync,
+  readFileSync,
+  renameSync,
+  writeFileSync,
+  writeSync,
+} from "node:fs";
 
 /**
  * The ids of commands whose handlers were launched, appended to a file beside the journal
@@ -11,7 +19,8 @@ import { closeSync, ftruncateSync, openSync, readFileSync, writeSync } from "nod
  * checkpoint several times a second). An append without fsync costs a few µs and survives a crash
  * of the process; a power loss may lose it, which the journal detects (Journal.sameBoot) and then
  * reads every running command as `in_handler`. A stale id (a row id reused after a purge) errs the
- * same, safe way. The file is emptied whenever nothing can be running.
+ * same, safe way. The file is emptied after recovery and rewritten with only the running
+ * commands' ids once it has grown (compact), so it stays small under any load.
  */
 export class LaunchLog {
   private fd: number | undefined;
@@ -55,6 +64,27 @@ export class LaunchLog {
     this.memory.clear();
     this.written = 0;
     if (this.fd !== undefined) ftruncateSync(this.fd, 0);
+  }
+
+  /**
+   * Rewrites the log to hold only `keep` (the commands running now). Written beside it and
+   * renamed over it, so a crash at any moment leaves either the old log or the new one, and a
+   * running command never loses its mark.
+   */
+  compact(keep: readonly number[]): void {
+    if (this.path === undefined) {
+      const kept = keep.filter((id) => this.memory.has(id));
+      this.memory.clear();
+      for (const id of kept) this.memory.add(id);
+      return;
+    }
+    const text = keep.length === 0 ? "" : `${keep.join("\n")}\n`;
+    const temp = `${this.path}.tmp`;
+    writeFileSync(temp, text);
+    renameSync(temp, this.path);
+    if (this.fd !== undefined) closeSync(this.fd);
+    this.fd = openSync(this.path, "a");
+    this.written = Buffer.byteLength(text);
   }
 
   close(): void {

@@ -201,9 +201,11 @@ export class Executor {
     return out;
   }
 
-  /** Empties the launch marks once they have grown, while nothing runs (at a heartbeat). */
+  /** Keeps the launch marks small: once grown, only the running commands' stay (at a heartbeat). */
   tidy(): void {
-    if (this.running === 0) this.o.journal.forgetLaunches(64 * 1024);
+    const running: number[] = [];
+    for (const [id, a] of this.active) if (a.state === "running") running.push(id);
+    this.o.journal.compactLaunches(running, 64 * 1024);
   }
 
   private recoverIn(
