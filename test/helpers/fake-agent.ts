@@ -1,4 +1,7 @@
+import { join } from "node:path";
 import mqtt, { type MqttClient } from "mqtt";
+import { parseCoordinatorConfig } from "../../coordinator/config.js";
+import { Coordinator } from "../../coordinator/coordinator.js";
 import { newId } from "../../shared/ids.js";
 import { type BodyOf, envelope } from "../../shared/message.js";
 import {
@@ -9,8 +12,7 @@ import {
   topics,
   type UpMessage,
 } from "../../shared/protocol/index.js";
-import type { TestBroker } from "./env.js";
-import { waitFor } from "./env.js";
+import { type TestBroker, tempDir, testBroker, waitFor } from "./env.js";
 
 /**
  * An agent played by the test over a real MQTT client: it says hello, numbers the reports it is
@@ -104,4 +106,31 @@ export async function fakeAgent(
   );
   await agent.waitFor("welcome", (m): m is DownMessage => m.type === "welcome");
   return agent;
+}
+
+/** What a test tears down after itself, last pushed first. */
+export type Cleanups = (() => Promise<void> | void)[];
+
+/**
+ * A test broker and a coordinator factory on it, with its store in a temp folder and `over`
+ * merged into its config (heartbeat 500 ms unless `over` says otherwise). Each `start()` opens a
+ * coordinator on the same store and client id: a restart. Everything is closed through `cleanups`.
+ */
+export async function coordinatorSetup(cleanups: Cleanups, over: Record<string, unknown> = {}) {
+  const broker = await testBroker();
+  cleanups.push(() => broker.close());
+  const tmp = tempDir();
+  cleanups.push(() => tmp.cleanup());
+  const config = parseCoordinatorConfig({
+    store: { path: join(tmp.dir, "ax.sqlite") },
+    mqtt: { url: broker.url, prefix: broker.prefix },
+    heartbeat: 500,
+    ...over,
+  });
+  const start = async (): Promise<Coordinator> => {
+    const c = new Coordinator(config);
+    await c.start();
+    return c;
+  };
+  return { broker, start };
 }

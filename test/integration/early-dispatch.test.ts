@@ -1,35 +1,21 @@
-import { join } from "node:path";
 import { afterEach, describe, expect, it } from "vitest";
-import { parseCoordinatorConfig } from "../../coordinator/config.js";
-import { Coordinator } from "../../coordinator/coordinator.js";
 import type { Dispatch, DownMessage } from "../../shared/protocol/index.js";
-import { tempDir, testBroker, waitFor } from "../helpers/env.js";
-import { fakeAgent } from "../helpers/fake-agent.js";
+import { waitFor } from "../helpers/env.js";
+import { type Cleanups, coordinatorSetup, fakeAgent } from "../helpers/fake-agent.js";
 
 /**
  * Dispatch early, hold locally (issue 15, item 3): a device command reaches its agent as soon as it
  * is known, and "not now" answers (`shutting_down`) leave it waiting instead of failing it.
  */
 describe("early dispatch", () => {
-  const cleanups: (() => Promise<void> | void)[] = [];
+  const cleanups: Cleanups = [];
   afterEach(async () => {
     for (const c of cleanups.splice(0).reverse()) await c();
   });
 
   async function setup(over: Record<string, unknown> = {}) {
-    const broker = await testBroker();
-    cleanups.push(() => broker.close());
-    const tmp = tempDir();
-    cleanups.push(() => tmp.cleanup());
-    const coordinator = new Coordinator(
-      parseCoordinatorConfig({
-        store: { path: join(tmp.dir, "ax.sqlite") },
-        mqtt: { url: broker.url, prefix: broker.prefix },
-        heartbeat: 500,
-        ...over,
-      }),
-    );
-    await coordinator.start();
+    const { broker, start } = await coordinatorSetup(cleanups, over);
+    const coordinator = await start();
     cleanups.push(() => coordinator.close());
     return { broker, coordinator };
   }

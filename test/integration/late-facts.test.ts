@@ -1,34 +1,21 @@
-import { join } from "node:path";
 import { afterEach, describe, expect, it } from "vitest";
-import { parseCoordinatorConfig } from "../../coordinator/config.js";
-import { Coordinator } from "../../coordinator/coordinator.js";
 import type { Dispatch, DownMessage } from "../../shared/protocol/index.js";
-import { tempDir, testBroker, waitFor } from "../helpers/env.js";
-import { fakeAgent } from "../helpers/fake-agent.js";
+import { waitFor } from "../helpers/env.js";
+import { type Cleanups, coordinatorSetup, fakeAgent } from "../helpers/fake-agent.js";
 
 /**
  * Facts outrank fences (issue 15, item 2), through the real engine: what a device reports about
  * running is recorded however late it comes, and corrects what the coordinator had guessed.
  */
 describe("late facts", () => {
-  const cleanups: (() => Promise<void> | void)[] = [];
+  const cleanups: Cleanups = [];
   afterEach(async () => {
     for (const c of cleanups.splice(0).reverse()) await c();
   });
 
   async function setup() {
-    const broker = await testBroker();
-    cleanups.push(() => broker.close());
-    const tmp = tempDir();
-    cleanups.push(() => tmp.cleanup());
-    const coordinator = new Coordinator(
-      parseCoordinatorConfig({
-        store: { path: join(tmp.dir, "ax.sqlite") },
-        mqtt: { url: broker.url, prefix: broker.prefix },
-        heartbeat: 300,
-      }),
-    );
-    await coordinator.start();
+    const { broker, start } = await coordinatorSetup(cleanups, { heartbeat: 300 });
+    const coordinator = await start();
     cleanups.push(() => coordinator.close());
     return { broker, coordinator };
   }

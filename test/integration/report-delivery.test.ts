@@ -1,10 +1,7 @@
-import { join } from "node:path";
 import { afterEach, describe, expect, it } from "vitest";
-import { parseCoordinatorConfig } from "../../coordinator/config.js";
-import { Coordinator } from "../../coordinator/coordinator.js";
 import type { Ack, DownMessage } from "../../shared/protocol/index.js";
-import { tempDir, testBroker, waitFor } from "../helpers/env.js";
-import { fakeAgent } from "../helpers/fake-agent.js";
+import { waitFor } from "../helpers/env.js";
+import { type Cleanups, coordinatorSetup, fakeAgent } from "../helpers/fake-agent.js";
 
 /**
  * Nothing an agent reports is thrown away (issue 15, item 1): reports beyond a gap wait for it,
@@ -12,28 +9,12 @@ import { fakeAgent } from "../helpers/fake-agent.js";
  * is queued by the broker for its persistent session.
  */
 describe("report delivery", () => {
-  const cleanups: (() => Promise<void> | void)[] = [];
+  const cleanups: Cleanups = [];
   afterEach(async () => {
     for (const c of cleanups.splice(0).reverse()) await c();
   });
 
-  async function setup() {
-    const broker = await testBroker();
-    cleanups.push(() => broker.close());
-    const tmp = tempDir();
-    cleanups.push(() => tmp.cleanup());
-    const config = parseCoordinatorConfig({
-      store: { path: join(tmp.dir, "ax.sqlite") },
-      mqtt: { url: broker.url, prefix: broker.prefix },
-      heartbeat: 500,
-    });
-    const start = async () => {
-      const c = new Coordinator(config);
-      await c.start();
-      return c;
-    };
-    return { broker, start };
-  }
+  const setup = () => coordinatorSetup(cleanups);
 
   const isAck = (m: DownMessage): m is Ack => m.type === "ack";
 
