@@ -143,6 +143,21 @@ export function decideFact(exec: RecordedExecution, h: RoundHistory, fact: Fact)
   if (fact.kind === "started" && h.started.has(r)) return { action: "known" };
   if (fact.kind === "finished" && h.finished.has(r)) return { action: "known" };
 
+  // A failure of an earlier attempt that the coordinator already answered with a retry (it
+  // guessed the round lost): the retry was right, whether or not it has started yet.
+  const attemptOfRound = h.attemptOf.get(r) ?? exec.attempt;
+  if (
+    fact.kind === "finished" &&
+    (fact.outcome === "failed" || fact.outcome === "interrupted") &&
+    fact.retryable &&
+    attemptOfRound < exec.attempt
+  ) {
+    return {
+      action: "note",
+      note: `round ${r} finished ${fact.outcome} on agent ${fact.agentId}: the retry already under way stands`,
+    };
+  }
+
   if (laterStarted(h, r, exec)) {
     const what = fact.kind === "started" ? "started" : `finished ${fact.outcome}`;
     return {
@@ -184,14 +199,6 @@ export function decideFact(exec: RecordedExecution, h: RoundHistory, fact: Fact)
 
   // A finish: what the state machine makes of it from RUNNING in that round's attempt.
   const failure = fact.outcome === "failed" || fact.outcome === "interrupted";
-  if (failure && fact.retryable && attempt < exec.attempt) {
-    // The coordinator already retried this attempt (it guessed the round lost): the retry was
-    // right, and a second one would spend an attempt twice.
-    return {
-      action: "note",
-      note: `round ${r} finished ${fact.outcome} on agent ${fact.agentId}: the retry already under way stands`,
-    };
-  }
   if (failure && fact.retryable && exec.state === "RETRY_WAITING" && attempt === exec.attempt) {
     return {
       action: "note",

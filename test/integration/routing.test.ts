@@ -49,7 +49,7 @@ describe("routing across the fleet", () => {
     tmp.cleanup();
   });
 
-  it("FAILOVER: an agent killed mid-run → the execution completes on the next agent with a higher round, and the dead agent's late report is dropped", async () => {
+  it("FAILOVER: an agent killed mid-run → the execution completes on the next agent with a higher round, and the dead agent's late report is recorded without undoing the retry", async () => {
     const [first, second] = [`${broker.prefix}-fo-a`, `${broker.prefix}-fo-b`];
     start(first);
     start(second);
@@ -82,12 +82,12 @@ describe("routing across the fleet", () => {
     );
 
     // The first agent comes back with its journal: it reports the run it lost as interrupted,
-    // under round 1. That report is stale: dropped, counted, and the execution stays as it is.
-    const stale = (await coordinator.store.counters()).stale_reports ?? 0;
+    // under round 1. A fact, recorded on the timeline; the retry it confirms stands.
     start(first);
-    await waitFor("the stale report counted", async () =>
-      ((await coordinator.store.counters()).stale_reports ?? 0) > stale ? true : undefined,
+    const fact = await waitFor("the late report recorded", async () =>
+      (await coordinator.store.getTimeline(id)).find((t) => t.event === "fact"),
     );
+    expect(fact.detail).toMatchObject({ fact: "finished", round: 1, decision: "noted" });
     const after = await coordinator.store.getExecution(id);
     expect(after?.state).toBe("SUCCEEDED");
     expect(after?.agentId).toBe(second);
