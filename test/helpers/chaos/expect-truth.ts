@@ -12,6 +12,7 @@ export function describeTruth(r: TruthResult): string {
       (f) => `  ${f.executionId} (${f.kind}, ${f.state}): ${f.problems.join("; ")}`,
     ),
     ...r.effectFindings.map((f) => `  effect ${f}`),
+    ...r.lostFindings.map((f) => `  lost ${f}`),
   ];
   return lines.join("\n");
 }

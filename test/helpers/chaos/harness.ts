@@ -6,7 +6,7 @@ import { TERMINAL_STATES } from "../../../shared/fsm.js";
 import { newId } from "../../../shared/ids.js";
 import { tempDir } from "../env.js";
 import { ChaosAgent, type ChaosAgentSettings, chaosAgentConfig } from "./agents.js";
-import { type BrokerProcess, brokerProcess } from "./broker-process.js";
+import { type BrokerKind, type BrokerProcess, brokerProcess } from "./broker-process.js";
 import { type CoordinatorProcess, coordinatorProcess } from "./coordinator-process.js";
 import { countEffects, type Effects, execParams, fileParams, setUpEffects } from "./effects.js";
 import { type JournalRow, readJournal } from "./journals.js";
@@ -36,6 +36,8 @@ export interface HarnessOptions {
   agents?: number;
   coordinator?: Omit<CoordinatorConfigInput, "store" | "mqtt" | "http">;
   agent?: Partial<ChaosAgentSettings>;
+  /** @default {@link chaosBrokerKind} */
+  broker?: BrokerKind;
 }
 
 /** What a device command of a scenario does. */
@@ -83,7 +85,7 @@ export class ChaosHarness {
     const tmp = tempDir(`ax-chaos-${options.scenario}-`);
     const fx = setUpEffects(tmp.dir);
     mkdirSync(fx.dir);
-    const broker = await brokerProcess(tmp.dir);
+    const broker = await brokerProcess(tmp.dir, options.broker);
     const prefix = `chaos${newId().slice(-8)}`;
     const coordinator = await coordinatorProcess(tmp.dir, broker.url, prefix, {
       ...CHAOS_COORDINATOR,

@@ -1,6 +1,7 @@
 import mqtt from "mqtt";
 import type { ExecutionRecord } from "../../../coordinator/store/port.js";
 import { topics } from "../../../shared/protocol/index.js";
+import type { BrokerKind } from "./broker-process.js";
 import { ChaosHarness, poll, sleep } from "./harness.js";
 import type { TruthResult } from "./truth.js";
 
@@ -15,7 +16,13 @@ export interface Scenario {
   title: string;
   /** Whether two rounds may legitimately both run (the record must then say so). */
   allowsTwoRounds: boolean;
-  run(): Promise<TruthResult>;
+  run(options?: RunOptions): Promise<TruthResult>;
+}
+
+/** How a scenario is run. */
+export interface RunOptions {
+  /** @default {@link chaosBrokerKind} */
+  broker?: BrokerKind;
 }
 
 /** A job that runs the effect script every second on either agent. */
@@ -32,10 +39,13 @@ function tickJob(h: ChaosHarness, id = "tick"): Record<string, unknown> {
 /** Runs `body` on a fresh harness and closes it whatever happens. */
 async function withHarness(
   scenario: string,
+  run: RunOptions | undefined,
   body: (h: ChaosHarness) => Promise<TruthResult>,
-  options: Omit<Parameters<typeof ChaosHarness.start>[0], "scenario"> = {},
 ): Promise<TruthResult> {
-  const h = await ChaosHarness.start({ scenario, ...options });
+  const h = await ChaosHarness.start({
+    scenario,
+    ...(run?.broker === undefined ? {} : { broker: run.broker }),
+  });
   try {
     return await body(h);
   } finally {
@@ -54,8 +64,8 @@ export const brokerOutage: Scenario = {
   name: "broker-outage",
   title: "broker stopped 10 s, then restarted (50 commands over 20 s, 1 s cron)",
   allowsTwoRounds: false,
-  run: () =>
-    withHarness("broker-outage", async (h) => {
+  run: (options) =>
+    withHarness("broker-outage", options, async (h) => {
       const outageMs = 10_000;
       await h.job(tickJob(h));
       await sleep(2_000);
@@ -82,8 +92,8 @@ export const coordinatorKill: Scenario = {
   name: "coordinator-kill",
   title: "coordinator kill -9 with work in every state, restarted after 5 s",
   allowsTwoRounds: false,
-  run: () =>
-    withHarness("coordinator-kill", async (h) => {
+  run: (options) =>
+    withHarness("coordinator-kill", options, async (h) => {
       const downMs = 5_000;
       await h.job(tickJob(h));
       await h.job({
@@ -136,8 +146,8 @@ export const agentKill: Scenario = {
   name: "agent-kill",
   title: "agent kill -9 mid-exec, restarted after 1 s",
   allowsTwoRounds: false,
-  run: () =>
-    withHarness("agent-kill", async (h) => {
+  run: (options) =>
+    withHarness("agent-kill", options, async (h) => {
       const victim = h.agent(1);
       await h.job({
         id: "retried",
@@ -181,8 +191,8 @@ export const agentTerm: Scenario = {
   name: "agent-sigterm",
   title: "agent SIGTERM with scheduled and running work, then restarted",
   allowsTwoRounds: false,
-  run: () =>
-    withHarness("agent-sigterm", async (h) => {
+  run: (options) =>
+    withHarness("agent-sigterm", options, async (h) => {
       const victim = h.agent(1);
       await h.job(tickJob(h));
       const t0 = Date.now();
@@ -232,8 +242,8 @@ export const duplicateDispatch: Scenario = {
   name: "duplicate-dispatch",
   title: "the same dispatch delivered 3 times",
   allowsTwoRounds: false,
-  run: () =>
-    withHarness("duplicate-dispatch", async (h) => {
+  run: (options) =>
+    withHarness("duplicate-dispatch", options, async (h) => {
       const target = h.agent(1);
       const down = topics(h.prefix).down(target.agentId);
       const spy = await mqtt.connectAsync(h.broker.url, {
@@ -243,9 +253,13 @@ export const duplicateDispatch: Scenario = {
       });
       try {
         const copies: Buffer[] = [];
+        const msgIds = new Set<string>();
         spy.on("message", (_topic, payload) => {
-          const text = payload.toString("utf8");
-          if (text.includes('"type":"dispatch"')) copies.push(Buffer.from(payload));
+          // The spy gets its own copies back from the broker: keep each message once.
+          const m = JSON.parse(payload.toString("utf8")) as { type?: string; msgId?: string };
+          if (m.type !== "dispatch" || typeof m.msgId !== "string" || msgIds.has(m.msgId)) return;
+          msgIds.add(m.msgId);
+          copies.push(Buffer.from(payload));
         });
         await spy.subscribeAsync(down, { qos: 1 });
         const t0 = Date.now();
@@ -276,7 +290,8 @@ export const duplicateDispatch: Scenario = {
         );
         await sleep(Math.max(0, t0 + 6_000 - Date.now()));
         // Once more after all of them ended: a duplicate of a finished command.
-        for (let i = 0; i < copies.length; i++) await redeliver(i);
+        const all = copies.length;
+        for (let i = 0; i < all; i++) await redeliver(i);
         await sleep(1_000);
         return h.truth({ mustBeOnTime: leadBeyond(1_000) });
       } finally {
@@ -290,8 +305,8 @@ export const brokerAndCoordinator: Scenario = {
   name: "broker-and-coordinator",
   title: "broker restarted, then the coordinator killed -9, within one minute",
   allowsTwoRounds: false,
-  run: () =>
-    withHarness("broker-and-coordinator", async (h) => {
+  run: (options) =>
+    withHarness("broker-and-coordinator", options, async (h) => {
       await h.job(tickJob(h));
       await sleep(1_500);
       const t0 = Date.now();
@@ -322,8 +337,8 @@ export const partition: Scenario = {
   name: "partition",
   title: "agent SIGSTOP past its lease while running, then SIGCONT",
   allowsTwoRounds: true,
-  run: () =>
-    withHarness("partition", async (h) => {
+  run: (options) =>
+    withHarness("partition", options, async (h) => {
       const victim = h.agent(1);
       await h.job({
         id: "held",

@@ -56,7 +56,10 @@ export interface TruthResult {
   truthful: number;
   /** Executions that never ran anywhere and ended FAILED or EXPIRED. */
   lost: number;
-  /** Executions whose handler ran more than once (two rounds started, or the effect twice). */
+  /**
+   * Executions whose handler ran to its end twice where once was asked: two rounds of one
+   * attempt, two successes, or the effect twice. A retry after a failure is not counted.
+   */
   twice: number;
   /** Executions that started more than one tick after their fireAt. */
   late: number;
@@ -72,6 +75,8 @@ export interface TruthResult {
   convergeMs: number | null;
   /** Untrue executions, at most 25, for the report. */
   findings: Finding[];
+  /** Executions counted lost, at most 25: id, kind, state and the record's message. */
+  lostFindings: string[];
   /** Effect tags whose count disagrees with the record. */
   effectFindings: string[];
 }
@@ -196,6 +201,7 @@ export function checkTruth(input: TruthInput): TruthResult {
   let maxLateRequiredMs = 0;
   let nonTerminal = 0;
   const countedTwice = new Set<string>();
+  const lostFindings: string[] = [];
   const groups = new Map<string, RecordedExecution[]>();
   for (const rec of input.record) {
     const e = rec.execution;
@@ -203,11 +209,23 @@ export function checkTruth(input: TruthInput): TruthResult {
     const problems = problemsOf(rec, mine);
     if (!TERMINAL_STATES.has(e.state)) nonTerminal++;
     const ran = mine.filter((r) => r.startedAt !== null);
-    if (ran.length === 0 && (e.state === "FAILED" || e.state === "EXPIRED")) lost++;
-    // Twice: the handler ran to its end in two rounds. A round cut off (interrupted, canceled)
-    // before its effect, then retried, ran once.
-    const completed = new Set(ran.filter((r) => COMPLETED.has(r.state)).map((r) => r.round));
-    if (completed.size > 1) {
+    if (ran.length === 0 && (e.state === "FAILED" || e.state === "EXPIRED")) {
+      lost++;
+      if (lostFindings.length < 25) {
+        const held = mine.map((r) => `round ${r.round} ${r.state} on ${r.agentId}`).join(", ");
+        lostFindings.push(
+          `${e.id} (${e.kind}, ${e.state}, round ${e.round}): ${e.message ?? ""}${held ? ` — journal: ${held}` : " — in no journal"}`,
+        );
+      }
+    }
+    // Twice: the handler ran to its end more often than asked. A round cut off (interrupted,
+    // canceled) before its effect, then retried, ran once.
+    // A retry after a real failure runs again on purpose; two ends within one attempt, or two
+    // successes, do not.
+    const completed = ran.filter((r) => COMPLETED.has(r.state));
+    const attempts = new Set(completed.map((r) => r.attempt));
+    const successes = completed.filter((r) => r.state === "succeeded").length;
+    if (attempts.size < completed.length || successes > 1) {
       twice++;
       countedTwice.add(e.id);
     }
@@ -266,8 +284,10 @@ export function checkTruth(input: TruthInput): TruthResult {
         });
       }
     } else {
-      const clean = recs.filter((r) => !bad.has(r.execution.id)).length;
-      effectBad += Math.min(diff, clean);
+      // Executions of the tag already found untrue explain part of the difference.
+      const explained = recs.filter((r) => bad.has(r.execution.id)).length;
+      const clean = recs.length - explained;
+      effectBad += Math.min(Math.max(0, diff - explained), clean);
     }
   }
   const total = input.record.length;
@@ -285,6 +305,7 @@ export function checkTruth(input: TruthInput): TruthResult {
     nonTerminal,
     convergeMs: input.convergeMs ?? null,
     findings: findings.slice(0, 25),
+    lostFindings,
     effectFindings: effectFindings.slice(0, 25),
   };
 }
