@@ -130,6 +130,21 @@ export const coordinatorConfigSchema = z
           .string()
           .regex(/^[A-Za-z0-9._-]+$/)
           .optional(),
+        /**
+         * The coordinator's MQTT client id. It is fixed across restarts so that the broker keeps
+         * the coordinator's session (`clean: false`) and queues what agents report while it is down.
+         * Each coordinator on one broker needs its own. @default derived from the prefix and the
+         * store's path: `ax-c-` and 16 hex digits
+         */
+        clientId: z
+          .string()
+          .regex(/^[A-Za-z0-9._:-]{1,64}$/, "must be 1 to 64 letters, digits, '.', '_', ':' or '-'")
+          .optional(),
+        /**
+         * Keep the broker session across restarts (`clean: false`). Turn off only for a broker that
+         * cannot hold sessions. @default true
+         */
+        persistentSession: z.boolean().default(true),
       })
       .strict(),
     /** @default { host: "127.0.0.1", port: 8080, auth: "off", maxBodyBytes: 1048576 } */
@@ -145,6 +160,11 @@ export const coordinatorConfigSchema = z
     heartbeat: durationSchema.default(5_000),
     /** Dispatch this long before the fire time, so the agent fires from its own wheel. @default 500ms */
     dispatchLead: durationSchema.default(500),
+    /**
+     * A device command is dispatched as soon as it is known, up to this long before its time, so
+     * the agent's journal and wheel carry it through broker and coordinator outages. @default 24h
+     */
+    commandHorizon: durationSchema.default(86_400_000),
     /** How often the engine looks for work to dispatch, time out, retry or expire. @default 100ms */
     poll: durationSchema.default(100),
     /** Jobs due within this window are held on the firing wheel. @default 5s */

@@ -1,3 +1,5 @@
+import { createHash } from "node:crypto";
+import { resolve } from "node:path";
 import { type Clock, systemClock } from "../shared/clock.js";
 import { AxError } from "../shared/errors.js";
 import { TERMINAL_STATES } from "../shared/fsm.js";
@@ -78,6 +80,16 @@ export function openStore(config: CoordinatorConfig, clock: Clock = systemClock)
 }
 
 /**
+ * The client id a coordinator keeps across restarts when its config names none: one per topic
+ * prefix and store file, so a restarted coordinator finds its broker session again while two
+ * coordinators (other stores, or other prefixes) never take each other's.
+ */
+export function defaultClientId(config: CoordinatorConfig): string {
+  const key = `${config.mqtt.prefix}\u0000${resolve(config.store.path)}`;
+  return `ax-c-${createHash("sha256").update(key).digest("hex").slice(0, 16)}`;
+}
+
+/**
  * The coordinator service: the store, the MQTT link, the registry and the engine loops, wired.
  * Owns every timer, socket and handle it opens; `close()` releases them.
  */
@@ -117,6 +129,8 @@ export class Coordinator {
         ...(config.mqtt.username === undefined ? {} : { username: config.mqtt.username }),
         ...(config.mqtt.password === undefined ? {} : { password: config.mqtt.password }),
         ...(config.mqtt.sharedGroup === undefined ? {} : { sharedGroup: config.mqtt.sharedGroup }),
+        clientId: config.mqtt.clientId ?? defaultClientId(config),
+        persistentSession: config.mqtt.persistentSession,
       },
       () => clock.wallNow(),
     );
@@ -166,6 +180,10 @@ export class Coordinator {
       message: (decoded, receivedAt) => this.inbound.handle(decoded, receivedAt),
       invalid: (error, topic) => this.inbound.invalid(error, topic),
       backlog: () => this.inbound.backlog,
+      up: (at) => {
+        this.inbound.linkUp(at);
+        this.dispatcher.kick();
+      },
     });
     this.firing.start();
     this.dispatcher.start();

@@ -220,9 +220,23 @@ const LEGAL: LegalCase[] = [
   {
     name: "rejected in SCHEDULED fails",
     from: snap("SCHEDULED", { round: 1, dispatches: 1 }),
-    event: { type: "rejected", round: 1, reason: "journal_full" },
+    event: { type: "rejected", round: 1, reason: "bad_signature" },
     patch: { state: "FAILED" },
     effects: [{ type: "terminal", state: "FAILED" }],
+  },
+  {
+    name: "rejected journal_full waits PENDING, the dispatch not counted",
+    from: snap("SCHEDULED", { round: 1, dispatches: 1 }),
+    event: { type: "rejected", round: 1, reason: "journal_full" },
+    patch: { state: "PENDING", dispatches: 0 },
+    effects: [],
+  },
+  {
+    name: "rejected shutting_down waits PENDING, the dispatch not counted",
+    from: snap("DISPATCHED", { round: 2, dispatches: 2 }),
+    event: { type: "rejected", round: 2, reason: "shutting_down" },
+    patch: { state: "PENDING", dispatches: 1 },
+    effects: [],
   },
   {
     name: "started in SCHEDULED → RUNNING",

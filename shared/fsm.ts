@@ -114,6 +114,9 @@ export const ALLOWED_FROM: Readonly<Record<ExecEventType, readonly ExecState[]>>
   skip: ["PENDING"],
 };
 
+/** Rejection reasons that say "not now" rather than "never": the execution waits. */
+export const TRANSIENT_REJECTIONS: ReadonlySet<string> = new Set(["shutting_down", "journal_full"]);
+
 const OUTCOME_STATE: Readonly<Record<FinishOutcome, ExecState>> = {
   succeeded: "SUCCEEDED",
   failed: "FAILED",
@@ -183,7 +186,12 @@ export function transition(snapshot: ExecSnapshot, event: ExecEvent): Transition
       // that stays busy leaves the execution waiting until its deadline, never dropped.
       return to(s, { state: "PENDING", dispatches: Math.max(0, s.dispatches - 1) }, []);
     case "rejected":
-      // A rejection is about the dispatch itself (unknown handler, bad params): never retried.
+      // An agent shutting down, or whose journal is full, refuses for now: like `busy`, the
+      // work waits for it (or another agent) instead of failing.
+      if (TRANSIENT_REJECTIONS.has(event.reason)) {
+        return to(s, { state: "PENDING", dispatches: Math.max(0, s.dispatches - 1) }, []);
+      }
+      // Any other rejection is about the dispatch itself (unknown handler, bad params): final.
       return to(s, { state: "FAILED" }, []);
     case "started":
       return to(s, { state: "RUNNING" }, []);

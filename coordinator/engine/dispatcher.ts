@@ -78,11 +78,19 @@ export class Dispatcher {
   private async pass(): Promise<void> {
     const now = this.ctx.clock.wallNow();
     this.inFlight = undefined;
-    await this.registry.sweep(now);
+    // While the coordinator's own link is down it can neither hear agents nor reach them: no
+    // timeout that measures an agent counts then, and none restarts before the link is back.
+    const linkUp = this.ctx.link.upSince;
+    await this.registry.sweep(now, linkUp);
     const { store } = this.ctx;
     // Only what is due is read: a pass runs after every fire and burst of reports, and reading
-    // every open execution each time cost more than acting on the few that changed.
-    const due = await store.listDue(now, now + this.ctx.config.dispatchLead, BATCH);
+    // every open execution each time cost more than acting on the few that changed. Device
+    // commands are due as soon as they are known (up to the horizon), so that the agent's
+    // journal and wheel hold them through outages; those for agents out of reach wait.
+    const due = await store.listDue(now, now + this.ctx.config.dispatchLead, BATCH, {
+      commandsBy: now + this.ctx.config.commandHorizon,
+      skipTargets: this.registry.unreachable(),
+    });
 
     for (const exec of due.retry) {
       if (exec.deadline < now) await applyEvent(this.ctx, exec.id, { type: "expire" });
@@ -133,8 +141,15 @@ export class Dispatcher {
       );
     }
 
-    for (const exec of due.dispatchTimedOut) {
+    for (const exec of linkUp === undefined ? [] : due.dispatchTimedOut) {
       const previous = exec.agentId;
+      // The dispatch timeout counts only while the link is up and the agent online: a dispatch
+      // sent into an outage is sent again once both are back, not failed for it. An agent gone
+      // offline gets its work when it returns, if the deadline allows (the deadline ends it).
+      const agent = previous === null ? undefined : this.registry.get(previous);
+      if (agent !== undefined && agent.status !== "online") continue;
+      const since = Math.max(exec.dispatchedAt ?? 0, linkUp ?? now, agent?.connectedAt ?? 0);
+      if (since + exec.dispatchTimeoutMs > now) continue;
       // Timed out only once this coordinator has read what the agent sent after the timeout
       // (its heartbeats at least). When the coordinator itself is behind, the `accepted` may be
       // waiting in its own inbound backlog: a new round then would be work for nothing, and
@@ -143,7 +158,7 @@ export class Dispatcher {
       if (
         previous !== null &&
         this.registry.get(previous)?.status === "online" &&
-        !this.registry.heardSince(previous, (exec.dispatchedAt ?? 0) + exec.dispatchTimeoutMs)
+        !this.registry.heardSince(previous, since + exec.dispatchTimeoutMs)
       ) {
         continue;
       }
@@ -176,12 +191,27 @@ export class Dispatcher {
     // execution in flight ten times a second for nothing.
     if (now - this.lastSlowScan < 1000) return;
     this.lastSlowScan = now;
+    if (linkUp === undefined) return;
     const grace = this.ctx.config.timeoutGrace;
-    for (const exec of await store.listExecutionsInStates(["RUNNING", "SCHEDULED"], BATCH)) {
-      if (await this.checkLease(exec, now)) continue;
+    // Running work first, on its own: commands held far ahead (SCHEDULED) must not crowd the
+    // leases of running ones out of one batch.
+    const held = [
+      ...(await store.listExecutionsInStates(["RUNNING"], BATCH)),
+      ...(await store.listExecutionsInStates(["SCHEDULED", "DISPATCHED"], BATCH)),
+    ];
+    for (const exec of held) {
+      if (await this.checkLease(exec, now, linkUp)) continue;
+      // A run is timed out here only while its agent can be reached: an agent cut off keeps
+      // running and timing out its own work, and reports it when it is back.
+      const agentOnline =
+        exec.agentId !== null && this.registry.get(exec.agentId)?.status === "online";
+      if (exec.state === "RUNNING" && !agentOnline) continue;
+      // Timeouts restart from the link's return: the agent may have reported meanwhile.
       const startedBy = exec.state === "RUNNING" ? (exec.startedAt ?? exec.fireAt) : exec.deadline;
-      const limit =
-        exec.state === "RUNNING" ? startedBy + exec.timeoutMs + grace : startedBy + grace;
+      const limit = Math.max(
+        exec.state === "RUNNING" ? startedBy + exec.timeoutMs + grace : startedBy + grace,
+        linkUp + grace,
+      );
       if (limit > now) continue;
       if (exec.state === "RUNNING") {
         await applyEvent(
@@ -189,11 +219,19 @@ export class Dispatcher {
           exec.id,
           { type: "timed_out", round: exec.round, retryable: true },
           () => ({ finishedAt: now, message: "no finished report within timeout + grace" }),
+          { reason: "no finished report within timeout + grace", guess: true },
         );
       } else {
-        await applyEvent(this.ctx, exec.id, { type: "expire" }, () => ({
-          message: "not started by deadline",
-        }));
+        // A guess (no start was heard of): a `started` or `finished` that comes later corrects it.
+        await applyEvent(
+          this.ctx,
+          exec.id,
+          { type: "expire" },
+          () => ({
+            message: "not started by deadline",
+          }),
+          { reason: "no start reported by deadline", guess: true },
+        );
       }
     }
   }
@@ -284,10 +322,10 @@ export class Dispatcher {
    * what it holds while offline, so moving it elsewhere could run it twice; its deadline bounds
    * it instead. Returns true when the execution was handled here.
    */
-  private async checkLease(exec: ExecutionRecord, now: number): Promise<boolean> {
+  private async checkLease(exec: ExecutionRecord, now: number, linkUp: number): Promise<boolean> {
     if (exec.agentId === null || exec.state !== "RUNNING") return false;
     const agentLive = this.registry.get(exec.agentId)?.status === "online";
-    const decision = this.leases.check(exec, agentLive, now);
+    const decision = this.leases.check(exec, agentLive, now, linkUp);
     if (decision.action === "query") {
       await this.ctx.link
         .send(
@@ -303,7 +341,8 @@ export class Dispatcher {
         exec.id,
         { type: "finished", round: exec.round, outcome: "interrupted", retryable: true },
         () => ({ finishedAt: now, message: decision.reason }),
-        { reason: decision.reason },
+        // A guess: the agent's own report, when it comes, is the truth and corrects it.
+        { reason: decision.reason, guess: true },
       );
       return true;
     }

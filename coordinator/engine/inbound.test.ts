@@ -27,7 +27,10 @@ function inbound(): { inbound: Inbound; store: SqliteStore } {
     mqtt: { url: "mqtt://127.0.0.1:1" },
   });
   // The link is never started: nothing here sends.
-  const link = new CoordinatorLink({ url: config.mqtt.url }, Date.now);
+  const link = new CoordinatorLink(
+    { url: config.mqtt.url, clientId: `ax-c-${Math.random().toString(36).slice(2)}` },
+    Date.now,
+  );
   const ctx = {
     config,
     store,

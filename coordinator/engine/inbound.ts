@@ -15,6 +15,16 @@ import { applyEvent, applyEvents, type EventStep } from "./transitions.js";
 /** Messages of one sender handled in one turn of the event loop, at most. */
 export const INBOUND_CHUNK = 256;
 
+/**
+ * Reports held per agent because they arrived beyond a gap (a report not yet received), until the
+ * gap is filled. Beyond this many the newest are let go: the agent's outbox still has them, and
+ * the replay that fills the gap brings them again.
+ */
+export const MAX_AHEAD_REPORTS = 10_000;
+
+/** At most one replay request per agent in this long: the first one already asks for everything. */
+export const REPLAY_REQUEST_INTERVAL_MS = 1_000;
+
 /** A message waiting in its sender's queue, with when it arrived. */
 interface Queued {
   decoded: Decoded;
@@ -47,11 +57,28 @@ export class Inbound {
     | ((name: string, msgId: string, payload: Record<string, unknown>) => Promise<unknown>)
     | undefined;
 
+  /** Reports that arrived beyond a gap, per agent, by seq (with the journal they belong to). */
+  private readonly ahead = new Map<string, { journalId: string; bySeq: Map<number, Report> }>();
+  /** When a replay was last asked of each agent (wall ms). */
+  private readonly replayAskedAt = new Map<string, number>();
+  /** Agents heard from (a heartbeat) since the link last came up. */
+  private readonly heardSinceUp = new Set<string>();
+
   constructor(
     private readonly ctx: EngineContext,
     private readonly registry: Registry,
     private readonly leases: Leases,
   ) {}
+
+  /**
+   * The link (re)connected. What agents published while it was down may be lost (a broker that
+   * lost the session, a first start): each agent's first heartbeat from now on tells whether its
+   * outbox holds reports, and if so it is asked to re-send them at once, rather than after its own
+   * stall timer (seconds).
+   */
+  linkUp(_at: number): void {
+    this.heardSinceUp.clear();
+  }
 
   /** Messages handed in and not yet handled. */
   get backlog(): number {
@@ -191,6 +218,8 @@ export class Inbound {
     switch (m.type) {
       case "hello": {
         const rec = await this.registry.hello(m, receivedAt);
+        if (this.ahead.get(m.agentId)?.journalId !== rec.journalId) this.ahead.delete(m.agentId);
+        this.heardSinceUp.add(m.agentId); // the welcome below makes it replay its outbox
         this.ctx.log("info", `agent ${m.agentId} registered (instance ${m.instanceId})`, {
           agentId: m.agentId,
         });
@@ -216,6 +245,10 @@ export class Inbound {
       }
       case "heartbeat": {
         if (!(await this.registry.heartbeat(d.agentId, m, receivedAt))) return;
+        if (!this.heardSinceUp.has(d.agentId)) {
+          this.heardSinceUp.add(d.agentId);
+          if (m.journal.outboxDepth > 0) this.askReplay(d.agentId);
+        }
         for (const ref of m.running) this.leases.renew(ref.executionId, ref.round, receivedAt);
         this.publish(
           d.agentId,
@@ -233,9 +266,10 @@ export class Inbound {
 
   /**
    * Rule 1: a report is applied once, in seq order. Already stored → acknowledged again and
-   * dropped; the next expected → applied and acknowledged; beyond a gap → dropped unacknowledged
-   * (the agent re-sends its outbox in order, which fills the gap). Reports about one execution
-   * apply in their order, as one write; those about different executions are independent.
+   * dropped; the next expected → applied and acknowledged; beyond a gap → held until the gap is
+   * filled, and the agent is asked to re-send from the gap (`ack` with `replay`). Reports about
+   * one execution apply in their order, as one write; those about different executions are
+   * independent. An ack never covers a report that was not applied.
    */
   private async reports(agentId: string, rs: Report[]): Promise<void> {
     const agent = this.registry.get(agentId);
@@ -243,24 +277,40 @@ export class Inbound {
       await this.ctx.store.bumpCounter("reports_from_unknown_agents", rs.length);
       return;
     }
-    const byExecution = new Map<string, Report[]>();
-    let next = agent.ackedSeq + 1;
+    let held = this.ahead.get(agentId);
+    if (held?.journalId !== agent.journalId) {
+      held = { journalId: agent.journalId, bySeq: new Map() };
+    }
+    const start = agent.ackedSeq + 1;
+    let duplicates = 0;
     for (const r of rs) {
-      if (r.seq < next) {
-        await this.ctx.store.bumpCounter("duplicate_reports");
-        this.owe(agentId, next - 1);
-      } else if (r.seq > next) {
-        await this.ctx.store.bumpCounter("out_of_order_reports");
-      } else {
-        const list = byExecution.get(r.executionId);
-        if (list) list.push(r);
-        else byExecution.set(r.executionId, [r]);
-        next++;
+      if (r.seq < start || held.bySeq.has(r.seq)) duplicates++;
+      else if (held.bySeq.size < MAX_AHEAD_REPORTS || r.seq < start + MAX_AHEAD_REPORTS) {
+        held.bySeq.set(r.seq, r);
       }
     }
+    if (duplicates > 0) {
+      await this.ctx.store.bumpCounter("duplicate_reports", duplicates);
+      this.owe(agentId, agent.ackedSeq);
+    }
+    const byExecution = new Map<string, Report[]>();
+    let next = start;
+    for (let r = held.bySeq.get(next); r !== undefined; r = held.bySeq.get(next)) {
+      held.bySeq.delete(next);
+      const list = byExecution.get(r.executionId);
+      if (list) list.push(r);
+      else byExecution.set(r.executionId, [r]);
+      next++;
+    }
+    if (held.bySeq.size > 0) {
+      // A gap: what follows it waits here, and the agent re-sends from the gap.
+      this.ahead.set(agentId, held);
+      await this.ctx.store.bumpCounter("out_of_order_reports", rs.length - duplicates);
+      this.askReplay(agentId);
+    } else this.ahead.delete(agentId);
     if (byExecution.size === 0) return;
     // Acknowledged up to the report before the first that could not be applied (the agent
-    // re-sends from there; what was applied after it is then dropped by the state machine).
+    // re-sends from there; what was applied after it is then known and changes nothing).
     let ackTo = next - 1;
     for (const group of byExecution.values()) {
       try {
@@ -274,10 +324,39 @@ export class Inbound {
         );
       }
     }
+    if (ackTo < next - 1) {
+      // What was held beyond the failure is dropped with it; the replay brings it all again.
+      this.ahead.delete(agentId);
+      this.askReplay(agentId);
+    }
     if (ackTo <= agent.ackedSeq) return;
     this.registry.ackedTo(agentId, ackTo);
     this.owe(agentId, ackTo);
     this.onChange();
+  }
+
+  /**
+   * Asks the agent to re-send its outbox from the first report not stored (at most once per
+   * {@link REPLAY_REQUEST_INTERVAL_MS}): an `ack` of what is stored, with `replay`.
+   */
+  private askReplay(agentId: string): void {
+    const now = this.ctx.clock.wallNow();
+    if (
+      now - (this.replayAskedAt.get(agentId) ?? Number.NEGATIVE_INFINITY) <
+      REPLAY_REQUEST_INTERVAL_MS
+    ) {
+      return;
+    }
+    this.replayAskedAt.set(agentId, now);
+    this.ctx.store.bumpCounter("replay_requests").catch(() => {});
+    this.registry
+      .persistAcked(agentId)
+      .then(() => this.sendAck(agentId, this.registry.get(agentId)?.ackedSeq ?? 0, true))
+      .catch((err: unknown) =>
+        this.ctx.log("warn", `asking ${agentId} to replay failed: ${(err as Error).message}`, {
+          agentId,
+        }),
+      );
   }
 
   /** Applies in-order reports about one execution; their transitions as one write. */
@@ -299,6 +378,11 @@ export class Inbound {
           steps.push({ event: { type: "busy", round: r.round } });
           break;
         case "rejected":
+          // "Not now": the agent is stopping (nothing more is routed to it) or its journal is
+          // full (passed over like a busy agent); the execution waits instead of failing.
+          if (r.reason === "shutting_down") this.registry.markDraining(agentId);
+          if (r.reason === "journal_full")
+            this.registry.markBusy(agentId, this.ctx.clock.wallNow());
           steps.push({
             event: { type: "rejected", round: r.round, reason: r.reason },
             patch: () => ({
@@ -367,9 +451,22 @@ export class Inbound {
    * An ack says "stored": it is sent once the reports it covers are committed (never, if that
    * commit fails: the agent then re-sends them from its outbox).
    */
-  private sendAck(agentId: string, upTo: number): void {
+  private sendAck(agentId: string, upTo: number, replay = false): void {
+    // Named by journal, so an ack meant for a device's old journal never prunes its new one.
+    const journalId = this.registry.get(agentId)?.journalId;
     this.ctx.store.afterCommit(() =>
-      this.publish(agentId, envelope({ type: "ack", upTo }, this.ctx.clock.wallNow())),
+      this.publish(
+        agentId,
+        envelope(
+          {
+            type: "ack",
+            upTo,
+            ...(journalId === undefined ? {} : { journalId }),
+            ...(replay ? { replay: true } : {}),
+          },
+          this.ctx.clock.wallNow(),
+        ),
+      ),
     );
   }
 

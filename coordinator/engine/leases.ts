@@ -56,6 +56,8 @@ export class Leases {
     exec: Pick<ExecutionRecord, "id" | "round" | "startedAt" | "updatedAt">,
     agentLive: boolean,
     now: number,
+    /** When the coordinator's link last came up: a lease does not lapse for its own outage. */
+    reachableSince = Number.NEGATIVE_INFINITY,
   ): LeaseAction {
     let l = this.leases.get(exec.id);
     if (!l || l.round < exec.round) {
@@ -67,7 +69,7 @@ export class Leases {
       };
       this.leases.set(exec.id, l);
     }
-    const lapsed = !agentLive || now - l.renewedAt > this.leaseMs;
+    const lapsed = !agentLive || now - Math.max(l.renewedAt, reachableSince) > this.leaseMs;
     if (!lapsed) return { action: "ok" };
     if (l.queriedAt === undefined) {
       l.queriedAt = now;

@@ -15,6 +15,11 @@ export class Registry {
   private readonly busyUntil = new Map<string, number>();
   /** `busy` answers in a row per agent, which lengthen its back-off. */
   private readonly busyStreak = new Map<string, number>();
+  /**
+   * Agents shutting down (a heartbeat said so, or a dispatch was answered `shutting_down`), by
+   * the instance that is: nothing is routed to them until a new instance says hello.
+   */
+  private readonly draining = new Map<string, string>();
 
   constructor(private readonly ctx: EngineContext) {}
 
@@ -53,7 +58,40 @@ export class Registry {
 
   isLive(agentId: string, now: number): boolean {
     const a = this.agents.get(agentId);
-    return a !== undefined && a.status === "online" && (this.busyUntil.get(agentId) ?? 0) <= now;
+    return (
+      a !== undefined &&
+      a.status === "online" &&
+      (this.busyUntil.get(agentId) ?? 0) <= now &&
+      this.draining.get(agentId) !== a.instanceId
+    );
+  }
+
+  /** The agent's current instance is shutting down: route nothing more to it. */
+  markDraining(agentId: string): void {
+    const a = this.agents.get(agentId);
+    if (a && this.draining.get(agentId) !== a.instanceId) {
+      this.draining.set(agentId, a.instanceId);
+      this.ctx.log("info", `agent ${agentId} is shutting down: nothing more is routed to it`, {
+        agentId,
+      });
+    }
+  }
+
+  /** True while the agent's current instance is shutting down. */
+  isDraining(agentId: string): boolean {
+    const a = this.agents.get(agentId);
+    return a !== undefined && this.draining.get(agentId) === a.instanceId;
+  }
+
+  /** Agents that commands must not be dispatched to now: offline, or shutting down. */
+  unreachable(): string[] {
+    const out: string[] = [];
+    for (const a of this.agents.values()) {
+      if (a.status !== "online" || this.draining.get(a.agentId) === a.instanceId) {
+        out.push(a.agentId);
+      }
+    }
+    return out;
   }
 
   /** A hello: a new instance supersedes the old; a new journal resets the expected seq. */
@@ -110,6 +148,7 @@ export class Registry {
     a.clockUncertaintyMs = hb.clockOffset.uncertaintyMs;
     a.journalDepth = hb.journal.depth;
     a.outboxDepth = hb.journal.outboxDepth;
+    if (hb.shuttingDown === true) this.markDraining(agentId);
     await this.ctx.store.putAgent(a);
     return true;
   }
@@ -177,11 +216,16 @@ export class Registry {
     return this.busyUntil.get(agentId) ?? 0;
   }
 
-  /** Takes offline every agent silent for more than {@link MISSED_HEARTBEATS} heartbeats. */
-  async sweep(now: number): Promise<void> {
+  /**
+   * Takes offline every agent silent for more than {@link MISSED_HEARTBEATS} heartbeats while the
+   * link was up. `linkUpSince` is when the coordinator's own link last came up (undefined while
+   * it is down): silence while the coordinator could not hear is not the agent's.
+   */
+  async sweep(now: number, linkUpSince: number | undefined): Promise<void> {
+    if (linkUpSince === undefined) return;
     const limit = this.ctx.config.heartbeat * MISSED_HEARTBEATS;
     for (const a of this.agents.values()) {
-      if (a.status === "online" && now - a.lastSeenAt > limit) {
+      if (a.status === "online" && now - Math.max(a.lastSeenAt, linkUpSince) > limit) {
         a.status = "offline";
         await this.ctx.store.putAgent(a);
         this.ctx.log(

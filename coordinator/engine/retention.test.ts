@@ -26,7 +26,10 @@ function context(
 ): EngineContext {
   const config = parseCoordinatorConfig({ mqtt: { url: "mqtt://127.0.0.1:1" }, ...over });
   // Retention never talks to agents; the link is built but never started, so it opens nothing.
-  const link = new CoordinatorLink({ url: config.mqtt.url }, () => clock.wallNow());
+  const link = new CoordinatorLink(
+    { url: config.mqtt.url, clientId: `ax-c-${Math.random().toString(36).slice(2)}` },
+    () => clock.wallNow(),
+  );
   return { config, store, link, clock, log, events: new EngineEventBus() };
 }
 

@@ -25,7 +25,10 @@ function context(): { ctx: EngineContext; clock: FakeClock; store: SqliteStore }
   const ctx: EngineContext = {
     config,
     store,
-    link: new CoordinatorLink({ url: config.mqtt.url }, () => clock.wallNow()),
+    link: new CoordinatorLink(
+      { url: config.mqtt.url, clientId: `ax-c-${Math.random().toString(36).slice(2)}` },
+      () => clock.wallNow(),
+    ),
     clock,
     log: () => {},
     events: new EngineEventBus(),

@@ -14,7 +14,12 @@ async function setup(maxInFlight?: number) {
   const broker: TestBroker = await testBroker();
   cleanups.push(() => broker.close());
   const link = new CoordinatorLink(
-    { url: broker.url, prefix: broker.prefix, ...(maxInFlight ? { maxInFlight } : {}) },
+    {
+      url: broker.url,
+      prefix: broker.prefix,
+      clientId: `ax-c-${broker.prefix}`,
+      ...(maxInFlight ? { maxInFlight } : {}),
+    },
     Date.now,
   );
   const got: string[] = [];

@@ -1,6 +1,5 @@
 import mqtt, { type MqttClient } from "mqtt";
 import { AxError } from "../../shared/errors.js";
-import { newId } from "../../shared/ids.js";
 import {
   type Decoded,
   type DownMessage,
@@ -24,11 +23,19 @@ export interface CoordinatorLinkOptions {
   password?: string;
   /** Publishes awaiting the broker's acknowledgement at which the link reports congestion. @default MAX_IN_FLIGHT */
   maxInFlight?: number;
+  /** Fixed across restarts, so the broker keeps this coordinator's session. */
+  clientId: string;
+  /** `clean: false`: the broker queues what arrives for the coordinator while it is down. @default true */
+  persistentSession?: boolean;
 }
 
 export interface LinkHandlers {
   message(decoded: Decoded, receivedAt: number): void;
   invalid(error: ProtocolError, topic: string): void;
+  /** The link (re)connected to the broker at `at` (wall ms); `sessionPresent` from its CONNACK. */
+  up?(at: number, sessionPresent: boolean): void;
+  /** The link lost the broker at `at` (wall ms); it reconnects by itself. */
+  down?(at: number): void;
   /**
    * Messages handed over and not yet handled. While it is at `maxBacklog` or more the link stops
    * reading the socket (and so acknowledging), until {@link CoordinatorLink.resume} is called.
@@ -59,6 +66,8 @@ export class CoordinatorLink {
   private inFlight = 0;
   /** Sends the writes held until the end of this turn of the loop now. */
   private flushWrites: () => void = () => {};
+  /** Wall time the current connection came up; undefined while disconnected. */
+  private upAt: number | undefined;
 
   constructor(
     private readonly options: CoordinatorLinkOptions,
@@ -70,8 +79,11 @@ export class CoordinatorLink {
   async start(handlers: LinkHandlers): Promise<void> {
     const { url, sharedGroup } = this.options;
     const client = mqtt.connect(url, {
-      clientId: `ax-coord-${newId()}`.slice(0, 23),
-      clean: true,
+      // A fixed client id and `clean: false` keep the session (and its QoS 1 subscriptions) on the
+      // broker across restarts: reports published while the coordinator is down are queued for it
+      // instead of being dropped for want of a subscriber [MQTT-3.1.2-4].
+      clientId: this.options.clientId,
+      clean: !(this.options.persistentSession ?? true),
       keepalive: 10,
       reconnectPeriod: 1000,
       connectTimeout: 10_000,
@@ -82,13 +94,20 @@ export class CoordinatorLink {
     // Rule 10: without TCP_NODELAY two small publishes in a row wait on the peer's delayed ACK.
     // Then one writev per turn of the loop instead of one per packet (coalesce.ts). Each
     // connection has a stream of its own.
-    client.on("connect", () => {
+    client.on("connect", (connack) => {
+      this.upAt = this.now();
+      handlers.up?.(this.upAt, connack.sessionPresent);
       const stream = client.stream as Partial<CorkableStream> & {
         setNoDelay?: (on: boolean) => void;
       };
       stream.setNoDelay?.(true);
       this.flushWrites =
         typeof stream.cork === "function" ? coalesceWrites(stream as CorkableStream) : () => {};
+    });
+    client.on("close", () => {
+      if (this.upAt === undefined) return;
+      this.upAt = undefined;
+      handlers.down?.(this.now());
     });
     client.on("message", (topic, payload) => {
       const receivedAt = this.now();
@@ -133,6 +152,11 @@ export class CoordinatorLink {
   /** True while the client is connected to the broker (it reconnects by itself when not). */
   get connected(): boolean {
     return this.client?.connected === true;
+  }
+
+  /** Wall time the current connection came up; undefined while the broker is out of reach. */
+  get upSince(): number | undefined {
+    return this.connected ? this.upAt : undefined;
   }
 
   /** Reads on once the engine has caught up (a no-op when reading was not held). */

@@ -100,6 +100,17 @@ export interface AlertRecord {
   updatedAt: number;
 }
 
+/** How far ahead {@link Store.listDue} looks for device commands, and whom it passes over. */
+export interface DueOptions {
+  /**
+   * Device commands (kind `command`) are due for dispatch from this far on: as soon as they are
+   * known, up to the horizon. @default pendingBy
+   */
+  commandsBy?: number;
+  /** Commands aimed at these agents are left out of `pending` (offline, or shutting down). */
+  skipTargets?: readonly string[];
+}
+
 /** What overlap, group and concurrency rules need of an execution. */
 export type PeerRecord = Pick<
   ExecutionRecord,
@@ -318,6 +329,7 @@ export interface Store {
     now: number,
     pendingBy: number,
     limit: number,
+    options?: DueOptions,
   ): Promise<{
     pending: ExecutionRecord[];
     retry: ExecutionRecord[];

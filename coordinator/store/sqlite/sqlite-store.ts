@@ -8,6 +8,7 @@ import { decodeExecutionCursor, encodeExecutionCursor } from "../cursor.js";
 import type {
   AgentRecord,
   AlertRecord,
+  DueOptions,
   ExecutionFilter,
   ExecutionPage,
   ExecutionPageQuery,
@@ -855,16 +856,24 @@ export class SqliteStore implements Store {
     now: number,
     pendingBy: number,
     limit: number,
+    options: DueOptions = {},
   ): Promise<{
     pending: ExecutionRecord[];
     retry: ExecutionRecord[];
     dispatchTimedOut: ExecutionRecord[];
   }> {
     const order = "ORDER BY priority DESC, fire_at, created_at LIMIT ?";
+    const commandsBy = Math.max(pendingBy, options.commandsBy ?? pendingBy);
+    const skip = options.skipTargets ?? [];
     return wrap("listDue", () => ({
       pending: this.selectExecutions(
-        `FROM executions WHERE ${OPEN_SQL} AND state = 'PENDING' AND fire_at <= ? ${order}`,
+        `FROM executions WHERE ${OPEN_SQL} AND state = 'PENDING' AND fire_at <= ?
+           AND (fire_at <= ? OR kind = 'command')
+           ${skip.length > 0 ? "AND (target_agent_id IS NULL OR target_agent_id NOT IN (SELECT value FROM json_each(?)))" : ""}
+           ${order}`,
+        commandsBy,
         pendingBy,
+        ...(skip.length > 0 ? [JSON.stringify(skip)] : []),
         limit,
       ),
       retry: this.selectExecutions(

@@ -1,0 +1,107 @@
+import mqtt, { type MqttClient } from "mqtt";
+import { newId } from "../../shared/ids.js";
+import { type BodyOf, envelope } from "../../shared/message.js";
+import {
+  type DownMessage,
+  decode,
+  encode,
+  type Report,
+  topics,
+  type UpMessage,
+} from "../../shared/protocol/index.js";
+import type { TestBroker } from "./env.js";
+import { waitFor } from "./env.js";
+
+/**
+ * An agent played by the test over a real MQTT client: it says hello, numbers the reports it is
+ * told to send, and records every message the coordinator sends it. Nothing is automatic beyond
+ * the hello, so a test can send reports out of order, twice, or late.
+ */
+export interface FakeAgent {
+  agentId: string;
+  instanceId: string;
+  journalId: string;
+  /** Every down message received, in order. */
+  received: DownMessage[];
+  /** Publishes `body` as a report, with the seq the test picks. */
+  report(body: BodyOf<Report>): Promise<void>;
+  /** Publishes any up message as is. */
+  publish(message: UpMessage): Promise<void>;
+  /** A heartbeat with `outboxDepth` reports in its outbox. */
+  heartbeat(
+    outboxDepth?: number,
+    running?: { executionId: string; round: number }[],
+  ): Promise<void>;
+  /** Waits for a down message that `match` accepts (received since the call or before). */
+  waitFor<T extends DownMessage>(what: string, match: (m: DownMessage) => m is T): Promise<T>;
+  close(): Promise<void>;
+}
+
+export async function fakeAgent(
+  broker: TestBroker,
+  agentId: string,
+  options: { handlers?: string[]; journalId?: string } = {},
+): Promise<FakeAgent> {
+  const t = topics(broker.prefix);
+  const client: MqttClient = await mqtt.connectAsync(broker.url, {
+    clientId: agentId,
+    clean: true,
+  });
+  const received: DownMessage[] = [];
+  client.on("message", (topic, payload) => {
+    const d = decode(topic, payload, { prefix: broker.prefix });
+    if (d.ok && d.value.channel === "down") received.push(d.value.message);
+  });
+  await client.subscribeAsync(t.down(agentId), { qos: 1 });
+  const instanceId = newId("i");
+  const journalId = options.journalId ?? newId("j");
+  const publish = async (m: UpMessage) => {
+    await client.publishAsync(t.up(agentId), encode(m), { qos: 1 });
+  };
+  const agent: FakeAgent = {
+    agentId,
+    instanceId,
+    journalId,
+    received,
+    report: (body) => publish(envelope(body, Date.now()) as Report),
+    publish,
+    heartbeat: (outboxDepth = 0, running = []) =>
+      publish(
+        envelope(
+          {
+            type: "heartbeat",
+            instanceId,
+            running,
+            queued: 0,
+            scheduled: 0,
+            load: 0,
+            clockOffset: { offsetMs: 0, uncertaintyMs: 0 },
+            journal: { depth: 0, outboxDepth },
+          },
+          Date.now(),
+        ),
+      ),
+    waitFor: (what, match) =>
+      waitFor(what, () => received.find(match), 15_000, 20) as Promise<never>,
+    close: () => client.endAsync(),
+  };
+  await publish(
+    envelope(
+      {
+        type: "hello",
+        agentId,
+        instanceId,
+        journalId,
+        lastSeq: 0,
+        profile: "server",
+        bundle: { version: "dev", sha256: "dev" },
+        handlers: options.handlers ?? ["echo"],
+        capacity: { concurrency: 4, queue: 4 },
+        tags: {},
+      },
+      Date.now(),
+    ),
+  );
+  await agent.waitFor("welcome", (m): m is DownMessage => m.type === "welcome");
+  return agent;
+}

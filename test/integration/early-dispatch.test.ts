@@ -1,0 +1,97 @@
+import { join } from "node:path";
+import { afterEach, describe, expect, it } from "vitest";
+import { parseCoordinatorConfig } from "../../coordinator/config.js";
+import { Coordinator } from "../../coordinator/coordinator.js";
+import type { Dispatch, DownMessage } from "../../shared/protocol/index.js";
+import { tempDir, testBroker, waitFor } from "../helpers/env.js";
+import { fakeAgent } from "../helpers/fake-agent.js";
+
+/**
+ * Dispatch early, hold locally (issue 15, item 3): a device command reaches its agent as soon as it
+ * is known, and "not now" answers (`shutting_down`) leave it waiting instead of failing it.
+ */
+describe("early dispatch", () => {
+  const cleanups: (() => Promise<void> | void)[] = [];
+  afterEach(async () => {
+    for (const c of cleanups.splice(0).reverse()) await c();
+  });
+
+  async function setup(over: Record<string, unknown> = {}) {
+    const broker = await testBroker();
+    cleanups.push(() => broker.close());
+    const tmp = tempDir();
+    cleanups.push(() => tmp.cleanup());
+    const coordinator = new Coordinator(
+      parseCoordinatorConfig({
+        store: { path: join(tmp.dir, "ax.sqlite") },
+        mqtt: { url: broker.url, prefix: broker.prefix },
+        heartbeat: 500,
+        ...over,
+      }),
+    );
+    await coordinator.start();
+    cleanups.push(() => coordinator.close());
+    return { broker, coordinator };
+  }
+  const isDispatch = (m: DownMessage): m is Dispatch => m.type === "dispatch";
+
+  it("dispatches a command an hour ahead at once, to an agent that is online", async () => {
+    const { broker, coordinator } = await setup();
+    const agent = await fakeAgent(broker, `${broker.prefix}-a`);
+    cleanups.push(() => agent.close());
+    const at = Date.now() + 3_600_000;
+    const id = await coordinator.sendCommand({ agentId: agent.agentId, handler: "echo", at });
+    const d = await agent.waitFor("dispatch", isDispatch);
+    expect(d.executionId).toBe(id);
+    expect(d.fireAt).toBe(at);
+  });
+
+  it("keeps a command beyond the horizon until it comes within it", async () => {
+    const { broker, coordinator } = await setup({ commandHorizon: 60_000 });
+    const agent = await fakeAgent(broker, `${broker.prefix}-h`);
+    cleanups.push(() => agent.close());
+    const id = await coordinator.sendCommand({
+      agentId: agent.agentId,
+      handler: "echo",
+      at: Date.now() + 3_600_000,
+    });
+    await new Promise((r) => setTimeout(r, 600));
+    expect(agent.received.some(isDispatch)).toBe(false);
+    expect((await coordinator.store.getExecution(id))?.state).toBe("PENDING");
+  });
+
+  it("takes shutting_down as 'not now': the command waits for the agent's next instance", async () => {
+    const { broker, coordinator } = await setup();
+    const agentId = `${broker.prefix}-s`;
+    const stopping = await fakeAgent(broker, agentId);
+    const id = await coordinator.sendCommand({
+      agentId,
+      handler: "echo",
+      at: Date.now() + 20_000,
+      deadline: Date.now() + 60_000,
+    });
+    const d = await stopping.waitFor("dispatch", isDispatch);
+    await stopping.report({
+      type: "rejected",
+      executionId: id,
+      round: d.round,
+      seq: 1,
+      reason: "shutting_down",
+    });
+    await waitFor("pending again", async () =>
+      (await coordinator.store.getExecution(id))?.state === "PENDING" ? true : undefined,
+    );
+    expect(coordinator.registry.isDraining(agentId)).toBe(true);
+    // Nothing more goes to the stopping instance.
+    await new Promise((r) => setTimeout(r, 500));
+    expect(stopping.received.filter(isDispatch)).toHaveLength(1);
+    await stopping.close();
+    const restarted = await fakeAgent(broker, agentId);
+    cleanups.push(() => restarted.close());
+    const again = await restarted.waitFor("dispatch after the restart", isDispatch);
+    expect(again.executionId).toBe(id);
+    expect(again.round).toBe(d.round + 1);
+    const exec = await coordinator.store.getExecution(id);
+    expect(exec?.state).toBe("DISPATCHED");
+  });
+});
