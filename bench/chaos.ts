@@ -16,7 +16,7 @@ import type { BrokerKind } from "../test/helpers/chaos/broker-process.js";
 import { describeTruth } from "../test/helpers/chaos/expect-truth.js";
 import { SCENARIOS } from "../test/helpers/chaos/scenarios.js";
 import type { TruthResult } from "../test/helpers/chaos/truth.js";
-import { fmt, mdTable, printTable, writeResults } from "./lib.js";
+import { fmt, mdTable, percentile, printTable, writeResults } from "./lib.js";
 
 const { values } = parseArgs({
   options: {
@@ -105,8 +105,8 @@ async function main(): Promise<void> {
       String(x.lost),
       String(x.twice),
       x.late === 0 ? "0" : `${x.late} (${fmt(x.maxLateMs)} ms)`,
-      `${x.lateRequired}/${x.onTimeRequired}${x.lateRequired > 0 ? ` (${fmt(x.maxLateRequiredMs)} ms)` : ""}`,
-      x.convergeMs === null ? "not converged" : fmt(x.convergeMs),
+      `${x.lateRequired}/${x.onTimeRequired}${x.lateRequired > 0 ? ` (p50 ${fmt(percentile(x.requiredLateMs, 50))}, max ${fmt(x.maxLateRequiredMs)} ms)` : ""}`,
+      x.convergeMs === null ? "not converged" : String(Math.round(x.convergeMs)),
     ];
   });
   printTable(header, cells);
@@ -132,7 +132,7 @@ ${rows.map((r) => `| ${r.scenario} | ${r.title} |`).join("\n")}
 
 ${mdTable(header, cells)}
 
-Columns: **truthful** — executions whose recorded final state, outcome and started rounds equal the journals, with every effect counted as often as the record says the handler succeeded; **lost** — executions that never ran on any agent and ended FAILED or EXPIRED; **twice** — executions whose handler ran to its end in two rounds, or whose effect happened twice; **late** — started more than one 20 ms tick after \`fireAt\`, on the agent's estimate of the coordinator's clock; **held to time** — commands whose lead (\`fireAt − createdAt\`) exceeded the outage, late of those; **converge** — from the end of the fault until every agent is online and the record agrees with every outcome the journals hold (polled every 100 ms).
+Columns: **truthful** — executions whose recorded final state, outcome and started rounds equal the journals, with every effect counted as often as the record says the handler succeeded; **lost** — executions that never ran on any agent and ended FAILED or EXPIRED; **twice** — executions whose handler ran to its end more often than asked (two rounds of one attempt, two successes, or the effect twice; a retry after a failure is not counted); **late** — started more than one 20 ms tick after \`fireAt\`, on the agent's estimate of the coordinator's clock; **held to time** — commands whose lead (\`fireAt − createdAt\`) exceeded the outage: how many of them started late, with the median and largest lateness of all of them; **converge** — from the end of the fault until every agent is online and the record agrees with every outcome the journals hold (polled every 100 ms).
 
 Targets: 100 % truthful, 0 lost, 0 twice (the partition may run two rounds, and the record must then say so), 0 late of those held to time, convergence ≤ 2 s after the fault ends.
 

@@ -273,7 +273,9 @@ export class ChaosHarness {
     await Promise.allSettled(this.agents.map((a) => a.close()));
     await this.coordinator.stop().catch(() => {});
     await this.broker.stop().catch(() => {});
-    this.cleanup();
+    // AX_CHAOS_KEEP=1 keeps the run's folder (logs, journals, store, truth.json) to look into.
+    if (process.env.AX_CHAOS_KEEP) console.log(`chaos run kept in ${this.dir}`);
+    else this.cleanup();
   }
 }
 

@@ -292,8 +292,9 @@ export const duplicateDispatch: Scenario = {
         // Once more after all of them ended: a duplicate of a finished command.
         const all = copies.length;
         for (let i = 0; i < all; i++) await redeliver(i);
+        const converge = h.convergence(Date.now());
         await sleep(1_000);
-        return h.truth({ mustBeOnTime: leadBeyond(1_000) });
+        return h.truth({ convergeMs: await converge, mustBeOnTime: leadBeyond(1_000) });
       } finally {
         await spy.endAsync(true);
       }

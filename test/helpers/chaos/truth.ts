@@ -70,6 +70,8 @@ export interface TruthResult {
   /** … and how many of those started late, and by how much at most. */
   lateRequired: number;
   maxLateRequiredMs: number;
+  /** The lateness (ms, rounded, ascending) of every execution held to time that ran. */
+  requiredLateMs: number[];
   /** Executions left in a non-terminal state. */
   nonTerminal: number;
   convergeMs: number | null;
@@ -202,6 +204,7 @@ export function checkTruth(input: TruthInput): TruthResult {
   let nonTerminal = 0;
   const countedTwice = new Set<string>();
   const lostFindings: string[] = [];
+  const requiredLateMs: number[] = [];
   const groups = new Map<string, RecordedExecution[]>();
   for (const rec of input.record) {
     const e = rec.execution;
@@ -233,7 +236,10 @@ export function checkTruth(input: TruthInput): TruthResult {
     if (first && first.startedAt !== null) {
       const lateMs = Math.max(0, first.startedAt - first.fireAt);
       const required = input.mustBeOnTime?.(e) ?? false;
-      if (required) onTimeRequired++;
+      if (required) {
+        onTimeRequired++;
+        requiredLateMs.push(Math.round(lateMs));
+      }
       if (lateMs > TICK_MS) {
         late++;
         maxLateMs = Math.max(maxLateMs, lateMs);
@@ -302,6 +308,7 @@ export function checkTruth(input: TruthInput): TruthResult {
     onTimeRequired,
     lateRequired,
     maxLateRequiredMs: Math.round(maxLateRequiredMs),
+    requiredLateMs: requiredLateMs.sort((a, b) => a - b),
     nonTerminal,
     convergeMs: input.convergeMs ?? null,
     findings: findings.slice(0, 25),
