@@ -13,6 +13,7 @@ export function describeTruth(r: TruthResult): string {
     ),
     ...r.effectFindings.map((f) => `  effect ${f}`),
     ...r.lostFindings.map((f) => `  lost ${f}`),
+    ...r.violations.map((v) => `  violation: ${v}`),
   ];
   return lines.join("\n");
 }
@@ -39,6 +40,7 @@ export function expectTruth(scenario: Scenario, r: TruthResult): void {
   expect(r.truthful, why).toBe(r.total);
   expect(r.lost, why).toBe(0);
   if (!scenario.allowsTwoRounds) expect(r.twice, why).toBe(0);
+  expect(r.violations, why).toEqual([]);
   // Held to time and never ran: counted in lateRequired without a lateness.
   expect(r.lateRequired - r.requiredLateMs.filter((ms) => ms > TICK_MS).length, why).toBe(0);
   expect(

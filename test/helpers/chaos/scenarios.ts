@@ -196,14 +196,15 @@ export const agentTerm: Scenario = {
       const victim = h.agent(1);
       await h.job(tickJob(h));
       const t0 = Date.now();
-      // Running at the SIGTERM, ending inside the 4 s grace period.
+      // Running at the SIGTERM, ending inside the 4 s grace period: the agent waits for them,
+      // and scheduled commands come due meanwhile.
       const running: { executionId: string; tag: string }[] = [];
       for (let i = 0; i < 2; i++) {
         running.push(
           await h.command({
             agentId: victim.agentId,
             at: t0,
-            effect: { kind: "exec", seconds: 1.5 },
+            effect: { kind: "exec", seconds: 3 },
           }),
         );
       }
@@ -218,6 +219,7 @@ export const agentTerm: Scenario = {
       await poll("the running children to begin", () =>
         running.every((r) => (h.effects().begun.get(r.tag) ?? 0) >= 1) ? true : undefined,
       );
+      const termAt = Date.now();
       victim.term();
       // Work sent to it while it shuts down.
       for (let i = 0; i < 4; i++) {
@@ -228,12 +230,28 @@ export const agentTerm: Scenario = {
         });
       }
       await victim.exited();
+      const exitAt = Date.now();
       await sleep(1_000);
       victim.start();
       const faultEnd = Date.now();
       const converge = h.convergence(faultEnd);
       await sleep(Math.max(3_000, t0 + 9_000 - Date.now()));
-      return h.truth({ convergeMs: await converge });
+      const result = await h.truth({ convergeMs: await converge });
+      // Rule 13 and item 5: after SIGTERM nothing new starts, and running work that fits in the
+      // grace period ends on its own. (Same machine: the agent's clock estimate is this clock.)
+      for (const r of h.journals().filter((row) => row.agentId === victim.agentId)) {
+        if (r.startedAt !== null && r.startedAt > termAt + 50 && r.startedAt < exitAt) {
+          result.violations.push(
+            `${r.executionId} round ${r.round} started ${Math.round(r.startedAt - termAt)} ms after SIGTERM, before the exit (${r.state})`,
+          );
+        }
+        if (r.state === "interrupted") {
+          result.violations.push(
+            `${r.executionId} round ${r.round} was interrupted by the shutdown`,
+          );
+        }
+      }
+      return result;
     }),
 };
 

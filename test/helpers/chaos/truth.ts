@@ -81,6 +81,8 @@ export interface TruthResult {
   lostFindings: string[];
   /** Effect tags whose count disagrees with the record. */
   effectFindings: string[];
+  /** What a scenario checks beyond the truth (such as: nothing started after SIGTERM). */
+  violations: string[];
 }
 
 /** The round's rows in the journals, one per agent that held it (normally one). */
@@ -314,6 +316,7 @@ export function checkTruth(input: TruthInput): TruthResult {
     findings: findings.slice(0, 25),
     lostFindings,
     effectFindings: effectFindings.slice(0, 25),
+    violations: [],
   };
 }
 
