@@ -120,6 +120,7 @@ async function main(): Promise<void> {
       ...x.findings.slice(0, 4).map((f) => `${f.kind} ${f.state}: ${f.problems.join("; ")}`),
       ...x.lostFindings.slice(0, 3).map((f) => `lost: ${f.replace(/^ex_\w+ /, "")}`),
       ...x.violations.slice(0, 3).map((v) => `violation: ${v}`),
+      ...x.notes.map((n) => `note: ${n}`),
     ];
     return lines.length === 0 ? [] : [`- **${r.scenario}**: ${lines.join(" · ")}`];
   });

@@ -6,8 +6,9 @@ import { coordinatorKill } from "../helpers/chaos/scenarios.js";
 /**
  * Scenario 2 of issue 15: kill -9 of the coordinator with work in every state — a 1 s cron job,
  * 3 failing executions of a job retried after 0–6 s (RETRY_WAITING), 6 commands running 3 s
- * (RUNNING), 20 commands due over 14 s (SCHEDULED or PENDING) and 10 due-now commands created
- * just before the kill (PENDING, DISPATCHED) — restarted on the same store after 5 s. Commands
+ * (RUNNING), 20 commands due over 14 s (SCHEDULED or PENDING), 10 due-now commands created
+ * just before the kill (PENDING, DISPATCHED) and 4 runs of a job whose group runs one at a time
+ * (PENDING) — restarted on the same store after 5 s. Commands
  * whose lead exceeded the 5 s outage must start on time.
  *
  * Common settings (test/helpers/chaos/harness.ts): two agents; coordinator heartbeat 500 ms (lease

@@ -14,6 +14,7 @@ export function describeTruth(r: TruthResult): string {
     ...r.effectFindings.map((f) => `  effect ${f}`),
     ...r.lostFindings.map((f) => `  lost ${f}`),
     ...r.violations.map((v) => `  violation: ${v}`),
+    ...r.notes.map((n) => `  note: ${n}`),
   ];
   return lines.join("\n");
 }

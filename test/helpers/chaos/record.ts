@@ -1,3 +1,4 @@
+import Database from "better-sqlite3";
 import type { ExecutionRecord, TimelineEntry } from "../../../coordinator/store/port.js";
 import type { CoordinatorProcess } from "./coordinator-process.js";
 
@@ -45,4 +46,21 @@ export async function listAgents(
 ): Promise<{ agentId: string; status: string }[]> {
   const a = await c.api<{ items: { agentId: string; status: string }[] }>("GET", "/api/agents");
   return a.items;
+}
+
+/**
+ * How many executions are in each state, read straight from a stopped (or killed) coordinator's
+ * SQLite store, read-only: what it had recorded at the moment it died.
+ */
+export function statesInStore(storePath: string): Record<string, number> {
+  const db = new Database(storePath, { readonly: true, fileMustExist: true });
+  try {
+    const rows = db.prepare("SELECT state, COUNT(*) AS n FROM executions GROUP BY state").all() as {
+      state: string;
+      n: number;
+    }[];
+    return Object.fromEntries(rows.map((r) => [r.state, r.n]));
+  } finally {
+    db.close();
+  }
 }

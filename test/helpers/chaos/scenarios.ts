@@ -3,6 +3,7 @@ import type { ExecutionRecord } from "../../../coordinator/store/port.js";
 import { topics } from "../../../shared/protocol/index.js";
 import type { BrokerKind } from "./broker-process.js";
 import { ChaosHarness, poll, sleep } from "./harness.js";
+import { statesInStore } from "./record.js";
 import type { TruthResult } from "./truth.js";
 
 /**
@@ -105,6 +106,14 @@ export const coordinatorKill: Scenario = {
         retry: { maxAttempts: 3, baseMs: 6_000, capMs: 6_000 },
       });
       for (let i = 0; i < 3; i++) await h.trigger("flaky");
+      // Pending at the kill: one group runs one execution at a time, the rest wait.
+      await h.job({
+        id: "serial",
+        ...h.params({ kind: "exec", seconds: 2 }, "job-serial"),
+        trigger: { type: "manual" },
+        overlap: { policy: "PARALLEL" },
+        group: "valve-7",
+      });
       const t0 = Date.now();
       // Running at the kill: 3 s runs that start now.
       for (let i = 0; i < 6; i++) {
@@ -131,13 +140,24 @@ export const coordinatorKill: Scenario = {
           effect: { kind: "file" },
         });
       }
+      for (let i = 0; i < 4; i++) await h.trigger("serial");
       await h.coordinator.kill();
+      const atKill = statesInStore(h.coordinator.storePath);
       await sleep(downMs);
       await h.coordinator.start();
       const faultEnd = Date.now();
       const converge = h.convergence(faultEnd);
       await sleep(Math.max(0, t0 + 18_000 - Date.now()));
-      return h.truth({ convergeMs: await converge, mustBeOnTime: leadBeyond(downMs) });
+      const result = await h.truth({
+        convergeMs: await converge,
+        mustBeOnTime: leadBeyond(downMs),
+      });
+      result.notes.push(
+        `recorded at the kill: ${Object.entries(atKill)
+          .map(([state, n]) => `${n} ${state}`)
+          .join(", ")}`,
+      );
+      return result;
     }),
 };
 

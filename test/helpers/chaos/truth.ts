@@ -83,6 +83,8 @@ export interface TruthResult {
   effectFindings: string[];
   /** What a scenario checks beyond the truth (such as: nothing started after SIGTERM). */
   violations: string[];
+  /** What a scenario observed on the way, for the report (such as the states at a kill). */
+  notes: string[];
 }
 
 /** The round's rows in the journals, one per agent that held it (normally one). */
@@ -317,6 +319,7 @@ export function checkTruth(input: TruthInput): TruthResult {
     lostFindings,
     effectFindings: effectFindings.slice(0, 25),
     violations: [],
+    notes: [],
   };
 }
 
