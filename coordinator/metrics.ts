@@ -58,6 +58,7 @@ export class CoordinatorMetrics {
   private readonly executions: Gauge<"state">;
   private readonly dropped: Counter<"reason">;
   private readonly invalid: Counter;
+  private readonly facts: Counter<"decision">;
   private readonly agentsOnline: Gauge;
   private readonly agentsKnown: Gauge;
   private readonly journalDepth: Gauge<"agent">;
@@ -124,6 +125,12 @@ export class CoordinatorMetrics {
       help: "MQTT messages rejected as invalid before reaching the engine (persistent).",
       registers,
     });
+    this.facts = new Counter({
+      name: "ax_late_facts_total",
+      help: "Reports of an older round, or after the record had moved on, that were recorded (persistent).",
+      labelNames: ["decision"],
+      registers,
+    });
     this.agentsOnline = new Gauge({
       name: "ax_agents_online",
       help: "Agents online now.",
@@ -186,6 +193,9 @@ export class CoordinatorMetrics {
     const [counters, open] = await Promise.all([store.counters(), store.countOpenExecutions()]);
     setTotal(this.missed, counters.missed_fires);
     setTotal(this.invalid, counters.invalid_messages);
+    for (const decision of ["adopted", "both_ran", "noted"] as const) {
+      setTotal(this.facts, counters[`facts_${decision}`], { decision });
+    }
     for (const [reason, name] of Object.entries(DROPPED_REASONS)) {
       setTotal(this.dropped, counters[name], { reason });
     }

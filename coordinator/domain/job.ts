@@ -338,6 +338,12 @@ export const jobDefinitionSchema = z
     timeout: durationSchema.default(60_000),
     /** Latest start after the nominal fire time; past it the execution is EXPIRED. @default 60s */
     deadline: durationSchema.default(60_000),
+    /**
+     * How far ahead of each fire time its executions are created and dispatched, so the agent
+     * holds them in its journal and fires them from its own wheel through outages shorter than
+     * this. At most 24h. @default the coordinator's `dispatchLead` (500 ms)
+     */
+    dispatchLead: durationSchema.refine((ms) => ms <= 86_400_000, "must be at most 24h").optional(),
     /** No `accepted` within this → redispatch with round+1. @default 5s */
     dispatchTimeout: durationSchema.default(5_000),
     /** Dispatches per attempt before the attempt fails as undeliverable. @default 3 */

@@ -87,8 +87,11 @@ export class Dispatcher {
     // every open execution each time cost more than acting on the few that changed. Device
     // commands are due as soon as they are known (up to the horizon), so that the agent's
     // journal and wheel hold them through outages; those for agents out of reach wait.
-    const due = await store.listDue(now, now + this.ctx.config.dispatchLead, BATCH, {
-      commandsBy: now + this.ctx.config.commandHorizon,
+    // A job's execution is created its dispatch lead ahead (the job's own, or dispatchLead), so
+    // it is due as soon as it exists, like a command.
+    const horizon = now + this.ctx.config.commandHorizon;
+    const due = await store.listDue(now, horizon, BATCH, {
+      commandsBy: horizon,
       skipTargets: this.registry.unreachable(),
     });
 
@@ -330,7 +333,14 @@ export class Dispatcher {
       await this.ctx.link
         .send(
           exec.agentId,
-          envelope({ type: "query", executionId: exec.id, round: exec.round }, now),
+          envelope(
+            {
+              type: "query",
+              executionId: exec.id,
+              round: this.leases.ranRound(exec.id, exec.round),
+            },
+            now,
+          ),
         )
         .catch(() => {});
       return true;

@@ -75,16 +75,35 @@ export class FiringLoop {
     const wallNow = clock.wallNow();
     // Only ids and times: a definition is read when its fire comes, not for every job in view.
     const due = await this.ctx.store.listDueFires(wallNow + config.dispatchLead + config.lookAhead);
-    for (const d of due) this.plan(d.jobId, d.nextFireAt, wallNow);
+    const leads = new Map<string, number>();
+    for (const l of await this.ctx.store.listLeadFires()) {
+      leads.set(l.jobId, l.leadMs);
+      if (l.nextFireAt - l.leadMs <= wallNow + config.lookAhead) {
+        this.plan(l.jobId, l.nextFireAt, wallNow, l.leadMs);
+      }
+    }
+    this.leads = leads;
+    for (const d of due) {
+      if (!leads.has(d.jobId)) this.plan(d.jobId, d.nextFireAt, wallNow);
+    }
   }
 
-  private plan(jobId: string, nextFireAt: number | null, wallNow: number): void {
+  /** The jobs with a dispatch lead of their own, as the last scan found them. */
+  private leads = new Map<string, number>();
+
+  private plan(
+    jobId: string,
+    nextFireAt: number | null,
+    wallNow: number,
+    leadMs = this.leads.get(jobId) ?? this.ctx.config.dispatchLead,
+  ): void {
     if (nextFireAt === null) return;
     const key = `${jobId}\u0000${nextFireAt}`;
     if (this.planned.has(key)) return;
-    // Fire `dispatchLead` early: the execution is created and dispatched ahead of its nominal
-    // time, and the agent starts it from its own wheel at exactly `fireAt`.
-    const dueWall = nextFireAt - this.ctx.config.dispatchLead;
+    // Fire `dispatchLead` early (the job's own, or the coordinator's): the execution is created
+    // and dispatched ahead of its nominal time, and the agent starts it from its own wheel at
+    // exactly `fireAt`.
+    const dueWall = nextFireAt - leadMs;
     const dueMono = this.ctx.clock.monoNow() + (dueWall - wallNow);
     const handle = this.wheel.schedule(dueMono, { jobId, scheduledFor: nextFireAt });
     this.planned.set(key, handle);
@@ -167,11 +186,9 @@ export class FiringLoop {
       // The job's next fire, if it is within the look-ahead, goes on the wheel now; the periodic
       // scan finds it otherwise. (Rescanning after every fire cost O(rate) per fire.)
       const wallNow = clock.wallNow();
-      if (
-        plan.nextFireAt !== null &&
-        plan.nextFireAt <= wallNow + config.dispatchLead + config.lookAhead
-      ) {
-        this.plan(job.id, plan.nextFireAt, wallNow);
+      const lead = def.dispatchLead ?? config.dispatchLead;
+      if (plan.nextFireAt !== null && plan.nextFireAt - lead <= wallNow + config.lookAhead) {
+        this.plan(job.id, plan.nextFireAt, wallNow, lead);
       }
     }
   }

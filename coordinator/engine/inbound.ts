@@ -1,3 +1,4 @@
+import { TERMINAL_STATES } from "../../shared/fsm.js";
 import { envelope } from "../../shared/message.js";
 import type {
   Decoded,
@@ -8,6 +9,7 @@ import type {
 } from "../../shared/protocol/index.js";
 import { MAX_INBOUND_BACKLOG } from "../link/mqtt-link.js";
 import type { EngineContext } from "./context.js";
+import { recordFact } from "./facts.js";
 import type { Leases } from "./leases.js";
 import type { Registry } from "./registry.js";
 import { applyEvent, applyEvents, type EventStep } from "./transitions.js";
@@ -362,12 +364,23 @@ export class Inbound {
   /** Applies in-order reports about one execution; their transitions as one write. */
   private async applyReports(agentId: string, rs: Report[]): Promise<void> {
     const steps: EventStep[] = [];
+    const stepReports: Report[] = [];
     let id = "";
     const flush = async () => {
-      if (steps.length > 0) await applyEvents(this.ctx, id, steps.splice(0));
+      if (steps.length === 0) return;
+      const outcomes = await applyEvents(this.ctx, id, steps.splice(0));
+      const reports = stepReports.splice(0);
+      // Facts outrank fences: a start or finish the state machine would not take (an older
+      // round, or a record that had moved on) is a fact about the device, and is recorded.
+      for (const [i, outcome] of outcomes.entries()) {
+        const r = reports[i];
+        if (r === undefined || (outcome !== "stale_round" && outcome !== "illegal")) continue;
+        await this.lateFact(agentId, r);
+      }
     };
     for (const r of rs) {
       id = r.executionId;
+      if (r.type !== "progress" && r.type !== "state") stepReports.push(r);
       switch (r.type) {
         case "accepted":
           this.registry.markAccepting(agentId);
@@ -407,7 +420,12 @@ export class Inbound {
               result: r.result ?? null,
               ...(r.startedAt === undefined ? {} : { startedAt: r.startedAt }),
             }),
-            detail: { outcome: r.outcome, retryable: r.retryable },
+            detail: {
+              outcome: r.outcome,
+              retryable: r.retryable,
+              ...(r.startedAt === undefined ? {} : { startedAt: r.startedAt }),
+              ...(r.interruptedPhase === undefined ? {} : { phase: r.interruptedPhase }),
+            },
           });
           break;
         case "progress":
@@ -430,20 +448,86 @@ export class Inbound {
    */
   private async reconcile(agentId: string, r: Extract<Report, { type: "state" }>): Promise<void> {
     const exec = await this.ctx.store.getExecution(r.executionId);
-    if (!exec || exec.agentId !== agentId || r.round < exec.round) return;
+    if (!exec) return;
     const now = this.ctx.clock.wallNow();
-    if (r.localState === "scheduled" || r.localState === "queued" || r.localState === "running") {
-      this.leases.renew(exec.id, r.round, now);
+    const followed = this.leases.ranRound(exec.id, exec.round);
+    const current = exec.agentId === agentId && r.round === followed;
+    if (r.localState === "scheduled" || r.localState === "queued") {
+      if (current && !TERMINAL_STATES.has(exec.state)) {
+        this.leases.renew(exec.id, r.round, now);
+        return;
+      }
+      // The agent holds a round the record has moved past: it must not start it as well.
+      await this.ctx.store.bumpCounter("stale_holds_canceled");
+      this.publish(
+        agentId,
+        envelope({ type: "cancel", executionId: exec.id, round: r.round }, now),
+      );
       return;
     }
-    if (r.localState === "unknown" && (exec.state === "SCHEDULED" || exec.state === "RUNNING")) {
+    if (r.localState === "running") {
+      if (current && exec.state === "RUNNING") {
+        this.leases.renew(exec.id, r.round, now);
+        return;
+      }
+      // Running under a round the record does not follow: a fact, recorded like a late start.
+      await recordFact(this.ctx, this.leases, exec.id, {
+        kind: "started",
+        round: r.round,
+        agentId,
+      });
+      return;
+    }
+    if (
+      r.localState === "unknown" &&
+      exec.agentId === agentId &&
+      r.round >= exec.round &&
+      (exec.state === "SCHEDULED" || exec.state === "RUNNING")
+    ) {
       await applyEvent(
         this.ctx,
         exec.id,
         { type: "finished", round: exec.round, outcome: "interrupted", retryable: true },
         () => ({ finishedAt: now, message: `agent ${agentId} does not know this execution` }),
-        { reason: "agent answered unknown", agentId },
+        { reason: "agent answered unknown", agentId, guess: true },
       );
+    }
+    // A final local state: its `finished` report is in the agent's outbox and settles it.
+  }
+
+  /** A start or finish that the state machine would not take, recorded as a fact (facts.ts). */
+  private async lateFact(agentId: string, r: Report): Promise<void> {
+    if (r.type === "started") {
+      await recordFact(
+        this.ctx,
+        this.leases,
+        r.executionId,
+        { kind: "started", round: r.round, agentId },
+        { startedAt: r.startedAt, lateMs: r.lateMs },
+      );
+    } else if (r.type === "finished") {
+      await recordFact(
+        this.ctx,
+        this.leases,
+        r.executionId,
+        {
+          kind: "finished",
+          round: r.round,
+          agentId,
+          outcome: r.outcome,
+          retryable: r.retryable,
+          started: r.startedAt !== undefined,
+        },
+        {
+          finishedAt: r.finishedAt,
+          message: r.message,
+          result: r.result ?? null,
+          ...(r.startedAt === undefined ? {} : { startedAt: r.startedAt }),
+        },
+      );
+    } else {
+      // accepted, busy, rejected of a round the record moved past: an answer to an old
+      // dispatch, not a fact about running; counted by the state machine's drop.
     }
   }
 

@@ -25,6 +25,11 @@ export type LeaseAction =
  */
 export class Leases {
   private readonly leases = new Map<string, Lease>();
+  /**
+   * Executions whose record follows an older round than their latest (a fact showed that round
+   * ran): the agent vouches for that round, and it renews the lease of the latest.
+   */
+  private readonly followed = new Map<string, { ran: number; latest: number }>();
 
   constructor(
     private readonly leaseMs: number,
@@ -32,15 +37,31 @@ export class Leases {
   ) {}
 
   /** The agent vouched for (executionId, round) at `now`. */
-  renew(executionId: string, round: number, now: number): void {
+  renew(executionId: string, ran: number, now: number): void {
+    const f = this.followed.get(executionId);
+    const round = f !== undefined && f.ran === ran ? f.latest : ran;
     const l = this.leases.get(executionId);
     if (l && l.round > round) return;
     this.leases.set(executionId, { round, renewedAt: now, queriedAt: undefined });
   }
 
+  /** The record of `executionId` follows round `ran` although `latest` was issued after it. */
+  follow(executionId: string, ran: number, latest: number, now: number): void {
+    if (this.followed.size >= 100_000) this.followed.clear(); // bounded; a lost entry only delays
+    this.followed.set(executionId, { ran, latest });
+    this.leases.set(executionId, { round: latest, renewedAt: now, queriedAt: undefined });
+  }
+
+  /** The round an agent runs the execution under, for a query: the followed one, if any. */
+  ranRound(executionId: string, latest: number): number {
+    const f = this.followed.get(executionId);
+    return f !== undefined && f.latest === latest ? f.ran : latest;
+  }
+
   /** The execution has left its agent (ended, or waits for a new dispatch). */
   forget(executionId: string): void {
     this.leases.delete(executionId);
+    this.followed.delete(executionId);
   }
 
   /** Leases held in memory (one per execution an agent holds). */

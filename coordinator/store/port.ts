@@ -278,6 +278,11 @@ export interface Store {
   listListeningJobs(): Promise<StoredJob[]>;
   /** One version of a job's definition (every version is kept), or undefined. */
   getJobVersion(jobId: string, version: number): Promise<JobDefinition | undefined>;
+  /**
+   * Ids, next fire times and leads of the jobs, not paused, that set a `dispatchLead` of their
+   * own (no definitions): found without reading the other jobs.
+   */
+  listLeadFires(): Promise<{ jobId: string; nextFireAt: number; leadMs: number }[]>;
   /** Ids and next fire times of the jobs, not paused, due at or before `untilMs` (no definitions). */
   listDueFires(untilMs: number): Promise<{ jobId: string; nextFireAt: number }[]>;
   /** Jobs, not paused, whose next fire time is at or before `untilMs`. */

@@ -60,6 +60,47 @@ describe("early dispatch", () => {
     expect((await coordinator.store.getExecution(id))?.state).toBe("PENDING");
   });
 
+  it("dispatches a job's fire its own dispatchLead ahead, and others at the coordinator's", async () => {
+    const { broker, coordinator } = await setup();
+    const agent = await fakeAgent(broker, `${broker.prefix}-j`);
+    cleanups.push(() => agent.close());
+    const at = Date.now() + 8_000;
+    await coordinator.putJob({
+      id: "ahead",
+      handler: "echo",
+      trigger: { type: "at", at: new Date(at).toISOString() },
+      dispatchLead: "20s",
+    });
+    await coordinator.putJob({
+      id: "plain",
+      handler: "echo",
+      trigger: { type: "at", at: new Date(at).toISOString() },
+    });
+    const d = await agent.waitFor("the early job's dispatch", isDispatch);
+    // Sent right away (20 s of lead covers the 8 s to go), the other one not yet.
+    expect(d.fireAt).toBe(at);
+    expect(Date.now()).toBeLessThan(at - 2_000);
+    expect(agent.received.filter(isDispatch)).toHaveLength(1);
+    const [exec] = await coordinator.store.listExecutions({ jobId: "ahead" });
+    expect(exec?.id).toBe(d.executionId);
+    expect(await coordinator.store.listExecutions({ jobId: "plain" })).toHaveLength(0);
+  });
+
+  it("refuses a dispatchLead over 24h, naming the field", async () => {
+    const { coordinator } = await setup();
+    await expect(
+      coordinator.putJob({
+        id: "far",
+        handler: "echo",
+        trigger: { type: "manual" },
+        dispatchLead: "25h",
+      }),
+    ).rejects.toMatchObject({
+      code: "AX_JOB_INVALID",
+      message: expect.stringContaining("dispatchLead: must be at most 24h"),
+    });
+  });
+
   it("takes shutting_down as 'not now': the command waits for the agent's next instance", async () => {
     const { broker, coordinator } = await setup();
     const agentId = `${broker.prefix}-s`;

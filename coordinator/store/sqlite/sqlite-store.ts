@@ -603,6 +603,18 @@ export class SqliteStore implements Store {
     );
   }
 
+  async listLeadFires(): Promise<{ jobId: string; nextFireAt: number; leadMs: number }[]> {
+    return wrap("listLeadFires", () =>
+      (
+        this.prepare(
+          `SELECT id, next_fire_at, json_extract(definition, '$.dispatchLead') AS lead FROM jobs
+             WHERE json_extract(definition, '$.dispatchLead') IS NOT NULL
+               AND paused = 0 AND next_fire_at IS NOT NULL`,
+        ).all() as { id: string; next_fire_at: number; lead: number }[]
+      ).map((r) => ({ jobId: r.id, nextFireAt: r.next_fire_at, leadMs: r.lead })),
+    );
+  }
+
   async listDueFires(untilMs: number): Promise<{ jobId: string; nextFireAt: number }[]> {
     return wrap("listDueFires", () =>
       (

@@ -1,0 +1,117 @@
+import { backoffMs } from "../../shared/backoff.js";
+import { envelope } from "../../shared/message.js";
+import { decideFact, type Fact, roundHistory } from "../domain/facts.js";
+import type { ExecutionPatch } from "../store/port.js";
+import type { EngineContext } from "./context.js";
+import type { Leases } from "./leases.js";
+
+/**
+ * Records a fact an agent reported about a round the record has moved past (issue 15, item 2):
+ * reads the execution and its timeline, asks the pure rules (domain/facts.ts), and writes their
+ * answer as a `fact` entry on the timeline — with a state change when the record now follows that
+ * round. Nothing a device reports about running is ever dropped. `patch` holds what the report
+ * says (start and finish times, result, message), applied only when the record follows it.
+ */
+export async function recordFact(
+  ctx: EngineContext,
+  leases: Leases,
+  executionId: string,
+  fact: Fact,
+  patch: ExecutionPatch = {},
+): Promise<void> {
+  for (let attempt = 0; attempt < 3; attempt++) {
+    const exec = await ctx.store.getExecution(executionId);
+    if (!exec) return;
+    const history = roundHistory(await ctx.store.getTimeline(executionId));
+    const decision = decideFact(exec, history, fact);
+    if (decision.action === "known") return;
+    const now = ctx.clock.wallNow();
+    const adopt = decision.action === "adopt" ? decision : undefined;
+    const next = adopt?.next ?? exec;
+    const counter =
+      decision.action === "note"
+        ? "facts_noted"
+        : decision.action === "adopt"
+          ? "facts_adopted"
+          : "facts_both_ran";
+    const written = await ctx.store.applyTransition({
+      executionId,
+      expected: { state: exec.state, round: exec.round },
+      next: {
+        state: next.state,
+        round: next.round,
+        attempt: next.attempt,
+        maxAttempts: next.maxAttempts,
+        dispatches: next.dispatches,
+        maxDispatches: next.maxDispatches,
+      },
+      patch: adopt
+        ? {
+            ...patch,
+            agentId: fact.agentId,
+            ...(adopt.scheduleRetry
+              ? {
+                  nextAttemptAt:
+                    now +
+                    backoffMs(adopt.next.attempt, {
+                      baseMs: exec.retryBaseMs,
+                      capMs: exec.retryCapMs,
+                    }),
+                }
+              : {}),
+          }
+        : {},
+      at: now,
+      event: "fact",
+      agentId: fact.agentId,
+      detail: {
+        fact: fact.kind,
+        round: fact.round,
+        decision: counter.slice("facts_".length),
+        started: fact.kind === "started" || fact.started,
+        ...(fact.kind === "finished" ? { outcome: fact.outcome } : {}),
+        ...(adopt ? { attempt: adopt.next.attempt } : {}),
+        ...(adopt?.cancelRound === undefined ? {} : { canceledRound: adopt.cancelRound }),
+        reason: decision.note,
+      },
+    });
+    if (!written) continue;
+    await ctx.store.bumpCounter(counter);
+    ctx.log(
+      decision.action === "both_ran" ? "warn" : "info",
+      `execution ${executionId}: ${decision.note}`,
+      {
+        executionId,
+        agentId: fact.agentId,
+      },
+    );
+    if (!adopt) return;
+    if (adopt.next.state === "RUNNING") leases.follow(executionId, fact.round, exec.round, now);
+    ctx.events.emit("transition", {
+      executionId,
+      jobId: exec.jobId,
+      agentId: fact.agentId,
+      event: "fact",
+      from: exec.state,
+      to: adopt.next.state,
+      round: exec.round,
+      at: now,
+      fireAt: exec.fireAt,
+      scheduledFor: exec.scheduledFor,
+    });
+    const { cancelRound, cancelAgent } = adopt;
+    if (cancelRound !== undefined && cancelAgent !== undefined) {
+      // The later round must not start as well: a fence against starting stale work.
+      ctx.store.afterCommit(() => {
+        ctx.link
+          .send(cancelAgent, envelope({ type: "cancel", executionId, round: cancelRound }, now))
+          .catch((err: unknown) =>
+            ctx.log("warn", `cancel to ${cancelAgent} not published: ${(err as Error).message}`, {
+              executionId,
+            }),
+          );
+      });
+    }
+    return;
+  }
+}

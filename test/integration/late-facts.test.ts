@@ -1,0 +1,141 @@
+import { join } from "node:path";
+import { afterEach, describe, expect, it } from "vitest";
+import { parseCoordinatorConfig } from "../../coordinator/config.js";
+import { Coordinator } from "../../coordinator/coordinator.js";
+import type { Dispatch, DownMessage } from "../../shared/protocol/index.js";
+import { tempDir, testBroker, waitFor } from "../helpers/env.js";
+import { fakeAgent } from "../helpers/fake-agent.js";
+
+/**
+ * Facts outrank fences (issue 15, item 2), through the real engine: what a device reports about
+ * running is recorded however late it comes, and corrects what the coordinator had guessed.
+ */
+describe("late facts", () => {
+  const cleanups: (() => Promise<void> | void)[] = [];
+  afterEach(async () => {
+    for (const c of cleanups.splice(0).reverse()) await c();
+  });
+
+  async function setup() {
+    const broker = await testBroker();
+    cleanups.push(() => broker.close());
+    const tmp = tempDir();
+    cleanups.push(() => tmp.cleanup());
+    const coordinator = new Coordinator(
+      parseCoordinatorConfig({
+        store: { path: join(tmp.dir, "ax.sqlite") },
+        mqtt: { url: broker.url, prefix: broker.prefix },
+        heartbeat: 300,
+      }),
+    );
+    await coordinator.start();
+    cleanups.push(() => coordinator.close());
+    return { broker, coordinator };
+  }
+  const isDispatch = (m: DownMessage): m is Dispatch => m.type === "dispatch";
+
+  it("a finish reported after the lease lapsed corrects the FAILED it contradicts; the timeline shows both", async () => {
+    const { broker, coordinator } = await setup();
+    const agent = await fakeAgent(broker, `${broker.prefix}-a`);
+    cleanups.push(() => agent.close());
+    const id = await coordinator.sendCommand({
+      agentId: agent.agentId,
+      handler: "echo",
+      timeoutMs: 60_000,
+    });
+    const d = await agent.waitFor("dispatch", isDispatch);
+    const at = Date.now();
+    await agent.report({ type: "accepted", executionId: id, round: d.round, seq: 1 });
+    await agent.report({
+      type: "started",
+      executionId: id,
+      round: d.round,
+      seq: 2,
+      startedAt: at,
+      lateMs: 0,
+    });
+    // No heartbeats: the agent goes offline, its lease lapses, the query goes unanswered.
+    const failed = await waitFor(
+      "lease fail-over",
+      async () => {
+        const e = await coordinator.store.getExecution(id);
+        return e?.state === "FAILED" ? e : undefined;
+      },
+      20_000,
+    );
+    expect(failed.message).toContain("lease lapsed");
+    await agent.report({
+      type: "finished",
+      executionId: id,
+      round: d.round,
+      seq: 3,
+      outcome: "succeeded",
+      retryable: false,
+      message: "done",
+      result: { ok: true },
+      startedAt: at,
+      finishedAt: at + 5,
+    });
+    const done = await waitFor("corrected", async () => {
+      const e = await coordinator.store.getExecution(id);
+      return e?.state === "SUCCEEDED" ? e : undefined;
+    });
+    expect(done.result).toEqual({ ok: true });
+    expect(done.finishedAt).toBe(at + 5);
+    const timeline = await coordinator.store.getTimeline(id);
+    const tail = timeline.slice(-2).map((t) => `${t.event}:${t.fromState}→${t.toState}`);
+    expect(tail).toEqual(["finished:RUNNING→FAILED", "fact:FAILED→SUCCEEDED"]);
+    expect(timeline.at(-1)?.reason).toContain("it was recorded FAILED");
+    await coordinator.store.flush();
+    expect((await coordinator.store.counters()).facts_adopted).toBe(1);
+  });
+
+  it("a redispatched command whose first round ran takes that round's outcome", async () => {
+    const { broker, coordinator } = await setup();
+    const agent = await fakeAgent(broker, `${broker.prefix}-b`);
+    cleanups.push(() => agent.close());
+    const id = await coordinator.sendCommand({ agentId: agent.agentId, handler: "echo" });
+    const first = await agent.waitFor("dispatch 1", isDispatch);
+    // Online all along (a dispatch timeout counts only while the agent is).
+    const beat = setInterval(() => void agent.heartbeat(), 200);
+    cleanups.push(() => clearInterval(beat));
+    // No answer to round 1 within the dispatch timeout (5 s): round 2 goes to the same agent.
+    const second = await waitFor(
+      "dispatch 2",
+      () => agent.received.filter(isDispatch).find((m) => m.round === first.round + 1),
+      20_000,
+    );
+    const at = Date.now();
+    // Round 1's reports were only late: the device ran round 1 (rule 3: round 2 never starts).
+    await agent.report({ type: "accepted", executionId: id, round: first.round, seq: 1 });
+    await agent.report({
+      type: "started",
+      executionId: id,
+      round: first.round,
+      seq: 2,
+      startedAt: at,
+      lateMs: 0,
+    });
+    await agent.report({
+      type: "finished",
+      executionId: id,
+      round: first.round,
+      seq: 3,
+      outcome: "succeeded",
+      retryable: false,
+      message: "",
+      startedAt: at,
+      finishedAt: at + 1,
+    });
+    const done = await waitFor("succeeded", async () => {
+      const e = await coordinator.store.getExecution(id);
+      return e?.state === "SUCCEEDED" ? e : undefined;
+    });
+    expect(done.round).toBe(second.round);
+    const facts = (await coordinator.store.getTimeline(id)).filter((t) => t.event === "fact");
+    expect(facts.map((f) => [f.detail?.fact, f.detail?.round, f.detail?.decision])).toEqual([
+      ["started", first.round, "adopted"],
+      ["finished", first.round, "adopted"],
+    ]);
+  });
+});
