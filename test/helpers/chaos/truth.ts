@@ -99,15 +99,25 @@ function byExecution(rows: JournalRow[]): Map<string, JournalRow[]> {
   return m;
 }
 
+/**
+ * The round a timeline entry is about: its `detail.round` when it has one (a `fact` entry about an
+ * older round, written while the execution is at a later one), else the entry's round.
+ */
+function roundOf(t: TimelineEntry): number {
+  const r = t.detail?.round;
+  return typeof r === "number" ? r : t.round;
+}
+
 /** Rounds the record says started, from its timeline (and its final state). */
 export function recordedRuns(rec: RecordedExecution): Set<number> {
   const rounds = new Set<number>();
   for (const t of rec.timeline) {
     const outcome = t.detail?.outcome;
     const phase = t.detail?.interruptedPhase;
-    if (t.event === "started" || t.toState === "RUNNING") rounds.add(t.round);
-    else if (typeof outcome === "string" && RAN_OUTCOMES.has(outcome)) {
-      if (!(outcome === "interrupted" && phase === "before_handler")) rounds.add(t.round);
+    if (t.event === "started" || t.toState === "RUNNING" || t.detail?.started === true) {
+      rounds.add(roundOf(t));
+    } else if (typeof outcome === "string" && RAN_OUTCOMES.has(outcome)) {
+      if (!(outcome === "interrupted" && phase === "before_handler")) rounds.add(roundOf(t));
     }
   }
   if (rounds.size === 0 && RAN_STATES.has(rec.execution.state)) rounds.add(rec.execution.round);
@@ -117,7 +127,7 @@ export function recordedRuns(rec: RecordedExecution): Set<number> {
 /** Rounds the record says ran to success. */
 function recordedSuccesses(rec: RecordedExecution): number {
   const rounds = new Set<number>();
-  for (const t of rec.timeline) if (t.detail?.outcome === "succeeded") rounds.add(t.round);
+  for (const t of rec.timeline) if (t.detail?.outcome === "succeeded") rounds.add(roundOf(t));
   if (rounds.size === 0 && rec.execution.state === "SUCCEEDED") return 1;
   return rounds.size;
 }
@@ -180,7 +190,7 @@ function problemsOf(rec: RecordedExecution, rows: JournalRow[]): string[] {
     for (const r of ran) {
       if (!(r.state in OUTCOME_STATES)) continue;
       const kept = rec.timeline.some(
-        (t: TimelineEntry) => t.round === r.round && t.detail?.outcome === r.state,
+        (t: TimelineEntry) => roundOf(t) === r.round && t.detail?.outcome === r.state,
       );
       if (!kept) p.push(`two rounds ran; the timeline lacks round ${r.round}'s outcome ${r.state}`);
     }
