@@ -3,11 +3,13 @@ import { ClockSync } from "../shared/clock-sync.js";
 import { newId } from "../shared/ids.js";
 import { envelope } from "../shared/message.js";
 import {
+  DEFAULT_MAX_PAYLOAD_BYTES,
   type Dispatch,
   type DownMessage,
   decode,
   encode,
   MAX_BATCH_REPORTS,
+  type ProtocolError,
   type Report,
   type Topics,
   topics,
@@ -176,6 +178,13 @@ export class Agent {
     this.link.start({
       ready: () => this.onReady(),
       message: (topic, payload) => this.onMessage(topic, payload),
+      // Over the MQTT packet limit (1 MiB), so skipped unread: rejected and counted like any
+      // payload over the protocol's limit.
+      tooLarge: (topic, bytes) =>
+        this.rejected(topic, {
+          code: "AX_PROTO_TOO_LARGE",
+          message: `payload is ${bytes} bytes, more than the limit of ${DEFAULT_MAX_PAYLOAD_BYTES}`,
+        }),
       down: () => {
         this.welcomed = false;
       },
@@ -240,9 +249,8 @@ export class Agent {
     const receivedLocal = this.time.localNow();
     const result = decode(topic, payload, { prefix: this.topics.prefix });
     if (!result.ok) {
-      this.counters.invalidMessages++;
+      this.rejected(topic, result.error);
       const e = result.error;
-      this.log("warn", `rejected message: ${e.code}: ${e.message}`, { topic });
       // Rule 6: an invalid dispatch whose id and round can be read is answered `rejected`.
       if (e.type === "dispatch" && e.executionId !== undefined && e.round !== undefined) {
         this.report({
@@ -257,6 +265,12 @@ export class Agent {
     }
     if (result.value.channel !== "down") return;
     this.onDown(result.value.message, receivedLocal);
+  }
+
+  /** An invalid message: logged with its reason and counted, never acted on. */
+  private rejected(topic: string, e: Pick<ProtocolError, "code" | "message">): void {
+    this.counters.invalidMessages++;
+    this.log("warn", `rejected message: ${e.code}: ${e.message}`, { topic });
   }
 
   private onDown(m: DownMessage, receivedLocal: number): void {
@@ -320,7 +334,7 @@ export class Agent {
       // Answers are sent by the executor once this commits.
       this.executor.batch(() => {
         if (ack > 0) this.journal.ack(ack);
-        for (const d of batch) this.executor.dispatch(d);
+        for (const d of batch) this.dispatchOne(d);
       });
     } catch (err) {
       // The batch rolled back: nothing in it was answered, so the coordinator redispatches.
@@ -328,6 +342,22 @@ export class Agent {
         "error",
         `journaling a batch of ${batch.length} dispatches failed: ${(err as Error).message}`,
       );
+    }
+  }
+
+  /**
+   * One dispatch of a batch. Its journal write is a savepoint of the batch's transaction, rolled
+   * back alone when it throws: a dispatch that cannot be journaled costs only itself, not the
+   * dispatches that arrived with it (issue 15: one such payload delayed two others by 5 s).
+   */
+  private dispatchOne(d: Dispatch): void {
+    try {
+      this.executor.dispatch(d);
+    } catch (err) {
+      this.log("error", `journaling dispatch ${d.executionId} failed: ${(err as Error).message}`, {
+        executionId: d.executionId,
+        round: d.round,
+      });
     }
   }
 

@@ -4,6 +4,7 @@ import { AxError } from "../shared/errors.js";
 import { ID_PATTERN } from "../shared/ids.js";
 import { HANDLER_NAMES } from "../shared/profile-names.js";
 import { describeIssue } from "../shared/protocol/codec.js";
+import { MAX_TAGS, maxKeys } from "../shared/protocol/envelope.js";
 import type { DeviceHandlersConfig, DeviceHandlersConfigInput } from "./handlers/device/index.js";
 import { handlersConfigSchema } from "./handlers/set.js";
 import { PARTS } from "./parts/included.js";
@@ -72,8 +73,14 @@ function agentConfigSchema(parts: AgentParts) {
       }),
       { concurrency: 4, queue: 64, maxPending: 10_000 },
     ),
+    // The bounds of hello.tags: a tag the protocol refuses would keep the agent from registering.
     tags: z._default(
-      z.record(z.string().check(z.regex(/^[A-Za-z0-9._-]{1,64}$/, "bad tag name")), z.string()),
+      z
+        .record(
+          z.string().check(z.regex(/^[A-Za-z0-9._-]{1,64}$/, "bad tag name")),
+          z.string().check(z.maxLength(128)),
+        )
+        .check(maxKeys(MAX_TAGS)),
       {},
     ),
     journal: z._default(

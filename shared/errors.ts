@@ -9,6 +9,7 @@ export const ERROR_CODES = {
   AX_PROTO_TOO_LARGE: "A message payload is larger than the configured limit.",
   AX_PROTO_BAD_TOPIC: "A message arrived on a topic that is not part of protocol v1.",
   AX_PROTO_BAD_JSON: "A message payload is not valid UTF-8 JSON.",
+  AX_PROTO_TOO_DEEP: "A message payload nests arrays and objects deeper than the limit.",
   AX_PROTO_NOT_OBJECT: "A message payload is JSON but not an object.",
   AX_PROTO_BAD_VERSION: "A message has a missing or unsupported protocol version `v`.",
   AX_PROTO_UNKNOWN_TYPE: "A message has a missing or unknown `type` for its topic.",

@@ -335,6 +335,35 @@ describe("Journal: batch", () => {
     expect(j.lastSeq).toBe(3);
   });
 
+  it("rolls back only the dispatch that fails to journal; the others of its batch commit (issue 15)", () => {
+    const clock = { t: T0 };
+    const j = openJournal(tempFile(), clock);
+    // A value JSON.stringify cannot write (a cycle; before the decoder bounded depth, a dispatch
+    // nested 10,000 deep did the same with a stack overflow).
+    const params: Record<string, unknown> = {};
+    params.self = params;
+    const errors: string[] = [];
+    j.batch(() => {
+      for (const d of [dispatch("e1"), dispatch("bad", { params }), dispatch("e2")]) {
+        try {
+          j.accept(d, envelopeAt(clock));
+        } catch (err) {
+          errors.push((err as AxError).code);
+        }
+      }
+    });
+    expect(errors).toEqual(["AX_STORE_FAILED"]);
+    expect(j.latest("e1")?.state).toBe("scheduled");
+    expect(j.latest("bad")).toBeUndefined();
+    expect(j.latest("e2")?.state).toBe("scheduled");
+    // No gap in seq, and the counters match the file.
+    expect(j.pendingReports().map((r) => [r.seq, r.executionId])).toEqual([
+      [1, "e1"],
+      [2, "e2"],
+    ]);
+    expect([j.lastSeq, j.open, j.outboxDepth]).toEqual([2, 2, 2]);
+  });
+
   it("refuses to mark a command running inside a plain batch, whose commit would not be fsynced", () => {
     const clock = { t: T0 };
     const j = openJournal(tempFile(), clock);

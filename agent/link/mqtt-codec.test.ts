@@ -141,7 +141,48 @@ describe("PacketReader", () => {
     bad("20 03 000000", "CONNACK must be 2 bytes long");
     bad("10 00", "a broker must not send packet type 1");
     bad("30 ff ff ff ff 01", "malformed Remaining Length");
-    bad("30 81 08", "packet of 1025 bytes is larger than the limit of 1024");
+    // Only a PUBLISH past the limit is skipped (below); any other packet that long is an error.
+    bad("90 81 08", "packet of 1025 bytes is larger than the limit of 1024");
+    bad("30 05 1001 74 0001", "PUBLISH topic of 4097 bytes is longer than the limit of 4096");
+  });
+
+  it("skips an oversize PUBLISH unread, handing on its topic, packet id and size (issue 15)", () => {
+    const big = encodePublishFromBroker("ax/v1/agents/a1/down", Buffer.alloc(5000, 0x5b), 1, 7);
+    const next = encodePublishFromBroker("ax/v1/agents/a1/down", Buffer.from("{}"), 1, 8);
+    const expected = [
+      {
+        type: "publish",
+        topic: "ax/v1/agents/a1/down",
+        qos: 1,
+        packetId: 7,
+        tooLarge: 5000,
+        payload: Buffer.alloc(0),
+      },
+      { type: "publish", packetId: 8, payload: Buffer.from("{}") },
+    ];
+    const stream = Buffer.concat([big, next]);
+    // At once, one byte at a time, and in chunks that split the header and the payload.
+    expect(new PacketReader(1024).push(stream)).toMatchObject(expected);
+    for (const size of [1, 3, 700, 4999]) {
+      const r = new PacketReader(1024);
+      const got = [];
+      for (let at = 0; at < stream.length; at += size) {
+        got.push(...r.push(stream.subarray(at, at + size)));
+      }
+      expect(got, `chunks of ${size}`).toMatchObject(expected);
+      expect(got[1]).not.toHaveProperty("tooLarge");
+    }
+  });
+
+  it("never buffers an oversize PUBLISH's payload", () => {
+    const r = new PacketReader(1024);
+    const big = encodePublishFromBroker("t", Buffer.alloc(10 * 1024 * 1024), 1, 9);
+    expect(r.push(big.subarray(0, 64))).toMatchObject([{ tooLarge: 10 * 1024 * 1024 }]);
+    for (let at = 64; at < big.length; at += 65_536) {
+      expect(r.push(big.subarray(at, at + 65_536))).toEqual([]);
+      expect((r as unknown as { buffered: Buffer }).buffered.length).toBe(0);
+    }
+    expect(r.push(hex("d0 00"))).toEqual([{ type: "pingresp" }]);
   });
 });
 

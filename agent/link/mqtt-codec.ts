@@ -24,6 +24,13 @@ const DISCONNECT = 14;
 /** The largest Remaining Length four bytes can encode (§2.2.3). */
 const MAX_REMAINING_LENGTH = 268_435_455;
 
+/**
+ * The longest topic name read from a PUBLISH, in bytes. A broker delivers only topics matching
+ * the client's subscriptions, and the agent subscribes to one exact topic of ~150 bytes, so a
+ * longer one can only come from a broken broker; MQTT itself allows 65,535.
+ */
+export const MAX_TOPIC_BYTES = 4096;
+
 export type QoS = 0 | 1 | 2;
 
 /** A packet a broker sends to a client. */
@@ -38,6 +45,12 @@ export type IncomingPacket =
       dup: boolean;
       /** 0 for QoS 0. */
       packetId: number;
+      /**
+       * Set when the packet was longer than the reader's limit: its payload was skipped unread
+       * (`payload` is empty) and this is the payload's length. The packet is still acknowledged,
+       * so it costs only itself, not the connection.
+       */
+      tooLarge?: number;
     }
   | { type: "puback" | "pubrec" | "pubrel" | "pubcomp"; packetId: number }
   | { type: "suback"; packetId: number; granted: number[] }
@@ -186,25 +199,52 @@ export const DISCONNECT_PACKET: Buffer = Buffer.from([DISCONNECT << 4, 0]);
 
 /**
  * Splits a byte stream into packets. Bytes may arrive in any pieces; a packet is decoded once
- * all of it is there. A packet longer than `maxPacketBytes`, or one a broker must never send, is
- * a protocol error.
+ * all of it is there. A PUBLISH longer than `maxPacketBytes` is not buffered: its topic and
+ * packet id are read, it is handed on with `tooLarge` set, and the rest of its bytes are skipped
+ * as they arrive. Any other packet past the limit, a topic longer than {@link MAX_TOPIC_BYTES},
+ * or a packet a broker must never send, is a protocol error.
  */
 export class PacketReader {
   private buffered: Buffer = Buffer.alloc(0);
+  /** Bytes of an oversize PUBLISH still to be skipped. */
+  private skipping = 0;
 
   constructor(private readonly maxPacketBytes: number) {}
 
   /** Adds bytes read from the socket; returns the packets they complete, in order. */
   push(chunk: Buffer): IncomingPacket[] {
+    if (this.skipping > 0) {
+      const n = Math.min(this.skipping, chunk.length);
+      this.skipping -= n;
+      if (n === chunk.length) return [];
+      chunk = chunk.subarray(n);
+    }
     this.buffered = this.buffered.length === 0 ? chunk : Buffer.concat([this.buffered, chunk]);
     const out: IncomingPacket[] = [];
     let offset = 0;
     for (;;) {
       const header = this.header(offset);
       if (header === undefined) break;
-      const end = header.bodyStart + header.length;
-      if (end > this.buffered.length) break;
       const first = this.buffered[offset] as number;
+      const end = header.bodyStart + header.length;
+      if (header.length > this.maxPacketBytes) {
+        if (first >> 4 !== PUBLISH) {
+          throw new MqttProtocolError(
+            `packet of ${header.length} bytes is larger than the limit of ${this.maxPacketBytes}`,
+          );
+        }
+        const head = this.publishHead(first, header.bodyStart, header.length);
+        if (head === undefined) break; // its topic and packet id are not all here yet
+        out.push(head);
+        if (end > this.buffered.length) {
+          this.skipping = end - this.buffered.length;
+          offset = this.buffered.length;
+          break;
+        }
+        offset = end;
+        continue;
+      }
+      if (end > this.buffered.length) break;
       out.push(decodePacket(first, this.buffered.subarray(header.bodyStart, end)));
       offset = end;
     }
@@ -225,18 +265,43 @@ export class PacketReader {
       if (at >= this.buffered.length) return undefined;
       const byte = this.buffered[at] as number;
       length += (byte & 0x7f) * multiplier;
-      if ((byte & 0x80) === 0) {
-        if (length > this.maxPacketBytes) {
-          throw new MqttProtocolError(
-            `packet of ${length} bytes is larger than the limit of ${this.maxPacketBytes}`,
-          );
-        }
-        return { bodyStart: at + 1, length };
-      }
+      if ((byte & 0x80) === 0) return { bodyStart: at + 1, length };
       multiplier *= 128;
     }
     throw new MqttProtocolError("malformed Remaining Length");
   }
+
+  /** An oversize PUBLISH's variable header (§3.3.2), once buffered, with its payload skipped. */
+  private publishHead(
+    first: number,
+    bodyStart: number,
+    length: number,
+  ): IncomingPacket | undefined {
+    const qos = (first >> 1) & 0x03;
+    if (qos === 3) throw new MqttProtocolError("PUBLISH has QoS 3");
+    if (bodyStart + 2 > this.buffered.length) return undefined;
+    const topicLength = this.buffered.readUInt16BE(bodyStart);
+    if (topicLength > MAX_TOPIC_BYTES) throw topicTooLong(topicLength);
+    const headLength = 2 + topicLength + (qos > 0 ? 2 : 0);
+    if (bodyStart + headLength > this.buffered.length) return undefined;
+    const head = this.buffered.subarray(bodyStart, bodyStart + headLength);
+    return {
+      type: "publish",
+      topic: head.toString("utf8", 2, 2 + topicLength),
+      payload: Buffer.alloc(0),
+      qos: qos as QoS,
+      retain: (first & 0x01) === 1,
+      dup: (first & 0x08) !== 0,
+      packetId: qos > 0 ? readPacketId(head, 2 + topicLength, "PUBLISH") : 0,
+      tooLarge: length - headLength,
+    };
+  }
+}
+
+function topicTooLong(bytes: number): MqttProtocolError {
+  return new MqttProtocolError(
+    `PUBLISH topic of ${bytes} bytes is longer than the limit of ${MAX_TOPIC_BYTES}`,
+  );
 }
 
 function readPacketId(body: Buffer, at: number, what: string): number {
@@ -269,6 +334,7 @@ function decodePacket(first: number, body: Buffer): IncomingPacket {
       if (qos === 3) throw new MqttProtocolError("PUBLISH has QoS 3");
       if (body.length < 2) throw new MqttProtocolError("PUBLISH is too short");
       const topicLength = body.readUInt16BE(0);
+      if (topicLength > MAX_TOPIC_BYTES) throw topicTooLong(topicLength);
       let at = 2 + topicLength;
       if (body.length < at) throw new MqttProtocolError("PUBLISH topic runs past the packet");
       const topic = body.toString("utf8", 2, at);

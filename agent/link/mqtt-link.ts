@@ -32,6 +32,8 @@ export interface AgentLinkEvents {
   /** Connected and subscribed to the down topic: safe to say hello. */
   ready(): void;
   message(topic: string, payload: Buffer): void;
+  /** A message too large to read (over the packet limit) was skipped; `bytes` is its payload's. */
+  tooLarge?(topic: string, bytes: number): void;
   /** A connection that had been ready was lost (once per ready; reconnecting is automatic). */
   down(): void;
 }
@@ -153,6 +155,9 @@ export class AgentLink {
       {
         message: (topic, payload) => {
           if (this.session === session) this.events?.message(topic, payload);
+        },
+        tooLarge: (topic, bytes) => {
+          if (this.session === session) this.events?.tooLarge?.(topic, bytes);
         },
         close: () => this.onClose(session),
       },

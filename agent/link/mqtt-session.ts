@@ -35,6 +35,8 @@ export interface MqttSessionOptions {
 
 export interface MqttSessionEvents {
   message?(topic: string, payload: Buffer): void;
+  /** A PUBLISH longer than `maxPacketBytes`: skipped unread (and acknowledged); `bytes` its payload's. */
+  tooLarge?(topic: string, bytes: number): void;
   /** Once, when the connection has ended; `error` says why unless `end()` or `destroy()` ended it. */
   close?(error: Error | undefined): void;
 }
@@ -373,12 +375,17 @@ export class MqttSession {
       // Method B of §4.3.3: deliver on the first PUBLISH, not again until PUBREL.
       const seen = this.receivedQos2.has(p.packetId);
       this.receivedQos2.add(p.packetId);
-      if (!seen) this.events.message?.(p.topic, p.payload);
+      if (!seen) this.deliver(p);
       this.write(encodeAck("pubrec", p.packetId));
       return;
     }
-    this.events.message?.(p.topic, p.payload);
+    this.deliver(p);
     if (p.qos === 1) this.write(encodeAck("puback", p.packetId));
+  }
+
+  private deliver(p: IncomingPacket & { type: "publish" }): void {
+    if (p.tooLarge === undefined) this.events.message?.(p.topic, p.payload);
+    else this.events.tooLarge?.(p.topic, p.tooLarge);
   }
 
   private startKeepalive(): void {

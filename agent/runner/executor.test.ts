@@ -3,9 +3,13 @@ import * as z from "zod/mini";
 import { FakeClock } from "../../shared/clock.js";
 import { envelope } from "../../shared/message.js";
 import {
+  DEFAULT_MAX_PAYLOAD_BYTES,
   type Dispatch,
+  decode,
   dispatchSchema,
+  encode,
   type Report,
+  topics,
   upMessageSchema,
 } from "../../shared/protocol/index.js";
 import { BUILTIN_HANDLERS } from "../handlers/builtins.js";
@@ -798,14 +802,38 @@ describe("Executor: counts and runningRefs", () => {
 });
 
 describe("Executor: result size", () => {
+  it("reports a handler's 1 MiB result once, as a marker, in a report that decodes (issue 15)", async () => {
+    const h = setup();
+    const now = h.clock.wallNow();
+    h.dispatch({ executionId: "mib", handler: "block", fireAt: now });
+    await h.release("mib", { result: { blob: "y".repeat(1024 * 1024) } });
+    const finished = h.of("finished", "mib");
+    expect(finished).toHaveLength(1);
+    expect(finished[0]?.result).toEqual({
+      truncated: true,
+      reason: "too_large",
+      bytes: 1024 * 1024 + 11,
+    });
+    // What the outbox holds, and will re-send until acknowledged, is a report the coordinator
+    // accepts: within the payload limit and valid, so it is acknowledged and sent no more.
+    const journal = journals[journals.length - 1] as Journal;
+    const pending = journal.pendingReports().filter((r) => r.type === "finished");
+    expect(pending).toHaveLength(1);
+    const bytes = encode(pending[0] as Report);
+    expect(bytes.length).toBeLessThan(DEFAULT_MAX_PAYLOAD_BYTES);
+    expect(decode(topics().up("a1"), bytes).ok).toBe(true);
+  });
+
   it("replaces a result too large for a report with a note of its size", async () => {
     const h = setup();
-    h.dispatch({ executionId: "big", handler: "echo", params: { blob: "x".repeat(60_000) } });
+    h.dispatch({ executionId: "big", handler: "echo", params: { blob: "x".repeat(70_000) } });
     h.clock.advance(1000);
     await flush();
     const f = h.of("finished", "big")[0];
     expect(f?.outcome).toBe("succeeded");
-    expect(f?.result).toEqual({ truncated: true, bytes: 60_020 });
-    expect(f?.message).toBe("ok (result of 60020 bytes not sent: over the 49152-byte limit)");
+    expect(f?.result).toEqual({ truncated: true, reason: "too_large", bytes: 70_020 });
+    expect(f?.message).toBe(
+      "ok [result not sent: its 70020 bytes would not fit the 65536-byte payload limit]",
+    );
   });
 });

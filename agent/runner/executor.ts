@@ -5,6 +5,7 @@ import { TimingWheel } from "../../shared/wheel.js";
 import { HandlerFailure, type HandlerRegistry, type HandlerResult } from "../handlers/registry.js";
 import type { CommandRow, CommandState, Journal, ReportBody } from "../journal/journal.js";
 import { CommitQueue } from "./commit-queue.js";
+import { fitFinished } from "./fit-report.js";
 
 /** A command that has come due and holds a place in the queue or an execution slot. */
 interface Active {
@@ -50,9 +51,6 @@ export interface ExecutorOptions {
     fields?: Record<string, unknown>,
   ): void;
 }
-
-/** Largest handler result sent in a `finished` report; the whole message must stay under 64 KiB. */
-export const MAX_RESULT_BYTES = 48 * 1024;
 
 const OUTCOME_STATE: Record<Outcome, CommandState> = {
   succeeded: "succeeded",
@@ -227,7 +225,8 @@ export class Executor {
         executionId: id,
         round,
         reason,
-        ...(message ? { message } : {}),
+        // A params key quoted in the message could take it past rejected.message's 4096 limit.
+        ...(message ? { message: message.slice(0, 1024) } : {}),
       });
     if (this.shuttingDown) {
       reject("shutting_down", "the agent is shutting down");
@@ -568,29 +567,20 @@ export class Executor {
     r: { outcome: Outcome; retryable: boolean; message: string; result?: Record<string, unknown> },
   ): void {
     const row = active.row;
-    if (r.result !== undefined) {
-      // A report must fit the protocol's payload limit, or it would be refused and re-sent forever.
-      const bytes = Buffer.byteLength(JSON.stringify(r.result));
-      if (bytes > MAX_RESULT_BYTES) {
-        r = {
-          ...r,
-          result: { truncated: true, bytes },
-          message: `${r.message} (result of ${bytes} bytes not sent: over the ${MAX_RESULT_BYTES}-byte limit)`,
-        };
-      }
-    }
     this.release(row);
-    this.move(row, "running", OUTCOME_STATE[r.outcome], {
+    // A report must fit the protocol's limits, or it would be refused and re-sent forever.
+    const body = fitFinished({
       type: "finished",
       executionId: row.executionId,
       round: row.round,
       outcome: r.outcome,
       retryable: r.retryable,
-      message: r.message.slice(0, 4096),
+      message: r.message,
       finishedAt: this.o.coordNow(),
       ...(active.startedAt === undefined ? {} : { startedAt: active.startedAt }),
       ...(r.result === undefined ? {} : { result: r.result }),
     });
+    this.move(row, "running", OUTCOME_STATE[r.outcome], body);
   }
 
   /** Releases what a command holds in memory: its queue place or slot, timers and deadline entry. */

@@ -114,4 +114,7 @@ export async function recordFact(
     }
     return;
   }
+  // Not written (the execution kept changing under it): the report is not acknowledged, so the
+  // agent re-sends it and the fact is decided again.
+  throw new Error(`recording a fact about ${executionId} lost three compare-and-sets in a row`);
 }

@@ -10,8 +10,9 @@ import {
   encode,
   MAX_BATCH_REPORTS,
 } from "./codec.js";
-import { DEFAULT_MAX_PAYLOAD_BYTES } from "./envelope.js";
+import { DEFAULT_MAX_PAYLOAD_BYTES, MAX_OBJECT_KEYS, MAX_TAGS } from "./envelope.js";
 import type { Event } from "./event.js";
+import { jsonDepth, MAX_JSON_DEPTH } from "./json-depth.js";
 import { type DownMessage, SCHEMAS_BY_CHANNEL, type UpMessage } from "./messages.js";
 import type { Presence } from "./presence.js";
 import { parseTopic, topics } from "./topics.js";
@@ -883,6 +884,7 @@ describe("decode names the execution of an invalid message (rule 6)", () => {
     ["executionId with a slash, round 0", { executionId: "ex/1", round: 0 }],
     ["executionId a number, round a string", { executionId: 17, round: "3" }],
     ["executionId empty, round fractional", { executionId: "", round: 2.5 }],
+    ["executionId too long, round past 2^53", { executionId: "e".repeat(129), round: 1e21 }],
   ])("leaves them out when they are not readable: %s", (_, patch) => {
     const error = expectError(decode(down, encode(broken("dispatch", patch))));
     expect(error.code).toBe("AX_PROTO_INVALID_FIELD");
@@ -1240,5 +1242,104 @@ describe("decode never throws", () => {
     const payload = key === "v" ? `{"v":${deep}}` : `{"v":1,"type":${deep}}`;
     expect(Buffer.byteLength(payload)).toBeLessThan(DEFAULT_MAX_PAYLOAD_BYTES);
     expect(() => decode(up, payload)).not.toThrow();
+  });
+});
+
+describe("bounded nesting depth and sizes (issue 15)", () => {
+  /** `levels` arrays nested inside each other: `[[…]]`, depth `levels`. */
+  const nested = (levels: number) => `${"[".repeat(levels)}${"]".repeat(levels)}`;
+  /** A dispatch whose params nest to a total payload depth of `depth`. */
+  const dispatchOfDepth = (depth: number, patch: Json = {}) => {
+    const text = JSON.stringify({ ...sample("dispatch"), params: { a: "@" }, ...patch });
+    // The envelope is level 1, params level 2: the nested arrays bring it to `depth`.
+    return text.replace('"@"', nested(depth - 2));
+  };
+
+  it("counts the depth of JSON text in bytes and strings alike, ignoring brackets in strings", () => {
+    expect(jsonDepth("1")).toBe(0);
+    expect(jsonDepth("{}")).toBe(1);
+    expect(jsonDepth('{"a":[{"b":[]}]}')).toBe(4);
+    expect(jsonDepth('{"a":"[[[{{{","b":"\\"[[["}')).toBe(1);
+    expect(jsonDepth(Buffer.from('{"é[":["ü{"]}'))).toBe(2);
+    expect(jsonDepth(nested(10_000))).toBe(10_000);
+  });
+
+  it(`accepts a payload ${MAX_JSON_DEPTH} levels deep`, () => {
+    const text = dispatchOfDepth(MAX_JSON_DEPTH);
+    expect(jsonDepth(text)).toBe(MAX_JSON_DEPTH);
+    expect(expectOk(decode(down, text)).message.type).toBe("dispatch");
+  });
+
+  it.each([
+    [MAX_JSON_DEPTH + 1, "one level too many"],
+    [10_000, "10,000 levels"],
+    [30_000, "30,000 levels, within 64 KiB"],
+  ])("refuses a dispatch %i deep (%s), naming it so it can be answered rejected", (depth) => {
+    const text = dispatchOfDepth(depth);
+    expect(Buffer.byteLength(text)).toBeLessThanOrEqual(DEFAULT_MAX_PAYLOAD_BYTES);
+    const error = expectError(decode(down, text));
+    expect(error).toEqual({
+      code: "AX_PROTO_TOO_DEEP",
+      message: `payload nests ${depth} levels deep, more than the limit of ${MAX_JSON_DEPTH}`,
+      type: "dispatch",
+      executionId: "ex_0001",
+      round: 3,
+    });
+  });
+
+  it("checks depth after JSON and before the object check", () => {
+    expect(expectError(decode(down, `${nested(40)}x`)).code).toBe("AX_PROTO_BAD_JSON");
+    const array = expectError(decode(down, nested(40)));
+    expect(array).toEqual({
+      code: "AX_PROTO_TOO_DEEP",
+      message: `payload nests 40 levels deep, more than the limit of ${MAX_JSON_DEPTH}`,
+    });
+    expect(expectError(decode(down, `{"v":${nested(40)}}`)).code).toBe("AX_PROTO_TOO_DEEP");
+  });
+
+  it("refuses a deep batch whole, and counts the batch's array as a level", () => {
+    const report = (extra: string) =>
+      JSON.stringify({ ...sample("finished"), result: { r: "@" } }).replace('"@"', extra);
+    // Alone the report is 32 deep; in a batch, 33.
+    const r32 = report(nested(MAX_JSON_DEPTH - 2));
+    expect(expectOk(decode(up, r32)).message.type).toBe("finished");
+    const results = decodeAll(up, `[${r32}]`);
+    expect(results).toHaveLength(1);
+    expect(expectError(results[0] as DecodeResult).code).toBe("AX_PROTO_TOO_DEEP");
+    const fits = decodeAll(
+      up,
+      `[${report(nested(MAX_JSON_DEPTH - 3))},${r32.replace(nested(MAX_JSON_DEPTH - 2), "1")}]`,
+    );
+    expect(fits.map((r) => r.ok)).toEqual([true, true]);
+  });
+
+  it("bounds the keys of params, result, event payload and tags", () => {
+    const keys = (n: number) =>
+      Object.fromEntries(Array.from({ length: n }, (_, i) => [`k${i}`, `v${i}`]));
+    const most: Msg = { ...sample("dispatch"), params: keys(MAX_OBJECT_KEYS) };
+    expect(decode(down, encode(most)).ok).toBe(true);
+    const cases: Array<[string, Msg, string]> = [
+      [down, { ...sample("dispatch"), params: keys(MAX_OBJECT_KEYS + 1) }, "params"],
+      [up, { ...sample("finished"), result: keys(MAX_OBJECT_KEYS + 1) }, "result"],
+      [TOPIC.event, { ...sample("event"), payload: keys(MAX_OBJECT_KEYS + 1) }, "payload"],
+      [up, { ...sample("hello"), tags: keys(MAX_TAGS + 1) }, "tags"],
+    ];
+    for (const [topic, msg, field] of cases) {
+      const error = expectError(decode(topic, encode(msg)));
+      const limit = field === "tags" ? MAX_TAGS : MAX_OBJECT_KEYS;
+      expect(error.code, field).toBe("AX_PROTO_INVALID_FIELD");
+      expect(error.field, field).toBe(field);
+      expect(error.message, field).toBe(
+        `${msg.type} message: field ${field}: must have at most ${limit} keys`,
+      );
+    }
+  });
+
+  it("refuses numbers that overflow and keeps the last of duplicated keys", () => {
+    const overflow = JSON.stringify(sample("dispatch")).replace('"round":3', '"round":1e400');
+    const error = expectError(decode(down, overflow));
+    expect(error).toMatchObject({ code: "AX_PROTO_INVALID_FIELD", field: "round" });
+    const dup = JSON.stringify(sample("dispatch")).replace('"round":3', '"round":0,"round":4');
+    expect((expectOk(decode(down, dup)).message as { round: number }).round).toBe(4);
   });
 });

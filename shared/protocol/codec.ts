@@ -2,6 +2,7 @@ import type * as z from "zod/mini";
 import type { ErrorCode } from "../errors.js";
 import { DEFAULT_MAX_PAYLOAD_BYTES, PROTOCOL_VERSION } from "./envelope.js";
 import type { Event } from "./event.js";
+import { jsonDepth, MAX_JSON_DEPTH } from "./json-depth.js";
 import { type DownMessage, SCHEMAS_BY_CHANNEL, type UpMessage } from "./messages.js";
 import type { Presence } from "./presence.js";
 import { parseTopic } from "./topics.js";
@@ -47,7 +48,9 @@ function readRef(obj: Record<string, unknown>): Partial<ProtocolError> {
   if (typeof executionId === "string" && /^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$/.test(executionId)) {
     out.executionId = executionId;
   }
-  if (typeof round === "number" && Number.isInteger(round) && round >= 1) out.round = round;
+  // Safe integers only, as the schema's: a round of 1e21 echoed in `rejected` would make the
+  // agent's own report invalid, refused by the coordinator and re-sent forever.
+  if (typeof round === "number" && Number.isSafeInteger(round) && round >= 1) out.round = round;
   return out;
 }
 
@@ -115,7 +118,7 @@ type Parsed =
   | { ok: true; topic: NonNullable<ReturnType<typeof parseTopic>>; raw: unknown }
   | { ok: false; result: DecodeResult };
 
-/** Steps 1-3 of decoding: size, topic, JSON. */
+/** Steps 1-4 of decoding: size, topic, JSON, nesting depth. */
 function parsePayload(topic: string, payload: Uint8Array | string, options: DecodeOptions): Parsed {
   const maxBytes = options.maxBytes ?? DEFAULT_MAX_PAYLOAD_BYTES;
   const size = typeof payload === "string" ? Buffer.byteLength(payload) : payload.byteLength;
@@ -132,22 +135,39 @@ function parsePayload(topic: string, payload: Uint8Array | string, options: Deco
   if (parsedTopic === null) {
     return { ok: false, result: fail("AX_PROTO_BAD_TOPIC", `topic "${topic}" is not a v1 topic`) };
   }
+  let raw: unknown;
   try {
-    const raw: unknown = JSON.parse(
-      typeof payload === "string" ? payload : decoder.decode(payload),
-    );
-    return { ok: true, topic: parsedTopic, raw };
+    raw = JSON.parse(typeof payload === "string" ? payload : decoder.decode(payload));
   } catch (err) {
     return {
       ok: false,
       result: fail("AX_PROTO_BAD_JSON", `payload is not valid JSON: ${(err as Error).message}`),
     };
   }
+  // JSON.parse itself builds deep values without recursing; what would recurse is whatever walks
+  // the value later (JSON.stringify in the journal overflowed its stack at ~5,000 levels). So a
+  // deep value goes no further than here; only its top-level ids are read, for rule 6.
+  const depth = jsonDepth(payload);
+  if (depth > MAX_JSON_DEPTH) {
+    const ref =
+      typeof raw === "object" && raw !== null && !Array.isArray(raw)
+        ? readRef(raw as Record<string, unknown>)
+        : {};
+    return {
+      ok: false,
+      result: fail(
+        "AX_PROTO_TOO_DEEP",
+        `payload nests ${depth} levels deep, more than the limit of ${MAX_JSON_DEPTH}`,
+        ref,
+      ),
+    };
+  }
+  return { ok: true, topic: parsedTopic, raw };
 }
 
 /**
- * Decodes one MQTT message of protocol v1: checks size, topic, JSON, version, type and every
- * field, and that a body naming an agent names the one in its topic. Never throws. A batch (a
+ * Decodes one MQTT message of protocol v1: checks size, topic, JSON, nesting depth, version,
+ * type and every field, and that a body naming an agent names the one in its topic. Never throws. A batch (a
  * JSON array, see {@link decodeAll}) is not one message: it fails with AX_PROTO_NOT_OBJECT.
  */
 export function decode(
@@ -214,7 +234,7 @@ export function decodeAll(
   });
 }
 
-/** Steps 4-8 of decoding, on one JSON value. */
+/** Steps 5-9 of decoding, on one JSON value. */
 function decodeValue(
   parsedTopic: NonNullable<ReturnType<typeof parseTopic>>,
   raw: unknown,

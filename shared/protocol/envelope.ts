@@ -24,6 +24,25 @@ export const count = () => z.int().check(z.gte(0));
 /** A positive integer: rounds, attempts, seq (rule 2 — they start at 1). */
 export const positive = () => z.int().check(z.gte(1));
 
+/**
+ * Most top-level keys a free-form JSON object (`params`, `result`, an event's `payload`) may have.
+ * Its values are bounded by the payload's size and nesting depth; the key count bounds the work
+ * of the record check itself.
+ */
+export const MAX_OBJECT_KEYS = 1024;
+
+/** Most tags a hello may carry. */
+export const MAX_TAGS = 256;
+
+/** Fails an object with more than `n` own keys. */
+export const maxKeys = (n: number) =>
+  z.refine<Record<string, unknown>>((o) => Object.keys(o).length <= n, {
+    message: `must have at most ${n} keys`,
+  });
+
+/** A free-form JSON object: `params`, `result`, an event's `payload`. */
+export const jsonObject = () => z.record(z.string(), z.unknown()).check(maxKeys(MAX_OBJECT_KEYS));
+
 /** A non-negative duration in milliseconds. */
 export const durationMs = () => z.number().check(z.gte(0));
 

@@ -1,10 +1,10 @@
 import * as z from "zod/mini";
-import { envelopeShape } from "./envelope.js";
+import { envelopeShape, jsonObject } from "./envelope.js";
 
 /** Any application → coordinator on `ax/v1/events/{name}`: fires the jobs listening for it. */
 export const eventSchema = z.object({
   ...envelopeShape,
   type: z.literal("event"),
-  payload: z.optional(z.record(z.string(), z.unknown())),
+  payload: z.optional(jsonObject()),
 });
 export type Event = z.infer<typeof eventSchema>;

@@ -5,12 +5,10 @@ import {
   envelopeShape,
   executionRefShape,
   handlerName,
+  jsonObject,
   seqShape,
   timestamp,
 } from "./envelope.js";
-
-/** Parameters and results are JSON objects. */
-const jsonObject = () => z.record(z.string(), z.unknown());
 
 /** Coordinator → agent: run `handler` at `fireAt`, not after `deadline`. */
 export const dispatchSchema = z.object({

@@ -2,6 +2,7 @@ export * from "./codec.js";
 export * from "./envelope.js";
 export * from "./event.js";
 export * from "./execution.js";
+export * from "./json-depth.js";
 export * from "./messages.js";
 export * from "./presence.js";
 export * from "./session.js";

@@ -6,6 +6,8 @@ import {
   executionRefShape,
   handlerName,
   id,
+  MAX_TAGS,
+  maxKeys,
   positive,
   timestamp,
 } from "./envelope.js";
@@ -38,7 +40,9 @@ export const helloSchema = z.object({
     concurrency: positive(),
     queue: count(),
   }),
-  tags: z.record(z.string().check(z.regex(/^[A-Za-z0-9._-]{1,64}$/, "bad tag name")), tagValue),
+  tags: z
+    .record(z.string().check(z.regex(/^[A-Za-z0-9._-]{1,64}$/, "bad tag name")), tagValue)
+    .check(maxKeys(MAX_TAGS)),
 });
 export type Hello = z.infer<typeof helloSchema>;
 
