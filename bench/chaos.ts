@@ -12,7 +12,7 @@
 import { execFileSync } from "node:child_process";
 import { loadavg } from "node:os";
 import { parseArgs } from "node:util";
-import type { BrokerKind } from "../test/helpers/chaos/broker-process.js";
+import { type BrokerKind, mosquittoInstalled } from "../test/helpers/chaos/broker-process.js";
 import { describeTruth } from "../test/helpers/chaos/expect-truth.js";
 import { SCENARIOS } from "../test/helpers/chaos/scenarios.js";
 import type { TruthResult } from "../test/helpers/chaos/truth.js";
@@ -26,17 +26,8 @@ const { values } = parseArgs({
   },
 });
 
-function hasMosquitto(): boolean {
-  try {
-    execFileSync("sh", ["-c", "command -v mosquitto"], { stdio: "ignore" });
-    return true;
-  } catch {
-    return false;
-  }
-}
-
 const broker: BrokerKind = (values.broker ??
-  (hasMosquitto() ? "mosquitto" : "embedded")) as BrokerKind;
+  (mosquittoInstalled() ? "mosquitto" : "embedded")) as BrokerKind;
 if (broker !== "mosquitto" && broker !== "embedded") {
   throw new Error(`--broker must be mosquitto or embedded, got ${JSON.stringify(values.broker)}`);
 }

@@ -1,4 +1,4 @@
-import { type ChildProcess, spawn } from "node:child_process";
+import { type ChildProcess, spawn, spawnSync } from "node:child_process";
 import { closeSync, mkdirSync, openSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
@@ -33,7 +33,12 @@ export interface BrokerProcess {
  * embedded aedes broker in a child process otherwise.
  */
 export function chaosBrokerKind(): BrokerKind {
-  return process.env.AX_TEST_MQTT_URL ? "mosquitto" : "embedded";
+  return process.env.AX_TEST_MQTT_URL && mosquittoInstalled() ? "mosquitto" : "embedded";
+}
+
+/** Whether a `mosquitto` binary is on the PATH (a CI broker may be remote, with none here). */
+export function mosquittoInstalled(): boolean {
+  return spawnSync("sh", ["-c", "command -v mosquitto"], { stdio: "ignore" }).status === 0;
 }
 
 /** A broker process of `kind` with its files in `dir`; not started yet. */
@@ -84,9 +89,17 @@ export async function brokerProcess(
     async start() {
       if (self.running()) return;
       const fd = openSync(log, "a");
-      child = spawn(command, argv, { cwd: ROOT, stdio: ["ignore", fd, fd] });
+      const started = spawn(command, argv, { cwd: ROOT, stdio: ["ignore", fd, fd] });
       closeSync(fd);
-      await waitForPort(port, `${kind} broker`);
+      let failed: Error | undefined;
+      // A binary that cannot be started emits "error"; unhandled, it would end the test process.
+      started.once("error", (err) => {
+        failed = err;
+      });
+      child = started;
+      await waitForPort(port, `${kind} broker`).catch((err: Error) => {
+        throw failed ? new Error(`${kind} broker: ${failed.message}; see ${log}`) : err;
+      });
     },
     async stop() {
       await endChild(child, "SIGTERM");
