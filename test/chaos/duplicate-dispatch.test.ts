@@ -12,9 +12,8 @@ import { duplicateDispatch } from "../helpers/chaos/scenarios.js";
  * Common settings (test/helpers/chaos/harness.ts): two agents; coordinator heartbeat 500 ms (lease
  * 1.5 s, a lapsed lease's query waits 2 s, offline after 1.5 s), misfire threshold 2 s; agents
  * heartbeat 500 ms, MQTT keepalive 2 s, reconnect back-off 100 ms–1 s, concurrency 4, queue 64,
- * shutdown grace 4 s. Mosquitto (own instance, persistence on) when AX_TEST_MQTT_URL is set and
- * mosquitto is installed, the
- * embedded broker in a child process otherwise.
+ * shutdown grace 4 s. Mosquitto (our own instance, persistence on) when AX_TEST_MQTT_URL is set
+ * and mosquitto is installed, the embedded broker in a child process otherwise.
  */
 afterEach(closeOpenHarnesses);
 
