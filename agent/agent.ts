@@ -1,3 +1,4 @@
+import { existsSync } from "node:fs";
 import { type Clock, systemClock, type TimerHandle } from "../shared/clock.js";
 import { ClockSync } from "../shared/clock-sync.js";
 import { newId } from "../shared/ids.js";
@@ -14,7 +15,7 @@ import {
   type Topics,
   topics,
 } from "../shared/protocol/index.js";
-import type { AgentConfig } from "./config.js";
+import { type AgentConfig, journalPath, LEGACY_JOURNAL_PATH } from "./config.js";
 import { type Handler, HandlerRegistry } from "./handlers/registry.js";
 import { buildHandlers, type OfferedHandlers } from "./handlers/set.js";
 import { Journal, type ReportBody } from "./journal/journal.js";
@@ -22,6 +23,7 @@ import { AgentLink } from "./link/mqtt-link.js";
 import { transportsFor } from "./link/transport.js";
 import { PARTS } from "./parts/included.js";
 import type { AgentParts } from "./parts/types.js";
+import { ReplayGate } from "./replay-gate.js";
 import { Executor } from "./runner/executor.js";
 import { AgentTime } from "./time.js";
 
@@ -60,6 +62,9 @@ const DISPATCH_BATCH = 16;
 /** A batch of reports stays under this many bytes whatever the coordinator would read. */
 const MAX_BATCH_BYTES = 60_000;
 
+/** What publishUp is told a report's JSON text is (only its text is sent). */
+const REPORT = { type: "report" } as const;
+
 /**
  * The edge agent: registers, receives dispatches, fires them from its own wheel, runs handlers
  * and reports through the journal's outbox, re-sent until the coordinator acknowledges. Commands
@@ -87,11 +92,18 @@ export class Agent {
   /** Dispatches and the highest ack received since the last batch (see flushBatch). */
   private pendingDispatches: Dispatch[] = [];
   private pendingAck = 0;
+  /** An ack since the last batch asked for a replay (applied after the ack prunes the outbox). */
+  private pendingReplay = false;
   private batchScheduled = false;
+  /** Re-sends of the outbox, at most one per window however often they are asked for. */
+  private readonly replays: ReplayGate;
+  /** Set on SIGTERM: every heartbeat from then on says so (the coordinator routes nothing here). */
+  private shuttingDown = false;
+  private stopping: Promise<void> | undefined;
   /** Seq of the oldest unacknowledged report at the previous heartbeat. */
   private lastOldestSeq: number | undefined;
   private ackStallSince = 0;
-  private readonly counters = { invalidMessages: 0, dispatches: 0 };
+  private readonly counters = { invalidMessages: 0, dispatches: 0, foreignAcks: 0 };
 
   constructor(
     private readonly config: AgentConfig,
@@ -105,8 +117,18 @@ export class Agent {
     const parts = deps.parts ?? PARTS;
     this.device = buildHandlers(parts.handlers, config.handlers, parts.features);
     this.handlers = new HandlerRegistry(deps.handlers ?? this.device.handlers);
+    const path = journalPath(config);
+    if (config.journal.path === undefined && !existsSync(path) && existsSync(LEGACY_JOURNAL_PATH)) {
+      // Not taken over silently: it may be another agent's (that is how two agents came to share
+      // one). Said once, where an operator upgrading a device will look.
+      this.log(
+        "warn",
+        `found ${LEGACY_JOURNAL_PATH} (the journal's default name before it named the agent); starting a new journal ${path}. Set journal.path to ${LEGACY_JOURNAL_PATH} to keep using the old one`,
+      );
+    }
     this.journal = new Journal({
-      path: config.journal.path,
+      path,
+      agentId: config.agentId,
       nativeBinding: deps.nativeBinding,
       synchronous: config.journal.synchronous,
       syncStart: config.journal.syncStart,
@@ -118,6 +140,7 @@ export class Agent {
       retainMs: config.journal.retainMs,
       now: () => this.coordNow(),
     });
+    this.replays = new ReplayGate(this.clock, () => this.replayOutbox());
     const bundle = deps.bundle ?? { version: "dev", sha256: "dev" };
     this.bundle = bundle;
     this.link = new AgentLink({
@@ -164,15 +187,26 @@ export class Agent {
   get stats(): {
     invalidMessages: number;
     dispatches: number;
+    /** Acks ignored because they named another journal. */
+    foreignAcks: number;
+    /** Outbox replays sent on request, and requests folded into one of them. */
+    replays: number;
+    replaysCoalesced: number;
     outboxDepth: number;
     welcomed: boolean;
   } {
-    return { ...this.counters, outboxDepth: this.journal.outboxDepth, welcomed: this.welcomed };
+    return {
+      ...this.counters,
+      replays: this.replays.counts.replays,
+      replaysCoalesced: this.replays.counts.coalesced,
+      outboxDepth: this.journal.outboxDepth,
+      welcomed: this.welcomed,
+    };
   }
 
   start(): void {
     const recovered = this.executor.recover();
-    if (recovered.rescheduled + recovered.interrupted + recovered.expired > 0) {
+    if (recovered.rescheduled + recovered.interrupted + recovered.expired + recovered.settled > 0) {
       this.log("info", "recovered journaled commands", { ...recovered });
     }
     this.link.start({
@@ -287,14 +321,23 @@ export class Agent {
         this.helloTimer = undefined;
         this.log("info", "welcomed by the coordinator", { offsetMs: this.sync.offsetMs });
         this.replayOutbox();
+        this.replays.ran();
         this.scheduleHeartbeat(0);
         return;
       case "time":
         this.sync.addSample(m.clock, receivedLocal);
         return;
       case "ack":
+        if (m.journalId !== undefined && m.journalId !== this.journal.journalId) {
+          // Meant for another journal of this agentId (before a wipe, say): its upTo says
+          // nothing about this outbox, and pruning by it could lose reports never stored.
+          this.counters.foreignAcks++;
+          this.log("debug", "ignored an ack for another journal", { journalId: m.journalId });
+          return;
+        }
         // Acks come in bursts; only the highest matters, applied once per batch.
         this.pendingAck = Math.max(this.pendingAck, m.upTo);
+        if (m.replay === true) this.pendingReplay = true;
         this.scheduleBatch();
         return;
       case "dispatch":
@@ -329,6 +372,8 @@ export class Agent {
     const batch = this.pendingDispatches.splice(0, DISPATCH_BATCH);
     const ack = this.pendingAck;
     this.pendingAck = 0;
+    const replay = this.pendingReplay;
+    this.pendingReplay = false;
     if (this.pendingDispatches.length > 0) this.scheduleBatch();
     try {
       // Answers are sent by the executor once this commits.
@@ -343,6 +388,8 @@ export class Agent {
         `journaling a batch of ${batch.length} dispatches failed: ${(err as Error).message}`,
       );
     }
+    // After the ack has pruned what it covers: what is left is every report with seq > upTo.
+    if (replay) this.replays.request();
   }
 
   /**
@@ -393,6 +440,7 @@ export class Agent {
               load: counts.running / this.config.capacity.concurrency,
               clockOffset: { offsetMs: this.sync.offsetMs, uncertaintyMs: this.sync.uncertaintyMs },
               journal: { depth: counts.open, outboxDepth: this.journal.outboxDepth },
+              ...(this.shuttingDown ? { shuttingDown: true } : {}),
             },
             sentAt,
           ),
@@ -408,13 +456,14 @@ export class Agent {
         this.lastOldestSeq = oldest?.seq;
         this.ackStallSince = now;
       } else if (oldest && now - this.ackStallSince >= Math.max(3 * this.heartbeatMs, 5_000)) {
-        this.replayOutbox();
+        this.replays.request();
         this.ackStallSince = now;
       }
     }
     // Retention: terminal commands past their window go, a small batch at a time so no
     // synchronous chunk of agent work grows long.
     this.journal.purge(200);
+    this.executor.tidy();
     this.scheduleHeartbeat(this.heartbeatMs);
   }
 
@@ -426,9 +475,11 @@ export class Agent {
     this.executor.batch(() => this.executor.report(body));
   }
 
+  /** Re-sends every report still in the outbox, in seq order, as the journal wrote it (rule 1). */
   private replayOutbox(): void {
+    if (this.stopped || !this.welcomed) return;
     this.executor.flush();
-    for (const m of this.journal.pendingReports()) this.publish(() => this.link.publishUp(m));
+    this.publishJsons(this.journal.pendingReportTexts());
   }
 
   /**
@@ -438,28 +489,28 @@ export class Agent {
    */
   private publishReports(reports: readonly Report[]): void {
     if (!this.welcomed) return;
+    this.publishJsons(reports.map((r) => this.journal.encoded(r) ?? JSON.stringify(r)));
+  }
+
+  /** Publishes reports given as their JSON texts, in order, batched as {@link publishReports} says. */
+  private publishJsons(all: readonly string[]): void {
     const limit = Math.min(this.batchBytes, MAX_BATCH_BYTES);
-    let batch: Report[] = [];
     let jsons: string[] = [];
     let bytes = 2; // the brackets
     const send = () => {
-      const [first] = batch;
-      if (batch.length === 1 && first) {
-        const json = jsons[0];
-        this.publish(() => this.link.publishUp(first, json));
-      } else if (batch.length > 1) {
-        const all = jsons;
-        this.publish(() => this.link.publishUpBatch(all));
+      const [first] = jsons;
+      if (jsons.length === 1 && first !== undefined) {
+        this.publish(() => this.link.publishUp(REPORT, first));
+      } else if (jsons.length > 1) {
+        const batch = jsons;
+        this.publish(() => this.link.publishUpBatch(batch));
       }
-      batch = [];
       jsons = [];
       bytes = 2;
     };
-    for (const r of reports) {
-      const json = this.journal.encoded(r) ?? JSON.stringify(r);
+    for (const json of all) {
       const size = Buffer.byteLength(json) + 1; // and its comma
-      if (batch.length > 0 && (batch.length >= MAX_BATCH_REPORTS || bytes + size > limit)) send();
-      batch.push(r);
+      if (jsons.length > 0 && (jsons.length >= MAX_BATCH_REPORTS || bytes + size > limit)) send();
       jsons.push(json);
       bytes += size;
     }
@@ -474,11 +525,19 @@ export class Agent {
    * Rule 9: refuse new work, let running work finish within the grace period, publish `offline`
    * and disconnect.
    */
-  async stop(graceMs: number = this.config.shutdownGraceMs): Promise<void> {
-    if (this.stopped) return;
+  stop(graceMs: number = this.config.shutdownGraceMs): Promise<void> {
+    this.stopping ??= this.shutdown(graceMs);
+    return this.stopping;
+  }
+
+  private async shutdown(graceMs: number): Promise<void> {
     this.executor.shuttingDown = true;
+    this.shuttingDown = true;
+    // Said at once, not at the next period: the coordinator stops routing work here now.
+    this.scheduleHeartbeat(0);
     await this.executor.drainRunning(graceMs);
     this.stopped = true;
+    this.replays.close();
     if (this.helloTimer !== undefined) this.clock.clearTimer(this.helloTimer);
     if (this.heartbeatTimer !== undefined) this.clock.clearTimer(this.heartbeatTimer);
     // Rule 9: say offline and disconnect first, so no message arrives for a closed journal.

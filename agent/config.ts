@@ -49,15 +49,18 @@ function agentConfigSchema(parts: AgentParts) {
       keepaliveS: z._default(z.int().check(z.gte(1), z.lte(3600)), 10),
       username: z.optional(z.string()),
       password: z.optional(z.string()),
-      /** Reconnect backoff: full jitter between 0 and min(capMs, baseMs·2^n). */
+      /**
+       * Reconnect backoff: full jitter between 0 and min(capMs, baseMs·2^(n−1)) before attempt n,
+       * so a broker restart costs an agent seconds (docs/agent.md, "Offline operation").
+       */
       reconnect: z._default(
         z.object({
           /** @default 500 */
           baseMs: z._default(z.int().check(z.gte(10), z.lte(60_000)), 500),
-          /** @default 30000 */
-          capMs: z._default(z.int().check(z.gte(10), z.lte(3_600_000)), 30_000),
+          /** @default 5000 */
+          capMs: z._default(z.int().check(z.gte(10), z.lte(3_600_000)), 5_000),
         }),
-        { baseMs: 500, capMs: 30_000 },
+        { baseMs: 500, capMs: 5_000 },
       ),
     }),
     /** Firmware profile name reported in hello. @default "dev" */
@@ -85,8 +88,11 @@ function agentConfigSchema(parts: AgentParts) {
     ),
     journal: z._default(
       z.object({
-        /** The journal's SQLite file. @default "ax-journal.sqlite" (in the working directory) */
-        path: z._default(z.string().check(z.minLength(1)), "ax-journal.sqlite"),
+        /**
+         * The journal's SQLite file; one journal serves one agent (docs/agent.md, "The journal").
+         * @default "ax-journal-<agentId>.sqlite" in the working directory (see {@link journalPath})
+         */
+        path: z.optional(z.string().check(z.minLength(1))),
         /** See docs/benchmarks.md for the cost of each. @default "NORMAL" */
         synchronous: z._default(z.enum(["NORMAL", "FULL"]), "NORMAL"),
         /** Under NORMAL, still fsync the commit that marks a command running (see docs/agent.md). @default true */
@@ -103,7 +109,6 @@ function agentConfigSchema(parts: AgentParts) {
         retainMs: z._default(z.int().check(z.gte(60_000)), 86_400_000),
       }),
       {
-        path: "ax-journal.sqlite",
         synchronous: "NORMAL",
         syncStart: true,
         checkpoint: "thread",
@@ -126,6 +131,18 @@ function agentConfigSchema(parts: AgentParts) {
 
 export type AgentConfigInput = z.input<ReturnType<typeof agentConfigSchema>>;
 export type AgentConfig = Readonly<z.output<ReturnType<typeof agentConfigSchema>>>;
+
+/**
+ * The journal file an agent uses: `journal.path` when set, otherwise `ax-journal-<agentId>.sqlite`
+ * in the working directory. Derived from the agentId so that two agents started from one folder
+ * never share a journal (issue 15); agentIds cannot hold `/`, so it is always one file name.
+ */
+export function journalPath(config: Pick<AgentConfig, "agentId" | "journal">): string {
+  return config.journal.path ?? `ax-journal-${config.agentId}.sqlite`;
+}
+
+/** The journal file name agents used before it was derived from the agentId. */
+export const LEGACY_JOURNAL_PATH = "ax-journal.sqlite";
 
 type Plain = Record<string, unknown>;
 const isPlain = (v: unknown): v is Plain =>

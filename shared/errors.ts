@@ -32,6 +32,8 @@ export const ERROR_CODES = {
   AX_LINK_FAILED: "The MQTT link failed to connect, subscribe or publish.",
   AX_CLI_USAGE: "A CLI command or flag is unknown or has an invalid value.",
   AX_AGENT_NOT_FOUND: "No agent has the given id, or none matches a command's selector.",
+  AX_AGENT_JOURNAL_LOCKED: "An agent's journal is held by another live agent process.",
+  AX_AGENT_JOURNAL_FOREIGN: "An agent's journal was created by an agent with another agentId.",
   AX_STORE_BAD_CURSOR: "A paging cursor is malformed: it is not one a listing returned.",
   AX_API_INVALID_REQUEST: "An HTTP request's path, query or body failed validation.",
   AX_API_UNAUTHORIZED:

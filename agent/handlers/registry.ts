@@ -9,9 +9,27 @@ export interface HandlerContext {
   shard: { index: number; total: number } | undefined;
   /** Aborted on cancel or timeout; a handler should stop promptly when it fires. */
   signal: AbortSignal;
+  /**
+   * Journals the child processes the handler starts, so that after a crash of the agent what
+   * survived is stopped, or how it ended is reported (docs/handlers.md, "Side effects"). A
+   * handler that spawns must call `spawned` at once and `exited` when the child exits. Absent
+   * where nothing journals them (tests).
+   */
+  children?: ChildTracker | undefined;
   /** Reports progress to the coordinator. */
   progress(percent?: number, note?: string): void;
   log(message: string, fields?: Record<string, unknown>): void;
+}
+
+/** Where a handler tells of the child processes it starts (see HandlerContext.children). */
+export interface ChildTracker {
+  /** A child started, leader of its own process group (`detached: true`). */
+  spawned(pid: number): void;
+  /** That child exited; `stoppedByAgent` when the agent killed it (cancel, timeout, shutdown). */
+  exited(
+    pid: number,
+    exit: { code: number | null; signal: string | null; stoppedByAgent: boolean },
+  ): void;
 }
 
 /** A handler failure; `retryable` (default true) tells the coordinator whether to try again. */

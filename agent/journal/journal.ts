@@ -1,9 +1,12 @@
+import { readFileSync } from "node:fs";
 import Database from "better-sqlite3";
 import { AxError } from "../../shared/errors.js";
 import { newId } from "../../shared/ids.js";
 import { migrate } from "../../shared/migrate.js";
 import type { Dispatch, LocalState, Report } from "../../shared/protocol/index.js";
 import { WalCheckpointer } from "../../shared/wal-checkpoint.js";
+import { LaunchLog } from "./launch-log.js";
+import { acquireJournalLock, type JournalLock } from "./lock.js";
 import { JOURNAL_MIGRATIONS } from "./migrations.js";
 
 /** States a journaled command can be in; the last six are terminal. */
@@ -23,11 +26,30 @@ export interface CommandRow {
   state: CommandState;
   dispatch: Dispatch;
   startedAt: number | null;
+  /** Read by openCommands: the handler was launched (see LaunchLog). */
+  began?: boolean;
+}
+
+/** A child process a handler started, as journaled (see {@link Journal.recordChild}). */
+export interface ChildRecord {
+  pid: number;
+  /** processStartTime of the child; undefined where it cannot be read. */
+  startTime: string | undefined;
+  /** How it ended, once it has (journaled at its exit, before the handler's report). */
+  exit:
+    | { code: number | null; signal: string | null; stoppedByAgent: boolean; at: number }
+    | undefined;
 }
 
 export interface JournalOptions {
   /** SQLite file; `:memory:` for tests. */
   path: string;
+  /**
+   * The agent this journal belongs to. When set (and the journal is a file), opening it takes an
+   * exclusive lock (`<path>.lock`, see lock.ts) and checks the agentId the journal was created
+   * by: a journal held by another live process or written by another agent is refused.
+   */
+  agentId?: string | undefined;
   /**
    * Path of better-sqlite3's native addon (`better_sqlite3.node`). A bundle ships it beside the
    * agent file and has no node_modules to look it up in. @default looked up in node_modules
@@ -85,6 +107,37 @@ function toRow(r: CommandDbRow): CommandRow {
   };
 }
 
+/** This boot of the machine (Linux), or undefined where it cannot be read. */
+function bootId(): string | undefined {
+  try {
+    return readFileSync("/proc/sys/kernel/random/boot_id", "utf8").trim() || undefined;
+  } catch {
+    return undefined;
+  }
+}
+
+/**
+ * Records `agentId` as the journal's owner when it has none (a new journal, or one created before
+ * journals had owners), or throws AX_AGENT_JOURNAL_FOREIGN when another agent owns it: its
+ * commands and seqs are that agent's, and the coordinator knows them under that agent's id.
+ */
+function claimFor(db: Database.Database, path: string, agentId: string): void {
+  const row = db.prepare("SELECT value FROM meta WHERE key = 'agent_id'").get() as
+    | { value: string }
+    | undefined;
+  if (row === undefined) {
+    db.prepare("INSERT INTO meta (key, value) VALUES ('agent_id', ?)").run(agentId);
+    return;
+  }
+  if (row.value !== agentId) {
+    throw new AxError(
+      "AX_AGENT_JOURNAL_FOREIGN",
+      `journal ${path} belongs to agent "${row.value}", not to this agent "${agentId}": each agent needs its own journal (set journal.path, or leave it out for the per-agent default)`,
+      { context: { path, owner: row.value, agentId } },
+    );
+  }
+}
+
 /** A report body before the envelope and seq are added. */
 export type ReportBody = Report extends infer R
   ? R extends Report
@@ -121,12 +174,21 @@ export class Journal {
   private readonly stmt;
   /** Off-thread WAL checkpoints, unless inline or in memory. */
   readonly checkpointer: WalCheckpointer | undefined;
+  private readonly lock: JournalLock | undefined;
+  private readonly sameBootValue: boolean;
+  private readonly launches: LaunchLog;
 
   constructor(private readonly options: JournalOptions) {
     this.maxOutbox = options.maxOutbox ?? 100_000;
     this.syncStart = (options.synchronous ?? "NORMAL") === "NORMAL" && (options.syncStart ?? true);
     this.retainMs = options.retainMs ?? 86_400_000;
     let opened: Database.Database | undefined;
+    const agentId = options.agentId;
+    // Before the file is even opened: a second process must not recover the first one's work.
+    this.lock =
+      agentId !== undefined && options.path !== ":memory:"
+        ? acquireJournalLock(options.path, agentId)
+        : undefined;
     try {
       opened = new Database(
         options.path,
@@ -139,11 +201,13 @@ export class Journal {
       // calls per page. In memory it is a copy, bounded by one batch's pages.
       opened.pragma("temp_store = MEMORY");
       migrate(opened, JOURNAL_MIGRATIONS, options.now());
+      if (agentId !== undefined) claimFor(opened, options.path, agentId);
       this.db = opened;
     } catch (err) {
       // The caller gets no Journal to close, so a half-opened one must not keep its file handle
-      // (a file that is not a database, or one written by a newer build).
+      // (a file that is not a database, or one written by a newer build), nor its lock.
       if (opened?.open) opened.close();
+      this.lock?.release();
       if (err instanceof AxError) throw err;
       throw new AxError(
         "AX_STORE_FAILED",
@@ -184,11 +248,27 @@ export class Journal {
       outboxFirst: db.prepare("SELECT message FROM outbox ORDER BY seq LIMIT 1"),
       outboxAck: db.prepare("DELETE FROM outbox WHERE seq <= ?"),
       outboxCount: db.prepare("SELECT COUNT(*) AS n FROM outbox"),
+      childInsert: db.prepare(
+        "INSERT OR REPLACE INTO children (command_id, pid, start_time) VALUES (?, ?, ?)",
+      ),
+      childExit: db.prepare(
+        "UPDATE children SET exit_code = @code, exit_signal = @signal, stopped_by_agent = @stopped, exited_at = @at WHERE command_id = @id AND pid = @pid",
+      ),
+      childrenOf: db.prepare(
+        "SELECT pid, start_time, exit_code, exit_signal, stopped_by_agent, exited_at FROM children WHERE command_id = ? ORDER BY rowid",
+      ),
+      childrenDelete: db.prepare("DELETE FROM children WHERE command_id = ?"),
       purge: db.prepare(
         "DELETE FROM commands WHERE id IN (SELECT id FROM commands WHERE finished_at IS NOT NULL AND finished_at < ? LIMIT ?)",
       ),
     };
     this.journalId = this.meta("journal_id") ?? this.initMeta("journal_id", newId("j"));
+    const boot = bootId();
+    this.sameBootValue = boot !== undefined && this.meta("boot_id") === boot;
+    if (boot !== undefined && !this.sameBootValue) this.initMeta("boot_id", boot);
+    this.launches = new LaunchLog(
+      options.path === ":memory:" ? undefined : `${options.path}.launches`,
+    );
     // Every seq handed out is either still in the outbox or was acknowledged, and `ack` records
     // the last seq in meta before deleting rows, so the larger of the two is the last one.
     const maxOutboxSeq =
@@ -253,9 +333,13 @@ export class Journal {
     return r ? toRow(r) : undefined;
   }
 
-  /** Every open command, earliest fire time first (for a restart). */
+  /** Every open command, earliest fire time first, with its launch mark (for a restart). */
   openCommands(): CommandRow[] {
-    return (this.guard("openCommands", () => this.stmt.open.all()) as CommandDbRow[]).map(toRow);
+    const launched = this.guard("openCommands", () => this.launches.read());
+    return (this.guard("openCommands", () => this.stmt.open.all()) as CommandDbRow[]).map((r) => ({
+      ...toRow(r),
+      began: launched.has(r.id),
+    }));
   }
 
   countsByState(): { scheduled: number; queued: number; running: number } {
@@ -432,6 +516,8 @@ export class Journal {
         finishedAt: terminal ? this.options.now() : null,
       });
       if (OPEN_STATES.has(from) && terminal) this.openCount--;
+      // Its children matter only while it may be found running after a crash.
+      if (terminal && from === "running") this.stmt.childrenDelete.run(id);
       return body ? this.enqueue(body, envelope) : undefined;
     });
   }
@@ -461,12 +547,19 @@ export class Journal {
     }
   }
 
-  /** Unacknowledged reports, oldest first, exactly as first sent. */
   /** The JSON `report` was outboxed as, when this journal wrote it (see `encodedReports`). */
   encoded(report: Report): string | undefined {
     return this.encodedReports.get(report);
   }
 
+  /** Unacknowledged reports, oldest first, as the JSON texts first sent (to re-send unchanged). */
+  pendingReportTexts(): string[] {
+    return (
+      this.guard("pendingReports", () => this.stmt.outboxAll.all()) as { message: string }[]
+    ).map((r) => r.message);
+  }
+
+  /** Unacknowledged reports, oldest first, exactly as first sent. */
   pendingReports(): Report[] {
     return (
       this.guard("pendingReports", () => this.stmt.outboxAll.all()) as { message: string }[]
@@ -493,6 +586,111 @@ export class Journal {
     this.outboxCount = Math.max(0, this.outboxCount - removed);
   }
 
+  /**
+   * Marks commands whose start has committed as launched, just before their handlers run (see
+   * LaunchLog: not a commit, and after a power loss {@link sameBoot} says not to trust it).
+   */
+  markBegan(ids: readonly number[]): void {
+    try {
+      this.launches.mark(ids);
+    } catch (err) {
+      throw new AxError("AX_STORE_FAILED", `journal: markBegan failed: ${(err as Error).message}`, {
+        cause: err,
+      });
+    }
+  }
+
+  /** Empties the launch marks: after recovery has settled every command found running. */
+  forgetLaunches(): void {
+    this.guard("forgetLaunches", () => this.launches.clear());
+  }
+
+  /**
+   * Once the launch marks have grown past `bytes`, keeps only those of `running` (the commands
+   * running now; no other mark can matter).
+   */
+  compactLaunches(running: readonly number[], bytes: number): void {
+    if (this.launches.size < bytes) return;
+    this.guard("compactLaunches", () => this.launches.compact(running));
+  }
+
+  /**
+   * Journals a child process the handler of command `id` started, at once (a crash right after
+   * the spawn must find it). Not fsynced, like {@link markBegan}: a power loss ends the child too.
+   */
+  recordChild(id: number, pid: number, startTime: string | undefined): void {
+    this.unsynced("recordChild", () => this.stmt.childInsert.run(id, pid, startTime ?? null));
+  }
+
+  /**
+   * Journals how a child ended, the moment it did: even if the agent dies before the handler's
+   * report commits, the restart can then say what the child did.
+   */
+  recordChildExit(
+    id: number,
+    pid: number,
+    exit: { code: number | null; signal: string | null; stoppedByAgent: boolean },
+  ): void {
+    this.unsynced("recordChildExit", () =>
+      this.stmt.childExit.run({
+        id,
+        pid,
+        code: exit.code,
+        signal: exit.signal,
+        stopped: exit.stoppedByAgent ? 1 : 0,
+        at: this.options.now(),
+      }),
+    );
+  }
+
+  /** The child processes journaled for command `id`, in the order they started. */
+  children(id: number): ChildRecord[] {
+    const rows = this.guard("children", () => this.stmt.childrenOf.all(id)) as {
+      pid: number;
+      start_time: string | null;
+      exit_code: number | null;
+      exit_signal: string | null;
+      stopped_by_agent: number | null;
+      exited_at: number | null;
+    }[];
+    return rows.map((r) => ({
+      pid: r.pid,
+      startTime: r.start_time ?? undefined,
+      exit:
+        r.exited_at === null
+          ? undefined
+          : {
+              code: r.exit_code,
+              signal: r.exit_signal,
+              stoppedByAgent: r.stopped_by_agent === 1,
+              at: r.exited_at,
+            },
+    }));
+  }
+
+  /**
+   * True when the journal was last opened since the machine last booted: what was written
+   * without an fsync (launch marks, children) is all there, and recorded pids may still be live.
+   * False after a reboot, or where the boot cannot be told (no /proc).
+   */
+  get sameBoot(): boolean {
+    return this.sameBootValue;
+  }
+
+  /** One transaction whose commit is not fsynced (see markBegan); joins an open one. */
+  private unsynced(what: string, fn: () => void): void {
+    if (this.db.inTransaction) {
+      this.tx(what, fn);
+      return;
+    }
+    this.db.pragma("synchronous = OFF");
+    try {
+      this.tx(what, fn);
+    } finally {
+      this.db.pragma(`synchronous = ${this.options.synchronous ?? "NORMAL"}`);
+    }
+  }
+
   /** Deletes at most `limit` terminal commands finished before the retention window; returns how many. */
   purge(limit = 500): number {
     const n = this.guard("purge", () =>
@@ -504,6 +702,8 @@ export class Journal {
 
   close(): void {
     this.checkpointer?.close();
+    this.launches.close();
     if (this.db.open) this.db.close();
+    this.lock?.release();
   }
 }

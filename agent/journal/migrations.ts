@@ -43,4 +43,22 @@ export const JOURNAL_MIGRATIONS: readonly Migration[] = [
         WHERE (state = 'scheduled' OR state = 'queued' OR state = 'running');
     `,
   },
+  {
+    version: 3,
+    name: "the child processes handlers start",
+    sql: `
+      -- Child processes a handler started (exec), so that after a crash the agent can stop what
+      -- survived, or report how it ended. (pid, start_time) names one process: pids are reused.
+      CREATE TABLE children (
+        command_id INTEGER NOT NULL,
+        pid INTEGER NOT NULL,
+        start_time TEXT,
+        exit_code INTEGER,
+        exit_signal TEXT,
+        stopped_by_agent INTEGER,
+        exited_at REAL,
+        PRIMARY KEY (command_id, pid)
+      );
+    `,
+  },
 ];

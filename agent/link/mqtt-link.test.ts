@@ -2,7 +2,12 @@ import mqtt, { type MqttClient } from "mqtt";
 import { afterEach, describe, expect, it } from "vitest";
 import { type EmbeddedBroker, startEmbeddedBroker } from "../../coordinator/broker/embedded.js";
 import { type Topics, topics } from "../../shared/protocol/index.js";
-import { AgentLink, type AgentLinkOptions } from "./mqtt-link.js";
+import {
+  AgentLink,
+  type AgentLinkOptions,
+  DEFAULT_RECONNECT_CAP_MS,
+  reconnectDelayMs,
+} from "./mqtt-link.js";
 
 /**
  * AgentLink against a real broker (embedded aedes) and real sockets: subscribe-before-ready on
@@ -285,6 +290,40 @@ describe("AgentLink", () => {
     const conns = agentConnections(again);
     await sleep(400);
     expect(conns).toHaveLength(0);
+    expect(h.ready).toBe(0);
+  });
+
+  it("caps the default reconnect delay at 5 s, with full jitter below it", () => {
+    expect(DEFAULT_RECONNECT_CAP_MS).toBe(5_000);
+    // The ceiling doubles from 500 ms and stops at the cap however long the outage lasts.
+    const ceilings = [1, 2, 3, 4, 5, 10, 50].map((n) => reconnectDelayMs(n, { random: () => 1 }));
+    expect(ceilings).toEqual([500, 1000, 2000, 4000, 5000, 5000, 5000]);
+    // Full jitter: anywhere from 0 to the ceiling, as the random source says.
+    expect(reconnectDelayMs(50, { random: () => 0 })).toBe(0);
+    expect(reconnectDelayMs(50, { random: () => 0.5 })).toBe(2500);
+    expect(reconnectDelayMs(3, { baseMs: 100, capMs: 250, random: () => 1 })).toBe(250);
+  });
+
+  it("keeps trying a closed port at the capped pace, never slower", async () => {
+    const b = await broker();
+    const port = b.port;
+    await b.close();
+    // With a cap of 100 ms the attempts keep coming at least every 100 ms (plus a refused
+    // connect's own time); without a cap the sixth wait alone would be 1.6 s.
+    let attempts = 0;
+    const h = startLink(`mqtt://127.0.0.1:${port}`, {
+      reconnect: {
+        baseMs: 50,
+        capMs: 100,
+        random: () => {
+          attempts += 1;
+          return 1;
+        },
+      },
+    });
+    await sleep(1_500);
+    await h.link.close();
+    expect(attempts).toBeGreaterThanOrEqual(8);
     expect(h.ready).toBe(0);
   });
 });

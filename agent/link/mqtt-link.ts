@@ -5,9 +5,13 @@ import type { Transports } from "./transport.js";
 
 /** Delays between reconnect attempts: exponential backoff with full jitter (shared/backoff.ts). */
 export interface ReconnectPolicy {
-  /** Ceiling of the first delay; doubles per failed attempt. Default 500 ms. */
+  /** Ceiling of the first delay; doubles per failed attempt. @default 500 */
   baseMs?: number;
-  /** Largest ceiling. Default 30 s. */
+  /**
+   * Largest ceiling. Seconds, not tens: a broker restart should cost an agent a few seconds
+   * (issue 15 measured 14 s and 23 s with a 30 s cap, and commands expired meanwhile); the full
+   * jitter below it is what spreads a fleet's reconnects. @default 5000
+   */
   capMs?: number;
   /** Source of jitter in [0, 1]. Default Math.random. */
   random?: () => number;
@@ -38,8 +42,22 @@ export interface AgentLinkEvents {
   down(): void;
 }
 
-const DEFAULT_BASE_MS = 500;
-const DEFAULT_CAP_MS = 30_000;
+/** Default of {@link ReconnectPolicy.baseMs}. */
+export const DEFAULT_RECONNECT_BASE_MS = 500;
+/** Default of {@link ReconnectPolicy.capMs}. */
+export const DEFAULT_RECONNECT_CAP_MS = 5_000;
+
+/** The delay before reconnect attempt `failures` (1 for the first): full jitter under the cap. */
+export function reconnectDelayMs(failures: number, policy: ReconnectPolicy = {}): number {
+  return backoffMs(
+    failures,
+    {
+      baseMs: policy.baseMs ?? DEFAULT_RECONNECT_BASE_MS,
+      capMs: policy.capMs ?? DEFAULT_RECONNECT_CAP_MS,
+    },
+    policy.random,
+  );
+}
 /** How long a CONNACK may take; then the attempt counts as failed. */
 const CONNECT_TIMEOUT_MS = 10_000;
 /** How long a SUBACK may take; then the connection is dropped and retried. */
@@ -199,12 +217,7 @@ export class AgentLink {
     if (wasReady) this.events?.down();
     if (this.closed || this.reconnectTimer !== undefined) return;
     this.failures += 1;
-    const r = this.options.reconnect;
-    const delay = backoffMs(
-      this.failures,
-      { baseMs: r?.baseMs ?? DEFAULT_BASE_MS, capMs: r?.capMs ?? DEFAULT_CAP_MS },
-      r?.random,
-    );
+    const delay = reconnectDelayMs(this.failures, this.options.reconnect);
     this.reconnectTimer = setTimeout(() => {
       this.reconnectTimer = undefined;
       this.open();

@@ -294,7 +294,7 @@ describe("CommitQueue: a crash or a failed commit", () => {
     if (existsSync(`${path}-wal`)) copyFileSync(`${path}-wal`, `${copy}-wal`);
 
     const b = boot(copy, clock, runs);
-    expect(b.ex.recover()).toEqual({ rescheduled: 0, interrupted: 1, expired: 0 });
+    expect(b.ex.recover()).toEqual({ rescheduled: 0, interrupted: 1, expired: 0, settled: 0 });
     expect(b.published).toEqual([
       expect.objectContaining({
         type: "finished",

@@ -7,6 +7,11 @@ export interface StartHooks {
   /** Runs the handler. Called only once the `running` write has committed. */
   launch(): void;
   /**
+   * Called instead of `launch` when the launch could not be journaled (Journal.markBegan): the
+   * handler is never run, and the command must be ended as not begun.
+   */
+  abandon(message: string): void;
+  /**
    * Asked before the write of a start whose first commit failed and is being retried: what to
    * journal instead when it may no longer start (its deadline passed meanwhile), having released
    * what it held; undefined when it still may.
@@ -160,7 +165,7 @@ export class CommitQueue {
     const changes = this.pending;
     this.pending = [];
     const held: Report[] = [];
-    const launches: (() => void)[] = [];
+    const launches: { id: number; hooks: StartHooks }[] = [];
     this.held = held;
     let out: T;
     try {
@@ -187,9 +192,24 @@ export class CommitQueue {
     }
     this.pendingState.clear();
     for (const c of this.pending) if (c.kind === "move") this.pendingState.set(c.row.id, c.to);
+    // Launch marks before the launches: a command found running after a crash without one never
+    // reached its handler, and is reported so (interrupted before_handler, recover.ts).
+    let launching = launches;
+    if (launches.length > 0) {
+      try {
+        this.o.journal.markBegan(launches.map((l) => l.id));
+      } catch (err) {
+        const message = `not started: its launch could not be journaled (${(err as Error).message})`;
+        this.o.log("error", `journaling ${launches.length} launches failed; not launched`, {
+          error: (err as Error).message,
+        });
+        for (const l of launches) l.hooks.abandon(message);
+        launching = [];
+      }
+    }
     // The handlers first: their start is what is timed, and a handler cannot reach this queue
     // synchronously (what it reports is deferred), so the reports still go out in seq order.
-    for (const launch of launches) launch();
+    for (const l of launching) l.hooks.launch();
     if (held.length > 1 && this.o.publishBatch) this.o.publishBatch(held);
     else for (const r of held) this.o.publish(r);
     return out;
@@ -245,7 +265,7 @@ export class CommitQueue {
     });
   }
 
-  private write(c: Change, held: Report[], launches: (() => void)[]): void {
+  private write(c: Change, held: Report[], launches: { id: number; hooks: StartHooks }[]): void {
     if (c.kind === "report") {
       held.push(this.o.journal.report(c.body, this.o.envelope));
       return;
@@ -271,7 +291,7 @@ export class CommitQueue {
       c.startedAt,
     );
     if (report) held.push(report);
-    if (c.start) launches.push(c.start.launch);
+    if (c.start) launches.push({ id: c.row.id, hooks: c.start });
   }
 
   private retryLater(): void {

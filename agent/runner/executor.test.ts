@@ -478,6 +478,59 @@ describe("Executor: slots and queue (rule 7)", () => {
     expect(h.runs.get("c")).toBeUndefined();
   });
 
+  it("counts the due-now dispatches of the same tick: a burst of 9 to 2 slots and a queue of 4 → 2 run, 4 wait, 3 busy", async () => {
+    const h = setup({ concurrency: 2, queue: 4 });
+    const now = h.clock.wallNow();
+    const ids = Array.from({ length: 9 }, (_, i) => `burst-${i}`);
+    // One batch, as the agent journals dispatches that arrive together: no wheel turn between.
+    h.ex.batch(() => {
+      for (const id of ids) {
+        h.ex.dispatch(
+          dispatchSchema.parse({
+            v: 1,
+            type: "dispatch",
+            msgId: `m-${id}`,
+            sentAt: now,
+            executionId: id,
+            round: 1,
+            attempt: 1,
+            handler: "block",
+            params: {},
+            fireAt: now,
+            deadline: now + 5_000,
+            timeoutMs: 10_000,
+            priority: 0,
+          }),
+        );
+      }
+    });
+    expect(h.of("accepted").map((r) => r.executionId)).toEqual(ids.slice(0, 6));
+    expect(h.of("busy").map((r) => r.executionId)).toEqual(ids.slice(6));
+    h.clock.advance(20);
+    await flush();
+    expect(h.ex.counts).toEqual({ running: 2, queued: 4, scheduled: 0, open: 6 });
+    // Busy ones are not kept: the coordinator may route them elsewhere.
+    h.ex.query("burst-8", 1);
+    expect(h.reports.at(-1)).toMatchObject({ localState: "unknown" });
+    // Once the tick has fired them, a slot that frees makes room for exactly one more.
+    await h.release("burst-0");
+    h.dispatch({ executionId: "late-1", handler: "count", fireAt: h.clock.wallNow() });
+    h.dispatch({ executionId: "late-2", handler: "count", fireAt: h.clock.wallNow() });
+    expect(h.of("accepted", "late-1")).toHaveLength(1);
+    expect(h.of("busy", "late-2")).toHaveLength(1);
+  });
+
+  it("does not count a dispatch for later against the queue", () => {
+    const h = setup({ concurrency: 1, queue: 0 });
+    const now = h.clock.wallNow();
+    h.dispatch({ executionId: "soon", handler: "block", fireAt: now });
+    for (let i = 0; i < 5; i++) h.dispatch({ executionId: `later-${i}`, fireAt: now + 1_000 });
+    expect(h.of("accepted")).toHaveLength(6);
+    expect(h.of("busy")).toHaveLength(0);
+    h.dispatch({ executionId: "now-2", fireAt: now });
+    expect(h.of("busy", "now-2")).toHaveLength(1);
+  });
+
   it("keeps a scheduled one that comes due while slots are full, and starts it when one frees", async () => {
     const h = setup({ concurrency: 1, queue: 1 });
     const now = h.clock.wallNow();

@@ -4,8 +4,11 @@ import type { Dispatch, Outcome, RejectReason, Report } from "../../shared/proto
 import { TimingWheel } from "../../shared/wheel.js";
 import { HandlerFailure, type HandlerRegistry, type HandlerResult } from "../handlers/registry.js";
 import type { CommandRow, CommandState, Journal, ReportBody } from "../journal/journal.js";
+import { processStartTime } from "../process-info.js";
 import { CommitQueue } from "./commit-queue.js";
 import { fitFinished } from "./fit-report.js";
+import type { ProcessControl } from "./process-group.js";
+import { settleRunning } from "./recover.js";
 
 /** A command that has come due and holds a place in the queue or an execution slot. */
 interface Active {
@@ -45,6 +48,8 @@ export interface ExecutorOptions {
   tickMs: number;
   /** Slots of the wheel; one revolution is tickMs × wheelSlots. @default 512 */
   wheelSlots?: number;
+  /** The machine's processes, for recovery to stop what outlived a crash. @default the real ones */
+  processes?: ProcessControl;
   log(
     level: "debug" | "info" | "warn" | "error",
     message: string,
@@ -80,6 +85,12 @@ export class Executor {
   /** Payload: row id to fire, or −row id for a queued command's deadline. */
   private readonly wheel: TimingWheel<number>;
   private running = 0;
+  /**
+   * Commands accepted due now whose wheel entry has not come up yet (it comes up on the next
+   * tick, after their journal commit). They are due and waiting as much as the queue is: without
+   * them a burst inside one tick was accepted whole, and nothing was answered busy (issue 15).
+   */
+  private readonly arriving = new Set<number>();
   private readonly commits: CommitQueue;
   shuttingDown = false;
 
@@ -154,30 +165,59 @@ export class Executor {
   }
 
   /**
-   * After a restart (rule 13, issue: restart): a command that was running when the process died
-   * is reported `interrupted` and never run again; a scheduled or queued one whose deadline
-   * passed while down is reported `expired`; the rest go back on the wheel.
+   * After a restart (rule 13): a command that was running when the process died is never run
+   * again; it is reported as {@link settleRunning} finds it (interrupted before or in its handler,
+   * or what its journaled child did), once any child that outlived the agent has been stopped. A
+   * scheduled or queued one whose deadline passed while down is reported `expired`; the rest go
+   * back on the wheel.
    */
-  recover(): { rescheduled: number; interrupted: number; expired: number } {
-    return this.batch(() => this.recoverIn());
+  recover(): { rescheduled: number; interrupted: number; expired: number; settled: number } {
+    const now = this.o.coordNow();
+    const open = this.o.journal.openCommands();
+    // Children are stopped before the transaction: a report must not say "interrupted" while
+    // the side effect it is about is still going on, and no transaction waits on a kill.
+    const settled = new Map<number, ReturnType<typeof settleRunning>>();
+    for (const row of open) {
+      if (row.state !== "running") continue;
+      const s = settleRunning(
+        row,
+        this.o.journal.children(row.id),
+        this.o.journal.sameBoot,
+        now,
+        this.o.processes,
+      );
+      for (const g of s.stopped) {
+        this.o.log("warn", `stopped a child that outlived the agent: pid ${g.pid} ${g.how}`, {
+          executionId: row.executionId,
+        });
+      }
+      settled.set(row.id, s);
+    }
+    const out = this.batch(() => this.recoverIn(open, settled, now));
+    // Every command found running is settled and that is journaled: no mark matters any more.
+    this.o.journal.forgetLaunches();
+    return out;
   }
 
-  private recoverIn(): { rescheduled: number; interrupted: number; expired: number } {
-    const out = { rescheduled: 0, interrupted: 0, expired: 0 };
-    const now = this.o.coordNow();
-    for (const row of this.o.journal.openCommands()) {
-      if (row.state === "running") {
-        this.move(row, "running", "interrupted", {
-          type: "finished",
-          executionId: row.executionId,
-          round: row.round,
-          outcome: "interrupted",
-          retryable: true,
-          message: "the agent stopped while this was running; not run again",
-          finishedAt: now,
-          ...(row.startedAt === null ? {} : { startedAt: row.startedAt }),
-        });
-        out.interrupted++;
+  /** Keeps the launch marks small: once grown, only the running commands' stay (at a heartbeat). */
+  tidy(): void {
+    const running: number[] = [];
+    for (const [id, a] of this.active) if (a.state === "running") running.push(id);
+    this.o.journal.compactLaunches(running, 64 * 1024);
+  }
+
+  private recoverIn(
+    open: readonly CommandRow[],
+    settled: ReadonlyMap<number, ReturnType<typeof settleRunning>>,
+    now: number,
+  ): { rescheduled: number; interrupted: number; expired: number; settled: number } {
+    const out = { rescheduled: 0, interrupted: 0, expired: 0, settled: 0 };
+    for (const row of open) {
+      const s = settled.get(row.id);
+      if (row.state === "running" && s) {
+        this.move(row, "running", OUTCOME_STATE[s.body.outcome], s.body);
+        if (s.body.outcome === "interrupted") out.interrupted++;
+        else out.settled++;
         continue;
       }
       if (row.state === "queued") this.move(row, "queued", "scheduled");
@@ -270,7 +310,7 @@ export class Executor {
       return;
     }
     const dueNow = d.fireAt <= now;
-    if (dueNow && this.running >= this.o.concurrency && this.queue.length >= this.o.queue) {
+    if (dueNow && this.waiting() >= this.o.concurrency + this.o.queue) {
       // Rule 7: due now, no slot and no queue room: busy, and not kept.
       this.report({ type: "busy", executionId: id, round });
       return;
@@ -290,6 +330,12 @@ export class Executor {
     // Even a command due now starts from the wheel, on a later turn of the loop: never inside
     // the transaction that journals it, so its side effect cannot happen before that commits.
     this.wheel.schedule(this.startMono(d.fireAt), row.id);
+    if (dueNow) this.arriving.add(row.id);
+  }
+
+  /** Due commands holding a slot or a place in line: running, queued, or accepted this tick. */
+  private waiting(): number {
+    return this.running + this.queue.length + this.arriving.size;
   }
 
   /** Rule 8: stops a scheduled, queued or running command, or says it is too late. */
@@ -344,6 +390,7 @@ export class Executor {
 
   private onWheel(payload: number): void {
     if (payload > 0) {
+      this.arriving.delete(payload);
       const row = this.o.journal.get(payload);
       // The journal does not show the changes still pending (an expiry of this very row, say):
       // read it as it will be once they are written, so they count without a commit of their own.
@@ -358,6 +405,9 @@ export class Executor {
         this.wheel.schedule(early, row.id);
         return;
       }
+      // Rule 13: after SIGTERM nothing new starts. It stays scheduled in the journal and fires
+      // after the restart if its deadline still allows (reported neither started nor interrupted).
+      if (this.shuttingDown) return;
       this.due(row);
       return;
     }
@@ -466,6 +516,15 @@ export class Executor {
       startedAt,
       {
         launch: () => this.launch(active, handler),
+        abandon: (message) => {
+          if (this.active.get(row.id) !== active || row.state !== "running") return;
+          this.finish(active, {
+            outcome: "interrupted",
+            retryable: true,
+            message,
+            interruptedPhase: "before_handler",
+          });
+        },
         instead: () => {
           if (this.o.coordNow() <= d.deadline) return undefined;
           this.release(row);
@@ -508,6 +567,17 @@ export class Executor {
       round: d.round,
       shard: d.shard,
       signal: abort.signal,
+      children: {
+        // Written at once, each its own small commit: a crash a moment later must find them.
+        spawned: (pid: number) =>
+          this.journalChild(d, () =>
+            this.o.journal.recordChild(row.id, pid, processStartTime(pid)),
+          ),
+        exited: (
+          pid: number,
+          exit: { code: number | null; signal: string | null; stoppedByAgent: boolean },
+        ) => this.journalChild(d, () => this.o.journal.recordChildExit(row.id, pid, exit)),
+      },
       progress: (percent?: number, note?: string) => {
         if (!current()) return;
         this.report({
@@ -562,9 +632,27 @@ export class Executor {
       );
   }
 
+  /** A child's journal write; a failure is logged (the restart then reports it in_handler). */
+  private journalChild(d: Dispatch, write: () => void): void {
+    try {
+      write();
+    } catch (err) {
+      this.o.log(
+        "error",
+        `journaling a child of ${d.executionId} failed: ${(err as Error).message}`,
+      );
+    }
+  }
+
   private finish(
     active: Active,
-    r: { outcome: Outcome; retryable: boolean; message: string; result?: Record<string, unknown> },
+    r: {
+      outcome: Outcome;
+      retryable: boolean;
+      message: string;
+      result?: Record<string, unknown>;
+      interruptedPhase?: "before_handler" | "in_handler";
+    },
   ): void {
     const row = active.row;
     this.release(row);
@@ -579,6 +667,7 @@ export class Executor {
       finishedAt: this.o.coordNow(),
       ...(active.startedAt === undefined ? {} : { startedAt: active.startedAt }),
       ...(r.result === undefined ? {} : { result: r.result }),
+      ...(r.interruptedPhase === undefined ? {} : { interruptedPhase: r.interruptedPhase }),
     });
     this.move(row, "running", OUTCOME_STATE[r.outcome], body);
   }
@@ -600,6 +689,9 @@ export class Executor {
   }
 
   private pump(): void {
+    // Shutting down: queued commands stay queued in the journal and go back on the wheel after
+    // the restart (rule 13); only the deadline can still end them.
+    if (this.shuttingDown) return;
     while (this.running < this.o.concurrency && this.queue.length > 0) {
       const id = this.queue.shift() as number;
       const active = this.active.get(id);
@@ -631,6 +723,7 @@ export class Executor {
       if (active.timeoutTimer !== undefined) this.o.clock.clearTimer(active.timeoutTimer);
     }
     this.active.clear();
+    this.arriving.clear();
     this.wheel.close();
   }
 }

@@ -121,10 +121,12 @@ describe("Executor.recover after a crash (DESIGN §5.1 rules 1, 3, 5, 13)", () =
 
     const b = boot(path, clock, runs);
     expect([b.journal.journalId, b.journal.lastSeq, b.journal.open]).toEqual([journalId, 5, 4]);
-    expect(b.ex.recover()).toEqual({ rescheduled: 2, interrupted: 1, expired: 1 });
+    expect(b.ex.recover()).toEqual({ rescheduled: 2, interrupted: 1, expired: 1, settled: 0 });
     expect(b.finished("running")).toEqual([
       expect.objectContaining({
         outcome: "interrupted",
+        // Its handler was launched: what it did is unknown, and not done again.
+        interruptedPhase: "in_handler",
         retryable: true,
         startedAt: t0,
         finishedAt: t0 + 3000,
@@ -164,7 +166,7 @@ describe("Executor.recover after a crash (DESIGN §5.1 rules 1, 3, 5, 13)", () =
     // Another crash and restart: nothing is reported again, and the future one stays scheduled.
     b.crash();
     const c = boot(path, clock, runs);
-    expect(c.ex.recover()).toEqual({ rescheduled: 1, interrupted: 0, expired: 0 });
+    expect(c.ex.recover()).toEqual({ rescheduled: 1, interrupted: 0, expired: 0, settled: 0 });
     expect(c.published).toEqual([]);
     expect(c.journal.pendingReports()).toEqual(outbox);
     expect(c.journal.lastSeq).toBe(9);

@@ -874,3 +874,33 @@ describe("jobsFileSchema", () => {
     );
   });
 });
+
+describe("params bounds (a dispatch must be able to carry them)", () => {
+  const job = (params: Record<string, unknown>) => ({
+    id: "p",
+    handler: "echo",
+    trigger: { type: "manual" },
+    params,
+  });
+  it("refuses params nested deeper than the protocol allows, naming the field", () => {
+    let deep: Record<string, unknown> = {};
+    for (let i = 0; i < 100_000; i++) deep = { d: deep };
+    expect(issuesOf(jobDefinitionSchema, job(deep))).toBe(
+      "params: nests deeper than 30 levels of arrays and objects",
+    );
+  });
+  it("refuses params with more keys than a dispatch carries", () => {
+    const many = Object.fromEntries(Array.from({ length: 1025 }, (_, i) => [`k${i}`, i]));
+    expect(issuesOf(jobDefinitionSchema, job(many))).toBe("params: has 1025 keys, more than 1024");
+  });
+  it("refuses params too large for one payload", () => {
+    expect(issuesOf(jobDefinitionSchema, job({ blob: "x".repeat(70_000) }))).toMatch(
+      /^params: is 70011 bytes of JSON, more than 60000/,
+    );
+  });
+  it("takes params 30 levels deep", () => {
+    let deep: Record<string, unknown> = {};
+    for (let i = 1; i < 30; i++) deep = { d: deep };
+    expect(jobDefinitionSchema.safeParse(job(deep)).success).toBe(true);
+  });
+});

@@ -1,6 +1,8 @@
 import { z } from "zod";
 import { TERMINAL_STATE_NAMES } from "../../shared/fsm.js";
 import { HANDLER_NAME_PATTERN, ID_PATTERN } from "../../shared/ids.js";
+import { MAX_OBJECT_KEYS } from "../../shared/protocol/envelope.js";
+import { MAX_JSON_DEPTH } from "../../shared/protocol/json-depth.js";
 import { durationSchema } from "./duration.js";
 import { MAX_VIRTUAL_NODES } from "./hash-ring.js";
 import { isValidTimeZone, validateCron } from "./schedule.js";
@@ -300,6 +302,54 @@ export const routingSchema = z
 export type RoutingInput = z.input<typeof routingSchema>;
 export type Routing = z.output<typeof routingSchema>;
 
+/** Deepest nesting a handler's params may have: the dispatch that carries them stays within the
+ * protocol's depth limit (MAX_JSON_DEPTH, with the envelope and params' own level). */
+export const MAX_PARAMS_DEPTH = MAX_JSON_DEPTH - 2;
+/** Largest params in bytes of JSON: the dispatch that carries them must fit in one payload. */
+export const MAX_PARAMS_BYTES = 60_000;
+
+/** How deeply `value` nests arrays and objects (an object alone is 1), without recursion; stops past `limit`. */
+function nesting(value: unknown, limit: number): number {
+  let deepest = 0;
+  const stack: [unknown, number][] = [[value, 1]];
+  while (stack.length > 0) {
+    const [v, depth] = stack.pop() as [unknown, number];
+    if (v === null || typeof v !== "object") continue;
+    if (depth > deepest) deepest = depth;
+    if (deepest > limit) return deepest;
+    for (const child of Object.values(v)) stack.push([child, depth + 1]);
+  }
+  return deepest;
+}
+
+/**
+ * Handler params (a job's, a command's, an event's payload): an object that a dispatch can carry
+ * to any agent — at most MAX_OBJECT_KEYS keys, MAX_PARAMS_DEPTH levels and MAX_PARAMS_BYTES of
+ * JSON. Refused here, with the field named, rather than answered `rejected` by every agent later.
+ */
+export const paramsSchema = z.record(z.string(), z.unknown()).superRefine((params, ctx) => {
+  const keys = Object.keys(params).length;
+  if (keys > MAX_OBJECT_KEYS) {
+    ctx.addIssue({ code: "custom", message: `has ${keys} keys, more than ${MAX_OBJECT_KEYS}` });
+    return;
+  }
+  const depth = nesting(params, MAX_PARAMS_DEPTH);
+  if (depth > MAX_PARAMS_DEPTH) {
+    ctx.addIssue({
+      code: "custom",
+      message: `nests deeper than ${MAX_PARAMS_DEPTH} levels of arrays and objects`,
+    });
+    return;
+  }
+  const bytes = Buffer.byteLength(JSON.stringify(params));
+  if (bytes > MAX_PARAMS_BYTES) {
+    ctx.addIssue({
+      code: "custom",
+      message: `is ${bytes} bytes of JSON, more than ${MAX_PARAMS_BYTES} (put large data on a side channel and pass a reference)`,
+    });
+  }
+});
+
 /**
  * A job definition as users write it (JSON jobs file, CLI). The output is the resolved form
  * (defaults filled in, durations in milliseconds), which is stored and parses again to itself.
@@ -311,7 +361,7 @@ export const jobDefinitionSchema = z
       .string()
       .regex(HANDLER_NAME_PATTERN, "must be a handler name such as echo or mqtt.publish"),
     /** Passed to the handler. @default {} */
-    params: z.record(z.string(), z.unknown()).default({}),
+    params: paramsSchema.default({}),
     trigger: triggerSchema,
     /** @default { strategy: "ROUND_ROBIN" } */
     routing: routingSchema.default({ strategy: "ROUND_ROBIN" }),

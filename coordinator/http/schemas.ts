@@ -7,6 +7,7 @@ import {
   idSchema,
   instantSchema,
   jobDefinitionSchema,
+  paramsSchema,
   tagsSchema,
   triggerSchema,
 } from "../domain/job.js";
@@ -168,7 +169,7 @@ export const commandBody = z
     handler: z
       .string()
       .regex(HANDLER_NAME_PATTERN, "must be a handler name such as echo or mqtt.publish"),
-    params: z.record(z.string(), z.unknown()).default({}),
+    params: paramsSchema.default({}),
     at: instantSchema.optional().meta({ description: "When to run it; now if not given." }),
     deadline: instantSchema.optional().meta({
       description: "Latest start; past it the command is EXPIRED. at + 30 s if not given.",
@@ -192,8 +193,7 @@ export const commandBody = z
 
 export const eventBody = z
   .object({
-    payload: z
-      .record(z.string(), z.unknown())
+    payload: paramsSchema
       .default({})
       .meta({ description: "Merged into the params of every job the event fires." }),
   })

@@ -30,6 +30,58 @@ describe("exec", () => {
     });
   });
 
+  it("tells the child its execution (id, round, attempt, shard), which params cannot override", async () => {
+    const result = await exec.run(
+      testContext({ executionId: "ex-9", round: 3, attempt: 2, shard: { index: 1, total: 4 } }),
+      {
+        command: "/bin/sh",
+        args: [
+          "-c",
+          'echo "$AX_EXECUTION_ID $AX_ROUND $AX_ATTEMPT $AX_SHARD_INDEX $AX_SHARD_TOTAL"',
+        ],
+        env: { AX_EXECUTION_ID: "forged" },
+      },
+    );
+    expect(result).toMatchObject({ stdout: "ex-9 3 2 1 4\n" });
+    const unsharded = await exec.run(testContext(), {
+      command: "/bin/sh",
+      args: ["-c", 'test -z "$AX_SHARD_INDEX$AX_SHARD_TOTAL" && echo none'],
+    });
+    expect(unsharded).toMatchObject({ stdout: "none\n" });
+  });
+
+  it("tells the journal of its child at spawn and of its exit when it exits, in its own group", async () => {
+    const events: string[] = [];
+    let pgid: number | undefined;
+    const result = await exec.run(
+      testContext({
+        children: {
+          spawned: (pid) => {
+            events.push("spawned");
+            pgid = pid;
+          },
+          exited: (pid, exit) =>
+            events.push(`exited ${pid === pgid} ${exit.code} ${exit.stoppedByAgent}`),
+        },
+      }),
+      // The child prints its process group: its own pid, since it leads its own group.
+      { command: "/bin/sh", args: ["-c", "ps -o pgid= -p $$"] },
+    );
+    expect(events).toEqual(["spawned", "exited true 0 false"]);
+    expect(Number(String(result?.stdout).trim())).toBe(pgid);
+    // Stopped by the agent (cancel, timeout): the exit says so.
+    const ctx = testContext({
+      children: {
+        spawned: () => {},
+        exited: (_p, exit) => events.push(`stopped ${exit.stoppedByAgent}`),
+      },
+    });
+    const run = exec.run(ctx, { command: "/bin/sleep", args: ["5"] });
+    setTimeout(() => ctx.abort.abort(), 50);
+    await failureOf(run);
+    expect(events.at(-1)).toBe("stopped true");
+  });
+
   it("never uses a shell: metacharacters in args are plain text", async () => {
     const result = await exec.run(testContext(), {
       command: "/bin/echo",

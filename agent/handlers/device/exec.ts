@@ -1,7 +1,7 @@
 import { spawn } from "node:child_process";
 import * as z from "zod/mini";
 import type { HandlerPart } from "../../parts/types.js";
-import { defineHandler, type Handler, HandlerFailure } from "../registry.js";
+import { defineHandler, type Handler, type HandlerContext, HandlerFailure } from "../registry.js";
 import { absolutePath, tail } from "./common.js";
 
 /** Options of `exec`, resolved from the agent config's `exec` section. */
@@ -132,25 +132,46 @@ export function execHandler(opts: ExecOptions): Handler<ExecParams> {
       );
     }
     if (ctx.signal.aborted) throw new HandlerFailure(`${NAME}: aborted before start`);
-    return run(params, ctx.signal, maxOutputBytes);
+    return run(params, ctx, maxOutputBytes);
   });
+}
+
+/**
+ * The variables every child gets, naming the execution it runs for: the idempotency key a script
+ * passes to what it changes outside the device (docs/handlers.md, "Side effects"). Set last, so
+ * params cannot make a child lie about which execution it is.
+ */
+export function executionEnv(ctx: HandlerContext): Record<string, string> {
+  return {
+    AX_EXECUTION_ID: ctx.executionId,
+    AX_ROUND: String(ctx.round),
+    AX_ATTEMPT: String(ctx.attempt),
+    ...(ctx.shard === undefined
+      ? {}
+      : { AX_SHARD_INDEX: String(ctx.shard.index), AX_SHARD_TOTAL: String(ctx.shard.total) }),
+  };
 }
 
 function run(
   params: ExecParams,
-  signal: AbortSignal,
+  ctx: HandlerContext,
   maxOutputBytes: number,
 ): Promise<Record<string, unknown>> {
   const { command } = params;
+  const signal = ctx.signal;
   return new Promise((resolve, reject) => {
     const child = spawn(command, params.args ?? [], {
       shell: false,
-      // Its own process group, so a kill also reaches what it started (`sh -c 'a | b'`).
+      // Its own process group, so a kill also reaches what it started (`sh -c 'a | b'`), and a
+      // restart after a crash can stop all of it by the pid journaled below.
       detached: true,
       stdio: ["ignore", "pipe", "pipe"],
-      env: { ...process.env, ...params.env },
+      env: { ...process.env, ...params.env, ...executionEnv(ctx) },
       ...(params.cwd === undefined ? {} : { cwd: params.cwd }),
     });
+    // Journaled before anything else can happen: if the agent dies from here on, its restart
+    // finds this child and stops it before reporting (issue 15, item 4).
+    if (child.pid !== undefined) ctx.children?.spawned(child.pid);
     const stdout = new Capture(maxOutputBytes, "head");
     const stderr = new Capture(maxOutputBytes, "tail");
     child.stdout.on("data", (chunk: Buffer) => stdout.add(chunk));
@@ -229,6 +250,14 @@ function run(
     });
     child.on("exit", (code, sig) => {
       exit = { code, signal: sig };
+      // Journaled at once, before the report: a crash before that commits still knows this.
+      if (child.pid !== undefined) {
+        ctx.children?.exited(child.pid, {
+          code,
+          signal: sig,
+          stoppedByAgent: stopping !== undefined,
+        });
+      }
       // Normally "close" follows at once. A background grandchild holding the pipes open must
       // not keep the execution running after the command itself has exited.
       exitTimer = setTimeout(() => {
