@@ -111,10 +111,42 @@ async function main(): Promise<void> {
       ...x.findings.slice(0, 4).map((f) => `${f.kind} ${f.state}: ${f.problems.join("; ")}`),
       ...x.lostFindings.slice(0, 3).map((f) => `lost: ${f.replace(/^ex_\w+ /, "")}`),
       ...x.violations.slice(0, 3).map((v) => `violation: ${v}`),
-      ...x.notes.map((n) => `note: ${n}`),
     ];
     return lines.length === 0 ? [] : [`- **${r.scenario}**: ${lines.join(" · ")}`];
   });
+  const notes = rows.flatMap((r) =>
+    (r.result?.notes ?? []).map((n) => `- **${r.scenario}**: ${n}`),
+  );
+  // Each target, and the scenarios that missed it in this run.
+  const missed = (what: string, bad: (x: TruthResult) => string | undefined): string => {
+    const misses = rows.flatMap((r) => {
+      const why = r.result ? bad(r.result) : "did not complete";
+      return why === undefined ? [] : [`${r.scenario} (${why})`];
+    });
+    return `- ${what}: ${misses.length === 0 ? "met" : `missed by ${misses.join(", ")}`}`;
+  };
+  const scenarioOf = (x: TruthResult) => SCENARIOS.find((s) => s.name === x.scenario);
+  const targets = [
+    missed("100 % truthful", (x) =>
+      x.truthful < x.total ? `${x.truthful}/${x.total}` : undefined,
+    ),
+    missed("0 lost", (x) => (x.lost > 0 ? `${x.lost}` : undefined)),
+    missed("0 twice", (x) =>
+      x.twice > 0 && !scenarioOf(x)?.allowsTwoRounds ? `${x.twice}` : undefined,
+    ),
+    missed("0 late (> 1 tick) of the commands held to time", (x) =>
+      x.lateRequired > 0
+        ? `${x.lateRequired}/${x.onTimeRequired}, max ${fmt(x.maxLateRequiredMs)} ms`
+        : undefined,
+    ),
+    missed("convergence ≤ 2 s after the fault", (x) =>
+      x.convergeMs === null
+        ? "not converged"
+        : x.convergeMs > 2_000
+          ? `${Math.round(x.convergeMs)} ms`
+          : undefined,
+    ),
+  ];
   const markdown = `## Chaos: truth under faults
 
 Reproduce with \`npm run bench:chaos\` (\`tsx bench/chaos.ts\`; \`--only NAME,…\`, \`--broker mosquitto|embedded\`). The seven scenarios of \`test/chaos/\` (issue 15), each a fresh run of real processes: ${broker === "mosquitto" ? "our own Mosquitto 2 (a free port, persistence on)" : "the embedded aedes broker in a child process (a restart loses its sessions)"}, the coordinator (\`ax coordinator start\`, SQLite, heartbeat 500 ms) and two agents (\`ax agent start\`, each with its own journal, \`exec\` and \`file.write\`). After the fault the run settles and the **truth check** compares every execution the coordinator recorded with what the agents' journals say happened and with the side effects its handlers left (an exec script's marker lines, file.write's files). **This run:** commit ${rev}, ${fmt(seconds)} s in all; load average ${loadStart.map((l) => l.toFixed(2)).join(" / ")} at start and ${loadEnd.map((l) => l.toFixed(2)).join(" / ")} at the end, on 2 cores shared with other work.
@@ -129,7 +161,10 @@ Columns: **truthful** — executions whose recorded final state, outcome and sta
 
 Targets: 100 % truthful, 0 lost, 0 twice (the partition may run two rounds, and the record must then say so), 0 late of those held to time, convergence ≤ 2 s after the fault ends.
 
-${findings.length === 0 ? "Every target met." : `### What the truth check found\n\n${findings.join("\n")}`}`;
+### This run against the targets
+
+${targets.join("\n")}
+${findings.length === 0 ? "" : `\n### What the truth check found\n\n${findings.join("\n")}\n`}${notes.length === 0 ? "" : `\n### Notes\n\n${notes.join("\n")}\n`}`;
   const figures = {
     broker,
     commit: rev,
