@@ -1,0 +1,297 @@
+import { mkdirSync, writeFileSync } from "node:fs";
+import { join } from "node:path";
+import type { CoordinatorConfigInput } from "../../../coordinator/config.js";
+import type { ExecutionRecord } from "../../../coordinator/store/port.js";
+import { TERMINAL_STATES } from "../../../shared/fsm.js";
+import { newId } from "../../../shared/ids.js";
+import { tempDir } from "../env.js";
+import { ChaosAgent, type ChaosAgentSettings, chaosAgentConfig } from "./agents.js";
+import { type BrokerKind, type BrokerProcess, brokerProcess } from "./broker-process.js";
+import { type CoordinatorProcess, coordinatorProcess } from "./coordinator-process.js";
+import { countEffects, type Effects, execParams, fileParams, setUpEffects } from "./effects.js";
+import { type JournalRow, readJournal } from "./journals.js";
+import { listAgents, listExecutions, readRecord } from "./record.js";
+import { caughtUp, checkTruth, type TruthResult } from "./truth.js";
+
+/** Coordinator settings of every chaos run: short, so liveness and leases move in seconds. */
+export const CHAOS_COORDINATOR: Omit<CoordinatorConfigInput, "store" | "mqtt" | "http"> = {
+  // Lease = 3 heartbeats (1.5 s), a lapsed lease's query waits 2 s, offline after 1.5 s.
+  heartbeat: 500,
+  misfireThreshold: 2_000,
+};
+
+/** Agent settings of every chaos run unless a scenario says otherwise. */
+export const CHAOS_AGENT: ChaosAgentSettings = {
+  heartbeatMs: 500,
+  reconnect: { baseMs: 100, capMs: 1_000 },
+  keepaliveS: 2,
+  concurrency: 4,
+  queue: 64,
+  shutdownGraceMs: 4_000,
+};
+
+export interface HarnessOptions {
+  scenario: string;
+  /** @default 2 */
+  agents?: number;
+  coordinator?: Omit<CoordinatorConfigInput, "store" | "mqtt" | "http">;
+  agent?: Partial<ChaosAgentSettings>;
+  /** @default {@link chaosBrokerKind} */
+  broker?: BrokerKind;
+}
+
+/** What a device command of a scenario does. */
+export type Effect = { kind: "exec"; seconds?: number } | { kind: "file" };
+
+/** A device command as a scenario creates it. */
+export interface CommandSpec {
+  agentId: string;
+  /** UTC ms. */
+  at: number;
+  deadline?: number;
+  effect: Effect;
+  /** @default "30s" */
+  timeout?: string;
+}
+
+/** Runs started and not closed yet, so a test's afterEach can end them after a timeout. */
+const OPEN = new Set<ChaosHarness>();
+
+/** Closes every run still open (afterEach of every chaos test: children die even on failure). */
+export async function closeOpenHarnesses(): Promise<void> {
+  await Promise.allSettled([...OPEN].map((h) => h.close()));
+}
+
+/**
+ * A chaos run: a broker, a coordinator and agents, each a real child process in a temp folder
+ * of its own, plus the effect script and marker file its executions write. `close()` ends every
+ * process (continuing stopped ones first) and removes the folder, whatever happened.
+ */
+export class ChaosHarness {
+  readonly agents: ChaosAgent[] = [];
+  private tags = 0;
+  private constructor(
+    readonly scenario: string,
+    readonly dir: string,
+    private readonly cleanup: () => void,
+    readonly fx: Effects,
+    readonly broker: BrokerProcess,
+    readonly coordinator: CoordinatorProcess,
+    readonly prefix: string,
+  ) {}
+
+  /** Starts the broker, the coordinator and the agents, and waits until the agents are online. */
+  static async start(options: HarnessOptions): Promise<ChaosHarness> {
+    const tmp = tempDir(`ax-chaos-${options.scenario}-`);
+    const fx = setUpEffects(tmp.dir);
+    mkdirSync(fx.dir);
+    const broker = await brokerProcess(tmp.dir, options.broker);
+    const prefix = `chaos${newId().slice(-8)}`;
+    const coordinator = await coordinatorProcess(tmp.dir, broker.url, prefix, {
+      ...CHAOS_COORDINATOR,
+      ...options.coordinator,
+    });
+    const h = new ChaosHarness(
+      options.scenario,
+      tmp.dir,
+      tmp.cleanup,
+      fx,
+      broker,
+      coordinator,
+      prefix,
+    );
+    OPEN.add(h);
+    try {
+      await broker.start();
+      await coordinator.start();
+      const settings = { ...CHAOS_AGENT, ...options.agent };
+      for (let i = 1; i <= (options.agents ?? 2); i++) {
+        const id = `${prefix}-a${i}`;
+        const agent = new ChaosAgent(
+          id,
+          tmp.dir,
+          chaosAgentConfig(id, broker.url, prefix, fx.script, fx.dir, settings),
+        );
+        h.agents.push(agent);
+        agent.start();
+      }
+      await h.waitOnline();
+    } catch (err) {
+      await h.close();
+      throw err;
+    }
+    return h;
+  }
+
+  /** The agent `n` (1-based). */
+  agent(n: number): ChaosAgent {
+    const a = this.agents[n - 1];
+    if (!a) throw new Error(`no agent ${n}`);
+    return a;
+  }
+
+  /** A fresh tag for one execution's effect. */
+  tag(label = "c"): string {
+    this.tags += 1;
+    return `${label}${this.tags}`;
+  }
+
+  /** Params of `effect` under `tag`. */
+  params(effect: Effect, tag: string): { handler: string; params: Record<string, unknown> } {
+    return effect.kind === "exec"
+      ? { handler: "exec", params: execParams(this.fx, tag, effect.seconds ?? 0) }
+      : { handler: "file.write", params: fileParams(this.fx, tag) };
+  }
+
+  /** Creates a device command over the HTTP API; returns its execution id and tag. */
+  async command(spec: CommandSpec): Promise<{ executionId: string; tag: string }> {
+    const tag = this.tag();
+    const { handler, params } = this.params(spec.effect, tag);
+    const answer = await this.coordinator.api<{ executionIds: string[] }>("POST", "/api/commands", {
+      agentId: spec.agentId,
+      handler,
+      params,
+      at: spec.at,
+      ...(spec.deadline === undefined ? {} : { deadline: spec.deadline }),
+      timeout: spec.timeout ?? "30s",
+    });
+    return { executionId: answer.executionIds[0] as string, tag };
+  }
+
+  /** Creates a job over the HTTP API. */
+  async job(definition: Record<string, unknown>): Promise<void> {
+    await this.coordinator.api("POST", "/api/jobs", definition);
+  }
+
+  /** Fires a job now; returns its execution ids. */
+  async trigger(jobId: string): Promise<string[]> {
+    const a = await this.coordinator.api<{ executionIds: string[] }>(
+      "POST",
+      `/api/jobs/${jobId}/trigger`,
+    );
+    return a.executionIds;
+  }
+
+  /** Pauses every job, so the run can come to rest. */
+  async pauseJobs(): Promise<void> {
+    const jobs = await this.coordinator.api<{ items: { id: string }[] }>("GET", "/api/jobs");
+    for (const j of jobs.items) await this.coordinator.api("POST", `/api/jobs/${j.id}/pause`);
+  }
+
+  /** Waits until every agent that runs is online in the coordinator's view. */
+  async waitOnline(timeoutMs = 20_000): Promise<void> {
+    await poll(
+      "agents online",
+      async () => {
+        const want = this.agents.filter((a) => a.running()).map((a) => a.agentId);
+        const got = await listAgents(this.coordinator).catch(() => []);
+        const online = new Set(got.filter((a) => a.status === "online").map((a) => a.agentId));
+        return want.every((id) => online.has(id)) ? true : undefined;
+      },
+      timeoutMs,
+    );
+  }
+
+  /** Every row of every agent's journal. */
+  journals(): JournalRow[] {
+    return this.agents.flatMap((a) => readJournal(a.agentId, a.journalPath));
+  }
+
+  /** Side effects counted so far. */
+  effects(): ReturnType<typeof countEffects> {
+    return countEffects(this.fx);
+  }
+
+  /**
+   * Milliseconds from `faultEndAt` until every agent is online again and the record agrees with
+   * every outcome the journals hold; null if that does not happen within `timeoutMs`. Start it
+   * right when the fault ends and await it later: it polls in the background.
+   */
+  async convergence(faultEndAt: number, timeoutMs = 30_000): Promise<number | null> {
+    const until = faultEndAt + timeoutMs;
+    while (Date.now() < until) {
+      const probeAt = Date.now();
+      try {
+        const agents = await listAgents(this.coordinator);
+        const online = new Set(agents.filter((a) => a.status === "online").map((a) => a.agentId));
+        const allOnline = this.agents
+          .filter((a) => a.running())
+          .every((a) => online.has(a.agentId));
+        if (allOnline && caughtUp(await listExecutions(this.coordinator), this.journals())) {
+          return Math.max(0, probeAt - faultEndAt);
+        }
+      } catch {
+        // The coordinator may be restarting; probe again.
+      }
+      await sleep(100);
+    }
+    return null;
+  }
+
+  /**
+   * Waits until no execution is open (bounded by `timeoutMs`), with jobs paused first so no new
+   * ones appear. Returns what stayed open, if anything did.
+   */
+  async settle(timeoutMs = 30_000): Promise<ExecutionRecord[]> {
+    await this.pauseJobs();
+    const until = Date.now() + timeoutMs;
+    for (;;) {
+      const open = (await listExecutions(this.coordinator)).filter(
+        (e) => !TERMINAL_STATES.has(e.state),
+      );
+      if (open.length === 0 || Date.now() > until) return open;
+      await sleep(200);
+    }
+  }
+
+  /**
+   * Settles the run and checks the truth: the record over HTTP against the journals and the
+   * effects. `mustBeOnTime` picks the executions that may not start late.
+   */
+  async truth(
+    options: { convergeMs?: number | null; mustBeOnTime?: (e: ExecutionRecord) => boolean } = {},
+  ): Promise<TruthResult> {
+    await this.settle();
+    // A report still on its way (a late finish) has a moment to land.
+    await sleep(500);
+    const record = await readRecord(this.coordinator);
+    const result = checkTruth({
+      scenario: this.scenario,
+      journals: this.journals(),
+      record,
+      effects: this.effects(),
+      ...(options.mustBeOnTime === undefined ? {} : { mustBeOnTime: options.mustBeOnTime }),
+      convergeMs: options.convergeMs ?? null,
+    });
+    writeFileSync(join(this.dir, "truth.json"), JSON.stringify(result, null, 2));
+    return result;
+  }
+
+  /** Ends every process and removes the folder. */
+  async close(): Promise<void> {
+    OPEN.delete(this);
+    await Promise.allSettled(this.agents.map((a) => a.close()));
+    await this.coordinator.stop().catch(() => {});
+    await this.broker.stop().catch(() => {});
+    // AX_CHAOS_KEEP=1 keeps the run's folder (logs, journals, store, truth.json) to look into.
+    if (process.env.AX_CHAOS_KEEP) console.log(`chaos run kept in ${this.dir}`);
+    else this.cleanup();
+  }
+}
+
+/** Polls `check` every 100 ms until it returns a value, or throws after `timeoutMs`. */
+export async function poll<T>(
+  what: string,
+  check: () => Promise<T | undefined> | T | undefined,
+  timeoutMs = 15_000,
+): Promise<T> {
+  const until = Date.now() + timeoutMs;
+  for (;;) {
+    const value = await check();
+    if (value !== undefined) return value;
+    if (Date.now() > until) throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}`);
+    await sleep(100);
+  }
+}
+
+export const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
