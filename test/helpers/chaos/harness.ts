@@ -263,6 +263,16 @@ export class ChaosHarness {
       ...(options.mustBeOnTime === undefined ? {} : { mustBeOnTime: options.mustBeOnTime }),
       convergeMs: options.convergeMs ?? null,
     });
+    // An agent waits out its clock estimate's uncertainty before a start (never early): on a
+    // loaded machine that, not the fault, is most of a start's lateness.
+    const agents = await listAgents(this.coordinator).catch(() => []);
+    if (agents.length > 0) {
+      result.notes.push(
+        `agents' clock uncertainty at the end (a start waits it out): ${agents
+          .map((a) => `${a.agentId} ±${a.clockUncertaintyMs.toFixed(1)} ms`)
+          .join(", ")}`,
+      );
+    }
     writeFileSync(join(this.dir, "truth.json"), JSON.stringify(result, null, 2));
     return result;
   }

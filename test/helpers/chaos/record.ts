@@ -40,11 +40,13 @@ export async function readRecord(c: CoordinatorProcess): Promise<RecordedExecuti
   return out;
 }
 
-/** The agents the coordinator knows, with their status. */
+/** The agents the coordinator knows, with their status and their last clock estimate. */
 export async function listAgents(
   c: CoordinatorProcess,
-): Promise<{ agentId: string; status: string }[]> {
-  const a = await c.api<{ items: { agentId: string; status: string }[] }>("GET", "/api/agents");
+): Promise<{ agentId: string; status: string; clockUncertaintyMs: number }[]> {
+  const a = await c.api<{
+    items: { agentId: string; status: string; clockUncertaintyMs: number }[];
+  }>("GET", "/api/agents");
   return a.items;
 }
 
