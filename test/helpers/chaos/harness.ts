@@ -4,7 +4,7 @@ import type { CoordinatorConfigInput } from "../../../coordinator/config.js";
 import type { ExecutionRecord } from "../../../coordinator/store/port.js";
 import { TERMINAL_STATES } from "../../../shared/fsm.js";
 import { newId } from "../../../shared/ids.js";
-import { tempDir } from "../env.js";
+import { tempDir, waitFor } from "../env.js";
 import { ChaosAgent, type ChaosAgentSettings, chaosAgentConfig } from "./agents.js";
 import { type BrokerKind, type BrokerProcess, brokerProcess } from "./broker-process.js";
 import { type CoordinatorProcess, coordinatorProcess } from "./coordinator-process.js";
@@ -290,18 +290,10 @@ export class ChaosHarness {
 }
 
 /** Polls `check` every 100 ms until it returns a value, or throws after `timeoutMs`. */
-export async function poll<T>(
+export const poll = <T>(
   what: string,
   check: () => Promise<T | undefined> | T | undefined,
   timeoutMs = 15_000,
-): Promise<T> {
-  const until = Date.now() + timeoutMs;
-  for (;;) {
-    const value = await check();
-    if (value !== undefined) return value;
-    if (Date.now() > until) throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}`);
-    await sleep(100);
-  }
-}
+): Promise<T> => waitFor(what, check, timeoutMs, 100);
 
 export const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));

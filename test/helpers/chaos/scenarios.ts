@@ -161,6 +161,27 @@ export const coordinatorKill: Scenario = {
     }),
 };
 
+/**
+ * Starts 3 s of `exec` on agent `agentId` twice: a job `jobId` routed FIRST (to that agent, with
+ * retries, so it may move after a fault) and a command aimed at it. Returns the command.
+ */
+async function startExecOn(
+  h: ChaosHarness,
+  agentId: string,
+  jobId: string,
+): Promise<{ executionId: string; tag: string }> {
+  await h.job({
+    id: jobId,
+    ...h.params({ kind: "exec", seconds: 3 }, `job-${jobId}`),
+    trigger: { type: "manual" },
+    routing: { strategy: "FIRST" },
+    retry: { maxAttempts: 3, baseMs: 200, capMs: 500 },
+  });
+  const cmd = await h.command({ agentId, at: Date.now(), effect: { kind: "exec", seconds: 3 } });
+  await h.trigger(jobId);
+  return cmd;
+}
+
 /** 3. kill -9 of an agent while an `exec` child runs, restarted a second later. */
 export const agentKill: Scenario = {
   name: "agent-kill",
@@ -169,19 +190,7 @@ export const agentKill: Scenario = {
   run: (options) =>
     withHarness("agent-kill", options, async (h) => {
       const victim = h.agent(1);
-      await h.job({
-        id: "retried",
-        ...h.params({ kind: "exec", seconds: 3 }, "job-retried"),
-        trigger: { type: "manual" },
-        routing: { strategy: "FIRST" },
-        retry: { maxAttempts: 3, baseMs: 200, capMs: 500 },
-      });
-      const cmd = await h.command({
-        agentId: victim.agentId,
-        at: Date.now(),
-        effect: { kind: "exec", seconds: 3 },
-      });
-      await h.trigger("retried");
+      const cmd = await startExecOn(h, victim.agentId, "retried");
       // Some work on the other agent that must not be disturbed.
       for (let i = 0; i < 5; i++) {
         await h.command({
@@ -379,19 +388,7 @@ export const partition: Scenario = {
   run: (options) =>
     withHarness("partition", options, async (h) => {
       const victim = h.agent(1);
-      await h.job({
-        id: "held",
-        ...h.params({ kind: "exec", seconds: 3 }, "job-held"),
-        trigger: { type: "manual" },
-        routing: { strategy: "FIRST" },
-        retry: { maxAttempts: 3, baseMs: 200, capMs: 500 },
-      });
-      const cmd = await h.command({
-        agentId: victim.agentId,
-        at: Date.now(),
-        effect: { kind: "exec", seconds: 3 },
-      });
-      await h.trigger("held");
+      const cmd = await startExecOn(h, victim.agentId, "held");
       await poll("both exec children to begin", () => {
         const begun = h.effects().begun;
         return (begun.get(cmd.tag) ?? 0) >= 1 && (begun.get("job-held") ?? 0) >= 1
