@@ -223,6 +223,18 @@ export function transition(snapshot: ExecSnapshot, event: ExecEvent): Transition
   }
 }
 
+/** Just the state machine's fields of `x` (an execution record, say), as a snapshot to write. */
+export function snapshotOf(x: ExecSnapshot): ExecSnapshot {
+  return {
+    state: x.state,
+    round: x.round,
+    attempt: x.attempt,
+    maxAttempts: x.maxAttempts,
+    dispatches: x.dispatches,
+    maxDispatches: x.maxDispatches,
+  };
+}
+
 /** A fresh execution's snapshot. */
 export function initialSnapshot(options: {
   maxAttempts: number;

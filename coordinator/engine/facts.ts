@@ -1,4 +1,5 @@
 import { backoffMs } from "../../shared/backoff.js";
+import { snapshotOf } from "../../shared/fsm.js";
 import { envelope } from "../../shared/message.js";
 import { decideFact, type Fact, roundHistory } from "../domain/facts.js";
 import type { ExecutionPatch } from "../store/port.js";
@@ -37,14 +38,7 @@ export async function recordFact(
     const written = await ctx.store.applyTransition({
       executionId,
       expected: { state: exec.state, round: exec.round },
-      next: {
-        state: next.state,
-        round: next.round,
-        attempt: next.attempt,
-        maxAttempts: next.maxAttempts,
-        dispatches: next.dispatches,
-        maxDispatches: next.maxDispatches,
-      },
+      next: snapshotOf(next),
       patch: adopt
         ? {
             ...patch,

@@ -1,5 +1,5 @@
 import { backoffMs } from "../../shared/backoff.js";
-import { type Effect, type ExecEvent, transition } from "../../shared/fsm.js";
+import { type Effect, type ExecEvent, snapshotOf, transition } from "../../shared/fsm.js";
 import { newId } from "../../shared/ids.js";
 import { envelope } from "../../shared/message.js";
 import type { ExecutionPatch, ExecutionRecord, TimelineStep } from "../store/port.js";
@@ -95,14 +95,7 @@ export async function applyEvents(
       const written = await ctx.store.applyTransition({
         executionId,
         expected: { state: exec.state, round: exec.round },
-        next: {
-          state: cur.state,
-          round: cur.round,
-          attempt: cur.attempt,
-          maxAttempts: cur.maxAttempts,
-          dispatches: cur.dispatches,
-          maxDispatches: cur.maxDispatches,
-        },
+        next: snapshotOf(cur),
         patch: merged,
         at: now,
         event: last.event,
