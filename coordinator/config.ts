@@ -213,6 +213,31 @@ export const coordinatorConfigSchema = z
         backoffCap: 300_000,
         timeout: 10_000,
       }),
+    /**
+     * Who may speak on the broker (docs/security.md). On by default: every message to and from an
+     * agent is authenticated with that agent's key, and only enrolled agents are heard.
+     */
+    security: z
+      .object({
+        /**
+         * The folder of the coordinator's secrets: the fleet key, the bundle signing key and the
+         * first admin token. @default "ax-secrets" beside the store's file
+         */
+        dir: z.string().min(1).optional(),
+        /**
+         * `"required"`: a message without a valid MAC from an enrolled agent is refused, and every
+         * message to an agent is MACed. `"off"`: neither (only for a broker no one else can
+         * reach; the coordinator logs a warning at start). @default "required"
+         */
+        messages: z.enum(["required", "off"]).default("required"),
+        /**
+         * How far a message's signing time may be from the coordinator's clock; outside it the
+         * message is refused as stale or replayed. @default 5m
+         */
+        freshness: durationSchema.default(300_000),
+      })
+      .strict()
+      .default({ messages: "required", freshness: 300_000 }),
     /** @default 65536 */
     maxPayloadBytes: z
       .number()

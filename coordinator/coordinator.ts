@@ -1,5 +1,5 @@
 import { createHash } from "node:crypto";
-import { resolve } from "node:path";
+import { dirname, join, resolve } from "node:path";
 import { type Clock, systemClock } from "../shared/clock.js";
 import { AxError } from "../shared/errors.js";
 import { TERMINAL_STATES } from "../shared/fsm.js";
@@ -20,6 +20,8 @@ import { applyEvent, newExecutionId } from "./engine/transitions.js";
 import { EventTriggers } from "./engine/triggers.js";
 import { CoordinatorLink } from "./link/mqtt-link.js";
 import { CoordinatorMetrics } from "./metrics.js";
+import { Identities } from "./security/identities.js";
+import { loadOrCreateSecrets, mqttPassword, type Secrets } from "./security/secrets.js";
 import type { ExecutionRecord, NewExecution, Store, StoredJob } from "./store/port.js";
 import { SqliteStore } from "./store/sqlite/sqlite-store.js";
 
@@ -89,6 +91,30 @@ export function defaultClientId(config: CoordinatorConfig): string {
   return `ax-c-${createHash("sha256").update(key).digest("hex").slice(0, 16)}`;
 }
 
+/** The folder of a coordinator's secrets: `security.dir`, or `ax-secrets` beside the store. */
+export function secretsDir(config: CoordinatorConfig): string {
+  return config.security.dir ?? join(dirname(resolve(config.store.path)), "ax-secrets");
+}
+
+/**
+ * The coordinator's own broker login: the configured one, or (messages authenticated) its client
+ * id and the password derived for it, which `ax broker config` writes into the broker's files.
+ */
+export function coordinatorMqttLogin(
+  config: CoordinatorConfig,
+  secrets: Secrets,
+): { username?: string; password?: string } {
+  if (config.mqtt.username !== undefined) {
+    return {
+      username: config.mqtt.username,
+      ...(config.mqtt.password === undefined ? {} : { password: config.mqtt.password }),
+    };
+  }
+  if (config.security.messages === "off") return {};
+  const username = config.mqtt.clientId ?? defaultClientId(config);
+  return { username, password: mqttPassword(secrets.fleet, username, 0) };
+}
+
 /**
  * The coordinator service: the store, the MQTT link, the registry and the engine loops, wired.
  * Owns every timer, socket and handle it opens; `close()` releases them.
@@ -110,6 +136,10 @@ export class Coordinator {
   private readonly triggers: EventTriggers;
   /** Webhook alerts: failures, misfires, agents offline. */
   readonly alerts: Alerts;
+  /** The fleet key, the bundle signing key (docs/security.md). */
+  readonly secrets: Secrets;
+  /** Enrolled agents and their keys. */
+  readonly identities: Identities;
 
   constructor(config: CoordinatorConfig, deps: CoordinatorDeps = {}) {
     const clock = deps.clock ?? systemClock;
@@ -121,13 +151,14 @@ export class Coordinator {
       log("error", err.message);
       this.registry.load().catch(() => {});
     };
+    this.secrets = loadOrCreateSecrets(secretsDir(config));
+    this.identities = new Identities(this.store, this.secrets, () => clock.wallNow());
     const link = new CoordinatorLink(
       {
         url: config.mqtt.url,
         prefix: config.mqtt.prefix,
         maxPayloadBytes: config.maxPayloadBytes,
-        ...(config.mqtt.username === undefined ? {} : { username: config.mqtt.username }),
-        ...(config.mqtt.password === undefined ? {} : { password: config.mqtt.password }),
+        ...coordinatorMqttLogin(config, this.secrets),
         ...(config.mqtt.sharedGroup === undefined ? {} : { sharedGroup: config.mqtt.sharedGroup }),
         clientId: config.mqtt.clientId ?? defaultClientId(config),
         persistentSession: config.mqtt.persistentSession,
@@ -175,6 +206,7 @@ export class Coordinator {
 
   async start(): Promise<void> {
     await this.registry.load();
+    await this.identities.load();
     this.inbound.onCaughtUp = () => this.ctx.link.resume();
     await this.ctx.link.start({
       message: (decoded, receivedAt) => this.inbound.handle(decoded, receivedAt),

@@ -16,6 +16,15 @@ export const ERROR_CODES = {
   AX_PROTO_INVALID_FIELD: "A message field is missing or has the wrong type or value.",
   AX_PROTO_AGENT_MISMATCH: "A message names an agent other than the one in its topic.",
   AX_PROTO_BAD_BATCH: "A batch of reports is empty, too long, or holds a message never batched.",
+  AX_AUTH_UNSIGNED: "A message that must be authenticated carries no MAC.",
+  AX_AUTH_BAD_MAC:
+    "A message's MAC is malformed, wrong, or made with a key its sender does not hold.",
+  AX_AUTH_STALE:
+    "A message was signed outside the freshness window, or is a replay of one already seen.",
+  AX_AUTH_NOT_ENROLLED:
+    "A message or connection comes from an agent that is not enrolled, or whose enrolment is revoked.",
+  AX_AGENT_ENROLLED: "The agent is already enrolled; rotate its key or revoke it first.",
+  AX_SECURITY_KEY: "A key, identity or token file is missing, malformed, or readable by others.",
   AX_CONFIG_INVALID: "A configuration file or option is invalid.",
   AX_CONFIG_READ: "A configuration file could not be read or parsed.",
   AX_JOB_INVALID: "A job definition is invalid.",

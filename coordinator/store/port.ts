@@ -207,6 +207,24 @@ export interface AgentRecord {
   outboxDepth: number;
 }
 
+/**
+ * An agent's enrolment (docs/security.md). Its keys are derived from the fleet key and
+ * `generation`, never stored.
+ */
+export interface IdentityRecord {
+  agentId: string;
+  /** Key generation: 1 at enrolment, one more per rotation. */
+  generation: number;
+  /** Tags the coordinator routes by; an enrolled agent's hello cannot change them. */
+  tags: Record<string, string>;
+  status: "enrolled" | "revoked";
+  enrolledAt: number;
+  /** When it was last enrolled, rotated or revoked. */
+  updatedAt: number;
+  /** Which API token (its name) made the last change. */
+  actor: string;
+}
+
 export interface ExecutionFilter {
   jobId?: string;
   groupKey?: string;
@@ -377,6 +395,8 @@ export interface Store {
   setAckedSeq(agentId: string, journalId: string, seq: number): Promise<void>;
 
   /** Adds `by` to a named counter (invalid messages, stale reports, …). */
+  putIdentity(identity: IdentityRecord): Promise<void>;
+  listIdentities(): Promise<IdentityRecord[]>;
   bumpCounter(name: string, by?: number): Promise<void>;
   counters(): Promise<Record<string, number>>;
 

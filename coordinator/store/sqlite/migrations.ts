@@ -259,4 +259,17 @@ export const SQLITE_MIGRATIONS: readonly Migration[] = [
         WHERE json_extract(definition, '$.dispatchLead') IS NOT NULL;
     `,
   },
+  {
+    version: 11,
+    name: "agent identities",
+    sql: `
+      -- Who is enrolled (docs/security.md). No key is stored: each agent's message key and MQTT
+      -- password derive from the fleet key and the generation, so a copy of this file is no
+      -- credential.
+      CREATE TABLE identities (
+        agent_id TEXT PRIMARY KEY,
+        record TEXT NOT NULL
+      );
+    `,
+  },
 ];

@@ -14,6 +14,7 @@ import type {
   ExecutionPageQuery,
   ExecutionPatch,
   ExecutionRecord,
+  IdentityRecord,
   JobPage,
   NewExecution,
   PeerRecord,
@@ -1239,6 +1240,22 @@ export class SqliteStore implements Store {
         "UPDATE agents SET acked_seq = ? WHERE agent_id = ? AND journal_id = ? AND acked_seq < ?",
       ).run(seq, agentId, journalId, seq),
     );
+  }
+
+  async putIdentity(identity: IdentityRecord): Promise<void> {
+    wrap("putIdentity", () =>
+      this.writeOne(
+        `INSERT INTO identities (agent_id, record) VALUES (?, ?)
+           ON CONFLICT (agent_id) DO UPDATE SET record = excluded.record`,
+      ).run(identity.agentId, JSON.stringify(identity)),
+    );
+  }
+
+  async listIdentities(): Promise<IdentityRecord[]> {
+    const rows = wrap("listIdentities", () =>
+      this.prepare("SELECT record FROM identities ORDER BY agent_id").pluck().all(),
+    ) as string[];
+    return rows.map((r) => JSON.parse(r) as IdentityRecord);
   }
 
   async bumpCounter(name: string, by = 1): Promise<void> {
