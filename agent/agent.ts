@@ -19,6 +19,7 @@ import { type AgentConfig, journalPath, LEGACY_JOURNAL_PATH } from "./config.js"
 import { type Handler, HandlerRegistry } from "./handlers/registry.js";
 import { buildHandlers, type OfferedHandlers } from "./handlers/set.js";
 import { Journal, type ReportBody } from "./journal/journal.js";
+import { AgentAuth, type AuthRefusal } from "./link/auth.js";
 import { AgentLink } from "./link/mqtt-link.js";
 import { transportsFor } from "./link/transport.js";
 import { PARTS } from "./parts/included.js";
@@ -103,7 +104,16 @@ export class Agent {
   /** Seq of the oldest unacknowledged report at the previous heartbeat. */
   private lastOldestSeq: number | undefined;
   private ackStallSince = 0;
-  private readonly counters = { invalidMessages: 0, dispatches: 0, foreignAcks: 0 };
+  private readonly counters = {
+    invalidMessages: 0,
+    dispatches: 0,
+    foreignAcks: 0,
+    authRefused: 0,
+  };
+  /** Message authentication, when the agent holds an identity. */
+  private readonly auth: AgentAuth | undefined;
+  /** When each kind of refusal was last logged: at most one line per kind and minute. */
+  private readonly refusalLogged = new Map<string, number>();
 
   constructor(
     private readonly config: AgentConfig,
@@ -143,13 +153,28 @@ export class Agent {
     this.replays = new ReplayGate(this.clock, () => this.replayOutbox());
     const bundle = deps.bundle ?? { version: "dev", sha256: "dev" };
     this.bundle = bundle;
+    const identity = config.identity;
+    if (identity !== undefined) {
+      this.auth = new AgentAuth(
+        { generation: identity.generation, key: Buffer.from(identity.key, "base64url") },
+        config.security.freshnessMs,
+      );
+    }
+    const auth = this.auth;
     this.link = new AgentLink({
       url: config.mqtt.url,
       agentId: config.agentId,
       topics: this.topics,
       keepaliveS: config.mqtt.keepaliveS,
-      username: config.mqtt.username,
-      password: config.mqtt.password,
+      username: config.mqtt.username ?? identity?.mqtt.username,
+      password: config.mqtt.password ?? identity?.mqtt.password,
+      ...(auth === undefined
+        ? {}
+        : {
+            seal: (topic: string, body: Buffer, at?: number) =>
+              auth.seal(topic, body, this.coordNow(), at),
+            now: () => this.coordNow(),
+          }),
       reconnect: config.mqtt.reconnect,
       will: this.presence("offline"),
       transports: transportsFor(parts.features),
@@ -281,7 +306,18 @@ export class Agent {
 
   private handleMessage(topic: string, payload: Buffer): void {
     const receivedLocal = this.time.localNow();
-    const result = decode(topic, payload, { prefix: this.topics.prefix });
+    let body = payload;
+    let signedAt: number | undefined;
+    if (this.auth !== undefined) {
+      const opened = this.auth.open(topic, payload);
+      if (!opened.ok) {
+        this.refused(topic, opened.error);
+        return;
+      }
+      body = opened.body;
+      signedAt = opened.at;
+    }
+    const result = decode(topic, body, { prefix: this.topics.prefix });
     if (!result.ok) {
       this.rejected(topic, result.error);
       const e = result.error;
@@ -298,7 +334,38 @@ export class Agent {
       return;
     }
     if (result.value.channel !== "down") return;
-    this.onDown(result.value.message, receivedLocal);
+    const m = result.value.message;
+    if (
+      this.auth !== undefined &&
+      signedAt !== undefined &&
+      m.type !== "welcome" &&
+      m.type !== "time"
+    ) {
+      // Judged only once a clock sample says what the coordinator's time is.
+      const stale =
+        this.sync.sampleCount > 0 ? this.auth.stale(signedAt, this.coordNow()) : undefined;
+      if (stale !== undefined) {
+        this.refused(topic, stale);
+        return;
+      }
+    }
+    this.onDown(m, receivedLocal);
+  }
+
+  /**
+   * A message that failed authentication: counted, logged at most once per reason and minute,
+   * and never answered (an answer to a forged dispatch would be the agent's own signed word).
+   */
+  private refused(topic: string, e: AuthRefusal): void {
+    this.counters.authRefused++;
+    const now = this.clock.monoNow();
+    const last = this.refusalLogged.get(e.code);
+    if (last !== undefined && now - last < 60_000) return;
+    this.refusalLogged.set(e.code, now);
+    this.log("warn", `refused message: ${e.code}: ${e.message}`, {
+      topic,
+      refusedSoFar: this.counters.authRefused,
+    });
   }
 
   /** An invalid message: logged with its reason and counted, never acted on. */

@@ -1,12 +1,15 @@
-import { readFileSync } from "node:fs";
+import { existsSync, readFileSync } from "node:fs";
+import { dirname, isAbsolute, join } from "node:path";
 import * as z from "zod/mini";
 import { AxError } from "../shared/errors.js";
+import { identityFileSchema } from "../shared/identity.js";
 import { ID_PATTERN } from "../shared/ids.js";
 import { HANDLER_NAMES } from "../shared/profile-names.js";
 import { describeIssue } from "../shared/protocol/codec.js";
 import { MAX_TAGS, maxKeys } from "../shared/protocol/envelope.js";
 import type { DeviceHandlersConfig, DeviceHandlersConfigInput } from "./handlers/device/index.js";
 import { handlersConfigSchema } from "./handlers/set.js";
+import { DEFAULT_IDENTITY_FILE, readIdentityFile } from "./identity.js";
 import { PARTS } from "./parts/included.js";
 import type { AgentParts } from "./parts/types.js";
 
@@ -63,6 +66,27 @@ function agentConfigSchema(parts: AgentParts) {
         { baseMs: 500, capMs: 5_000 },
       ),
     }),
+    /**
+     * The agent's identity (docs/security.md): its key and broker login, as `ax fleet enroll`
+     * wrote them. With one, every message it sends is MACed and every message it receives must
+     * be. Give the file (`identityFile`) rather than its contents where you can.
+     */
+    identity: z.optional(identityFileSchema),
+    /**
+     * The identity file. Relative paths are read from the config file's folder.
+     * @default "ax-identity.json" beside the config file, when there is one
+     */
+    identityFile: z.optional(z.string().check(z.minLength(1))),
+    security: z._default(
+      z.object({
+        /**
+         * How far a down message's signing time may be from the coordinator's clock as this
+         * agent knows it (checked once it has a clock sample). @default 300000 (5 min)
+         */
+        freshnessMs: z._default(z.int().check(z.gte(1_000), z.lte(86_400_000)), 300_000),
+      }),
+      { freshnessMs: 300_000 },
+    ),
     /** Firmware profile name reported in hello. @default "dev" */
     profile: z._default(z.string().check(z.minLength(1), z.maxLength(64)), "dev"),
     capacity: z._default(
@@ -195,6 +219,8 @@ export function parseAgentConfig(
   input: unknown,
   source = "config",
   parts: AgentParts = PARTS,
+  /** The folder relative identity paths are read from, and an identity file looked for in. */
+  base?: string,
 ): AgentConfig {
   const lines = notBuiltIn(input, parts);
   const defaults = parts.bundle?.defaults;
@@ -217,7 +243,32 @@ export function parseAgentConfig(
       context: { source },
     });
   }
-  return Object.freeze(result.data);
+  return Object.freeze(withIdentity(result.data, source, base));
+}
+
+/** The config with its identity read from its file, and checked against its agentId. */
+function withIdentity(config: AgentConfig, source: string, base: string | undefined): AgentConfig {
+  let identity = config.identity;
+  let from = `${source}: identity`;
+  if (identity === undefined) {
+    let file = config.identityFile;
+    if (file !== undefined && base !== undefined && !isAbsolute(file)) file = join(base, file);
+    if (file === undefined && base !== undefined) {
+      const beside = join(base, DEFAULT_IDENTITY_FILE);
+      if (existsSync(beside)) file = beside;
+    }
+    if (file === undefined) return config;
+    identity = readIdentityFile(file);
+    from = file;
+  }
+  if (identity.agentId !== config.agentId) {
+    throw new AxError(
+      "AX_CONFIG_INVALID",
+      `${from}: is the identity of agent "${identity.agentId}", not of "${config.agentId}"`,
+      { context: { source } },
+    );
+  }
+  return { ...config, identity };
 }
 
 /** Reads and parses an agent config file. */
@@ -232,5 +283,5 @@ export function loadAgentConfig(path: string, parts: AgentParts = PARTS): AgentC
       { cause: err },
     );
   }
-  return parseAgentConfig(raw, path, parts);
+  return parseAgentConfig(raw, path, parts, dirname(path));
 }

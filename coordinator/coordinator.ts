@@ -18,6 +18,7 @@ import { Registry } from "./engine/registry.js";
 import { RetentionLoop } from "./engine/retention.js";
 import { applyEvent, newExecutionId } from "./engine/transitions.js";
 import { EventTriggers } from "./engine/triggers.js";
+import { LinkAuth } from "./link/auth.js";
 import { CoordinatorLink } from "./link/mqtt-link.js";
 import { CoordinatorMetrics } from "./metrics.js";
 import { Identities } from "./security/identities.js";
@@ -162,6 +163,10 @@ export class Coordinator {
         ...(config.mqtt.sharedGroup === undefined ? {} : { sharedGroup: config.mqtt.sharedGroup }),
         clientId: config.mqtt.clientId ?? defaultClientId(config),
         persistentSession: config.mqtt.persistentSession,
+        auth:
+          config.security.messages === "required"
+            ? new LinkAuth(this.identities, config.security.freshness, config.mqtt.prefix)
+            : undefined,
       },
       () => clock.wallNow(),
     );
@@ -170,6 +175,21 @@ export class Coordinator {
     );
     this.ctx = { config, store: this.store, link, clock, log, events: this.events };
     this.registry = new Registry(this.ctx);
+    if (config.security.messages === "required") {
+      // An enrolled agent is routed by the tags it was enrolled with: a device cannot claim a
+      // tag (a site, a role) to be sent another's commands.
+      this.registry.tagsOf = (agentId) => this.identities.get(agentId)?.tags;
+    }
+    this.identities.onChange = (identity) => {
+      if (identity.status === "revoked") {
+        this.registry.revoked(identity.agentId).catch((err: unknown) => {
+          log(
+            "error",
+            `taking revoked agent ${identity.agentId} offline failed: ${(err as Error).message}`,
+          );
+        });
+      }
+    };
     this.metrics = new CoordinatorMetrics({
       events: this.events,
       fleet: this.registry,
@@ -211,6 +231,7 @@ export class Coordinator {
     await this.ctx.link.start({
       message: (decoded, receivedAt) => this.inbound.handle(decoded, receivedAt),
       invalid: (error, topic) => this.inbound.invalid(error, topic),
+      refused: (error, topic, stale) => this.inbound.refused(error, topic, stale),
       backlog: () => this.inbound.backlog,
       up: (at) => {
         this.inbound.linkUp(at);

@@ -58,6 +58,7 @@ export class CoordinatorMetrics {
   private readonly executions: Gauge<"state">;
   private readonly dropped: Counter<"reason">;
   private readonly invalid: Counter;
+  private readonly refused: Counter<"reason">;
   private readonly facts: Counter<"decision">;
   private readonly agentsOnline: Gauge;
   private readonly agentsKnown: Gauge;
@@ -125,6 +126,12 @@ export class CoordinatorMetrics {
       help: "MQTT messages rejected as invalid before reaching the engine (persistent).",
       registers,
     });
+    this.refused = new Counter({
+      name: "ax_auth_refused_total",
+      help: "MQTT messages refused by authentication (no MAC, a wrong one, stale or replayed, not enrolled), by reason, since start.",
+      labelNames: ["reason"],
+      registers,
+    });
     this.facts = new Counter({
       name: "ax_late_facts_total",
       help: "Reports of an older round, or after the record had moved on, that were recorded (persistent).",
@@ -159,6 +166,9 @@ export class CoordinatorMetrics {
     const { events } = sources;
     this.unsubscribe.push(
       events.on("fired", (e) => this.fires.inc({ outcome: e.late ? "late" : "on_time" })),
+      events.on("refusedMessage", (e) =>
+        this.refused.inc({ reason: e.code.replace(/^AX_AUTH_/, "").toLowerCase() }),
+      ),
       events.on("transition", (e) => {
         const kind = e.jobId === null ? "command" : "job";
         const nominal = e.scheduledFor ?? e.fireAt;

@@ -30,6 +30,14 @@ export interface AgentLinkOptions {
   reconnect?: ReconnectPolicy | undefined;
   /** How to reach the broker by URL protocol. @default plain TCP only */
   transports?: Transports | undefined;
+  /**
+   * Seals every payload published (docs/protocol.md, "Authenticated messages"): `at` given for
+   * presence (the Last Will and the presence of one connection share their signing time).
+   * @default payloads sent as they are
+   */
+  seal?: ((topic: string, body: Buffer, at?: number) => Buffer) | undefined;
+  /** The coordinator's time as the agent knows it: presence is signed at connect time. */
+  now?: (() => number) | undefined;
 }
 
 export interface AgentLinkEvents {
@@ -85,8 +93,15 @@ export class AgentLink {
   private reconnectTimer: Timer | undefined;
   private subscribeTimer: Timer | undefined;
   private events: AgentLinkEvents | undefined;
+  /** When the current connection was opened (coordinator time): its presence's signing time. */
+  private connectionAt = 0;
 
   constructor(private readonly options: AgentLinkOptions) {}
+
+  private sealed(topic: string, payload: Buffer, at?: number): Buffer {
+    const seal = this.options.seal;
+    return seal === undefined ? payload : seal(topic, payload, at);
+  }
 
   start(events: AgentLinkEvents): void {
     if (this.started || this.closed) throw new Error("AgentLink can start only once");
@@ -108,10 +123,9 @@ export class AgentLink {
   async publishUp(message: { type: string }, json?: string): Promise<void> {
     const session = this.session;
     if (!session || !this.ready) return;
+    const topic = this.options.topics.up(this.options.agentId);
     const payload = json === undefined ? encode(message) : Buffer.from(json);
-    await session.publish(this.options.topics.up(this.options.agentId), payload, {
-      qos: 1,
-    });
+    await session.publish(topic, this.sealed(topic, payload), { qos: 1 });
   }
 
   /**
@@ -121,17 +135,17 @@ export class AgentLink {
   async publishUpBatch(jsons: readonly string[]): Promise<void> {
     const session = this.session;
     if (!session || !this.ready) return;
-    await session.publish(
-      this.options.topics.up(this.options.agentId),
-      Buffer.from(`[${jsons.join(",")}]`),
-      { qos: 1 },
-    );
+    const topic = this.options.topics.up(this.options.agentId);
+    await session.publish(topic, this.sealed(topic, Buffer.from(`[${jsons.join(",")}]`)), {
+      qos: 1,
+    });
   }
 
   async publishPresence(payload: Buffer): Promise<void> {
     const session = this.session;
     if (!session || !this.ready) return;
-    await session.publish(this.options.topics.presence(this.options.agentId), payload, {
+    const topic = this.options.topics.presence(this.options.agentId);
+    await session.publish(topic, this.sealed(topic, payload, this.connectionAt), {
       qos: 1,
       retain: true,
     });
@@ -158,6 +172,8 @@ export class AgentLink {
   private open(): void {
     if (this.closed) return;
     const o = this.options;
+    this.connectionAt = Math.floor(o.now?.() ?? Date.now());
+    const willTopic = o.topics.presence(o.agentId);
     const session = new MqttSession(
       {
         url: o.url,
@@ -165,7 +181,12 @@ export class AgentLink {
         clean: true,
         keepaliveS: o.keepaliveS,
         connectTimeoutMs: CONNECT_TIMEOUT_MS,
-        will: { topic: o.topics.presence(o.agentId), payload: o.will, qos: 1, retain: true },
+        will: {
+          topic: willTopic,
+          payload: this.sealed(willTopic, o.will, this.connectionAt),
+          qos: 1,
+          retain: true,
+        },
         username: o.username,
         password: o.password,
         transports: o.transports,

@@ -1,4 +1,4 @@
-import { mkdtempSync, rmSync } from "node:fs";
+import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { AxError } from "../../shared/errors.js";
@@ -74,9 +74,18 @@ export async function runDemo(argv: string[]): Promise<number> {
       `ax demo: console ${http.url}/  ·  API ${http.url}/api/  ·  metrics ${http.url}/metrics\n`,
     );
     for (const agentId of AGENTS) {
+      // Each agent is enrolled and holds its identity, as in production: every message between
+      // it and the coordinator is authenticated (docs/security.md).
+      const { file } = await coordinator.identities.enroll(agentId, {
+        tags: { site: "demo" },
+        actor: "demo",
+      });
+      const identityFile = join(dir, `${agentId}.identity.json`);
+      writeFileSync(identityFile, JSON.stringify(file, null, 2), { mode: 0o600 });
       agents.push(
         spawnAgentProcess(dir, {
           agentId,
+          identityFile,
           mqtt: { url: broker.url, keepaliveS: 5 },
           profile: "demo",
           tags: { site: "demo" },

@@ -26,6 +26,8 @@ export interface EngineEvents {
   agent: { agentId: string; status: "online" | "offline"; reason: string; at: number };
   /** A message was rejected before it reached the engine. */
   invalidMessage: { topic: string; code: string; message: string; at: number };
+  /** A message failed authentication (docs/security.md); it changed nothing. */
+  refusedMessage: { topic: string; code: string; source: string; message: string; at: number };
   /** A report was dropped: older round, illegal in the current state, or from a superseded instance. */
   dropped: { executionId: string | null; reason: string; at: number };
 }

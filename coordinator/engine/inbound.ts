@@ -7,6 +7,7 @@ import type {
   Report,
   UpMessage,
 } from "../../shared/protocol/index.js";
+import type { Refusal } from "../link/auth.js";
 import { MAX_INBOUND_BACKLOG } from "../link/mqtt-link.js";
 import type { EngineContext } from "./context.js";
 import { recordFact } from "./facts.js";
@@ -65,6 +66,10 @@ export class Inbound {
   private readonly replayAskedAt = new Map<string, number>();
   /** Agents heard from (a heartbeat) since the link last came up. */
   private readonly heardSinceUp = new Set<string>();
+  /** When each refused source and reason was last logged. */
+  private readonly refusalLogged = new Map<string, number>();
+  /** When each agent was last sent a clock sample for a stale message. */
+  private readonly resyncAt = new Map<string, number>();
 
   constructor(
     private readonly ctx: EngineContext,
@@ -198,6 +203,45 @@ export class Inbound {
       message: error.message,
       at: this.ctx.clock.wallNow(),
     });
+  }
+
+  /**
+   * A message that failed authentication: it changes nothing. Counted (ax_auth_refused_total),
+   * logged at most once per source and reason a minute, so a flood of forgeries cannot flood the
+   * log. An authentic hello or heartbeat refused as stale is answered with a clock sample (once a
+   * second at most), so an agent whose clock is off corrects it instead of being refused forever.
+   */
+  refused(error: Refusal, topic: string, stale?: Decoded): void {
+    const at = this.ctx.clock.wallNow();
+    this.ctx.events.emit("refusedMessage", {
+      topic,
+      code: error.code,
+      source: error.source,
+      message: error.message,
+      at,
+    });
+    const key = `${error.source}\u0000${error.code}`;
+    const last = this.refusalLogged.get(key);
+    if (last === undefined || at - last >= 60_000) {
+      if (this.refusalLogged.size >= 10_000) this.refusalLogged.clear();
+      this.refusalLogged.set(key, at);
+      this.ctx.log("warn", `refused message on ${topic}: ${error.code}: ${error.message}`, {
+        topic,
+        code: error.code,
+        source: error.source,
+      });
+    }
+    if (stale === undefined || stale.channel !== "up" || error.resync === undefined) return;
+    const m = stale.message;
+    if (m.type !== "hello" && m.type !== "heartbeat") return;
+    const lastSync = this.resyncAt.get(stale.agentId) ?? Number.NEGATIVE_INFINITY;
+    if (at - lastSync < 1_000) return;
+    if (this.resyncAt.size >= 10_000) this.resyncAt.clear();
+    this.resyncAt.set(stale.agentId, at);
+    this.publish(
+      stale.agentId,
+      envelope({ type: "time", clock: { t0: m.sentAt, t1: at, t2: this.ctx.clock.wallNow() } }, at),
+    );
   }
 
   /** Resolves when every message received so far has been handled. */

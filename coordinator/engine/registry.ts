@@ -110,7 +110,7 @@ export class Registry {
       handlers: h.handlers,
       concurrency: h.capacity.concurrency,
       queue: h.capacity.queue,
-      tags: h.tags,
+      tags: this.tagsOf?.(h.agentId) ?? h.tags,
       connectedAt: now,
       lastSeenAt: now,
       clockOffsetMs: prev?.clockOffsetMs ?? 0,
@@ -151,6 +151,24 @@ export class Registry {
     if (hb.shuttingDown === true) this.markDraining(agentId);
     await this.ctx.store.putAgent(a);
     return true;
+  }
+
+  /** The tags an agent was enrolled with, which outrank its hello's. */
+  tagsOf: ((agentId: string) => Record<string, string> | undefined) | undefined;
+
+  /** A revoked agent: offline at once, so nothing more is routed to it. */
+  async revoked(agentId: string): Promise<void> {
+    const a = this.agents.get(agentId);
+    if (!a || a.status === "offline") return;
+    a.status = "offline";
+    await this.ctx.store.putAgent(a);
+    this.ctx.log("warn", `agent ${agentId} offline (revoked)`, { agentId });
+    this.ctx.events.emit("agent", {
+      agentId,
+      status: "offline",
+      reason: "revoked",
+      at: this.ctx.clock.wallNow(),
+    });
   }
 
   /** An `offline` presence counts only for the current instance: a late Last Will is ignored. */

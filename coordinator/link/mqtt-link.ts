@@ -3,12 +3,15 @@ import { AxError } from "../../shared/errors.js";
 import {
   type Decoded,
   type DownMessage,
+  decode,
   decodeAll,
   encode,
   type ProtocolError,
   type Topics,
   topics,
 } from "../../shared/protocol/index.js";
+import { type Sealed, unseal } from "../../shared/protocol/mac.js";
+import type { LinkAuth, Refusal } from "./auth.js";
 import { type CorkableStream, coalesceWrites } from "./coalesce.js";
 
 export interface CoordinatorLinkOptions {
@@ -27,11 +30,18 @@ export interface CoordinatorLinkOptions {
   clientId: string;
   /** `clean: false`: the broker queues what arrives for the coordinator while it is down. @default true */
   persistentSession?: boolean;
+  /** Message authentication (docs/protocol.md, "Authenticated messages"). @default none */
+  auth?: LinkAuth | undefined;
 }
 
 export interface LinkHandlers {
   message(decoded: Decoded, receivedAt: number): void;
   invalid(error: ProtocolError, topic: string): void;
+  /**
+   * A message that failed authentication: it changes nothing. With `body`, the message was
+   * authentic but stale (decoded, so its sender can be sent a clock sample).
+   */
+  refused?(error: Refusal, topic: string, stale?: Decoded): void;
   /** The link (re)connected to the broker at `at` (wall ms); `sessionPresent` from its CONNACK. */
   up?(at: number, sessionPresent: boolean): void;
   /** The link lost the broker at `at` (wall ms); it reconnects by itself. */
@@ -111,13 +121,39 @@ export class CoordinatorLink {
     });
     client.on("message", (topic, payload) => {
       const receivedAt = this.now();
+      const maxBytes = this.options.maxPayloadBytes ?? 65_536;
+      const options = { prefix: this.topics.prefix, maxBytes };
+      const auth = this.options.auth;
+      let body: Buffer = payload;
+      let signedAt = receivedAt;
+      if (auth !== undefined) {
+        const opened = auth.open(topic, payload, receivedAt, maxBytes);
+        if (!opened.ok) {
+          const e = opened.error;
+          let stale: Decoded | undefined;
+          if (e.resync !== undefined) {
+            const d = decode(topic, (unseal(payload) as Sealed).body, options);
+            if (d.ok) stale = d.value;
+          }
+          handlers.refused?.(e, topic, stale);
+          return;
+        }
+        if (opened.event !== undefined) {
+          handlers.message(opened.event, receivedAt);
+          return;
+        }
+        body = opened.body;
+        signedAt = opened.at;
+      }
       // A batch of an agent's reports is one MQTT message; each report is handled on its own.
-      for (const result of decodeAll(topic, payload, {
-        prefix: this.topics.prefix,
-        maxBytes: this.options.maxPayloadBytes ?? 65_536,
-      })) {
-        if (result.ok) handlers.message(result.value, receivedAt);
-        else handlers.invalid(result.error, topic);
+      for (const result of decodeAll(topic, body, options)) {
+        if (!result.ok) {
+          handlers.invalid(result.error, topic);
+          continue;
+        }
+        const replay = auth?.admit(result.value, signedAt);
+        if (replay !== undefined) handlers.refused?.(replay, topic);
+        else handlers.message(result.value, receivedAt);
       }
     });
     // mqtt.js handles one packet at a time and reads the next only once this calls back: holding
@@ -182,9 +218,16 @@ export class CoordinatorLink {
     if (!client) throw new AxError("AX_LINK_FAILED", "link not started");
     this.inFlight++;
     try {
-      const published = client.publishAsync(this.topics.down(agentId), encode(message), {
-        qos: 1,
-      });
+      const topic = this.topics.down(agentId);
+      let payload = encode(message);
+      const auth = this.options.auth;
+      if (auth !== undefined) {
+        const sealed = auth.seal(agentId, topic, payload, this.now());
+        // Not enrolled (or revoked): it could not check the message, and must not be told anything.
+        if (sealed === undefined) return;
+        payload = sealed;
+      }
+      const published = client.publishAsync(topic, payload, { qos: 1 });
       // A clock sample (welcome, time) is stamped as it is sent: whatever holds it back is
       // counted as round trip, which the agent waits out before every start.
       if ("clock" in message) this.flushWrites();

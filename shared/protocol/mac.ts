@@ -109,8 +109,13 @@ export function unseal(payload: Uint8Array): Sealed | UnsealFailure {
   const kid = Number(m[1]);
   const at = Number(m[2]);
   if (!Number.isSafeInteger(at)) return "malformed";
-  const tag = Buffer.from(m[3] as string, "base64url");
-  if (tag.length !== MAC_BYTES || m[3]?.length !== TAG_CHARS) return "malformed";
+  const text = m[3] as string;
+  const tag = Buffer.from(text, "base64url");
+  // Only the canonical spelling: the last character's two spare bits must be zero, or one tag
+  // would have four spellings and a changed payload byte could still verify.
+  if (tag.length !== MAC_BYTES || text.length !== TAG_CHARS || tag.toString("base64url") !== text) {
+    return "malformed";
+  }
   const rest = buf.subarray(end + close.length);
   const body = Buffer.concat([buf.subarray(0, 1), rest]);
   return { kid, at, tag, body };

@@ -63,6 +63,8 @@ export async function startTestCoordinator(
     parseCoordinatorConfig({
       store: { path: join(dir, "ax.sqlite") },
       mqtt: { url: broker.url, prefix: broker.prefix },
+      // Unsigned agents: this test is not about authentication (test/integration/security*.test.ts are).
+      security: { messages: "off" },
       heartbeat: heartbeatMs,
     }),
   );

@@ -124,6 +124,8 @@ export async function coordinatorSetup(cleanups: Cleanups, over: Record<string, 
   const config = parseCoordinatorConfig({
     store: { path: join(tmp.dir, "ax.sqlite") },
     mqtt: { url: broker.url, prefix: broker.prefix },
+    // Unsigned agents: this test is not about authentication (test/integration/security*.test.ts are).
+    security: { messages: "off" },
     heartbeat: 500,
     ...over,
   });

@@ -51,6 +51,8 @@ describe("alerts: webhooks", () => {
       parseCoordinatorConfig({
         store: { path: join(tmp.dir, "ax.sqlite") },
         mqtt: { url: broker.url, prefix: broker.prefix },
+        // Unsigned agents: this test is not about authentication (test/integration/security*.test.ts are).
+        security: { messages: "off" },
         heartbeat: 500,
         alerts,
       }),

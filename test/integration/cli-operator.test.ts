@@ -329,6 +329,8 @@ describe("ax coordinator start with an http section", () => {
         JSON.stringify({
           store: { path: join(tmp.dir, "ax.sqlite") },
           mqtt: { url: broker.url, prefix: broker.prefix },
+          // Unsigned agents: this test is not about authentication (test/integration/security*.test.ts are).
+          security: { messages: "off" },
           http: {
             port: 0,
             auth: { tokens: [{ tokenFile: join(tmp.dir, "token"), role: "read" }] },

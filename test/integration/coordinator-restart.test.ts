@@ -69,6 +69,8 @@ describe("coordinator restart after kill -9", () => {
       JSON.stringify({
         store: { path: storePath },
         mqtt: { url: broker.url, prefix: broker.prefix },
+        // Unsigned agents: this test is not about authentication (test/integration/security*.test.ts are).
+        security: { messages: "off" },
         heartbeat: 500,
         misfireThreshold: 500,
         jobsFile,

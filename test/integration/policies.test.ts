@@ -224,6 +224,8 @@ describe("job policies on real parts", () => {
         const config: CoordinatorConfig = parseCoordinatorConfig({
           store: { path: join(tmp.dir, `misfire-${c.policy}.sqlite`) },
           mqtt: { url: broker.url, prefix: `${broker.prefix}m` },
+          // Unsigned agents: this test is not about authentication (test/integration/security*.test.ts are).
+          security: { messages: "off" },
           heartbeat: 1000,
           misfireThreshold: 1000,
         });

@@ -49,6 +49,8 @@ export async function coordinatorProcess(
   const config: CoordinatorConfigInput = {
     store: { path: storePath },
     mqtt: { url: brokerUrl, prefix },
+    // Unsigned agents: this test is not about authentication (test/integration/security*.test.ts are).
+    security: { messages: "off" },
     http: { host: "127.0.0.1", port, auth: { tokens: [{ token: CHAOS_TOKEN, role: "operate" }] } },
     ...settings,
   };
