@@ -15,6 +15,7 @@ import {
   type Topics,
   topics,
 } from "../shared/protocol/index.js";
+import { MAX_SEAL_BYTES } from "../shared/protocol/mac.js";
 import { type AgentConfig, journalPath, LEGACY_JOURNAL_PATH } from "./config.js";
 import { type Handler, HandlerRegistry } from "./handlers/registry.js";
 import { buildHandlers, type OfferedHandlers } from "./handlers/set.js";
@@ -561,7 +562,9 @@ export class Agent {
 
   /** Publishes reports given as their JSON texts, in order, batched as {@link publishReports} says. */
   private publishJsons(all: readonly string[]): void {
-    const limit = Math.min(this.batchBytes, MAX_BATCH_BYTES);
+    // A sealed batch is its MAC member longer (shared/protocol/mac.ts).
+    const limit =
+      Math.min(this.batchBytes, MAX_BATCH_BYTES) - (this.auth === undefined ? 0 : MAX_SEAL_BYTES);
     let jsons: string[] = [];
     let bytes = 2; // the brackets
     const send = () => {

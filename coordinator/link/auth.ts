@@ -131,7 +131,8 @@ export class LinkAuth {
   /**
    * Refuses a replayed session message: a hello or heartbeat must be signed after the last one
    * accepted from its agent (a hello from an instance not seen before is accepted, since a
-   * restarted device may sign before its clock is corrected); a presence after the last presence,
+   * restarted device may sign before its clock is corrected; one from an instance it superseded
+   * never is); a presence after the last presence,
    * or (an `offline`, which is also the Last Will signed at connect time) at the same time.
    */
   admit(d: Decoded, at: number): Refusal | undefined {
@@ -149,7 +150,15 @@ export class LinkAuth {
       s.presenceAt = at;
       return undefined;
     }
-    if (m.type === "hello" && !s.instances.includes(m.instanceId)) {
+    if (m.type === "hello" && m.instanceId !== s.instances.at(-1)) {
+      // A process that restarts takes a new instanceId, so one superseded never speaks again.
+      if (s.instances.includes(m.instanceId)) {
+        return refusal(
+          "AX_AUTH_STALE",
+          `replayed: a hello of instance ${m.instanceId}, which a later one superseded`,
+          d.agentId,
+        );
+      }
       s.instances = [...s.instances.slice(1 - RECENT_INSTANCES), m.instanceId];
       s.sessionAt = at;
       return undefined;

@@ -107,7 +107,7 @@ export interface DueOptions {
    * known, up to the horizon. @default pendingBy
    */
   commandsBy?: number;
-  /** Commands aimed at these agents are left out of `pending` (offline, or shutting down). */
+  /** Commands aimed at these agents are left out of `pending` (offline, or shutting down), unless past their deadline (to be expired). */
   skipTargets?: readonly string[];
 }
 

@@ -1,9 +1,10 @@
 import { randomBytes } from "node:crypto";
+import { readFileSync } from "node:fs";
 import { describe, expect, it } from "vitest";
 import { seal, unseal, verifyTag } from "./mac.js";
 
-/** The test vector of docs/protocol.md, "Authenticated messages". */
-export const VECTOR = {
+/** The first test vector of docs/protocol.md, "Authenticated messages". */
+const VECTOR = {
   key: Buffer.alloc(32, 0x2a).toString("base64url"),
   kid: 1,
   at: 1767225600000,
@@ -106,9 +107,21 @@ describe("message MAC", () => {
     );
   });
 
-  it("matches the test vector published in docs/protocol.md", () => {
+  it("matches the test vectors published in docs/protocol.md", () => {
+    const doc = readFileSync(new URL("../../docs/protocol.md", import.meta.url), "utf8");
     const v = VECTOR;
     const payload = seal(v.body, v.topic, Buffer.from(v.key, "base64url"), v.kid, v.at).toString();
+    expect(doc).toContain(`\n${payload}\n`);
+    expect(doc).toContain(`(\`${v.key}\`)`);
+    const batch = seal(
+      '[{"v":1}]',
+      "ax/v1/agents/pump-7/down",
+      Buffer.from(v.key, "base64url"),
+      3,
+      v.at,
+    );
+    expect(doc).toContain(`\n${batch.toString()}\n`);
+    // Computed independently (Python's hmac module), not by the code under test.
     expect(payload).toBe(
       '{"mac":"1.1767225600000.gyYYhr_OiDxk5sGSTClsFbl42mZr2s-CMfK52srptMU","v":1,"type":"heartbeat","msgId":"m1","sentAt":1767225600000}',
     );

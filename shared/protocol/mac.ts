@@ -16,6 +16,12 @@ import { createHmac, timingSafeEqual } from "node:crypto";
 /** Bytes of an HMAC-SHA256 tag. */
 export const MAC_BYTES = 32;
 
+/**
+ * The most bytes sealing adds to a payload: `[{"mac":"`, a kid of 9 digits, `.`, a time of 16
+ * digits, `.`, the tag, `"},`. Senders keep payloads this far under the receiver's limit.
+ */
+export const MAX_SEAL_BYTES = 9 + 9 + 1 + 16 + 1 + 43 + 3;
+
 /** Length of a tag in unpadded base64url. */
 const TAG_CHARS = 43;
 

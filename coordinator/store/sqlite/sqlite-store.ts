@@ -882,11 +882,13 @@ export class SqliteStore implements Store {
       pending: this.selectExecutions(
         `FROM executions WHERE ${OPEN_SQL} AND state = 'PENDING' AND fire_at <= ?
            AND (fire_at <= ? OR kind = 'command')
-           ${skip.length > 0 ? "AND (target_agent_id IS NULL OR target_agent_id NOT IN (SELECT value FROM json_each(?)))" : ""}
+           ${skip.length > 0 ? "AND (target_agent_id IS NULL OR deadline < ? OR target_agent_id NOT IN (SELECT value FROM json_each(?)))" : ""}
            ${order}`,
         commandsBy,
         pendingBy,
-        ...(skip.length > 0 ? [JSON.stringify(skip)] : []),
+        // A command for an agent out of reach is still read once its deadline has passed, so that
+        // it is expired rather than left PENDING for ever.
+        ...(skip.length > 0 ? [now, JSON.stringify(skip)] : []),
         limit,
       ),
       retry: this.selectExecutions(

@@ -1,0 +1,65 @@
+import { randomBytes } from "node:crypto";
+import { describe, expect, it } from "vitest";
+import { seal, unseal } from "../../shared/protocol/mac.js";
+import { AgentAuth } from "./auth.js";
+
+const key = randomBytes(32);
+const down = "ax/v1/agents/A/down";
+const msg = (n: number) => `{"v":1,"type":"ack","msgId":"m${n}","sentAt":${n},"upTo":${n}}`;
+
+describe("AgentAuth", () => {
+  it("seals up messages at strictly rising times, presence at the time it is given", () => {
+    const auth = new AgentAuth({ generation: 1, key }, 60_000);
+    const at = (p: Buffer) => {
+      const s = unseal(p);
+      if (typeof s === "string") throw new Error(s);
+      return s.at;
+    };
+    expect(at(auth.seal("t", '{"v":1}', 1000))).toBe(1000);
+    expect(at(auth.seal("t", '{"v":1}', 1000))).toBe(1001);
+    expect(at(auth.seal("t", '{"v":1}', 900))).toBe(1002); // the clock estimate stepped back
+    expect(at(auth.seal("t", '{"v":1}', 5000, 42))).toBe(42);
+  });
+
+  it("opens a message MACed for it, once", () => {
+    const auth = new AgentAuth({ generation: 1, key }, 60_000);
+    const p = seal(msg(1), down, key, 1, 100);
+    const first = auth.open(down, p);
+    expect(first.ok && first.body.toString()).toBe(msg(1));
+    const again = auth.open(down, p);
+    expect(!again.ok && again.error).toEqual({
+      code: "AX_AUTH_STALE",
+      message: "replayed: this message was already received",
+    });
+  });
+
+  it("refuses unsigned, another generation, another key and another agent's topic", () => {
+    const auth = new AgentAuth({ generation: 1, key }, 60_000);
+    const code = (p: Buffer) => {
+      const r = auth.open(down, p);
+      return r.ok ? "ok" : r.error.code;
+    };
+    expect(code(Buffer.from(msg(2)))).toBe("AX_AUTH_UNSIGNED");
+    expect(code(seal(msg(3), down, key, 2, 100))).toBe("AX_AUTH_BAD_MAC");
+    expect(code(seal(msg(4), down, randomBytes(32), 1, 100))).toBe("AX_AUTH_BAD_MAC");
+    expect(code(seal(msg(5), "ax/v1/agents/B/down", key, 1, 100))).toBe("AX_AUTH_BAD_MAC");
+  });
+
+  it("judges the window by the coordinator's clock as it knows it", () => {
+    const auth = new AgentAuth({ generation: 1, key }, 60_000);
+    expect(auth.stale(1_000_000, 1_059_000)).toBeUndefined();
+    expect(auth.stale(1_000_000, 1_060_001)?.code).toBe("AX_AUTH_STALE");
+    expect(auth.stale(1_070_000, 1_000_000)?.message).toBe(
+      "signed -70000 ms from this agent's clock (window 60000 ms)",
+    );
+  });
+
+  it("forgets the oldest of 4096 remembered messages, and then refuses anything signed before it", () => {
+    const auth = new AgentAuth({ generation: 1, key }, 60_000);
+    for (let i = 1; i <= 4097; i++)
+      expect(auth.open(down, seal(msg(i), down, key, 1, i)).ok).toBe(true);
+    // The first was forgotten: its copy is still refused, by the floor.
+    expect(auth.open(down, seal(msg(1), down, key, 1, 1)).ok).toBe(false);
+    expect(auth.open(down, seal(msg(9999), down, key, 1, 5000)).ok).toBe(true);
+  });
+});
