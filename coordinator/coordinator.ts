@@ -242,6 +242,12 @@ export class Coordinator {
     this.dispatcher.start();
     this.retention.start();
     await this.alerts.start();
+    if (this.ctx.config.security.messages === "off") {
+      this.ctx.log(
+        "warn",
+        'security.messages is "off": messages to and from agents are not authenticated, and anyone on the broker can command them (docs/security.md)',
+      );
+    }
     this.ctx.log("info", "coordinator started", { mqtt: this.ctx.config.mqtt.url });
   }
 
