@@ -20,6 +20,8 @@ export interface CoordinatorProcess {
   url: string;
   storePath: string;
   configFile: string;
+  /** The config written to `configFile`. */
+  config: CoordinatorConfigInput;
   /** Starts it and waits until `/api/ready` says ready. */
   start(): Promise<void>;
   /** kill -9. */
@@ -49,8 +51,6 @@ export async function coordinatorProcess(
   const config: CoordinatorConfigInput = {
     store: { path: storePath },
     mqtt: { url: brokerUrl, prefix },
-    // Unsigned agents: this test is not about authentication (test/integration/security*.test.ts are).
-    security: { messages: "off" },
     http: { host: "127.0.0.1", port, auth: { tokens: [{ token: CHAOS_TOKEN, role: "operate" }] } },
     ...settings,
   };
@@ -64,6 +64,7 @@ export async function coordinatorProcess(
     url,
     storePath,
     configFile,
+    config,
     async start() {
       if (alive(child)) return;
       const fd = openSync(logFile, "a");

@@ -5,6 +5,7 @@ import type { ExecutionRecord } from "../../../coordinator/store/port.js";
 import { TERMINAL_STATES } from "../../../shared/fsm.js";
 import { newId } from "../../../shared/ids.js";
 import { tempDir, waitFor } from "../env.js";
+import { enrollBeforeStart } from "../identities.js";
 import { ChaosAgent, type ChaosAgentSettings, chaosAgentConfig } from "./agents.js";
 import { type BrokerKind, type BrokerProcess, brokerProcess } from "./broker-process.js";
 import { type CoordinatorProcess, coordinatorProcess } from "./coordinator-process.js";
@@ -103,15 +104,17 @@ export class ChaosHarness {
     OPEN.add(h);
     try {
       await broker.start();
+      // Authenticated, as a fleet runs by default: each agent is enrolled before the coordinator
+      // starts and holds its identity, so every fault is also one of sealed traffic.
+      const ids = Array.from({ length: options.agents ?? 2 }, (_, i) => `${prefix}-a${i + 1}`);
+      const identities = await enrollBeforeStart(coordinator.config, ids, tmp.dir);
       await coordinator.start();
       const settings = { ...CHAOS_AGENT, ...options.agent };
-      for (let i = 1; i <= (options.agents ?? 2); i++) {
-        const id = `${prefix}-a${i}`;
-        const agent = new ChaosAgent(
-          id,
-          tmp.dir,
-          chaosAgentConfig(id, broker.url, prefix, fx.script, fx.dir, settings),
-        );
+      for (const id of ids) {
+        const agent = new ChaosAgent(id, tmp.dir, {
+          ...chaosAgentConfig(id, broker.url, prefix, fx.script, fx.dir, settings),
+          identityFile: identities[id] as string,
+        });
         h.agents.push(agent);
         agent.start();
       }
