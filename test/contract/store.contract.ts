@@ -993,6 +993,26 @@ export function storeContract(name: string, makeStore: () => Promise<StoreFixtur
         expect(ids(later.dispatchTimedOut).sort()).toEqual(["d-fast", "d-slow"]);
       });
 
+      it("listDue leaves out commands for agents out of reach, until their deadline has passed", async () => {
+        const command = (id: string, targetAgentId: string, deadline: number) =>
+          newExecution(id, {
+            kind: "command",
+            jobId: null,
+            jobVersion: null,
+            targetAgentId,
+            fireAt: 1_000,
+            deadline,
+          });
+        await store.createExecution(command("c-live", "ag-live", 9_000), 1);
+        await store.createExecution(command("c-away", "ag-away", 9_000), 1);
+        await store.createExecution(command("c-away-late", "ag-away", 1_500), 1);
+        const skipTargets = ["ag-away"];
+        const at = (now: number) => store.listDue(now, now, 100, { commandsBy: now, skipTargets });
+        expect(ids((await at(1_200)).pending).sort()).toEqual(["c-live"]);
+        // Past its deadline it is read again, so that the dispatcher expires it.
+        expect(ids((await at(2_000)).pending).sort()).toEqual(["c-away-late", "c-live"]);
+      });
+
       it("countInFlightByAgent counts what each agent holds, and nothing else", async () => {
         await seed();
         const e3 = await mustGet(store, "e3");
