@@ -46,8 +46,10 @@ async function build(argv: string[]): Promise<number> {
       "bundle build: --unsigned takes no --signing-key or --config (nothing is signed)",
     );
   }
+  // The profile, then the key, are checked before the build starts: a typo or a missing key
+  // costs no esbuild run, and the profile's error, the more basic one, comes first.
+  loadProfile(f.profile);
   const { findSigningKey } = await import("../bundle/key-lookup.js");
-  // Found before the build starts, so a missing key costs no esbuild run.
   const signing = f.unsigned
     ? undefined
     : findSigningKey({ file: f["signing-key"], config: f.config });
