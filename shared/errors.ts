@@ -58,6 +58,8 @@ export const ERROR_CODES = {
   AX_BUNDLE_BUILD: "An agent bundle could not be built.",
   AX_BUNDLE_BUDGET: "An agent bundle is larger than its profile's budget.",
   AX_BUNDLE_VERIFY: "An agent bundle does not match its manifest.",
+  AX_BUNDLE_SIGNATURE:
+    "An agent bundle is unsigned, or its manifest signature does not verify with the trusted key.",
 } as const;
 
 export type ErrorCode = keyof typeof ERROR_CODES;

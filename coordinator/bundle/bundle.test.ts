@@ -1,4 +1,5 @@
 import { spawnSync } from "node:child_process";
+import { generateKeyPairSync } from "node:crypto";
 import {
   appendFileSync,
   cpSync,
@@ -27,9 +28,16 @@ import { verifyBundle } from "./verify.js";
 const tmp = tempDir("ax-bundle-");
 const made = new Map<string, MadeBundle>();
 const PROFILES = listProfiles();
+const keys = generateKeyPairSync("ed25519");
+const trusted = { key: keys.publicKey, source: "test key" };
 
 beforeAll(async () => {
-  for (const name of PROFILES) made.set(name, await makeBundle({ profile: name, outDir: tmp.dir }));
+  for (const name of PROFILES) {
+    made.set(
+      name,
+      await makeBundle({ profile: name, outDir: tmp.dir, signingKey: keys.privateKey }),
+    );
+  }
 }, 120_000);
 afterAll(() => tmp.cleanup());
 
@@ -122,6 +130,7 @@ describe("ax bundle build", () => {
         "ax-agent.service",
         "better_sqlite3.node",
         "manifest.json",
+        "manifest.sig",
         "sensor-hub.tar.gz",
       ].sort(),
     );
@@ -182,13 +191,13 @@ describe("ax bundle verify", () => {
   it("passes an untouched bundle: its archive, its folder, and the folder extracted by tar", () => {
     const b = bundle("gateway");
     for (const target of [b.archive, b.dir, join(b.dir, "manifest.json")]) {
-      expect(verifyBundle(target).problems, target).toEqual([]);
+      expect(verifyBundle(target, { trusted }).problems, target).toEqual([]);
     }
     const x = tempDir("ax-extract-");
     try {
       const r = spawnSync("tar", ["-xzf", b.archive, "-C", x.dir], { encoding: "utf8" });
       expect(r.status, r.stderr).toBe(0);
-      expect(verifyBundle(join(x.dir, "gateway")).problems).toEqual([]);
+      expect(verifyBundle(join(x.dir, "gateway"), { trusted }).problems).toEqual([]);
     } finally {
       x.cleanup();
     }
@@ -209,7 +218,7 @@ describe("ax bundle verify", () => {
     const m = b.manifest.files;
     const short = (h: string) => `${h.slice(0, 12)}…`;
     const actual = (f: string) => short(sha256(readFileSync(join(copy, f))));
-    expect(verifyBundle(copy).problems).toEqual([
+    expect(verifyBundle(copy, { trusted }).problems).toEqual([
       `${AGENT_FILE}: ${m[AGENT_FILE]!.bytes + 1} bytes, the manifest says ${m[AGENT_FILE]!.bytes}`,
       `${AGENT_FILE}: sha256 ${actual(AGENT_FILE)}, the manifest says ${short(m[AGENT_FILE]!.sha256)}`,
       "ax-agent.service: missing",
@@ -223,12 +232,12 @@ describe("ax bundle verify", () => {
     const gz = readFileSync(b.archive);
     const bad = join(tmp.dir, "bad.tar.gz");
     writeFileSync(bad, gz.subarray(0, gz.length - 100));
-    expect(verifyBundle(bad).problems[0]).toMatch(/^bad\.tar\.gz: cannot be read: /);
+    expect(verifyBundle(bad, { trusted }).problems[0]).toMatch(/^bad\.tar\.gz: cannot be read: /);
 
     const noManifest = join(tmp.dir, "no-manifest");
     cpSync(b.dir, noManifest, { recursive: true });
     writeFileSync(join(noManifest, "manifest.json"), '{"format":1,"files":{}}');
-    expect(verifyBundle(noManifest).problems).toContain(
+    expect(verifyBundle(noManifest, { trusted }).problems).toContain(
       "manifest.json: profile: Invalid input: expected object, received undefined",
     );
   });
@@ -246,9 +255,12 @@ describe("ax bundle build refuses", () => {
       JSON.stringify({ ...raw, name: "tiny", budgets: { ...raw.budgets, bundleBytes: 2048 } }),
     );
     const out = join(tmp.dir, "over");
-    const err = await makeBundle({ profile: "tiny", outDir: out, profilesDir: dir }).catch(
-      (e: unknown) => e,
-    );
+    const err = await makeBundle({
+      profile: "tiny",
+      outDir: out,
+      profilesDir: dir,
+      unsigned: true,
+    }).catch((e: unknown) => e);
     expect(isAxError(err, "AX_BUNDLE_BUDGET")).toBe(true);
     expect((err as Error).message).toMatch(
       /^profile tiny: agent\.mjs is \d+ bytes, over its budget of 2048 \(budgets\.bundleBytes\); largest: .*zod \d+ B/,
@@ -268,6 +280,7 @@ describe("ax bundle build refuses", () => {
       profile: "gateway",
       outDir: join(tmp.dir, "x"),
       profilesDir: dir,
+      unsigned: true,
     }).catch((e: unknown) => e);
     expect(isAxError(err, "AX_PROFILE_INVALID")).toBe(true);
     expect((err as Error).message).toBe(
@@ -277,9 +290,11 @@ describe("ax bundle build refuses", () => {
         'handlers.1: unknown handler "modbus.read"; known: echo, sleep, fail, mqtt.publish, http.request, file.write, exec',
       ].join("\n"),
     );
-    const missing = await makeBundle({ profile: "toaster", profilesDir: dir }).catch(
-      (e: unknown) => e,
-    );
+    const missing = await makeBundle({
+      profile: "toaster",
+      profilesDir: dir,
+      unsigned: true,
+    }).catch((e: unknown) => e);
     expect(isAxError(missing, "AX_PROFILE_NOT_FOUND")).toBe(true);
     expect((missing as Error).message).toBe(
       `no firmware profile "toaster" in ${dir} (there: gateway, sensor-hub, server)`,

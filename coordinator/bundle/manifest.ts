@@ -36,6 +36,11 @@ export const manifestSchema = z.strictObject({
   /** The agent file: `node --max-old-space-size=N <agent> --config FILE`. */
   agent: z.string().min(1),
   files: z.record(z.string(), fileEntry),
+  /**
+   * Present only in a development build (`ax bundle build --unsigned`): it has no manifest.sig,
+   * and `ax bundle verify` refuses it unless told `--allow-unsigned`.
+   */
+  unsigned: z.literal(true).optional(),
 });
 
 export type Manifest = z.infer<typeof manifestSchema>;

@@ -1,13 +1,36 @@
 import { readdirSync, readFileSync, statSync } from "node:fs";
 import { basename, dirname, join } from "node:path";
+import { IDENTITY_FILE, identityProblems } from "./identity.js";
 import { compareWithManifest, MANIFEST_FILE, type Manifest, parseManifest } from "./manifest.js";
+import { checkSignature, SIGNATURE_FILE, type TrustedKey } from "./signature.js";
 import { readTarGz } from "./tar.js";
+
+/** What `ax bundle verify` trusts. */
+export interface VerifyOptions {
+  /** The coordinator's bundle signing public key; without it a signed bundle cannot pass. */
+  trusted?: TrustedKey | undefined;
+  /**
+   * Pass a bundle without manifest.sig (a development build, `--unsigned`) when its checksums
+   * match; `signature` then says `unsigned`. @default false
+   */
+  allowUnsigned?: boolean | undefined;
+}
 
 export interface VerifyResult {
   /** What was read: the archive, or the bundle folder. */
   source: string;
   manifest: Manifest | undefined;
-  /** One line per difference, naming the file; empty when the bundle matches its manifest. */
+  /**
+   * `valid`: manifest.sig verifies with the trusted key; `unsigned`: there is none; `invalid`:
+   * it is malformed or does not verify; `unchecked`: no manifest to check it against.
+   */
+  signature: "valid" | "unsigned" | "invalid" | "unchecked";
+  /** The agent whose identity (ax-identity.json) the bundle holds, if any. */
+  identityAgentId: string | undefined;
+  /**
+   * One line per problem, naming the file: the signature's first, then each file that differs
+   * from the manifest. Empty when the bundle is signed by the trusted key and matches.
+   */
   problems: string[];
 }
 
@@ -48,10 +71,12 @@ function folderFiles(dir: string): { files: Map<string, Buffer>; problems: strin
 /**
  * `ax bundle verify`: checks a bundle — its NAME.tar.gz, its folder, or the folder's
  * manifest.json — against its manifest: every file listed is there with its size and sha256,
- * and nothing else is. Returns the differences; never throws for a bad bundle, only when the
- * path cannot be read at all.
+ * and nothing else is — and manifest.sig: present, and a signature of manifest.json's bytes by
+ * `options.trusted`. Returns the problems; never throws for a bad bundle, only when the path
+ * cannot be read at all.
  */
-export function verifyBundle(path: string): VerifyResult {
+export function verifyBundle(path: string, options: VerifyOptions = {}): VerifyResult {
+  const none = { signature: "unchecked" as const, identityAgentId: undefined };
   const stat = statSync(path);
   const isArchive = stat.isFile() && basename(path) !== MANIFEST_FILE;
   const dir = stat.isDirectory() ? path : dirname(path);
@@ -62,6 +87,7 @@ export function verifyBundle(path: string): VerifyResult {
     return {
       source: path,
       manifest: undefined,
+      ...none,
       problems: [`${basename(path)}: cannot be read: ${(err as Error).message}`],
     };
   }
@@ -71,16 +97,36 @@ export function verifyBundle(path: string): VerifyResult {
     return {
       source,
       manifest: undefined,
+      ...none,
       problems: [...read.problems, `${MANIFEST_FILE}: missing`],
     };
   }
+  const sig = read.files.get(SIGNATURE_FILE);
+  const sigProblems =
+    sig === undefined && options.allowUnsigned ? [] : checkSignature(text, sig, options.trusted);
+  const signature = sig === undefined ? "unsigned" : sigProblems.length === 0 ? "valid" : "invalid";
   const parsed = parseManifest(text.toString("utf8"));
-  if (!parsed.ok)
-    return { source, manifest: undefined, problems: [...read.problems, ...parsed.problems] };
-  const ignore = isArchive ? [] : [`${parsed.manifest.profile.name}.tar.gz`];
-  return {
-    source,
-    manifest: parsed.manifest,
-    problems: [...read.problems, ...compareWithManifest(parsed.manifest, read.files, ignore)],
-  };
+  if (!parsed.ok) {
+    return {
+      source,
+      manifest: undefined,
+      signature,
+      identityAgentId: undefined,
+      problems: [...sigProblems, ...read.problems, ...parsed.problems],
+    };
+  }
+  const ignore = [SIGNATURE_FILE, ...(isArchive ? [] : [`${parsed.manifest.profile.name}.tar.gz`])];
+  const problems = [
+    ...sigProblems,
+    ...read.problems,
+    ...compareWithManifest(parsed.manifest, read.files, ignore),
+  ];
+  let identityAgentId: string | undefined;
+  const identity = read.files.get(IDENTITY_FILE);
+  if (identity !== undefined) {
+    const r = identityProblems(identity.toString("utf8"));
+    if (r.ok) identityAgentId = r.identity.agentId;
+    else problems.push(...r.problems.map((p) => `${IDENTITY_FILE}: ${p}`));
+  }
+  return { source, manifest: parsed.manifest, signature, identityAgentId, problems };
 }

@@ -1,8 +1,9 @@
 import { existsSync, readdirSync, readFileSync } from "node:fs";
 import { join, relative, resolve } from "node:path";
-import { AxError } from "../../shared/errors.js";
+import { AxError, isAxError } from "../../shared/errors.js";
 import { MANIFEST_FILE, parseManifest } from "../bundle/manifest.js";
 import { listProfiles, loadProfile } from "../bundle/profiles.js";
+import type { TrustedKey } from "../bundle/signature.js";
 import { parseCoordinatorConfig, readJsonFile } from "../config.js";
 import { flags } from "./args.js";
 import { table } from "./table.js";
@@ -33,13 +34,32 @@ async function build(argv: string[]): Promise<number> {
     profile: { type: "string" },
     out: { type: "string" },
     "native-binding": { type: "string" },
+    "signing-key": { type: "string" },
+    config: { type: "string" },
+    unsigned: { type: "boolean" },
+    identity: { type: "string" },
   });
   if (!f.profile) throw new AxError("AX_CLI_USAGE", "bundle build: --profile NAME is required");
+  if (f.unsigned && (f["signing-key"] !== undefined || f.config !== undefined)) {
+    throw new AxError(
+      "AX_CLI_USAGE",
+      "bundle build: --unsigned takes no --signing-key or --config (nothing is signed)",
+    );
+  }
+  // The profile, then the key, are checked before the build starts: a typo or a missing key
+  // costs no esbuild run, and the profile's error, the more basic one, comes first.
+  loadProfile(f.profile);
+  const { findSigningKey } = await import("../bundle/key-lookup.js");
+  const signing = f.unsigned
+    ? undefined
+    : findSigningKey({ file: f["signing-key"], config: f.config });
   const { makeBundle } = await import("../bundle/make.js");
   const made = await makeBundle({
     profile: f.profile,
     outDir: f.out,
     nativeBinding: f["native-binding"],
+    ...(signing ? { signingKey: signing.key } : { unsigned: true }),
+    identity: f.identity,
   });
   const m = made.manifest;
   const rel = (p: string) => relative(process.cwd(), p) || ".";
@@ -57,6 +77,16 @@ async function build(argv: string[]): Promise<number> {
       `for ${m.target.platform}-${m.target.arch} (${m.target.libc}), Node ${m.node.engines}`,
   );
   out(
+    signing
+      ? `signed: manifest.sig, Ed25519 key ${made.keyId} (${rel(signing.path)})`
+      : "UNSIGNED development build: no manifest.sig; ax bundle verify refuses it without --allow-unsigned",
+  );
+  if (made.identityAgentId !== undefined) {
+    out(
+      `identity: agent ${made.identityAgentId} in ax-identity.json (mode 600): the bundle and its archive hold the agent's secret`,
+    );
+  }
+  out(
     `archive: ${rel(made.archive)} (${made.archiveBytes} bytes); metafile: ${rel(made.metafilePath)}`,
   );
   return 0;
@@ -70,23 +100,45 @@ async function verify(argv: string[]): Promise<number> {
       "bundle verify: FILE is required (NAME.tar.gz or its folder)",
     );
   }
-  flags("bundle verify", rest, {});
+  const f = flags("bundle verify", rest, {
+    "public-key": { type: "string" },
+    config: { type: "string" },
+    "allow-unsigned": { type: "boolean" },
+  });
   if (!existsSync(file)) throw new AxError("AX_CLI_USAGE", `bundle verify: ${file}: no such file`);
   // Loaded here: verifying needs neither esbuild nor the store.
   const { verifyBundle } = await import("../bundle/verify.js");
-  const r = verifyBundle(file);
+  const { findPublicKey } = await import("../bundle/key-lookup.js");
+  const { keyIdOf } = await import("../bundle/signature.js");
+  const named = f["public-key"] !== undefined || f.config !== undefined;
+  let trusted: TrustedKey | undefined;
+  try {
+    trusted = findPublicKey({ file: f["public-key"], config: f.config });
+  } catch (err) {
+    // --allow-unsigned with no key at hand still checks the checksums of an unsigned build.
+    if (named || !f["allow-unsigned"] || !isAxError(err, "AX_SECURITY_KEY")) throw err;
+  }
+  const r = verifyBundle(file, { trusted, allowUnsigned: f["allow-unsigned"] });
   if (r.problems.length > 0) {
+    const badSignature =
+      r.signature === "invalid" || (r.signature === "unsigned" && !f["allow-unsigned"]);
     throw new AxError(
-      "AX_BUNDLE_VERIFY",
-      `${r.source}: does not match its manifest\n${r.problems.join("\n")}`,
+      badSignature ? "AX_BUNDLE_SIGNATURE" : "AX_BUNDLE_VERIFY",
+      `${r.source}: ${badSignature ? "refused: its signature is missing or does not verify" : "does not match its manifest"}\n${r.problems.join("\n")}`,
       { context: { problems: r.problems } },
     );
   }
   const m = r.manifest;
   if (m) {
+    const signed =
+      r.signature === "valid" && trusted
+        ? `signed by key ${keyIdOf(trusted.key)} (${trusted.source})`
+        : "UNSIGNED development build (--allow-unsigned): nothing vouches for who built it";
+    const identity =
+      r.identityAgentId === undefined ? "" : `; identity of agent ${r.identityAgentId}`;
     out(
-      `ok: ${r.source}: profile ${m.profile.name}, ax ${m.ax.version}, built ${m.builtAt}; ` +
-        `${Object.keys(m.files).length} files match their sha256 and size; ${m.agent} ${m.files[m.agent]?.sha256}`,
+      `ok: ${r.source}: profile ${m.profile.name}, ax ${m.ax.version}, built ${m.builtAt}; ${signed}; ` +
+        `${Object.keys(m.files).length} files match their sha256 and size; ${m.agent} ${m.files[m.agent]?.sha256}${identity}`,
     );
   }
   return 0;

@@ -11,10 +11,16 @@ Usage:
   ax coordinator start --config FILE    run the coordinator (JSON config)
   ax agent start --config FILE          run an agent (JSON config)
   ax bundle build --profile NAME [--out DIR] [--native-binding FILE]
+               [--signing-key FILE | --config COORD_CONFIG | --unsigned] [--identity FILE]
                                         build the agent bundle of a firmware profile
-                                        (dist/bundles/NAME/ and NAME.tar.gz)
-  ax bundle verify FILE                 check a bundle (NAME.tar.gz or its folder) against
-                                        its manifest: every file's size and sha256
+                                        (dist/bundles/NAME/ and NAME.tar.gz), its manifest
+                                        signed with the coordinator's bundle key (default
+                                        ./ax-secrets/bundle-signing.key); --identity ships an
+                                        agent identity as ax-identity.json
+  ax bundle verify FILE [--public-key FILE | --config COORD_CONFIG] [--allow-unsigned]
+                                        check a bundle (NAME.tar.gz or its folder): its
+                                        signature (default ./ax-secrets/bundle-signing.pub)
+                                        and every file's size and sha256
   ax bundle profiles                    list the firmware profiles
   ax bundle fleet --config FILE         which agent runs which build (coordinator config)
   ax help                               this text

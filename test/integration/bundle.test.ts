@@ -1,5 +1,6 @@
 import type { ChildProcess } from "node:child_process";
 import { spawnSync } from "node:child_process";
+import { generateKeyPairSync } from "node:crypto";
 import { mkdirSync, readFileSync, statSync, writeFileSync } from "node:fs";
 import { createServer, type Server } from "node:http";
 import { join } from "node:path";
@@ -34,6 +35,9 @@ import {
 const VERSION = JSON.parse(readFileSync(new URL("../../package.json", import.meta.url), "utf8"))
   .version as string;
 
+// Signed as a release is; which key does not matter to a device that only runs the bundle.
+const signingKey = generateKeyPairSync("ed25519").privateKey;
+
 const finished = (coordinator: Coordinator, id: string): Promise<ExecutionRecord> =>
   waitForEnd(coordinator, id);
 
@@ -48,7 +52,7 @@ describe("a sensor-hub bundle runs alone", () => {
   const agentId = `hub-${process.pid}`;
 
   beforeAll(async () => {
-    made = await makeBundle({ profile: "sensor-hub", outDir: join(tmp.dir, "dist") });
+    made = await makeBundle({ profile: "sensor-hub", outDir: join(tmp.dir, "dist"), signingKey });
     device = installBundle(made.archive, join(tmp.dir, "device"));
     broker = await testBroker();
     coordinator = await startTestCoordinator(broker, tmp.dir, 1000);
@@ -199,7 +203,7 @@ describe("a server bundle", () => {
   });
 
   it("publishes over WebSocket (its websocket feature), with mqtt.js's trimmed transports", async () => {
-    const made = await makeBundle({ profile: "server", outDir: join(tmp.dir, "dist") });
+    const made = await makeBundle({ profile: "server", outDir: join(tmp.dir, "dist"), signingKey });
     const device = installBundle(made.archive, join(tmp.dir, "device"));
     const broker = await testBroker();
     const local = await startEmbeddedBroker(0);
