@@ -103,8 +103,10 @@ describe("mosquittoConf", () => {
     expect(conf).toContain("listener 1884 127.0.0.1\nallow_anonymous false\n");
     expect(conf).toContain("password_file /etc/ax-mq/passwd\nacl_file /etc/ax-mq/acl\n");
     expect(conf).toContain(
-      "use_username_as_clientid true\npid_file /etc/ax-mq/mosquitto.pid\nuser ax\n",
+      "use_username_as_clientid true\npid_file /etc/ax-mq/mosquitto.pid\nset_tcp_nodelay true\n",
     );
+    expect(conf).toContain("persistence_location /etc/ax-mq/\n");
+    expect(conf).toContain("\nuser ax\n");
     expect(conf).not.toContain("certfile");
   });
 

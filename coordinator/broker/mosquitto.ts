@@ -166,6 +166,15 @@ export function mosquittoConf(o: MosquittoListenOptions): string {
     "use_username_as_clientid true",
     // The coordinator sends SIGHUP to this pid after it rewrote passwd and acl.
     `pid_file ${join(o.dir, MOSQUITTO_FILES.pid)}`,
+    // Rule 10: without it a small publish waits on the peer's delayed ACK.
+    "set_tcp_nodelay true",
+    "max_inflight_messages 100",
+    // The coordinator's session queues what agents report while it restarts; it must not
+    // overflow, nor vanish with a broker restart.
+    "max_queued_messages 10000",
+    "persistence true",
+    `persistence_location ${o.dir}/`,
+    "persistent_client_expiration 7d",
   ];
   if (o.user !== undefined) lines.push(`user ${o.user}`);
   if (o.tls) {
