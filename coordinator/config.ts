@@ -239,6 +239,26 @@ export const coordinatorConfigSchema = z
       })
       .strict()
       .default({ messages: "required", freshness: 300_000 }),
+    /** The broker the coordinator keeps in step with its enrolments. @default {} (none) */
+    broker: z
+      .object({
+        /**
+         * A Mosquitto run with the files of `ax broker config --out DIR`: after every enrolment,
+         * rotation and revocation the coordinator rewrites `DIR/passwd` and `DIR/acl` and sends
+         * Mosquitto SIGHUP, which disconnects a revoked agent at once. @default none
+         */
+        mosquitto: z
+          .object({
+            /** The folder `ax broker config --out` wrote. */
+            dir: z.string().min(1, "must name the folder ax broker config --out wrote"),
+            /** Mosquitto's pid file (its `pid_file`). @default "mosquitto.pid" in `dir` */
+            pidFile: z.string().min(1).optional(),
+          })
+          .strict()
+          .optional(),
+      })
+      .strict()
+      .default({}),
     /** @default 65536 */
     maxPayloadBytes: z
       .number()
@@ -258,7 +278,23 @@ export const coordinatorConfigSchema = z
      */
     maxErrorTextBytes: z.number().int().min(256).max(65_536).default(2048),
   })
-  .strict();
+  .strict()
+  .superRefine((c, ctx) => {
+    // Mosquitto's files need the coordinator's login, which exists only when it is configured
+    // or derived (security.messages "required").
+    const hasLogin =
+      c.mqtt?.username === undefined
+        ? c.security?.messages !== "off"
+        : c.mqtt.password !== undefined;
+    if (c.broker?.mosquitto !== undefined && !hasLogin) {
+      ctx.addIssue({
+        code: "custom",
+        path: ["broker", "mosquitto"],
+        message:
+          'needs the coordinator\'s broker login: set mqtt.username and mqtt.password, or security.messages "required"',
+      });
+    }
+  }, EVEN_WITH_ISSUES);
 
 export type CoordinatorConfigInput = z.input<typeof coordinatorConfigSchema>;
 export type CoordinatorConfig = Readonly<z.output<typeof coordinatorConfigSchema>>;

@@ -3,6 +3,8 @@ import { resolve } from "node:path";
 import { type Clock, systemClock } from "../shared/clock.js";
 import { AxError } from "../shared/errors.js";
 import { TERMINAL_STATES } from "../shared/fsm.js";
+import { requireLogin } from "./broker/mosquitto.js";
+import { syncMosquitto } from "./broker/mosquitto-files.js";
 import { type CoordinatorConfig, secretsDir } from "./config.js";
 import { formatIssues, type JobDefinitionInput, jobDefinitionSchema } from "./domain/job.js";
 import { firstFireAt } from "./domain/schedule.js";
@@ -139,6 +141,8 @@ export class Coordinator {
   readonly secrets: Secrets;
   /** Enrolled agents and their keys. */
   readonly identities: Identities;
+  /** Brings the broker's logins in step with the enrolments (`broker.mosquitto`); else nothing. */
+  private readonly syncBroker: () => void = () => {};
 
   constructor(config: CoordinatorConfig, deps: CoordinatorDeps = {}) {
     const clock = deps.clock ?? systemClock;
@@ -152,6 +156,27 @@ export class Coordinator {
     };
     this.secrets = loadOrCreateSecrets(secretsDir(config));
     this.identities = new Identities(this.store, this.secrets, () => clock.wallNow());
+    const mosquitto = config.broker.mosquitto;
+    if (mosquitto !== undefined) {
+      // A revocation reaches Mosquitto at once: its files are rewritten and it reloads them.
+      const coordinatorLogin = requireLogin(coordinatorMqttLogin(config, this.secrets));
+      this.syncBroker = () =>
+        syncMosquitto(
+          mosquitto,
+          {
+            prefix: config.mqtt.prefix,
+            fleet: this.secrets.fleet,
+            coordinator: coordinatorLogin,
+            identities: this.identities.list(),
+          },
+          log,
+        );
+      const previous = this.identities.onChange;
+      this.identities.onChange = (identity) => {
+        previous?.(identity);
+        this.syncBroker();
+      };
+    }
     const link = new CoordinatorLink(
       {
         url: config.mqtt.url,
@@ -178,7 +203,9 @@ export class Coordinator {
       // tag (a site, a role) to be sent another's commands.
       this.registry.tagsOf = (agentId) => this.identities.get(agentId)?.tags;
     }
+    const beforeRegistry = this.identities.onChange;
     this.identities.onChange = (identity) => {
+      beforeRegistry?.(identity);
       if (identity.status === "revoked") {
         this.registry.revoked(identity.agentId).catch((err: unknown) => {
           log(
@@ -225,6 +252,9 @@ export class Coordinator {
   async start(): Promise<void> {
     await this.registry.load();
     await this.identities.load();
+    // Enrolments changed while the coordinator was down (another process on the store) reach
+    // the broker now.
+    this.syncBroker();
     this.inbound.onCaughtUp = () => this.ctx.link.resume();
     await this.ctx.link.start({
       message: (decoded, receivedAt) => this.inbound.handle(decoded, receivedAt),

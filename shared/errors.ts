@@ -39,6 +39,8 @@ export const ERROR_CODES = {
   AX_HANDLER_UNKNOWN: "No handler with the given name is registered.",
   AX_HANDLER_PARAMS: "Handler parameters failed the handler's schema.",
   AX_LINK_FAILED: "The MQTT link failed to connect, subscribe or publish.",
+  AX_BROKER_CONFIG: "The broker's password file, ACL or config cannot be written for this fleet.",
+  AX_BROKER_RELOAD: "The coordinator could not rewrite Mosquitto's files or signal it to reload.",
   AX_CLI_USAGE: "A CLI command or flag is unknown or has an invalid value.",
   AX_AGENT_NOT_FOUND: "No agent has the given id, or none matches a command's selector.",
   AX_AGENT_JOURNAL_LOCKED: "An agent's journal is held by another live agent process.",

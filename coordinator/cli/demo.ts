@@ -3,8 +3,10 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { AxError } from "../../shared/errors.js";
 import { type EmbeddedBroker, startEmbeddedBroker } from "../broker/embedded.js";
+import { type BrokerLogins, identityLogins } from "../broker/logins.js";
+import { requireLogin } from "../broker/mosquitto.js";
 import { parseCoordinatorConfig } from "../config.js";
-import { Coordinator } from "../coordinator.js";
+import { Coordinator, coordinatorMqttLogin } from "../coordinator.js";
 import { type HttpServer, startHttpServer } from "../http/server.js";
 import type { ExecutionRecord } from "../store/port.js";
 import { type AgentProcess, spawnAgentProcess } from "./agent-process.js";
@@ -57,7 +59,10 @@ export async function runDemo(argv: string[]): Promise<number> {
   process.on("SIGINT", onSigint);
   process.on("SIGTERM", onSigint);
   try {
-    broker = await startEmbeddedBroker(0);
+    // The broker enforces who may publish where, as Mosquitto with `ax broker config` does: the
+    // coordinator and the enrolled agents log in with their derived passwords, no one else can.
+    let logins: BrokerLogins | undefined;
+    broker = await startEmbeddedBroker(0, { auth: { prefix: "ax", logins: () => logins } });
     const config = parseCoordinatorConfig({
       store: { path: join(dir, "ax.sqlite") },
       mqtt: { url: broker.url },
@@ -66,6 +71,11 @@ export async function runDemo(argv: string[]): Promise<number> {
     coordinator = new Coordinator(config, {
       log: jsonLogger({ file: join(dir, "coordinator.log") }),
     });
+    logins = identityLogins(
+      coordinator.identities,
+      requireLogin(coordinatorMqttLogin(config, coordinator.secrets)),
+    );
+    broker.follow(coordinator.identities);
     await coordinator.start();
     // The API, metrics and console, on this machine only (no tokens: loopback).
     http = await startHttpServer(coordinator, { host: "127.0.0.1", port: httpPort, auth: "off" });

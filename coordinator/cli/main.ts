@@ -23,6 +23,11 @@ Usage:
                                         and every file's size and sha256
   ax bundle profiles                    list the firmware profiles
   ax bundle fleet --config FILE         which agent runs which build (coordinator config)
+  ax broker config --config FILE [--out DIR] [--port N] [--host ADDR] [--user NAME]
+               [--tls-cert FILE --tls-key FILE [--tls-ca FILE] [--require-client-cert]]
+                                        write Mosquitto 2's password file, ACL and
+                                        mosquitto.conf for the enrolled fleet (coordinator
+                                        config; DIR defaults to its broker.mosquitto.dir)
   ax help                               this text
 
 Operating a running coordinator (its HTTP API):
@@ -88,6 +93,8 @@ export async function main(argv: string[]): Promise<number> {
         return await (await import("./command.js")).commandCommand(sub, rest);
       case "bundle":
         return await (await import("./bundle.js")).bundleCommand(sub, rest);
+      case "broker":
+        return await (await import("./broker.js")).brokerCommand(sub, rest);
       default:
         throw new AxError("AX_CLI_USAGE", `unknown command "${command}"; run "ax help"`);
     }
