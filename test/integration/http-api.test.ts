@@ -53,8 +53,8 @@ describe("HTTP API", () => {
       port: 0,
       auth: {
         tokens: [
-          { token: READ, role: "read" },
-          { token: OPERATE, role: "operate" },
+          { token: READ, role: "viewer" },
+          { token: OPERATE, role: "operator" },
         ],
       },
       maxBodyBytes: 4096,
