@@ -1,4 +1,5 @@
 import { readFileSync } from "node:fs";
+import { dirname, join, resolve } from "node:path";
 import { z } from "zod";
 import { AxError } from "../shared/errors.js";
 import { durationSchema } from "./domain/duration.js";
@@ -368,4 +369,9 @@ export function readJsonFile(path: string): unknown {
       cause: err,
     });
   }
+}
+
+/** The folder of a coordinator's secrets: `security.dir`, or `ax-secrets` beside the store. */
+export function secretsDir(config: CoordinatorConfig): string {
+  return config.security.dir ?? join(dirname(resolve(config.store.path)), "ax-secrets");
 }

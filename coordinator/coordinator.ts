@@ -1,10 +1,10 @@
 import { createHash } from "node:crypto";
-import { dirname, join, resolve } from "node:path";
+import { resolve } from "node:path";
 import { type Clock, systemClock } from "../shared/clock.js";
 import { AxError } from "../shared/errors.js";
 import { TERMINAL_STATES } from "../shared/fsm.js";
 import type { IdentityFile } from "../shared/identity.js";
-import type { CoordinatorConfig } from "./config.js";
+import { type CoordinatorConfig, secretsDir } from "./config.js";
 import { formatIssues, type JobDefinitionInput, jobDefinitionSchema } from "./domain/job.js";
 import { firstFireAt } from "./domain/schedule.js";
 import { Alerts } from "./engine/alerts.js";
@@ -99,10 +99,8 @@ export function defaultClientId(config: CoordinatorConfig): string {
   return `ax-c-${createHash("sha256").update(key).digest("hex").slice(0, 16)}`;
 }
 
-/** The folder of a coordinator's secrets: `security.dir`, or `ax-secrets` beside the store. */
-export function secretsDir(config: CoordinatorConfig): string {
-  return config.security.dir ?? join(dirname(resolve(config.store.path)), "ax-secrets");
-}
+// In config.ts, so the CLI finds the admin token without loading the coordinator.
+export { secretsDir } from "./config.js";
 
 /**
  * The coordinator's own broker login: the configured one, or (messages authenticated) its client

@@ -1,8 +1,7 @@
 import { existsSync } from "node:fs";
 import { join, resolve } from "node:path";
 import { AxError } from "../../shared/errors.js";
-import { parseCoordinatorConfig, readJsonFile } from "../config.js";
-import { secretsDir } from "../coordinator.js";
+import { parseCoordinatorConfig, readJsonFile, secretsDir } from "../config.js";
 import { readPrivate, SECRET_FILES } from "../security/secrets.js";
 
 /** Where the CLI found its token, for messages: `--token`, `AX_TOKEN`, a file's path, or none. */
