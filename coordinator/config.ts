@@ -25,15 +25,40 @@ const EVEN_WITH_ISSUES = {
   when: (p: { value: unknown }) => typeof p.value === "object" && p.value !== null,
 };
 
+/** What an API token may do; each role may do everything the one before it may. */
+export const API_ROLES = ["viewer", "operator", "admin"] as const;
+export type ApiRole = (typeof API_ROLES)[number];
+
+/** The roles of 0.x config files, still read: `read` is `viewer`, `operate` is `operator`. */
+const DEPRECATED_ROLES = { read: "viewer", operate: "operator" } as const;
+
+/** Names of API tokens: the actor recorded for what a token does. */
+export const TOKEN_NAME_PATTERN = /^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$/;
+
 /** One bearer token of the HTTP API and what it may do. */
 export const httpTokenSchema = z
   .object({
+    /**
+     * The name recorded as the actor of what the token does (timelines, job history).
+     * @default "config-token-N", N its index in the list
+     */
+    name: z
+      .string()
+      .regex(TOKEN_NAME_PATTERN, "must be 1 to 64 letters, digits, '.', '_' or '-'")
+      .optional(),
     /** The token itself (at least 16 characters). Give this or `tokenFile`. */
     token: z.string().min(16, "must be at least 16 characters").optional(),
     /** A file holding the token (surrounding whitespace ignored), read at start. */
     tokenFile: z.string().min(1).optional(),
-    /** `read`: every GET; `operate`: everything. */
-    role: z.enum(["read", "operate"]),
+    /**
+     * `viewer`: every GET; `operator`: every change but the admin routes; `admin`: everything.
+     * `read` and `operate` are deprecated names of viewer and operator.
+     */
+    role: z
+      .enum([...API_ROLES, "read", "operate"], {
+        message: 'must be "viewer", "operator" or "admin"',
+      })
+      .transform((r): ApiRole => (r === "read" || r === "operate" ? DEPRECATED_ROLES[r] : r)),
   })
   .strict()
   .superRefine((t, ctx) => {
@@ -47,11 +72,31 @@ export const httpTokenSchema = z
   }, EVEN_WITH_ISSUES);
 
 const tokensAuthSchema = z
-  .object({ tokens: z.array(httpTokenSchema).min(1, "give at least one token") })
-  .strict();
+  .object({
+    /**
+     * Tokens besides the admin token file and the tokens made through the API.
+     * @default []
+     */
+    tokens: z.array(httpTokenSchema).default([]),
+  })
+  .strict()
+  .superRefine((a, ctx) => {
+    const seen = new Set<string>(["admin"]);
+    a.tokens.forEach((t, i) => {
+      const name = t.name ?? `config-token-${i}`;
+      if (seen.has(name)) {
+        ctx.addIssue({
+          code: "custom",
+          path: ["tokens", i, "name"],
+          message: `"${name}" is taken (by the admin token or another token of the list)`,
+        });
+      }
+      seen.add(name);
+    });
+  });
 
 /**
- * `"off"`, or the tokens. Not a z.union: a union only says "Invalid input" when a token in the
+ * `"off"`, or token auth. Not a z.union: a union only says "Invalid input" when a token in the
  * list is bad, where this names the token's field and the problem.
  */
 const httpAuthSchema = z.unknown().transform((value, ctx) => {
@@ -71,6 +116,14 @@ const httpAuthSchema = z.unknown().transform((value, ctx) => {
   "off" | z.input<typeof tokensAuthSchema>
 >;
 
+/** A Host header value: a name or address, with an optional port. */
+const hostNameSchema = z
+  .string()
+  .regex(
+    /^(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9.-]+)(:\d{1,5})?$/,
+    "must be a host name or address with an optional port, such as ax.example.com:8080",
+  );
+
 const DEFAULT_MAX_BODY_BYTES = 1024 * 1024;
 
 /** The HTTP API, metrics and console (`ax coordinator start` serves them). */
@@ -81,10 +134,29 @@ export const httpConfigSchema = z
     /** 0 picks a free port. @default 8080 */
     port: z.number().int().min(0).max(65_535).default(8080),
     /**
-     * `"off"` (only on a loopback host) or the bearer tokens that may call the API.
-     * @default "off"
+     * Token auth: the admin token (`admin.token` in the secrets folder, created at first start),
+     * the tokens made through the API, and `tokens` listed here. `"off"` is an explicit opt-out
+     * allowed only on a loopback host; the Host, Origin and Content-Type checks stay on.
+     * @default { tokens: [] }
      */
-    auth: httpAuthSchema.default("off"),
+    auth: httpAuthSchema.default({ tokens: [] }),
+    /**
+     * Origins (`scheme://host[:port]`) besides the coordinator's own whose web pages may call
+     * the API; a request with any other `Origin` header is refused 403. @default []
+     */
+    allowedOrigins: z
+      .array(
+        z
+          .string()
+          .regex(/^https?:\/\/[^/\s]+$/, "must be an origin such as https://ops.example.com"),
+      )
+      .default([]),
+    /**
+     * Host header values answered besides `localhost`, `127.0.0.1`, `[::1]` and `host` (when not
+     * a wildcard), each of those with the bound port. A name without a port matches with none or
+     * with the bound port. Any other Host is refused 421 (DNS rebinding). @default []
+     */
+    allowedHosts: z.array(hostNameSchema).default([]),
     /** Largest request body accepted; a larger one is answered 413. @default 1048576 (1 MiB) */
     maxBodyBytes: z
       .number()
@@ -148,11 +220,13 @@ export const coordinatorConfigSchema = z
         persistentSession: z.boolean().default(true),
       })
       .strict(),
-    /** @default { host: "127.0.0.1", port: 8080, auth: "off", maxBodyBytes: 1048576 } */
+    /** @default { host: "127.0.0.1", port: 8080, auth: { tokens: [] }, maxBodyBytes: 1048576 } */
     http: httpConfigSchema.default({
       host: "127.0.0.1",
       port: 8080,
-      auth: "off",
+      auth: { tokens: [] },
+      allowedOrigins: [],
+      allowedHosts: [],
       maxBodyBytes: DEFAULT_MAX_BODY_BYTES,
     }),
     /** A JSON file of job definitions loaded (and upserted) at start. */

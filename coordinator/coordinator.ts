@@ -3,6 +3,7 @@ import { resolve } from "node:path";
 import { type Clock, systemClock } from "../shared/clock.js";
 import { AxError } from "../shared/errors.js";
 import { TERMINAL_STATES } from "../shared/fsm.js";
+import type { IdentityFile } from "../shared/identity.js";
 import { requireLogin } from "./broker/mosquitto.js";
 import { syncMosquitto } from "./broker/mosquitto-files.js";
 import { type CoordinatorConfig, secretsDir } from "./config.js";
@@ -23,9 +24,16 @@ import { EventTriggers } from "./engine/triggers.js";
 import { LinkAuth } from "./link/auth.js";
 import { CoordinatorLink } from "./link/mqtt-link.js";
 import { CoordinatorMetrics } from "./metrics.js";
+import { ApiTokens } from "./security/api-tokens.js";
 import { Identities } from "./security/identities.js";
 import { loadOrCreateSecrets, mqttPassword, type Secrets } from "./security/secrets.js";
-import type { ExecutionRecord, NewExecution, Store, StoredJob } from "./store/port.js";
+import type {
+  ExecutionRecord,
+  IdentityRecord,
+  NewExecution,
+  Store,
+  StoredJob,
+} from "./store/port.js";
 import { SqliteStore } from "./store/sqlite/sqlite-store.js";
 
 /** A device command: run `handler` on one agent at `at`, and never after `deadline`. */
@@ -94,7 +102,7 @@ export function defaultClientId(config: CoordinatorConfig): string {
   return `ax-c-${createHash("sha256").update(key).digest("hex").slice(0, 16)}`;
 }
 
-// Lives in config.ts so `ax bundle` can find the secrets without loading the store and the link.
+// Lives in config.ts, so `ax bundle` and the CLI find the secrets without loading the store and the link.
 export { secretsDir } from "./config.js";
 
 /**
@@ -143,6 +151,8 @@ export class Coordinator {
   readonly identities: Identities;
   /** Brings the broker's logins in step with the enrolments (`broker.mosquitto`); else nothing. */
   private readonly syncBroker: () => void = () => {};
+  /** The HTTP API's admin token and the tokens made through the API. */
+  readonly apiTokens: ApiTokens;
 
   constructor(config: CoordinatorConfig, deps: CoordinatorDeps = {}) {
     const clock = deps.clock ?? systemClock;
@@ -177,6 +187,7 @@ export class Coordinator {
         this.syncBroker();
       };
     }
+    this.apiTokens = new ApiTokens(this.store, this.secrets.dir, () => clock.wallNow());
     const link = new CoordinatorLink(
       {
         url: config.mqtt.url,
@@ -255,6 +266,7 @@ export class Coordinator {
     // Enrolments changed while the coordinator was down (another process on the store) reach
     // the broker now.
     this.syncBroker();
+    await this.apiTokens.load();
     this.inbound.onCaughtUp = () => this.ctx.link.resume();
     await this.ctx.link.start({
       message: (decoded, receivedAt) => this.inbound.handle(decoded, receivedAt),
@@ -279,8 +291,15 @@ export class Coordinator {
     this.ctx.log("info", "coordinator started", { mqtt: this.ctx.config.mqtt.url });
   }
 
-  /** Validates a job definition and stores it (a new version when it changed). */
-  async putJob(input: JobDefinitionInput | unknown): Promise<StoredJob> {
+  /**
+   * Validates a job definition and stores it (a new version when it changed), recording `actor`
+   * (an API token's name) in the job's history.
+   */
+  async putJob(
+    input: JobDefinitionInput | unknown,
+    actor = "system",
+    action?: "paused" | "resumed",
+  ): Promise<StoredJob> {
     const parsed = jobDefinitionSchema.safeParse(input);
     if (!parsed.success) {
       const id = (input as { id?: unknown } | null)?.id;
@@ -315,7 +334,12 @@ export class Coordinator {
       existing && JSON.stringify(existing.definition.trigger) === JSON.stringify(def.trigger);
     // An unchanged trigger keeps its next fire time, so re-loading a jobs file fires nothing twice.
     const nextFireAt = sameTrigger ? existing.nextFireAt : firstFireAt(def.trigger, now);
-    const job = await this.store.putJob(def, nextFireAt, now);
+    const job = await this.store.putJob(
+      def,
+      nextFireAt,
+      now,
+      action === undefined ? { actor } : { actor, action },
+    );
     this.triggers.invalidate();
     await this.firing.rescan();
     await this.store.flush();
@@ -326,7 +350,7 @@ export class Coordinator {
    * Cancels an execution (DESIGN §3). One not yet dispatched ends CANCELED at once; one held by
    * an agent is sent a cancel, and the agent's answer ends it (or says it was too late).
    */
-  async cancelExecution(id: string): Promise<ExecutionRecord> {
+  async cancelExecution(id: string, actor = "system"): Promise<ExecutionRecord> {
     const exec = await this.store.getExecution(id);
     if (!exec)
       throw new AxError("AX_EXEC_NOT_FOUND", `execution "${id}" not found`, { context: { id } });
@@ -335,7 +359,7 @@ export class Coordinator {
         context: { id },
       });
     }
-    await applyEvent(this.ctx, id, { type: "cancel" }, () => ({}), { by: "operator" });
+    await applyEvent(this.ctx, id, { type: "cancel" }, () => ({}), { by: "operator", actor });
     await this.store.flush();
     return (await this.store.getExecution(id)) as ExecutionRecord;
   }
@@ -344,7 +368,7 @@ export class Coordinator {
    * Retries an execution that ended FAILED, TIMED_OUT, EXPIRED or CANCELED, as a new attempt: a
    * new execution (terminal states stay final) that records which one it retries.
    */
-  async retryExecution(id: string): Promise<string> {
+  async retryExecution(id: string, actor = "system"): Promise<string> {
     const old = await this.store.getExecution(id);
     if (!old)
       throw new AxError("AX_EXEC_NOT_FOUND", `execution "${id}" not found`, { context: { id } });
@@ -369,6 +393,7 @@ export class Coordinator {
         createdAt: now,
       },
       now,
+      { actor, retryOf: id },
     );
     this.metrics.operatorRetry();
     this.ctx.log("info", `execution ${id} retried as ${newId}`, {
@@ -384,18 +409,26 @@ export class Coordinator {
    * Fires a job now, outside its trigger (an operator's "run now"), with all its rules: shards,
    * group, routing tags. Returns the id of the first execution (the only one unless sharded).
    */
-  async triggerJob(jobId: string): Promise<string> {
-    return (await this.triggerJobAll(jobId))[0] ?? "";
+  async triggerJob(jobId: string, actor = "system"): Promise<string> {
+    return (await this.triggerJobAll(jobId, actor))[0] ?? "";
   }
 
   /** {@link triggerJob}, returning the ids of every execution created (one per shard). */
-  async triggerJobAll(jobId: string): Promise<string[]> {
+  async triggerJobAll(jobId: string, actor = "system"): Promise<string[]> {
     const job = await this.store.getJob(jobId);
     if (!job)
       throw new AxError("AX_JOB_NOT_FOUND", `job "${jobId}" not found`, { context: { jobId } });
     const now = this.ctx.clock.wallNow();
     const executions = jobExecutions(job, now, now);
-    for (const e of executions) await this.store.createExecution(e, now);
+    for (const e of executions) await this.store.createExecution(e, now, { actor });
+    await this.store.appendJobHistory({
+      jobId,
+      at: now,
+      action: "triggered",
+      version: job.version,
+      actor,
+      detail: { executionIds: executions.map((e) => e.id) },
+    });
     await this.store.flush();
     this.dispatcher.kick();
     return executions.map((e) => e.id);
@@ -440,28 +473,28 @@ export class Coordinator {
   }
 
   /** Pauses a job: it fires nothing until resumed (a new version with `paused: true`). */
-  async pauseJob(jobId: string): Promise<StoredJob> {
-    return this.setPaused(jobId, true);
+  async pauseJob(jobId: string, actor = "system"): Promise<StoredJob> {
+    return this.setPaused(jobId, true, actor);
   }
 
   /** Resumes a job; nominal times missed while paused follow its misfire policy. */
-  async resumeJob(jobId: string): Promise<StoredJob> {
-    return this.setPaused(jobId, false);
+  async resumeJob(jobId: string, actor = "system"): Promise<StoredJob> {
+    return this.setPaused(jobId, false, actor);
   }
 
-  private async setPaused(jobId: string, paused: boolean): Promise<StoredJob> {
+  private async setPaused(jobId: string, paused: boolean, actor: string): Promise<StoredJob> {
     const job = await this.store.getJob(jobId);
     if (!job)
       throw new AxError("AX_JOB_NOT_FOUND", `job "${jobId}" not found`, { context: { jobId } });
     if (job.definition.paused === paused) return job;
-    return this.putJob({ ...job.definition, paused });
+    return this.putJob({ ...job.definition, paused }, actor, paused ? "paused" : "resumed");
   }
 
   /** Creates a device command aimed at one agent; returns its execution id. */
-  async sendCommand(req: CommandRequest): Promise<string> {
+  async sendCommand(req: CommandRequest, actor = "system"): Promise<string> {
     const now = this.ctx.clock.wallNow();
     const id = newExecutionId(now);
-    await this.store.createExecution(commandExecution(id, req, now), now);
+    await this.store.createExecution(commandExecution(id, req, now), now, { actor });
     await this.store.flush();
     this.dispatcher.kick();
     return id;
@@ -473,7 +506,10 @@ export class Coordinator {
    * to the registry, online or not, whose tags include all of `selector`'s and that offers the
    * handler (none: AX_AGENT_NOT_FOUND). Returns each target with its execution id, by agent id.
    */
-  async sendCommands(req: CommandsRequest): Promise<{ agentId: string; executionId: string }[]> {
+  async sendCommands(
+    req: CommandsRequest,
+    actor = "system",
+  ): Promise<{ agentId: string; executionId: string }[]> {
     const { selector } = req;
     let agentIds: string[];
     if (selector === undefined) {
@@ -502,6 +538,7 @@ export class Coordinator {
       await this.store.createExecution(
         commandExecution(executionId, { ...req, agentId }, now),
         now,
+        { actor },
       );
       out.push({ agentId, executionId });
     }
@@ -514,13 +551,36 @@ export class Coordinator {
    * Deletes a job: it fires no more; its executions, open ones included, are left as they are.
    * AX_JOB_NOT_FOUND when there is no such job.
    */
-  async deleteJob(jobId: string): Promise<void> {
-    if (!(await this.store.deleteJob(jobId)))
+  async deleteJob(jobId: string, actor = "system"): Promise<void> {
+    if (!(await this.store.deleteJob(jobId, { actor, at: this.ctx.clock.wallNow() })))
       throw new AxError("AX_JOB_NOT_FOUND", `job "${jobId}" not found`, { context: { jobId } });
     this.triggers.invalidate();
     // Its round-robin cursor, sticky agent and shard placement go with it.
     this.dispatcher.router.forgetKey(jobId);
     await this.store.flush();
+  }
+
+  /**
+   * Enrols an agent (docs/security.md), refusing the coordinator's own broker user name: an
+   * agent of that name would log in to the broker as the coordinator.
+   */
+  async enrollAgent(
+    agentId: string,
+    options: { tags?: Record<string, string>; rotate?: boolean; actor: string },
+  ): Promise<{ identity: IdentityRecord; file: IdentityFile }> {
+    const own = coordinatorMqttLogin(this.ctx.config, this.secrets).username;
+    if (agentId === own) {
+      throw new AxError(
+        "AX_API_INVALID_REQUEST",
+        `agent id "${agentId}" is the coordinator's own MQTT user name`,
+        {
+          context: {
+            issues: [{ path: ["body", "agentId"], message: "is the coordinator's MQTT user name" }],
+          },
+        },
+      );
+    }
+    return this.identities.enroll(agentId, options);
   }
 
   /** Whether the store answers and the MQTT link is up. */

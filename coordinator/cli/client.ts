@@ -1,11 +1,14 @@
 import { parseArgs } from "node:util";
 import { AxError, ERROR_CODES, type ErrorCode } from "../../shared/errors.js";
 import { parseDuration } from "../domain/duration.js";
+import { resolveToken, type TokenFlags } from "./token-source.js";
 
 /** Flags every command that talks to the coordinator takes. */
 export const CLIENT_FLAGS = {
   url: { type: "string" },
   token: { type: "string" },
+  "token-file": { type: "string" },
+  config: { type: "string" },
   json: { type: "boolean" },
 } as const;
 
@@ -128,12 +131,12 @@ export interface ApiClient {
 }
 
 /**
- * A client for `--url` (else `AX_URL`, else http://127.0.0.1:8080) with `--token` (else
- * `AX_TOKEN`), using Node's global fetch.
+ * A client for `--url` (else `AX_URL`, else http://127.0.0.1:8080) with the token
+ * {@link resolveToken} finds, using Node's global fetch.
  */
 export function apiClient(
   command: string,
-  flags: { url?: string | undefined; token?: string | undefined },
+  flags: { url?: string | undefined } & TokenFlags,
   env: NodeJS.ProcessEnv = process.env,
 ): ApiClient {
   // An empty variable counts as unset.
@@ -151,7 +154,7 @@ export function apiClient(
     );
   }
   const url = base.href.replace(/\/+$/, "");
-  const token = flags.token ?? (env.AX_TOKEN || undefined);
+  const { token, from: tokenFrom } = resolveToken(command, flags, env);
   return {
     url,
     async request<T>(method: string, path: string, body?: unknown): Promise<T> {
@@ -192,7 +195,10 @@ export function apiClient(
           e?.code !== undefined && Object.hasOwn(ERROR_CODES, e.code)
             ? (e.code as ErrorCode)
             : "AX_API_INTERNAL";
-        throw new AxError(code, e?.message ?? `HTTP ${res.status}`, {
+        const message = e?.message ?? `HTTP ${res.status}`;
+        // Which token was sent is the first thing to check on a 401 or 403.
+        const hint = res.status === 401 || res.status === 403 ? ` (token: ${tokenFrom})` : "";
+        throw new AxError(code, `${message}${hint}`, {
           context: { status: res.status, body: value },
         });
       }

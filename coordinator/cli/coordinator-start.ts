@@ -35,7 +35,7 @@ export async function coordinatorStart(argv: string[]): Promise<number> {
     await coordinator.close();
     throw err;
   }
-  for (const job of jobs) await coordinator.putJob(job);
+  for (const job of jobs) await coordinator.putJob(job, "jobs-file");
   await new Promise<void>((resolve) => {
     process.once("SIGTERM", () => resolve());
     process.once("SIGINT", () => resolve());

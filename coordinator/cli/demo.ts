@@ -77,11 +77,16 @@ export async function runDemo(argv: string[]): Promise<number> {
     );
     broker.follow(coordinator.identities);
     await coordinator.start();
-    // The API, metrics and console, on this machine only (no tokens: loopback).
-    http = await startHttpServer(coordinator, { host: "127.0.0.1", port: httpPort, auth: "off" });
+    // The API, metrics and console, on this machine only, with token auth as in production.
+    http = await startHttpServer(coordinator, { host: "127.0.0.1", port: httpPort });
+    const tokenFile = coordinator.apiTokens.adminTokenFile;
     out.write(`ax demo: broker ${broker.url}, store ${config.store.path}, logs in ${dir}\n`);
     out.write(
       `ax demo: console ${http.url}/  ·  API ${http.url}/api/  ·  metrics ${http.url}/metrics\n`,
+    );
+    out.write(
+      `ax demo: admin token in ${tokenFile} (paste it into the console; ` +
+        `for the CLI: AX_URL=${http.url} AX_TOKEN_FILE=${tokenFile} ax job list)\n`,
     );
     for (const agentId of AGENTS) {
       // Each agent is enrolled and holds its identity, as in production: every message between

@@ -10,7 +10,7 @@ const tagsText = (tags: Record<string, string>) =>
     .map(([k, v]) => `${k}=${v}`)
     .join(",") || "-";
 
-/** `ax fleet list|show`. */
+/** `ax fleet list|show|enroll|revoke|identities`. */
 export async function fleetCommand(sub: string | undefined, argv: string[]): Promise<number> {
   switch (sub) {
     case "list": {
@@ -78,10 +78,16 @@ export async function fleetCommand(sub: string | undefined, argv: string[]): Pro
         );
       return 0;
     }
+    case "enroll":
+      return (await import("./enrol.js")).fleetEnroll(argv);
+    case "revoke":
+      return (await import("./enrol.js")).fleetRevoke(argv);
+    case "identities":
+      return (await import("./enrol.js")).fleetIdentities(argv);
     default:
       throw new AxError(
         "AX_CLI_USAGE",
-        `fleet: unknown subcommand "${sub ?? ""}" (expected list or show)`,
+        `fleet: unknown subcommand "${sub ?? ""}" (expected list, show, enroll, revoke or identities)`,
       );
   }
 }

@@ -42,12 +42,23 @@ Operating a running coordinator (its HTTP API):
                [--from T] [--to T] [--limit N] [--cursor C | --all]
   ax exec show | cancel | retry ID      an execution and its timeline; cancel; retry
   ax fleet list | show ID               the agents the coordinator knows
+  ax fleet enroll AGENT_ID [--tag K=V ...] [--rotate] [--out FILE] [--force]
+                                        enrol an agent; writes its identity file (0600,
+                                        default ./AGENT_ID.identity.json)
+  ax fleet revoke AGENT_ID              revoke an agent's enrolment
+  ax fleet identities                   enrolled and revoked agents
+  ax token create NAME --role viewer|operator|admin
+                                        make an API token (printed once)
+  ax token list | revoke NAME           the API's tokens; revoke one
   ax command send --handler H (--agent ID | --tag K=V ...) [--params JSON]
                [--at T] [--deadline T] [--timeout D] [--priority N]
                                         a device command (T: ISO time, UTC ms or +10s)
 
-  These take --url URL (or AX_URL; default http://127.0.0.1:8080), --token TOKEN (or
-  AX_TOKEN), and --json to print the API's JSON instead of a table.
+  These take --url URL (or AX_URL; default http://127.0.0.1:8080), and --json to print the
+  API's JSON instead of a table. The token is the first of: --token TOKEN, AX_TOKEN,
+  --token-file FILE, AX_TOKEN_FILE, the admin token of --config COORDINATOR_CONFIG (in its
+  secrets folder), and ./ax-secrets/admin.token (a coordinator started in this folder).
+  fleet enroll | revoke | identities and token need an admin token.
 `;
 
 /** The CLI. Returns the process exit code: 0 ok, 1 failure, 2 usage error. */
@@ -89,6 +100,8 @@ export async function main(argv: string[]): Promise<number> {
         return await (await import("./exec.js")).execCommand(sub, rest);
       case "fleet":
         return await (await import("./fleet.js")).fleetCommand(sub, rest);
+      case "token":
+        return await (await import("./token.js")).tokenCommand(sub, rest);
       case "command":
         return await (await import("./command.js")).commandCommand(sub, rest);
       case "bundle":

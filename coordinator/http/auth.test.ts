@@ -2,6 +2,8 @@ import { writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import { tempDir } from "../../test/helpers/env.js";
+import { httpConfigSchema } from "../config.js";
+import { tokenDigest } from "../security/api-tokens.js";
 import { authorize, resolveAuth } from "./auth.js";
 
 const READ = "read-token-0123456789";
@@ -14,26 +16,72 @@ describe("HTTP auth", () => {
   });
   afterEach(() => tmp.cleanup());
 
+  const ADMIN = "admin-token-0123456789";
   const auth = () =>
     resolveAuth({
       tokens: [
-        { token: READ, role: "read" },
-        { token: OPERATE, role: "operate" },
+        { token: READ, role: "viewer" },
+        { token: OPERATE, role: "operator", name: "ops" },
+        { token: ADMIN, role: "admin" },
       ],
     });
 
-  it("lets a read token read and refuses it an operation; an operate token may do both", () => {
+  it("ranks viewer < operator < admin and names the role needed and the token's", () => {
     const a = auth();
-    expect(() => authorize(a, `Bearer ${READ}`, "read")).not.toThrow();
-    expect(() => authorize(a, `Bearer ${OPERATE}`, "read")).not.toThrow();
-    expect(() => authorize(a, `Bearer ${OPERATE}`, "operate")).not.toThrow();
-    expect(() => authorize(a, `bearer  ${OPERATE}`, "operate")).not.toThrow();
-    expect(() => authorize(a, `Bearer ${READ}`, "operate")).toThrow(
+    expect(authorize(a, `Bearer ${READ}`, "viewer")).toEqual({
+      name: "config-token-0",
+      role: "viewer",
+    });
+    expect(authorize(a, `Bearer ${OPERATE}`, "viewer")).toEqual({ name: "ops", role: "operator" });
+    expect(authorize(a, `bearer  ${OPERATE}`, "operator").name).toBe("ops");
+    expect(authorize(a, `Bearer ${ADMIN}`, "admin").role).toBe("admin");
+    expect(() => authorize(a, `Bearer ${READ}`, "operator")).toThrow(
       expect.objectContaining({
         code: "AX_API_FORBIDDEN",
-        message: "this operation needs a token with the operate role; this one has read",
+        message:
+          'this operation needs a token with the operator role; this one ("config-token-0") has viewer',
       }),
     );
+    expect(() => authorize(a, `Bearer ${OPERATE}`, "admin")).toThrow(
+      expect.objectContaining({
+        code: "AX_API_FORBIDDEN",
+        message: 'this operation needs a token with the admin role; this one ("ops") has operator',
+      }),
+    );
+  });
+
+  it("asks the lookup for a token the config does not hold", () => {
+    const a = resolveAuth(
+      { tokens: [] },
+      {
+        verify: (d) =>
+          d.equals(tokenDigest("looked-up-0123456789"))
+            ? { name: "x", role: "operator" }
+            : undefined,
+      },
+    );
+    expect(authorize(a, "Bearer looked-up-0123456789", "operator")).toEqual({
+      name: "x",
+      role: "operator",
+    });
+    expect(() => authorize(a, `Bearer ${READ}`, "viewer")).toThrow(
+      expect.objectContaining({ code: "AX_API_UNAUTHORIZED" }),
+    );
+  });
+
+  it("reads the deprecated roles read and operate as viewer and operator", () => {
+    const parsed = httpConfigSchema.parse({
+      auth: {
+        tokens: [
+          { token: READ, role: "viewer" },
+          { token: OPERATE, role: "operate" },
+        ],
+      },
+    });
+    expect(parsed.auth === "off" ? [] : parsed.auth.tokens.map((t) => t.role)).toEqual([
+      "viewer",
+      "operator",
+    ]);
   });
 
   it("refuses a missing, malformed, unknown or truncated token with AX_API_UNAUTHORIZED", () => {
@@ -42,28 +90,28 @@ describe("HTTP auth", () => {
       [undefined, "this route needs a bearer token (Authorization: Bearer …)"],
       [`Basic ${READ}`, "the Authorization header is not a bearer token"],
       ["Bearer", "the Authorization header is not a bearer token"],
-      [`Bearer ${READ.slice(0, -1)}`, "unknown bearer token"],
-      [`Bearer ${READ}x`, "unknown bearer token"],
+      [`Bearer ${READ.slice(0, -1)}`, "unknown or revoked bearer token"],
+      [`Bearer ${READ}x`, "unknown or revoked bearer token"],
     ] as const) {
-      expect(() => authorize(a, header, "read"), String(header)).toThrow(
+      expect(() => authorize(a, header, "viewer"), String(header)).toThrow(
         expect.objectContaining({ code: "AX_API_UNAUTHORIZED", message }),
       );
     }
   });
 
   it("lets anyone through public routes, and everywhere when auth is off", () => {
-    expect(() => authorize(auth(), undefined, "public")).not.toThrow();
-    expect(() => authorize("off", undefined, "operate")).not.toThrow();
+    expect(authorize(auth(), undefined, "public").name).toBe("public");
+    expect(authorize("off", undefined, "admin")).toEqual({ name: "anonymous", role: "admin" });
   });
 
   it("reads a token file, trimmed, and names a file it cannot read or a short token", () => {
     const file = join(tmp.dir, "token");
     writeFileSync(file, `  ${OPERATE}\n`);
-    const a = resolveAuth({ tokens: [{ tokenFile: file, role: "operate" }] });
-    expect(() => authorize(a, `Bearer ${OPERATE}`, "operate")).not.toThrow();
+    const a = resolveAuth({ tokens: [{ tokenFile: file, role: "operator" }] });
+    expect(() => authorize(a, `Bearer ${OPERATE}`, "operator")).not.toThrow();
 
     const missing = join(tmp.dir, "missing");
-    expect(() => resolveAuth({ tokens: [{ tokenFile: missing, role: "read" }] })).toThrow(
+    expect(() => resolveAuth({ tokens: [{ tokenFile: missing, role: "viewer" }] })).toThrow(
       expect.objectContaining({
         code: "AX_CONFIG_READ",
         message: expect.stringContaining(`${missing}: cannot read token file: ENOENT`),
@@ -73,8 +121,8 @@ describe("HTTP auth", () => {
     expect(() =>
       resolveAuth({
         tokens: [
-          { token: READ, role: "read" },
-          { tokenFile: file, role: "read" },
+          { token: READ, role: "viewer" },
+          { tokenFile: file, role: "viewer" },
         ],
       }),
     ).toThrow(

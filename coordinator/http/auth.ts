@@ -1,24 +1,32 @@
-import { createHash, timingSafeEqual } from "node:crypto";
+import { timingSafeEqual } from "node:crypto";
 import { readFileSync } from "node:fs";
 import { AxError } from "../../shared/errors.js";
-import type { HttpConfig } from "../config.js";
-import type { Role } from "./route.js";
+import type { ApiRole, HttpConfig } from "../config.js";
+import { type TokenOwner, tokenDigest } from "../security/api-tokens.js";
+import type { Principal, Role } from "./route.js";
 
-/** A token as the server keeps it: only its digest, and its role. */
-export interface KnownToken {
+/** A config file's token as the server keeps it: only its digest, its name and its role. */
+export interface KnownToken extends TokenOwner {
   digest: Buffer;
-  role: "read" | "operate";
 }
 
-/** Tokens kept by digest, or auth off. */
-export type Auth = "off" | KnownToken[];
+/** Looks up the tokens the config file does not hold (the admin token, the API's tokens). */
+export interface TokenLookup {
+  verify(digest: Buffer): TokenOwner | undefined;
+}
 
-const digest = (token: string) => createHash("sha256").update(token, "utf8").digest();
+/** Auth off, or the config file's tokens and a lookup for the others. */
+export type Auth = "off" | { config: KnownToken[]; lookup?: TokenLookup };
+
+/** The caller with auth off: anyone on this machine, so it may do anything. */
+export const ANONYMOUS: Principal = Object.freeze({ name: "anonymous", role: "admin" });
+
+const RANK: Record<ApiRole, number> = { viewer: 0, operator: 1, admin: 2 };
 
 /** Resolves the configured tokens, reading each `tokenFile` (named in any error). */
-export function resolveAuth(auth: HttpConfig["auth"]): Auth {
+export function resolveAuth(auth: HttpConfig["auth"], lookup?: TokenLookup): Auth {
   if (auth === "off") return "off";
-  return auth.tokens.map((t, i) => {
+  const config = auth.tokens.map((t, i) => {
     let token = t.token;
     if (t.tokenFile !== undefined) {
       try {
@@ -37,20 +45,27 @@ export function resolveAuth(auth: HttpConfig["auth"]): Auth {
         );
       }
     }
-    return { digest: digest(token as string), role: t.role };
+    return {
+      digest: tokenDigest(token as string),
+      name: t.name ?? `config-token-${i}`,
+      role: t.role,
+    };
   });
+  return lookup === undefined ? { config } : { config, lookup };
 }
 
 /**
- * Checks a request's `Authorization` header against what the route needs. Every known token is
- * compared, each in constant time on fixed-length digests, so neither the time taken nor an early
- * exit tells a caller how much of a token was right. Throws AX_API_UNAUTHORIZED (no or unknown
- * token) or AX_API_FORBIDDEN (a `read` token on an `operate` route).
+ * Checks a request's `Authorization` header against what the route needs and returns who is
+ * calling. Every config token is compared, each in constant time on fixed-length digests, so
+ * neither the time taken nor an early exit tells a caller how much of a token was right. Throws
+ * AX_API_UNAUTHORIZED (no or unknown token) or AX_API_FORBIDDEN (a role below the route's).
  */
-export function authorize(auth: Auth, header: string | undefined, need: Role): void {
-  if (auth === "off" || need === "public") return;
+export function authorize(auth: Auth, header: string | undefined, need: Role): Principal {
+  if (auth === "off") return ANONYMOUS;
+  if (need === "public" && header === undefined) return { name: "public", role: "viewer" };
   const m = /^Bearer[ ]+(\S+)\s*$/i.exec(header ?? "");
   if (!m) {
+    if (need === "public") return { name: "public", role: "viewer" };
     throw new AxError(
       "AX_API_UNAUTHORIZED",
       header === undefined
@@ -58,16 +73,27 @@ export function authorize(auth: Auth, header: string | undefined, need: Role): v
         : "the Authorization header is not a bearer token",
     );
   }
-  const presented = digest(m[1] as string);
-  let role: KnownToken["role"] | undefined;
-  for (const t of auth) {
-    if (timingSafeEqual(presented, t.digest) && role !== "operate") role = t.role;
+  const presented = tokenDigest(m[1] as string);
+  let owner: TokenOwner | undefined;
+  for (const t of auth.config) {
+    if (
+      timingSafeEqual(presented, t.digest) &&
+      (owner === undefined || RANK[t.role] > RANK[owner.role])
+    ) {
+      owner = t;
+    }
   }
-  if (role === undefined) throw new AxError("AX_API_UNAUTHORIZED", "unknown bearer token");
-  if (need === "operate" && role !== "operate") {
+  owner ??= auth.lookup?.verify(presented);
+  if (owner === undefined) {
+    if (need === "public") return { name: "public", role: "viewer" };
+    throw new AxError("AX_API_UNAUTHORIZED", "unknown or revoked bearer token");
+  }
+  if (need !== "public" && RANK[owner.role] < RANK[need]) {
     throw new AxError(
       "AX_API_FORBIDDEN",
-      "this operation needs a token with the operate role; this one has read",
+      `this operation needs a token with the ${need} role; this one ("${owner.name}") has ${owner.role}`,
+      { context: { need, role: owner.role, token: owner.name } },
     );
   }
+  return { name: owner.name, role: owner.role };
 }

@@ -20,10 +20,11 @@ function jsonSchema(schema: z.ZodType): JsonSchema {
 const STATUS_TEXT: Record<number, string> = {
   400: "The request is invalid; every issue is listed with its path (AX_API_INVALID_REQUEST).",
   401: "No bearer token, or an unknown one (AX_API_UNAUTHORIZED).",
-  403: "The token's role does not allow this (AX_API_FORBIDDEN).",
+  403: "The token's role does not allow this (AX_API_FORBIDDEN), or the Origin is refused (AX_API_ORIGIN_REFUSED).",
   404: "Not found.",
   409: "Conflicts with the resource's state.",
   413: "The body is over the size limit (AX_API_TOO_LARGE).",
+  415: "The body is not sent as Content-Type: application/json (AX_API_UNSUPPORTED_MEDIA_TYPE).",
   503: "Not available now.",
 };
 
@@ -97,12 +98,15 @@ export function openApiDocument(routes: readonly AnyRoute[], version: string): J
         };
       }
       if (route.params || route.query || route.body) responses["400"] = errorResponse(400);
-      if (route.body) responses["413"] = errorResponse(413);
+      if (route.body) {
+        responses["413"] = errorResponse(413);
+        responses["415"] = errorResponse(415);
+      }
       for (const s of route.errors ?? []) responses[String(s)] = errorResponse(s);
     }
     if (route.role !== "public") {
       responses["401"] = errorResponse(401);
-      if (route.role === "operate") responses["403"] = errorResponse(403);
+      if (route.role !== "viewer") responses["403"] = errorResponse(403);
     }
     op.responses = responses;
     paths[route.path] ??= {};
@@ -115,7 +119,9 @@ export function openApiDocument(routes: readonly AnyRoute[], version: string): J
       version,
       description:
         "Jobs, executions, the fleet, device commands and events. Times are UTC milliseconds. " +
-        "Errors are { error: { code, message, issues? } } with a stable code (docs/errors.md).",
+        "Errors are { error: { code, message, issues? } } with a stable code (docs/errors.md). " +
+        "Every request's Host must be one of the coordinator's names (else 421), and a request " +
+        "from a web page of another origin is refused (403).",
     },
     paths,
     components: {
@@ -123,7 +129,10 @@ export function openApiDocument(routes: readonly AnyRoute[], version: string): J
         bearer: {
           type: "http",
           scheme: "bearer",
-          description: "A token from the coordinator's http.auth.tokens (role read or operate).",
+          description:
+            "The admin token (ax-secrets/admin.token), a token made with POST /api/tokens, or one " +
+            "of the config's http.auth.tokens; role viewer, operator or admin (x-ax-role). Only " +
+            "in the Authorization header: a token in the query string is refused.",
         },
       },
       schemas: { Error: jsonSchema(errorSchema) },

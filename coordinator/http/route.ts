@@ -1,21 +1,31 @@
 import type { IncomingMessage, ServerResponse } from "node:http";
 import type { z } from "zod";
+import type { ApiRole } from "../config.js";
 import type { Coordinator } from "../coordinator.js";
 
 export type Method = "GET" | "POST" | "PUT" | "DELETE";
 
 /**
  * Who may call a route: `public` anyone (health, the OpenAPI document, the console page);
- * `read` a token of either role; `operate` only an `operate` token. With auth off, anyone.
+ * `viewer` any token (every read); `operator` an operator or admin token (every change but the
+ * admin routes); `admin` only an admin token (API tokens, agent enrolment). With auth off, anyone.
  */
-export type Role = "public" | "read" | "operate";
+export type Role = "public" | ApiRole;
 
-/** What a JSON route's handler is given: its validated inputs and the coordinator. */
+/** Who made a request: the token's name (the actor recorded for what it changes) and role. */
+export interface Principal {
+  name: string;
+  role: ApiRole;
+}
+
+/** What a JSON route's handler is given: its validated inputs, the coordinator and the caller. */
 export interface RouteInput<P, Q, B> {
   params: P;
   query: Q;
   body: B;
   coordinator: Coordinator;
+  /** The caller; `anonymous` (role admin) with auth off. */
+  principal: Principal;
 }
 
 /** A handler's answer when its status differs from the route's success status. */
@@ -73,7 +83,7 @@ export interface RawRoute {
   handle(
     req: IncomingMessage,
     res: ServerResponse,
-    ctx: { coordinator: Coordinator; params: Record<string, string> },
+    ctx: { coordinator: Coordinator; params: Record<string, string>; principal: Principal },
   ): Promise<void> | void;
 }
 

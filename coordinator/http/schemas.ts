@@ -221,6 +221,10 @@ export const jobSchema = z.object({
   paused: z.boolean(),
   createdAt: z.number(),
   updatedAt: z.number(),
+  updatedBy: z
+    .string()
+    .nullable()
+    .meta({ description: "The API token (its name), or system, that wrote this version." }),
 });
 
 /** The most jobs one page of the listing holds. */
@@ -314,6 +318,10 @@ export const timelineEntrySchema = z.object({
   agentId: z.string().nullable(),
   reason: z.string().nullable(),
   detail: z.record(z.string(), z.unknown()).nullable(),
+  actor: z
+    .string()
+    .nullable()
+    .meta({ description: "The API token (its name) that asked for it: cancel, retry, command." }),
 });
 
 export const executionDetailSchema = z.object({

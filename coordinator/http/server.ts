@@ -9,10 +9,12 @@ import { formatIssues } from "../domain/job.js";
 import type { Logger } from "../engine/context.js";
 import { type Auth, authorize, resolveAuth } from "./auth.js";
 import { consoleAssetsRoute, consoleHandler } from "./console.js";
+import { allowedHostSet, checkRequestHygiene } from "./hygiene.js";
 import { openApiDocument } from "./openapi.js";
 import type { AnyRoute, ApiRoute } from "./route.js";
 import { Reply } from "./route.js";
 import { Router } from "./router.js";
+import { accessRoutes } from "./routes/access.js";
 import { executionRoutes } from "./routes/executions.js";
 import { fleetRoutes } from "./routes/fleet.js";
 import { healthRoutes } from "./routes/health.js";
@@ -57,14 +59,21 @@ const STATUS: Partial<Record<ErrorCode, number>> = {
   AX_STORE_BAD_CURSOR: 400,
   AX_API_UNAUTHORIZED: 401,
   AX_API_FORBIDDEN: 403,
+  AX_API_ORIGIN_REFUSED: 403,
   AX_API_NOT_FOUND: 404,
   AX_JOB_NOT_FOUND: 404,
   AX_EXEC_NOT_FOUND: 404,
   AX_AGENT_NOT_FOUND: 404,
+  AX_API_TOKEN_NOT_FOUND: 404,
   AX_API_METHOD_NOT_ALLOWED: 405,
   AX_JOB_EXISTS: 409,
   AX_EXEC_CONFLICT: 409,
+  AX_AGENT_ENROLLED: 409,
+  AX_API_TOKEN_EXISTS: 409,
   AX_API_TOO_LARGE: 413,
+  AX_API_UNSUPPORTED_MEDIA_TYPE: 415,
+  // 421 Misdirected Request (RFC 9110 §15.5.20): this server does not answer for that name.
+  AX_API_HOST_REFUSED: 421,
 };
 
 /**
@@ -78,6 +87,7 @@ export function builtinRoutes(all: () => readonly AnyRoute[]): AnyRoute[] {
     ...jobRoutes,
     ...executionRoutes,
     ...fleetRoutes,
+    ...accessRoutes,
     {
       kind: "raw",
       method: "GET",
@@ -96,7 +106,7 @@ export function builtinRoutes(all: () => readonly AnyRoute[]): AnyRoute[] {
       kind: "raw",
       method: "GET",
       path: "/metrics",
-      role: "read",
+      role: "viewer",
       operationId: "metrics",
       summary: "Prometheus metrics",
       tag: "meta",
@@ -125,7 +135,8 @@ export function builtinRoutes(all: () => readonly AnyRoute[]): AnyRoute[] {
 /**
  * Serves the coordinator's HTTP API, `/metrics` and the console on `options.host:port` (port 0:
  * a free one). Options are checked by the config file's schema; a bad one, or a token file that
- * cannot be read, throws before anything listens.
+ * cannot be read, throws before anything listens. With token auth (the default) the admin token
+ * file is created in the coordinator's secrets folder if it does not exist yet.
  */
 export async function startHttpServer(
   coordinator: Coordinator,
@@ -140,27 +151,51 @@ export async function startHttpServer(
     );
   }
   const config = parsed.data;
-  const auth = resolveAuth(config.auth);
+  const auth = resolveAuth(config.auth, coordinator.apiTokens);
+  if (auth === "off") {
+    log(
+      "warn",
+      'HTTP AUTH IS OFF (http.auth: "off"): every process and user on this machine can run jobs, ' +
+        "send device commands and enrol agents; remove it to require tokens",
+      { auth: "off" },
+    );
+  } else {
+    const admin = coordinator.apiTokens.ensureAdminToken();
+    coordinator.apiTokens.reserve(auth.config.map((t) => t.name));
+    log(
+      "info",
+      `${admin.created ? "created the admin token in" : "admin token in"} ${admin.path} ` +
+        "(the CLI on this machine reads it from there; ax token create makes others)",
+      { adminTokenFile: admin.path },
+    );
+  }
   const routes: AnyRoute[] = [...builtinRoutes(() => routes), ...extra];
   const router = new Router(routes);
 
+  // Filled in once the port is bound: Host headers name it.
+  const state: ServerState = {
+    coordinator,
+    router,
+    auth,
+    maxBodyBytes: config.maxBodyBytes,
+    hosts: new Set(),
+    allowedOrigins: new Set(config.allowedOrigins.map((o) => o.toLowerCase())),
+  };
   const server = createServer((req, res) => {
-    handle(req, res, { coordinator, router, auth, maxBodyBytes: config.maxBodyBytes }).catch(
-      (err: unknown) => {
-        const status = isAxError(err) ? (STATUS[err.code] ?? 500) : 500;
-        if (status >= 500) {
-          log("error", `http ${req.method} ${req.url}: ${(err as Error).stack ?? String(err)}`);
-        }
-        if (res.headersSent) {
-          res.destroy();
-          return;
-        }
-        sendError(res, status, err, req.readableEnded ? {} : { connection: "close" });
-        // The rest of a refused body is read and dropped, so the client gets the answer rather
-        // than a reset connection.
-        if (!req.readableEnded) req.resume();
-      },
-    );
+    handle(req, res, state).catch((err: unknown) => {
+      const status = isAxError(err) ? (STATUS[err.code] ?? 500) : 500;
+      if (status >= 500) {
+        log("error", `http ${req.method} ${req.url}: ${(err as Error).stack ?? String(err)}`);
+      }
+      if (res.headersSent) {
+        res.destroy();
+        return;
+      }
+      sendError(res, status, err, req.readableEnded ? {} : { connection: "close" });
+      // The rest of a refused body is read and dropped, so the client gets the answer rather
+      // than a reset connection.
+      if (!req.readableEnded) req.resume();
+    });
   });
   await new Promise<void>((resolve, reject) => {
     server.once("error", (err: NodeJS.ErrnoException) =>
@@ -177,7 +212,13 @@ export async function startHttpServer(
   const address = server.address() as AddressInfo;
   const host = address.family === "IPv6" ? `[${address.address}]` : address.address;
   const url = `http://${host}:${address.port}`;
-  log("info", `http listening on ${url}`, { url, auth: auth === "off" ? "off" : "tokens" });
+  for (const h of allowedHostSet(config.host, address.port, config.allowedHosts))
+    state.hosts.add(h);
+  log("info", `http listening on ${url}`, {
+    url,
+    auth: auth === "off" ? "off" : "tokens",
+    hosts: [...state.hosts],
+  });
   let closing: Promise<void> | undefined;
   return {
     url,
@@ -200,11 +241,15 @@ interface ServerState {
   router: Router;
   auth: Auth;
   maxBodyBytes: number;
+  /** Host header values answered, lower case. */
+  hosts: Set<string>;
+  allowedOrigins: Set<string>;
 }
 
 /** One request: route, authorize, validate, run the handler, answer. */
 async function handle(req: IncomingMessage, res: ServerResponse, s: ServerState): Promise<void> {
   const url = new URL(req.url ?? "/", "http://localhost");
+  checkRequestHygiene(req, url, s);
   const matches = s.router.match(url.pathname);
   if (matches === undefined) {
     throw new AxError("AX_API_INVALID_REQUEST", `path "${url.pathname}" is not valid`);
@@ -222,9 +267,9 @@ async function handle(req: IncomingMessage, res: ServerResponse, s: ServerState)
     );
   }
   const { route, params } = match;
-  authorize(s.auth, req.headers.authorization, route.role);
+  const principal = authorize(s.auth, req.headers.authorization, route.role);
   if (route.kind === "raw") {
-    await route.handle(req, res, { coordinator: s.coordinator, params });
+    await route.handle(req, res, { coordinator: s.coordinator, params, principal });
     return;
   }
 
@@ -260,9 +305,11 @@ async function handle(req: IncomingMessage, res: ServerResponse, s: ServerState)
       },
     );
   }
-  const result = await route.handle({ ...input, coordinator: s.coordinator } as Parameters<
-    ApiRoute["handle"]
-  >[0]);
+  const result = await route.handle({
+    ...input,
+    coordinator: s.coordinator,
+    principal,
+  } as Parameters<ApiRoute["handle"]>[0]);
   if (result instanceof Reply) send(res, result.status, JSON.stringify(result.body));
   else if (result === undefined) {
     res.writeHead(route.success.status, { "cache-control": "no-store" });

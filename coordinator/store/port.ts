@@ -16,6 +16,48 @@ export interface StoredJob {
   nextFireAt: number | null;
   createdAt: number;
   updatedAt: number;
+  /** Who wrote the current version (an API token's name, or `system`); null before 0.x. */
+  updatedBy: string | null;
+}
+
+/** What a change to a job was, in its history. */
+export type JobAction = "created" | "updated" | "paused" | "resumed" | "deleted" | "triggered";
+
+/** One entry of a job's history: who changed it, or fired it by hand, and when. */
+export interface JobHistoryEntry {
+  jobId: string;
+  /** 1, 2, … per job, in order. */
+  seq: number;
+  at: number;
+  action: JobAction;
+  /** The version written (created…resumed), the one deleted or the one fired. */
+  version: number | null;
+  /** The API token's name that did it, or `system` (the jobs file, the engine). */
+  actor: string;
+  /** Such as the execution ids a trigger created. */
+  detail: Record<string, unknown> | null;
+}
+
+/** Who changes a job, for its history (and what, when it is a pause or a resume). */
+export interface JobChange {
+  actor: string;
+  action?: "paused" | "resumed";
+}
+
+/**
+ * An API token made through the API (`POST /api/tokens`). Only the SHA-256 digest of the token
+ * is kept, so a copy of the store is no credential.
+ */
+export interface ApiTokenRecord {
+  name: string;
+  role: "viewer" | "operator" | "admin";
+  /** SHA-256 of the token, hex. */
+  digest: string;
+  createdAt: number;
+  /** The name of the token that created it. */
+  createdBy: string;
+  /** Last time a request used it (kept to the minute). */
+  lastUsedAt: number | null;
 }
 
 export type ExecutionKind = "job" | "command";
@@ -131,6 +173,8 @@ export interface TimelineEntry {
   reason: string | null;
   /** As written, or `{ truncated: true, bytes }` when its JSON was over the store's byte limit. */
   detail: Record<string, unknown> | null;
+  /** Who asked for it (`detail.actor`: an API token's name) when an operator did. */
+  actor: string | null;
 }
 
 /** Fields a transition may change besides the snapshot. */
@@ -279,8 +323,20 @@ export interface Store {
   /** Told when a commit failed: its writes were undone and their after-commit work dropped. */
   onCommitError: ((err: Error) => void) | undefined;
 
-  /** Creates the job, or a new version when its definition changed. Returns the stored job. */
-  putJob(definition: JobDefinition, nextFireAt: number | null, now: number): Promise<StoredJob>;
+  /**
+   * Creates the job, or a new version when its definition changed, and records the change in
+   * the job's history with `change.actor` (default `system`). Returns the stored job.
+   */
+  putJob(
+    definition: JobDefinition,
+    nextFireAt: number | null,
+    now: number,
+    change?: JobChange,
+  ): Promise<StoredJob>;
+  /** Adds an entry to a job's history (a manual trigger); its seq is the next one. */
+  appendJobHistory(entry: Omit<JobHistoryEntry, "seq">): Promise<void>;
+  /** A job's history, oldest first, at most `limit` of the newest entries (default 100). */
+  listJobHistory(jobId: string, limit?: number): Promise<JobHistoryEntry[]>;
   getJob(id: string): Promise<StoredJob | undefined>;
   listJobs(): Promise<StoredJob[]>;
   /**
@@ -336,8 +392,15 @@ export interface Store {
     at: number;
   }): Promise<boolean>;
 
-  /** Creates an execution outside any job (a device command). */
-  createExecution(execution: NewExecution, at: number): Promise<void>;
+  /**
+   * Creates an execution outside any job (a device command, a retry); `detail` goes into its
+   * first timeline entry (who asked for it).
+   */
+  createExecution(
+    execution: NewExecution,
+    at: number,
+    detail?: Record<string, unknown>,
+  ): Promise<void>;
   getExecution(id: string): Promise<ExecutionRecord | undefined>;
   listExecutions(filter?: ExecutionFilter): Promise<ExecutionRecord[]>;
   /** Executions in `states` ordered by priority (high first), then fire time. */
@@ -405,7 +468,15 @@ export interface Store {
    * does its fire ledger, so a job created again under the same id never fires a nominal time
    * twice; its versions continue from the last one. Returns false when no job has that id.
    */
-  deleteJob(id: string): Promise<boolean>;
+  deleteJob(id: string, change?: { actor: string; at: number }): Promise<boolean>;
+
+  /** Creates an API token's record; AX_API_TOKEN_EXISTS when the name is taken. */
+  putApiToken(token: ApiTokenRecord): Promise<void>;
+  /** Records when a token was last used. */
+  touchApiToken(name: string, at: number): Promise<void>;
+  listApiTokens(): Promise<ApiTokenRecord[]>;
+  /** Deletes a token's record; false when there is none. */
+  deleteApiToken(name: string): Promise<boolean>;
   /**
    * One page of executions matching every filter given, newest first by (createdAt, id), with
    * keyset paging: a cursor names the last row seen, so pages neither repeat nor skip a row while

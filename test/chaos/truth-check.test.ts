@@ -72,6 +72,7 @@ function entry(
     agentId: "a1",
     reason: null,
     detail,
+    actor: null,
   };
 }
 

@@ -186,6 +186,7 @@ export function storeContract(name: string, makeStore: () => Promise<StoreFixtur
           nextFireAt: 5_000,
           createdAt: 100,
           updatedAt: 100,
+          updatedBy: "system",
         });
         expect(await store.getJob("job-a")).toEqual(created);
         expect(await store.getJob("job-b")).toBeUndefined();
@@ -225,6 +226,7 @@ export function storeContract(name: string, makeStore: () => Promise<StoreFixtur
           nextFireAt: 7_000,
           createdAt: 100,
           updatedAt: 200,
+          updatedBy: "system",
         });
         const v3 = await store.putJob(jobDef("job-a"), null, 300);
         expect(v3.version).toBe(3);
@@ -374,6 +376,7 @@ export function storeContract(name: string, makeStore: () => Promise<StoreFixtur
             agentId: null,
             reason: null,
             detail: { scheduledFor: 1_000 },
+            actor: null,
           },
         ]);
       });
@@ -1162,6 +1165,62 @@ export function storeContract(name: string, makeStore: () => Promise<StoreFixtur
           "new-done",
           "old-pending",
         ]);
+      });
+    });
+
+    describe("job history", () => {
+      it("records who created, changed, paused, fired and deleted a job, in order", async () => {
+        await store.putJob(jobDef("job-h"), 5_000, 100, { actor: "alice" });
+        // An identical definition is no change: no entry.
+        await store.putJob(jobDef("job-h"), 5_000, 150, { actor: "bob" });
+        const v2 = await store.putJob(jobDef("job-h", { paused: true }), 5_000, 200, {
+          actor: "bob",
+          action: "paused",
+        });
+        expect(v2.updatedBy).toBe("bob");
+        expect((await store.getJob("job-h"))?.updatedBy).toBe("bob");
+        await store.appendJobHistory({
+          jobId: "job-h",
+          at: 250,
+          action: "triggered",
+          version: 2,
+          actor: "carol",
+          detail: { executionIds: ["e1"] },
+        });
+        expect(await store.deleteJob("job-h", { actor: "dave", at: 300 })).toBe(true);
+        expect(await store.deleteJob("job-h", { actor: "dave", at: 301 })).toBe(false);
+        const h = await store.listJobHistory("job-h");
+        expect(h.map((e) => [e.seq, e.action, e.version, e.actor, e.at])).toEqual([
+          [1, "created", 1, "alice", 100],
+          [2, "paused", 2, "bob", 200],
+          [3, "triggered", 2, "carol", 250],
+          [4, "deleted", 2, "dave", 300],
+        ]);
+        expect(h[2]?.detail).toEqual({ executionIds: ["e1"] });
+        expect((await store.listJobHistory("job-h", 2)).map((e) => e.seq)).toEqual([3, 4]);
+        expect(await store.listJobHistory("nope")).toEqual([]);
+      });
+    });
+
+    describe("API tokens", () => {
+      it("keeps records by name, refuses a taken name, touches and deletes", async () => {
+        const t = {
+          name: "ci",
+          role: "operator" as const,
+          digest: "ab".repeat(32),
+          createdAt: 10,
+          createdBy: "admin",
+          lastUsedAt: null,
+        };
+        await store.putApiToken(t);
+        await expect(store.putApiToken({ ...t, digest: "cd".repeat(32) })).rejects.toMatchObject({
+          code: "AX_API_TOKEN_EXISTS",
+        });
+        await store.touchApiToken("ci", 99);
+        expect(await store.listApiTokens()).toEqual([{ ...t, lastUsedAt: 99 }]);
+        expect(await store.deleteApiToken("ci")).toBe(true);
+        expect(await store.deleteApiToken("ci")).toBe(false);
+        expect(await store.listApiTokens()).toEqual([]);
       });
     });
 

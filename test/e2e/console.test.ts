@@ -1,4 +1,4 @@
-import { existsSync, mkdirSync } from "node:fs";
+import { existsSync, mkdirSync, readFileSync } from "node:fs";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { type BrowserContext, chromium, type Page } from "playwright-core";
@@ -77,6 +77,20 @@ describe.skipIf(CHROMIUM === undefined)("console in headless Chromium", () => {
     await coordinator?.close();
     await broker?.close();
     tmp?.cleanup();
+  });
+
+  it("asks for a token on 401, keeps it in sessionStorage and sends it as a header", async () => {
+    await page.goto(`${http.url}/#/fleet`);
+    await expect
+      .poll(() => page.locator("#status.error").textContent())
+      .toContain("401: the API needs a token");
+    const admin = readFileSync(join(tmp.dir, "ax-secrets", "admin.token"), "utf8").trim();
+    await page.locator("#token").fill(admin);
+    await page.locator("#token").dispatchEvent("change");
+    await page.locator('tr[data-agent="console-agent-1"]').waitFor();
+    expect(await page.evaluate("sessionStorage.getItem('ax.token')")).toBe(admin);
+    expect(await page.evaluate("localStorage.getItem('ax.token')")).toBeNull();
+    expect((await context.cookies()).length).toBe(0);
   });
 
   it("shows the fleet with the agent online, its profile and clock offset", async () => {

@@ -1,3 +1,5 @@
+import { request } from "node:http";
+
 /** A JSON answer of the HTTP API, as a test reads it. */
 export interface Answer<T = unknown> {
   status: number;
@@ -57,4 +59,35 @@ export function series(
     if (Object.entries(labels).every(([k, v]) => got[k] === v)) return Number(m[4]);
   }
   return undefined;
+}
+
+/**
+ * A request through node:http, which sends headers fetch will not (a foreign `Host`) and a body
+ * with exactly the Content-Type given.
+ */
+export function rawCall(
+  base: string,
+  method: string,
+  path: string,
+  headers: Record<string, string>,
+  body?: string,
+): Promise<{ status: number; body: unknown }> {
+  return new Promise((resolve, reject) => {
+    const req = request(`${base}${path}`, { method, headers }, (res) => {
+      const chunks: Buffer[] = [];
+      res.on("data", (c: Buffer) => chunks.push(c));
+      res.on("end", () => {
+        const text = Buffer.concat(chunks).toString("utf8");
+        let parsed: unknown = text;
+        try {
+          parsed = JSON.parse(text);
+        } catch {
+          // Not JSON: the text is the body.
+        }
+        resolve({ status: res.statusCode ?? 0, body: parsed });
+      });
+    });
+    req.once("error", reject);
+    req.end(body);
+  });
 }

@@ -64,7 +64,7 @@ describe("ax operator commands", () => {
     coordinator = await startTestCoordinator(broker, tmp.dir, 1_000);
     http = await startHttpServer(coordinator, {
       port: 0,
-      auth: { tokens: [{ token: TOKEN, role: "operate" }] },
+      auth: { tokens: [{ token: TOKEN, role: "operator" }] },
     });
     env = { AX_URL: http.url, AX_TOKEN: TOKEN };
   });
@@ -399,14 +399,14 @@ describe("ax coordinator start with an http section", () => {
         config,
         JSON.stringify({
           mqtt: { url: "mqtt://127.0.0.1:1" },
-          http: { auth: { tokens: [{ token: "short", role: "admin" }, { role: "read" }] } },
+          http: { auth: { tokens: [{ token: "short", role: "boss" }, { role: "read" }] } },
         }),
       );
       const r2 = await ax(["coordinator", "start", "--config", config]);
       expect(r2.code).toBe(1);
       expect(r2.stderr).toContain("http.auth.tokens.0.token: must be at least 16 characters");
       expect(r2.stderr).toContain(
-        'http.auth.tokens.0.role: Invalid option: expected one of "read"|"operate"',
+        'http.auth.tokens.0.role: must be "viewer", "operator" or "admin"',
       );
       expect(r2.stderr).toContain(
         "http.auth.tokens.1.token: give exactly one of token and tokenFile",

@@ -1,5 +1,5 @@
 import { spawn, spawnSync } from "node:child_process";
-import { writeFileSync } from "node:fs";
+import { readFileSync, writeFileSync } from "node:fs";
 import { fileURLToPath } from "node:url";
 import { describe, expect, it } from "vitest";
 import { tempDir, waitFor } from "../helpers/env.js";
@@ -42,13 +42,22 @@ describe("the ax command", () => {
       const page = await fetch(`${url}/`);
       expect(page.status).toBe(200);
       expect(await page.text()).toContain("/assets/app.js");
+      // Auth is on in the demo too: the API needs the admin token whose file the demo prints.
+      expect((await fetch(`${url}/api/executions`)).status).toBe(401);
+      const tokenFile = await waitFor(
+        "the admin token line",
+        () => /admin token in (\S+) /.exec(out)?.[1],
+      );
+      const headers = { authorization: `Bearer ${readFileSync(tokenFile, "utf8").trim()}` };
       // The demo's job fires every 2 s: its executions show in the API while it runs.
       const items = await waitFor("executions in the API", async () => {
-        const r = (await (await fetch(`${url}/api/executions`)).json()) as { items: unknown[] };
+        const r = (await (await fetch(`${url}/api/executions`, { headers })).json()) as {
+          items: unknown[];
+        };
         return r.items.length > 0 ? r.items : undefined;
       });
       expect(items.length).toBeGreaterThan(0);
-      expect(await (await fetch(`${url}/metrics`)).text()).toContain("ax_fires_total");
+      expect(await (await fetch(`${url}/metrics`, { headers })).text()).toContain("ax_fires_total");
     } finally {
       expect(await exited).toBe(0);
     }

@@ -39,7 +39,7 @@ describe("HTTP API with a fleet", () => {
     coordinator = await startTestCoordinator(broker, tmp.dir, 500);
     http = await startHttpServer(coordinator, {
       port: 0,
-      auth: { tokens: [{ token: TOKEN, role: "operate" }] },
+      auth: { tokens: [{ token: TOKEN, role: "operator" }] },
     });
     const tags: Record<string, Record<string, string>> = {
       [`${broker.prefix}-n1`]: { site: "north", rack: "1" },

@@ -4,9 +4,11 @@
 const view = document.getElementById("view");
 const statusLine = document.getElementById("status");
 const tokenInput = document.getElementById("token");
-tokenInput.value = localStorage.getItem("ax.token") ?? "";
+// sessionStorage, not localStorage or a cookie: the token goes when the tab closes, and it is only
+// ever sent as an Authorization header, which no other site's page can make this browser send.
+tokenInput.value = sessionStorage.getItem("ax.token") ?? "";
 tokenInput.addEventListener("change", () => {
-  localStorage.setItem("ax.token", tokenInput.value.trim());
+  sessionStorage.setItem("ax.token", tokenInput.value.trim());
   render();
 });
 
@@ -33,6 +35,14 @@ async function api(path, options = {}) {
   });
   if (res.status === 204) return null;
   const data = await res.json().catch(() => null);
+  if (res.status === 401) {
+    tokenInput.focus();
+    throw new Error(
+      token
+        ? "401: the coordinator does not know this token (or it was revoked); paste another in the Token field above."
+        : "401: the API needs a token. Paste the admin token (the file ax-secrets/admin.token beside the coordinator's store) or one made with ax token create into the Token field above.",
+    );
+  }
   if (!res.ok) {
     const err = data?.error;
     const issues = err?.issues?.map((i) => `${i.path}: ${i.message}`).join("; ");

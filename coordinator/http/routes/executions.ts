@@ -13,7 +13,7 @@ export const executionRoutes = [
   apiRoute({
     method: "GET",
     path: "/api/executions",
-    role: "read",
+    role: "viewer",
     operationId: "listExecutions",
     summary: "List executions, newest first",
     description:
@@ -37,7 +37,7 @@ export const executionRoutes = [
   apiRoute({
     method: "GET",
     path: "/api/executions/{id}",
-    role: "read",
+    role: "viewer",
     operationId: "getExecution",
     summary: "Show an execution and its timeline",
     tag: "executions",
@@ -57,7 +57,7 @@ export const executionRoutes = [
   apiRoute({
     method: "POST",
     path: "/api/executions/{id}/cancel",
-    role: "operate",
+    role: "operator",
     operationId: "cancelExecution",
     summary: "Cancel an execution",
     description:
@@ -67,12 +67,13 @@ export const executionRoutes = [
     params: idParams,
     success: { status: 202, description: "The execution as it is now.", schema: executionSchema },
     errors: [404, 409],
-    handle: async ({ coordinator, params }) => coordinator.cancelExecution(params.id),
+    handle: async ({ coordinator, params, principal }) =>
+      coordinator.cancelExecution(params.id, principal.name),
   }),
   apiRoute({
     method: "POST",
     path: "/api/executions/{id}/retry",
-    role: "operate",
+    role: "operator",
     operationId: "retryExecution",
     summary: "Retry an execution as a new one",
     description:
@@ -81,8 +82,8 @@ export const executionRoutes = [
     params: idParams,
     success: { status: 201, description: "The new execution's id.", schema: retrySchema },
     errors: [404, 409],
-    handle: async ({ coordinator, params }) => ({
-      executionId: await coordinator.retryExecution(params.id),
+    handle: async ({ coordinator, params, principal }) => ({
+      executionId: await coordinator.retryExecution(params.id, principal.name),
       retryOf: params.id,
     }),
   }),

@@ -26,7 +26,7 @@ export const fleetRoutes = [
   apiRoute({
     method: "GET",
     path: "/api/agents",
-    role: "read",
+    role: "viewer",
     operationId: "listAgents",
     summary: "List the agents the coordinator knows",
     tag: "fleet",
@@ -42,7 +42,7 @@ export const fleetRoutes = [
   apiRoute({
     method: "GET",
     path: "/api/agents/{id}",
-    role: "read",
+    role: "viewer",
     operationId: "getAgent",
     summary: "Show an agent",
     tag: "fleet",
@@ -62,7 +62,7 @@ export const fleetRoutes = [
   apiRoute({
     method: "POST",
     path: "/api/commands",
-    role: "operate",
+    role: "operator",
     operationId: "sendCommand",
     summary: "Send a device command",
     description:
@@ -77,7 +77,7 @@ export const fleetRoutes = [
       schema: commandResultSchema,
     },
     errors: [404],
-    handle: async ({ coordinator, body }) => {
+    handle: async ({ coordinator, body, principal }) => {
       const now = Date.now();
       const at = body.at ?? now;
       const deadline = body.deadline ?? at + 30_000;
@@ -105,6 +105,7 @@ export const fleetRoutes = [
         body.selector === undefined
           ? { ...common, agentId: body.agentId as string }
           : { ...common, selector: body.selector.tags },
+        principal.name,
       );
       return { executionIds: targets.map((t) => t.executionId), targets };
     },
@@ -112,7 +113,7 @@ export const fleetRoutes = [
   apiRoute({
     method: "POST",
     path: "/api/events/{name}",
-    role: "operate",
+    role: "operator",
     operationId: "fireEvent",
     summary: "Fire an event",
     description:

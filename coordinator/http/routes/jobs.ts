@@ -26,6 +26,7 @@ export function jobView(job: StoredJob) {
     paused: job.definition.paused,
     createdAt: job.createdAt,
     updatedAt: job.updatedAt,
+    updatedBy: job.updatedBy,
   };
 }
 
@@ -33,9 +34,9 @@ export function jobView(job: StoredJob) {
  * Stores a definition; a definition the coordinator refuses (a job firing after itself) is
  * AX_JOB_INVALID with its issues' paths under `body`.
  */
-async function put(coordinator: Coordinator, input: unknown): Promise<StoredJob> {
+async function put(coordinator: Coordinator, input: unknown, actor: string): Promise<StoredJob> {
   try {
-    return await coordinator.putJob(input);
+    return await coordinator.putJob(input, actor);
   } catch (err) {
     const issues = isAxError(err, "AX_JOB_INVALID") ? err.context.issues : undefined;
     if (!Array.isArray(issues)) throw err;
@@ -59,7 +60,7 @@ export const jobRoutes = [
   apiRoute({
     method: "GET",
     path: "/api/jobs",
-    role: "read",
+    role: "viewer",
     operationId: "listJobs",
     summary: "List jobs, by id",
     description:
@@ -79,7 +80,7 @@ export const jobRoutes = [
   apiRoute({
     method: "POST",
     path: "/api/jobs",
-    role: "operate",
+    role: "operator",
     operationId: "createJob",
     summary: "Create a job",
     description: "Stores version 1 of a new job. A job with the id already: 409 AX_JOB_EXISTS.",
@@ -87,7 +88,7 @@ export const jobRoutes = [
     body: jobDefinitionSchema,
     success: { status: 201, description: "The job as stored.", schema: jobSchema },
     errors: [409],
-    handle: async ({ coordinator, body }) => {
+    handle: async ({ coordinator, body, principal }) => {
       if (await coordinator.store.getJob(body.id)) {
         throw new AxError(
           "AX_JOB_EXISTS",
@@ -97,13 +98,13 @@ export const jobRoutes = [
           },
         );
       }
-      return jobView(await put(coordinator, body));
+      return jobView(await put(coordinator, body, principal.name));
     },
   }),
   apiRoute({
     method: "GET",
     path: "/api/jobs/{id}",
-    role: "read",
+    role: "viewer",
     operationId: "getJob",
     summary: "Show a job",
     tag: "jobs",
@@ -119,7 +120,7 @@ export const jobRoutes = [
   apiRoute({
     method: "PUT",
     path: "/api/jobs/{id}",
-    role: "operate",
+    role: "operator",
     operationId: "updateJob",
     summary: "Update a job (a new version)",
     description:
@@ -130,7 +131,7 @@ export const jobRoutes = [
     body: jobUpdateBody,
     success: { status: 200, description: "The job as stored now.", schema: jobSchema },
     errors: [404],
-    handle: async ({ coordinator, params, body }) => {
+    handle: async ({ coordinator, params, body, principal }) => {
       if (body.id !== undefined && body.id !== params.id) {
         throw new AxError("AX_API_INVALID_REQUEST", "the body's id is not the job in the path", {
           context: {
@@ -139,13 +140,13 @@ export const jobRoutes = [
         });
       }
       if (!(await coordinator.store.getJob(params.id))) throw notFound(params.id);
-      return jobView(await put(coordinator, { ...body, id: params.id }));
+      return jobView(await put(coordinator, { ...body, id: params.id }, principal.name));
     },
   }),
   apiRoute({
     method: "DELETE",
     path: "/api/jobs/{id}",
-    role: "operate",
+    role: "operator",
     operationId: "deleteJob",
     summary: "Delete a job",
     description:
@@ -154,27 +155,28 @@ export const jobRoutes = [
     params: idParams,
     success: { status: 204, description: "Deleted." },
     errors: [404],
-    handle: async ({ coordinator, params }) => {
-      await coordinator.deleteJob(params.id);
+    handle: async ({ coordinator, params, principal }) => {
+      await coordinator.deleteJob(params.id, principal.name);
       return undefined;
     },
   }),
   apiRoute({
     method: "POST",
     path: "/api/jobs/{id}/pause",
-    role: "operate",
+    role: "operator",
     operationId: "pauseJob",
     summary: "Pause a job",
     tag: "jobs",
     params: idParams,
     success: { status: 200, description: "The job, paused.", schema: jobSchema },
     errors: [404],
-    handle: async ({ coordinator, params }) => jobView(await coordinator.pauseJob(params.id)),
+    handle: async ({ coordinator, params, principal }) =>
+      jobView(await coordinator.pauseJob(params.id, principal.name)),
   }),
   apiRoute({
     method: "POST",
     path: "/api/jobs/{id}/resume",
-    role: "operate",
+    role: "operator",
     operationId: "resumeJob",
     summary: "Resume a job",
     description: "Fire times missed while paused follow the job's misfire policy.",
@@ -182,12 +184,13 @@ export const jobRoutes = [
     params: idParams,
     success: { status: 200, description: "The job, resumed.", schema: jobSchema },
     errors: [404],
-    handle: async ({ coordinator, params }) => jobView(await coordinator.resumeJob(params.id)),
+    handle: async ({ coordinator, params, principal }) =>
+      jobView(await coordinator.resumeJob(params.id, principal.name)),
   }),
   apiRoute({
     method: "POST",
     path: "/api/jobs/{id}/trigger",
-    role: "operate",
+    role: "operator",
     operationId: "triggerJob",
     summary: "Fire a job now",
     description: "Outside its trigger, with all its rules; one execution per shard.",
@@ -195,14 +198,14 @@ export const jobRoutes = [
     params: idParams,
     success: { status: 202, description: "The executions created.", schema: executionIdsSchema },
     errors: [404],
-    handle: async ({ coordinator, params }) => ({
-      executionIds: await coordinator.triggerJobAll(params.id),
+    handle: async ({ coordinator, params, principal }) => ({
+      executionIds: await coordinator.triggerJobAll(params.id, principal.name),
     }),
   }),
   apiRoute({
     method: "GET",
     path: "/api/jobs/{id}/preview",
-    role: "read",
+    role: "viewer",
     operationId: "previewJob",
     summary: "The job's next fire times",
     description: "Event, after and manual triggers have none.",
@@ -220,7 +223,7 @@ export const jobRoutes = [
   apiRoute({
     method: "POST",
     path: "/api/preview",
-    role: "read",
+    role: "viewer",
     operationId: "previewTrigger",
     summary: "A trigger's next fire times (cron preview)",
     description: "Changes nothing; for trying out a trigger before storing it.",

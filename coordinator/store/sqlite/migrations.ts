@@ -272,4 +272,32 @@ export const SQLITE_MIGRATIONS: readonly Migration[] = [
       );
     `,
   },
+  {
+    version: 12,
+    name: "API tokens, job history",
+    sql: `
+      -- Tokens made through the API (POST /api/tokens). Only the SHA-256 digest is kept: a copy
+      -- of this file lets no one call the API.
+      CREATE TABLE api_tokens (
+        name TEXT PRIMARY KEY,
+        digest TEXT NOT NULL UNIQUE,
+        role TEXT NOT NULL,
+        created_at REAL NOT NULL,
+        created_by TEXT NOT NULL,
+        last_used_at REAL
+      );
+      -- Who changed a job, or fired it by hand (issue 16: every write records its token).
+      CREATE TABLE job_history (
+        job_id TEXT NOT NULL,
+        seq INTEGER NOT NULL,
+        at REAL NOT NULL,
+        action TEXT NOT NULL,
+        version INTEGER,
+        actor TEXT NOT NULL,
+        detail TEXT,
+        PRIMARY KEY (job_id, seq)
+      );
+      ALTER TABLE jobs ADD COLUMN updated_by TEXT;
+    `,
+  },
 ];

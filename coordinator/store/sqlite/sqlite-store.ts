@@ -8,6 +8,7 @@ import { decodeExecutionCursor, encodeExecutionCursor } from "../cursor.js";
 import type {
   AgentRecord,
   AlertRecord,
+  ApiTokenRecord,
   DueOptions,
   ExecutionFilter,
   ExecutionPage,
@@ -15,6 +16,8 @@ import type {
   ExecutionPatch,
   ExecutionRecord,
   IdentityRecord,
+  JobChange,
+  JobHistoryEntry,
   JobPage,
   NewExecution,
   PeerRecord,
@@ -32,6 +35,7 @@ interface JobRow {
   next_fire_at: number | null;
   created_at: number;
   updated_at: number;
+  updated_by: string | null;
 }
 
 interface ExecutionRow {
@@ -105,6 +109,7 @@ function toJob(row: JobRow): StoredJob {
     nextFireAt: row.next_fire_at,
     createdAt: row.created_at,
     updatedAt: row.updated_at,
+    updatedBy: row.updated_by,
   };
 }
 
@@ -312,7 +317,11 @@ export class SqliteStore implements Store {
   /** Off-thread WAL checkpoints, when asked for. */
   private checkpointer: WalCheckpointer | undefined;
 
+  /** The clock of writes that take no time of their caller's. */
+  private readonly nowMs: () => number;
+
   constructor(options: SqliteStoreOptions) {
+    this.nowMs = options.now ?? Date.now;
     this.maxErrorTextBytes = options.maxErrorTextBytes ?? DEFAULT_MAX_ERROR_TEXT_BYTES;
     this.groupCommit = options.groupCommit ?? false;
     this.commitIntervalMs = options.commitIntervalMs ?? 0;
@@ -470,6 +479,7 @@ export class SqliteStore implements Store {
     definition: JobDefinition,
     nextFireAt: number | null,
     now: number,
+    change: JobChange = { actor: "system" },
   ): Promise<StoredJob> {
     return wrap("putJob", () =>
       this.write(() => {
@@ -483,10 +493,12 @@ export class SqliteStore implements Store {
         // A job deleted and created again continues its versions (deleteJob keeps them).
         const version = (row?.version ?? this.lastJobVersion(definition.id)) + 1;
         this.prepare(
-          `INSERT INTO jobs (id, version, definition, next_fire_at, paused, created_at, updated_at)
-             VALUES (@id, @version, @definition, @nextFireAt, @paused, @now, @now)
+          `INSERT INTO jobs (id, version, definition, next_fire_at, paused, created_at, updated_at,
+               updated_by)
+             VALUES (@id, @version, @definition, @nextFireAt, @paused, @now, @now, @actor)
              ON CONFLICT (id) DO UPDATE SET version = @version, definition = @definition,
-               next_fire_at = @nextFireAt, paused = @paused, updated_at = @now`,
+               next_fire_at = @nextFireAt, paused = @paused, updated_at = @now,
+               updated_by = @actor`,
         ).run({
           id: definition.id,
           version,
@@ -494,10 +506,19 @@ export class SqliteStore implements Store {
           nextFireAt,
           paused: definition.paused ? 1 : 0,
           now,
+          actor: change.actor,
         });
         this.prepare(
           "INSERT INTO job_versions (job_id, version, definition, created_at) VALUES (?, ?, ?, ?)",
         ).run(definition.id, version, json, now);
+        this.insertJobHistory({
+          jobId: definition.id,
+          at: now,
+          action: change.action ?? (row ? "updated" : "created"),
+          version,
+          actor: change.actor,
+          detail: null,
+        });
         return toJob(this.prepare("SELECT * FROM jobs WHERE id = ?").get(definition.id) as JobRow);
       }),
     );
@@ -509,7 +530,7 @@ export class SqliteStore implements Store {
       // The definition's text is read only when the cache cannot answer: one query either way.
       const row = this.prepare(
         cached
-          ? "SELECT id, version, next_fire_at, created_at, updated_at FROM jobs WHERE id = ?"
+          ? "SELECT id, version, next_fire_at, created_at, updated_at, updated_by FROM jobs WHERE id = ?"
           : "SELECT * FROM jobs WHERE id = ?",
       ).get(id) as (Omit<JobRow, "definition"> & { definition?: string }) | undefined;
       if (!row) return undefined;
@@ -535,6 +556,7 @@ export class SqliteStore implements Store {
         nextFireAt: row.next_fire_at,
         createdAt: row.created_at,
         updatedAt: row.updated_at,
+        updatedBy: row.updated_by,
       };
     });
   }
@@ -700,8 +722,14 @@ export class SqliteStore implements Store {
     );
   }
 
-  async createExecution(execution: NewExecution, at: number): Promise<void> {
-    wrap("createExecution", () => this.write(() => this.insertExecution(execution, at, null)));
+  async createExecution(
+    execution: NewExecution,
+    at: number,
+    detail?: Record<string, unknown>,
+  ): Promise<void> {
+    wrap("createExecution", () =>
+      this.write(() => this.insertExecution(execution, at, detail ?? null)),
+    );
   }
 
   private insertExecution(
@@ -1157,6 +1185,7 @@ export class SqliteStore implements Store {
         agentId: r.agent_id,
         reason: typeof detail?.reason === "string" ? detail.reason : null,
         detail,
+        actor: typeof detail?.actor === "string" ? detail.actor : null,
       };
     });
   }
@@ -1302,12 +1331,115 @@ export class SqliteStore implements Store {
     );
   }
 
-  async deleteJob(id: string): Promise<boolean> {
+  async deleteJob(id: string, change?: { actor: string; at: number }): Promise<boolean> {
     return wrap("deleteJob", () =>
       this.write(() => {
         this.definitions.delete(id);
-        return this.prepare("DELETE FROM jobs WHERE id = ?").run(id).changes === 1;
+        const version = this.prepare("SELECT version FROM jobs WHERE id = ?").pluck().get(id) as
+          | number
+          | undefined;
+        if (version === undefined) return false;
+        this.prepare("DELETE FROM jobs WHERE id = ?").run(id);
+        this.insertJobHistory({
+          jobId: id,
+          at: change?.at ?? this.nowMs(),
+          action: "deleted",
+          version,
+          actor: change?.actor ?? "system",
+          detail: null,
+        });
+        return true;
       }),
+    );
+  }
+
+  async appendJobHistory(entry: Omit<JobHistoryEntry, "seq">): Promise<void> {
+    wrap("appendJobHistory", () => this.write(() => this.insertJobHistory(entry)));
+  }
+
+  private insertJobHistory(e: Omit<JobHistoryEntry, "seq">): void {
+    this.prepare(
+      `INSERT INTO job_history (job_id, seq, at, action, version, actor, detail)
+         SELECT @jobId, COALESCE(MAX(seq), 0) + 1, @at, @action, @version, @actor, @detail
+         FROM job_history WHERE job_id = @jobId`,
+    ).run({ ...e, detail: e.detail === null ? null : JSON.stringify(e.detail) });
+  }
+
+  async listJobHistory(jobId: string, limit = 100): Promise<JobHistoryEntry[]> {
+    const rows = wrap("listJobHistory", () =>
+      this.prepare(
+        `SELECT * FROM (SELECT * FROM job_history WHERE job_id = ? ORDER BY seq DESC LIMIT ?)
+           ORDER BY seq`,
+      ).all(jobId, Math.max(1, Math.floor(limit))),
+    ) as {
+      job_id: string;
+      seq: number;
+      at: number;
+      action: JobHistoryEntry["action"];
+      version: number | null;
+      actor: string;
+      detail: string | null;
+    }[];
+    return rows.map((r) => ({
+      jobId: r.job_id,
+      seq: r.seq,
+      at: r.at,
+      action: r.action,
+      version: r.version,
+      actor: r.actor,
+      detail: r.detail === null ? null : (JSON.parse(r.detail) as Record<string, unknown>),
+    }));
+  }
+
+  async putApiToken(t: ApiTokenRecord): Promise<void> {
+    wrap("putApiToken", () => {
+      try {
+        this.writeOne(
+          `INSERT INTO api_tokens (name, digest, role, created_at, created_by, last_used_at)
+             VALUES (?, ?, ?, ?, ?, ?)`,
+        ).run(t.name, t.digest, t.role, t.createdAt, t.createdBy, t.lastUsedAt);
+      } catch (err) {
+        if ((err as { code?: string }).code?.startsWith("SQLITE_CONSTRAINT")) {
+          throw new AxError("AX_API_TOKEN_EXISTS", `a token named "${t.name}" exists already`, {
+            context: { name: t.name },
+          });
+        }
+        throw err;
+      }
+    });
+  }
+
+  async touchApiToken(name: string, at: number): Promise<void> {
+    wrap("touchApiToken", () =>
+      this.writeOne("UPDATE api_tokens SET last_used_at = ? WHERE name = ?").run(at, name),
+    );
+  }
+
+  async listApiTokens(): Promise<ApiTokenRecord[]> {
+    const rows = wrap("listApiTokens", () =>
+      this.prepare("SELECT * FROM api_tokens ORDER BY name").all(),
+    ) as {
+      name: string;
+      digest: string;
+      role: ApiTokenRecord["role"];
+      created_at: number;
+      created_by: string;
+      last_used_at: number | null;
+    }[];
+    return rows.map((r) => ({
+      name: r.name,
+      role: r.role,
+      digest: r.digest,
+      createdAt: r.created_at,
+      createdBy: r.created_by,
+      lastUsedAt: r.last_used_at,
+    }));
+  }
+
+  async deleteApiToken(name: string): Promise<boolean> {
+    return wrap(
+      "deleteApiToken",
+      () => this.writeOne("DELETE FROM api_tokens WHERE name = ?").run(name).changes === 1,
     );
   }
 

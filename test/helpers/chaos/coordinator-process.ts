@@ -51,7 +51,7 @@ export async function coordinatorProcess(
   const config: CoordinatorConfigInput = {
     store: { path: storePath },
     mqtt: { url: brokerUrl, prefix },
-    http: { host: "127.0.0.1", port, auth: { tokens: [{ token: CHAOS_TOKEN, role: "operate" }] } },
+    http: { host: "127.0.0.1", port, auth: { tokens: [{ token: CHAOS_TOKEN, role: "operator" }] } },
     ...settings,
   };
   writeFileSync(configFile, JSON.stringify(config, null, 2));

@@ -1,0 +1,100 @@
+import { existsSync, writeFileSync } from "node:fs";
+import { resolve } from "node:path";
+import { AxError } from "../../shared/errors.js";
+import type { IdentityRecord } from "../store/port.js";
+import { apiClient, CLIENT_FLAGS, parseCommand, print, printJson } from "./client.js";
+import { isoTime, table } from "./table.js";
+
+const tagsText = (tags: Record<string, string>) =>
+  Object.entries(tags)
+    .map(([k, v]) => `${k}=${v}`)
+    .join(",") || "-";
+
+/**
+ * `ax fleet enroll AGENT_ID [--tag K=V ...] [--rotate] [--out FILE] [--force]`: enrols an agent
+ * and writes its identity file (0600), which holds its key: refused over an existing file
+ * unless `--force`, checked before the coordinator is asked, so nothing is enrolled in vain.
+ */
+export async function fleetEnroll(argv: string[]): Promise<number> {
+  const c = "fleet enroll";
+  const { flags, args } = parseCommand(
+    c,
+    argv,
+    {
+      ...CLIENT_FLAGS,
+      tag: { type: "string", multiple: true },
+      rotate: { type: "boolean" },
+      out: { type: "string" },
+      force: { type: "boolean" },
+    },
+    ["AGENT_ID"],
+  );
+  const agentId = args[0] as string;
+  const tags: Record<string, string> = {};
+  for (const t of flags.tag ?? []) {
+    const eq = t.indexOf("=");
+    if (eq < 1) throw new AxError("AX_CLI_USAGE", `${c}: --tag must be KEY=VALUE, got "${t}"`);
+    tags[t.slice(0, eq)] = t.slice(eq + 1);
+  }
+  const out = resolve(flags.out ?? `${agentId}.identity.json`);
+  if (existsSync(out) && !flags.force) {
+    throw new AxError(
+      "AX_CLI_FILE_EXISTS",
+      `${c}: ${out} exists; pass --force to overwrite it or --out FILE for another`,
+      { context: { path: out } },
+    );
+  }
+  const r = await apiClient(c, flags).request<{
+    identity: IdentityRecord;
+    file: Record<string, unknown>;
+  }>("POST", "/api/identities", {
+    agentId,
+    ...(flags.tag === undefined ? {} : { tags }),
+    ...(flags.rotate ? { rotate: true } : {}),
+  });
+  writeFileSync(out, `${JSON.stringify(r.file, null, 2)}\n`, { mode: 0o600 });
+  if (flags.json) printJson({ identity: r.identity, file: out });
+  else
+    print(
+      `agent "${agentId}" enrolled (key generation ${r.identity.generation}); its identity file ` +
+        `is ${out} (mode 0600): copy it to the device and set identityFile in its config`,
+    );
+  return 0;
+}
+
+/** `ax fleet revoke AGENT_ID`. */
+export async function fleetRevoke(argv: string[]): Promise<number> {
+  const { flags, args } = parseCommand("fleet revoke", argv, CLIENT_FLAGS, ["AGENT_ID"]);
+  const r = await apiClient("fleet revoke", flags).request<IdentityRecord>(
+    "POST",
+    `/api/identities/${encodeURIComponent(args[0] as string)}/revoke`,
+  );
+  if (flags.json) printJson(r);
+  else print(`agent "${r.agentId}" revoked: its messages and broker login are refused from now on`);
+  return 0;
+}
+
+/** `ax fleet identities`. */
+export async function fleetIdentities(argv: string[]): Promise<number> {
+  const { flags } = parseCommand("fleet identities", argv, CLIENT_FLAGS);
+  const r = await apiClient("fleet identities", flags).request<{ items: IdentityRecord[] }>(
+    "GET",
+    "/api/identities",
+  );
+  if (flags.json) printJson(r);
+  else
+    print(
+      table(
+        ["agent", "status", "generation", "tags", "updated (UTC)", "by"],
+        r.items.map((i) => [
+          i.agentId,
+          i.status,
+          String(i.generation),
+          tagsText(i.tags),
+          isoTime(i.updatedAt),
+          i.actor,
+        ]),
+      ),
+    );
+  return 0;
+}
