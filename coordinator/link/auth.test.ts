@@ -9,7 +9,6 @@ const keys = {
   keyOf: (id: string) => (id === "A" ? { generation: 2, key: keyA } : undefined),
 };
 const up = "ax/v1/agents/A/up";
-const presence = "ax/v1/agents/A/presence";
 const hb = (instanceId = "i1") =>
   ({
     channel: "up",
