@@ -7,7 +7,7 @@ import {
   type MemoryResult,
   SPREAD_MS,
 } from "./agent-params.js";
-import type { RssResult } from "./agent-rss.js";
+import type { AgentRun, AuthCost, RssResult } from "./agent-rss.js";
 import { fmt, mdTable } from "./lib.js";
 
 /** The agent's targets (DESIGN.md); the bench reports against them, it does not fail on them. */
@@ -87,6 +87,52 @@ export function targetRows(
       value: rss.burst.commands / (rss.burst.agentCpuMs / 1000),
       met: rss.burst.commands / (rss.burst.agentCpuMs / 1000) >= TARGETS.dispatchesPerSec,
     },
+    unverifiedRow(rss.runs),
+  ];
+}
+
+/** Authentication on: every up payload the agent sent verified at the peer. */
+function unverifiedRow(runs: AgentRun[]): TargetRow {
+  const on = runs.filter((r) => r.auth);
+  const bad = on.reduce((s, r) => s + r.unverified, 0);
+  return {
+    key: "unverified",
+    target: "authentication on: 0 of the agent's messages fail to verify",
+    figure: `${bad} in ${on.length} runs`,
+    value: bad,
+    met: bad === 0 && on.length > 0,
+  };
+}
+
+const us = (v: number) => `${fmt(v)} µs`;
+const pctText = (v: number) => `${v >= 0 ? "+" : ""}${v.toFixed(1)} %`;
+
+function authRow(c: AuthCost, window: number): string[] {
+  return [
+    c.mode === "burst" ? "burst" : `paced (≤ ${window} outstanding)`,
+    `${us(c.offUs)} (${c.offRunsUs.map(fmt).join(", ")})`,
+    `${us(c.onUs)} (${c.onRunsUs.map(fmt).join(", ")})`,
+    pctText(c.overheadPct),
+  ];
+}
+
+/** The "Authentication" subsection: agent CPU per dispatch and idle RSS, on vs off. */
+function authSection(rss: RssResult): string[] {
+  const mb = (kb: number) => `${(kb / 1024).toFixed(1)} MiB`;
+  const a = rss.auth;
+  const on = rss.runs.filter((r) => r.auth);
+  const ticks = Math.min(...rss.runs.map((r) => r.agentCpuMs));
+  return [
+    "### Authentication: agent CPU per dispatch, on vs off",
+    "",
+    `Issue 16, item 7. The same scenario as above, run ${on.length / 2} times per mode with the agent holding an identity (a random 32-byte key, generation 1, in an identity file of mode 0600 named by \`identityFile\`) and as many times without one, alternately. With the identity the peer seals every down message (welcome, time, ack, dispatch) with \`seal(body, topic, key, 1, Date.now())\` (shared/protocol/mac.ts) and opens every up and presence payload with \`unseal\` + \`verifyTag\` before decoding it, as a coordinator does by default; without it both sides speak unsigned. **Agent CPU per dispatch** is the agent process's user + system time (\`/proc/PID/stat\`, 10 ms ticks: ${fmt((100 * 10) / ticks)} % of the smallest run's ${fmt(ticks)} ms) from the first dispatch sent to the last \`accepted\` stored, over the dispatches; it covers opening the dispatch and its acks, and sealing the \`accepted\` reports and heartbeats. Median of the runs, each run in brackets. Reproduce with \`npm run bench:agent\`.`,
+    "",
+    mdTable(
+      ["dispatches", "auth off", "auth on", "overhead (medians)"],
+      [authRow(a.burst, rss.paced.window ?? 0), authRow(a.paced, rss.paced.window ?? 0)],
+    ),
+    "",
+    `Up payloads that failed to verify at the peer: ${on.reduce((s, r) => s + r.unverified, 0)} over the ${on.length} runs with authentication on. Idle RSS (the highest of the runs, 3 s after the welcome): ${mb(a.idleRssKbOn)} with authentication on, ${mb(a.idleRssKbOff)} off. The issue sets no CPU target for the agent; the idle RSS target (≤ 50 MB) is the sensor-hub profile's, judged by \`npm run bench:bundle\` (its agents hold identities too); this bundle is the full agent, not a profile's.`,
   ];
 }
 
@@ -181,7 +227,7 @@ export function renderMarkdown(r: ReportInput): string {
     "",
     "### The bundled agent: RSS and journaled dispatches",
     "",
-    `\`buildAgentBundle({ outfile: "dist/bench/agent.mjs" })\` (${fmt(rss.bundleBytes / 1024)} KiB, better-sqlite3 external), run as \`node dist/bench/agent.mjs --config FILE\` (concurrency 4, queue 64, maxPending 20,000, heartbeatMs 1000, journal in a temp dir, SQLite synchronous NORMAL) against the embedded aedes broker on port 0, with a \`CoordinatorPeer\` (test/helpers) in the bench process that welcomes the agent (its welcome sets heartbeatMs 500), stores reports and acknowledges each one. RSS is \`VmRSS\` from \`/proc/PID/status\`: idle 3 s after the agent's hello was answered, loaded 2 s after the ${rss.burst.commands.toLocaleString("en-US")}th \`accepted\` was stored. The rate is ${rss.burst.commands.toLocaleString("en-US")} / (time from the first dispatch sent to the ${rss.burst.commands.toLocaleString("en-US")}th \`accepted\` stored by the peer). Dispatches: \`echo\`, fireAt 10 min ahead, QoS 1. Two runs, each with a fresh broker, peer, agent process and journal: **burst** publishes all dispatches back to back (the measurement the target refers to); **paced** keeps at most ${rss.paced.window} dispatches sent but not yet accepted. A bare \`node -e\` process measures ${mb(rss.bareNodeRssKb)} RSS here, for scale.`,
+    `\`buildAgentBundle({ outfile: "dist/bench/agent.mjs" })\` (${fmt(rss.bundleBytes / 1024)} KiB, better-sqlite3 external), run as \`node dist/bench/agent.mjs --config FILE\` (concurrency 4, queue 64, maxPending 20,000, heartbeatMs 1000, journal in a temp dir, SQLite synchronous NORMAL) against the embedded aedes broker on port 0, with a \`CoordinatorPeer\` (test/helpers) in the bench process that welcomes the agent (its welcome sets heartbeatMs 500), stores reports and acknowledges each one. The agent holds an identity and every message both ways is authenticated, as deployed (the table shows the first such run of each mode; the runs without authentication are compared below). RSS is \`VmRSS\` from \`/proc/PID/status\`: idle 3 s after the agent's hello was answered, loaded 2 s after the ${rss.burst.commands.toLocaleString("en-US")}th \`accepted\` was stored. The rate is ${rss.burst.commands.toLocaleString("en-US")} / (time from the first dispatch sent to the ${rss.burst.commands.toLocaleString("en-US")}th \`accepted\` stored by the peer). Dispatches: \`echo\`, fireAt 10 min ahead, QoS 1. Two kinds of run, each run with a fresh broker, peer, agent process and journal: **burst** publishes all dispatches back to back (the measurement the target refers to); **paced** keeps at most ${rss.paced.window} dispatches sent but not yet accepted. A bare \`node -e\` process measures ${mb(rss.bareNodeRssKb)} RSS here, for scale.`,
     "",
     mdTable(
       [
@@ -209,6 +255,8 @@ export function renderMarkdown(r: ReportInput): string {
     ),
     "",
     `Broker and peer share the bench process and the ${machine.cpus} cores with the agent, so a rate is the whole loop's, not the agent's alone; "agent CPU / dispatch" is the agent process's own user + system time over the interval divided by the dispatches. Each dispatch costs the agent one SQLite transaction (command row + \`accepted\` in the outbox), and each acknowledgement another write (the peer acknowledges every report on its own). At the paced run's ${fmt(pacedCpuUs)} µs of agent CPU per dispatch, one core would carry at most about ${fmt(1e6 / pacedCpuUs)} dispatches/s however fast broker and coordinator were${pacedCpuUs > 1e6 / TARGETS.dispatchesPerSec ? ", below the target: the agent's own per-dispatch work has to shrink to reach it" : ""}.`,
+    "",
+    ...authSection(rss),
     "",
     rss.burst.duplicateReports > 0
       ? `**The burst run's agent re-sent ${rss.burst.duplicateReports.toLocaleString("en-US")} reports** (the paced run's: ${rss.paced.duplicateReports.toLocaleString("en-US")}). The agent's heartbeat re-sends its whole unacknowledged outbox whenever the oldest report in it is older than one heartbeat period (500 ms here); in a burst the acknowledgements queue on the agent's down topic behind thousands of dispatches, so the outbox is re-sent on more than one heartbeat while the first pass is still under way. The re-sent publishes cost agent CPU and sit in the MQTT client until acknowledged: the burst run ended ${mb(rss.burst.loadedRssKb - rss.paced.loadedRssKb)} above the paced run's RSS.`

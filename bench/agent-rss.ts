@@ -2,6 +2,11 @@
  * The agent-RSS scenario of bench/agent.ts: the bundled agent as a child process, against an
  * embedded broker and a stand-in coordinator (CoordinatorPeer) in the bench process. Each run
  * has its own broker, peer, agent process and journal.
+ *
+ * Authentication (issue 16, "Cost, measured"): every run is made with the agent holding an
+ * identity (a random key the peer also holds: the peer seals every down message and checks every
+ * up one, as a coordinator does by default) and without one (both sides unsigned), alternately,
+ * `repeats` times each, so the agent's CPU per dispatch can be compared.
  */
 
 import { type ChildProcess, spawn } from "node:child_process";
@@ -12,6 +17,8 @@ import { startEmbeddedBroker } from "../coordinator/broker/embedded.js";
 import { buildAgentBundle } from "../coordinator/bundle/build.js";
 import { CoordinatorPeer } from "../test/helpers/coordinator-peer.js";
 import { stopProcess } from "../test/helpers/device.js";
+import { benchIdentity, keyOf, overheadPct, writeIdentityFile } from "./auth.js";
+import { percentile } from "./lib.js";
 
 export interface RssOptions {
   /** Where the bundle goes; under the repository, so better-sqlite3 resolves from node_modules. */
@@ -23,11 +30,15 @@ export interface RssOptions {
   settleMs: number;
   /** Dispatches outstanding (sent, not yet accepted) at most in the paced run. */
   window: number;
+  /** Runs of each mode with authentication on, and as many with it off. */
+  repeats: number;
 }
 
 export interface AgentRun {
   /** "burst": all dispatches published back to back; "paced": at most `window` outstanding. */
   mode: "burst" | "paced";
+  /** The agent held an identity: every message sealed and checked, both ways. */
+  auth: boolean;
   window: number | null;
   idleRssKb: number;
   loadedRssKb: number;
@@ -44,16 +55,37 @@ export interface AgentRun {
   dispatchesPerSec: number;
   /** Agent process CPU time (user + system) over that interval. */
   agentCpuMs: number;
+  /** agentCpuMs per dispatch, µs. */
+  agentCpuUsPerDispatch: number;
+  /** The agent's up payloads that did not verify under its key at the peer (auth on). */
+  unverified: number;
   /** How the agent process ended after SIGTERM. */
   exit: string;
+}
+
+/** Agent CPU per dispatch with authentication on and off, over the runs of one mode. */
+export interface AuthCost {
+  mode: "burst" | "paced";
+  /** Median over the runs, µs per dispatch. */
+  onUs: number;
+  offUs: number;
+  /** Every run's figure, in the order run. */
+  onRunsUs: number[];
+  offRunsUs: number[];
+  /** (on − off) / off, %. */
+  overheadPct: number;
 }
 
 export interface RssResult {
   bundleBytes: number;
   /** RSS of a bare `node -e` process that only waits, for scale. */
   bareNodeRssKb: number;
+  /** The first run of each mode with authentication on (the agent as deployed). */
   burst: AgentRun;
   paced: AgentRun;
+  /** Every run, in the order run. */
+  runs: AgentRun[];
+  auth: { burst: AuthCost; paced: AuthCost; idleRssKbOn: number; idleRssKbOff: number };
 }
 
 /** A /proc/PID/status field in kB (Linux). */
@@ -102,7 +134,7 @@ function acceptedCounter(peer: CoordinatorPeer, agentId: string): () => number {
   };
 }
 
-async function runAgent(o: RssOptions, mode: "burst" | "paced"): Promise<AgentRun> {
+async function runAgent(o: RssOptions, mode: "burst" | "paced", auth: boolean): Promise<AgentRun> {
   const dir = mkdtempSync(join(tmpdir(), "ax-bench-agent-"));
   const broker = await startEmbeddedBroker(0);
   const prefix = "axbench";
@@ -112,6 +144,12 @@ async function runAgent(o: RssOptions, mode: "burst" | "paced"): Promise<AgentRu
   let stderr = "";
   try {
     await peer.start();
+    const identityPath = join(dir, "ax-identity.json");
+    if (auth) {
+      const identity = benchIdentity(agentId);
+      writeIdentityFile(identityPath, identity);
+      peer.keys.set(agentId, keyOf(identity));
+    }
     const configPath = join(dir, "agent.json");
     writeFileSync(
       configPath,
@@ -121,6 +159,7 @@ async function runAgent(o: RssOptions, mode: "burst" | "paced"): Promise<AgentRu
         journal: { path: join(dir, "journal.sqlite") },
         capacity: { concurrency: 4, queue: 64, maxPending: 20_000 },
         heartbeatMs: 1_000,
+        ...(auth ? { identityFile: identityPath } : {}),
       }),
     );
     const agent = spawn(process.execPath, [o.outfile, "--config", configPath], {
@@ -178,6 +217,7 @@ async function runAgent(o: RssOptions, mode: "burst" | "paced"): Promise<AgentRu
     const exit = await stopProcess(agent, 15_000);
     return {
       mode,
+      auth,
       window: mode === "paced" ? o.window : null,
       idleRssKb,
       loadedRssKb,
@@ -189,6 +229,8 @@ async function runAgent(o: RssOptions, mode: "burst" | "paced"): Promise<AgentRu
       elapsedMs,
       dispatchesPerSec: (o.commands / elapsedMs) * 1_000,
       agentCpuMs,
+      agentCpuUsPerDispatch: (agentCpuMs * 1000) / o.commands,
+      unverified: peer.unverified.length,
       exit,
     };
   } finally {
@@ -199,12 +241,57 @@ async function runAgent(o: RssOptions, mode: "burst" | "paced"): Promise<AgentRu
   }
 }
 
-/** Builds the agent, then runs it twice: dispatches in one burst, then paced. */
+const median = (xs: number[]) => percentile(Float64Array.from(xs).sort(), 50);
+
+function authCost(runs: AgentRun[], mode: "burst" | "paced"): AuthCost {
+  const of = (auth: boolean) =>
+    runs.filter((r) => r.mode === mode && r.auth === auth).map((r) => r.agentCpuUsPerDispatch);
+  const onRunsUs = of(true);
+  const offRunsUs = of(false);
+  const onUs = median(onRunsUs);
+  const offUs = median(offRunsUs);
+  return { mode, onUs, offUs, onRunsUs, offRunsUs, overheadPct: overheadPct(onUs, offUs) };
+}
+
+/**
+ * Builds the agent, then runs it with dispatches in one burst, then paced: each `repeats` times
+ * with authentication on and off, alternating (which goes first, too), so a change in what else
+ * the machine runs falls on both alike.
+ */
 export async function measureAgentRss(o: RssOptions): Promise<RssResult> {
   await buildAgentBundle({ outfile: o.outfile });
   const bundleBytes = statSync(o.outfile).size;
   const bareNodeRss = await bareNodeRssKb();
-  const burst = await runAgent(o, "burst");
-  const paced = await runAgent(o, "paced");
-  return { bundleBytes, bareNodeRssKb: bareNodeRss, burst, paced };
+  const runs: AgentRun[] = [];
+  for (const mode of ["burst", "paced"] as const) {
+    for (let i = 0; i < o.repeats; i++) {
+      for (const auth of i % 2 === 0 ? [true, false] : [false, true]) {
+        const r = await runAgent(o, mode, auth);
+        console.log(
+          `  ${mode} auth ${auth ? "on " : "off"}: ${r.agentCpuUsPerDispatch.toFixed(1)} µs agent CPU/dispatch, idle RSS ${r.idleRssKb} kB${auth ? `, ${r.unverified} unverified` : ""}`,
+        );
+        runs.push(r);
+      }
+    }
+  }
+  const first = (mode: "burst" | "paced") => {
+    const r = runs.find((x) => x.mode === mode && x.auth);
+    if (!r) throw new Error(`no ${mode} run with auth on`);
+    return r;
+  };
+  const idle = (auth: boolean) =>
+    Math.max(...runs.filter((r) => r.auth === auth).map((r) => r.idleRssKb));
+  return {
+    bundleBytes,
+    bareNodeRssKb: bareNodeRss,
+    burst: first("burst"),
+    paced: first("paced"),
+    runs,
+    auth: {
+      burst: authCost(runs, "burst"),
+      paced: authCost(runs, "paced"),
+      idleRssKbOn: idle(true),
+      idleRssKbOff: idle(false),
+    },
+  };
 }

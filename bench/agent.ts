@@ -26,6 +26,8 @@ const MEMORY_N = 100_000;
 const MEMORY_IMPLS = ["wheel", "wheel-presized", "timeout", "timeout-int"];
 const RSS_COMMANDS = 10_000;
 const PACED_WINDOW = 100;
+/** Runs of each dispatch mode with authentication on, and as many off (issue 16, item 7). */
+const AUTH_REPEATS = 3;
 
 async function buildWorker(): Promise<void> {
   mkdirSync(DIST, { recursive: true });
@@ -136,30 +138,50 @@ async function main(): Promise<void> {
     idleWaitMs: 3_000,
     settleMs: 2_000,
     window: PACED_WINDOW,
+    repeats: AUTH_REPEATS,
   });
   printTable(
     [
       "run",
+      "auth",
       "idle RSS kB",
       "10k RSS kB",
       "peak kB",
       "accepted",
       "dispatch/s",
       "agent CPU ms",
+      "µs/dispatch",
       "dup reports",
+      "unverified",
     ],
-    [rss.burst, rss.paced].map((r) => [
+    rss.runs.map((r) => [
       r.mode === "burst" ? "burst" : `paced (≤ ${r.window} outstanding)`,
+      r.auth ? "on" : "off",
       r.idleRssKb,
       r.loadedRssKb,
       r.peakRssKb,
       r.accepted,
       r.dispatchesPerSec,
       r.agentCpuMs,
+      r.agentCpuUsPerDispatch,
       r.duplicateReports,
+      r.auth ? r.unverified : "-",
     ]),
   );
   console.log(`bare node process RSS: ${rss.bareNodeRssKb} kB`);
+  console.log("\nauthentication: agent CPU per dispatch, median of the runs (µs)");
+  printTable(
+    ["dispatches", "auth off", "auth on", "overhead"],
+    [rss.auth.burst, rss.auth.paced].map((c) => [
+      c.mode,
+      c.offUs,
+      c.onUs,
+      `${c.overheadPct.toFixed(1)} %`,
+    ]),
+  );
+  console.log(
+    `idle RSS (highest of the runs): auth on ${rss.auth.idleRssKbOn} kB, off ${rss.auth.idleRssKbOff} kB`,
+  );
 
   machine.loadavgAtEnd = loadavg().map(round);
   const targets = targetRows(lateness, memory, rss);

@@ -17,6 +17,7 @@ import { makeBundle } from "../coordinator/bundle/make.js";
 import { listProfiles } from "../coordinator/bundle/profiles.js";
 import { parseCoordinatorConfig } from "../coordinator/config.js";
 import { Coordinator } from "../coordinator/coordinator.js";
+import type { IdentityFile } from "../shared/identity.js";
 import { CoordinatorPeer } from "../test/helpers/coordinator-peer.js";
 import {
   type DeviceInstall,
@@ -25,6 +26,7 @@ import {
   stopProcess,
 } from "../test/helpers/device.js";
 import { tempDir } from "../test/helpers/env.js";
+import { benchIdentity, keyOf, writeIdentityFile } from "./auth.js";
 import { fmt, mdTable, printTable, writeResults } from "./lib.js";
 
 const ROOT = fileURLToPath(new URL("..", import.meta.url));
@@ -76,14 +78,20 @@ function watchStderr(child: ChildProcess): () => string {
   return () => text;
 }
 
+/**
+ * The device's config. Its identity goes where `ax fleet enroll` leaves it for a device, beside
+ * the config (ax-identity.json, mode 0600), so every message is authenticated, as deployed.
+ */
 function deviceConfig(
   install: DeviceInstall,
   agentId: string,
   url: string,
   prefix: string,
   run: string,
+  identity: IdentityFile,
 ) {
   mkdirSync(join(install.state, "out"), { recursive: true });
+  writeIdentityFile(join(install.etc, "ax-identity.json"), identity);
   return {
     agentId,
     mqtt: { url, prefix },
@@ -134,7 +142,9 @@ async function coldStarts(install: DeviceInstall, profile: string): Promise<Star
       const off = coordinator.events.on("agent", (e) => {
         if (e.agentId === agentId && e.status === "online") onlineAt = performance.now();
       });
-      const config = deviceConfig(install, agentId, broker.url, prefix, `start-${i}`);
+      // The coordinator requires authenticated messages (its default): enrolled, or not heard.
+      const { file } = await coordinator.identities.enroll(agentId, { actor: "bench" });
+      const config = deviceConfig(install, agentId, broker.url, prefix, `start-${i}`, file);
       const t0 = performance.now();
       const child = startLikeSystemd(install, config);
       const stderr = watchStderr(child);
@@ -175,6 +185,8 @@ interface PendingRun {
   accepted: number;
   otherReports: number;
   elapsedMs: number;
+  /** The agent's payloads that did not verify at the peer (must be 0). */
+  unverified: number;
 }
 
 /**
@@ -189,9 +201,12 @@ async function pending(install: DeviceInstall, profile: string): Promise<Pending
   let child: ChildProcess | undefined;
   try {
     await peer.start();
+    // The stand-in seals and checks as the real coordinator does, with a key of its own making.
+    const identity = benchIdentity(agentId);
+    peer.keys.set(agentId, keyOf(identity));
     child = startLikeSystemd(
       install,
-      deviceConfig(install, agentId, broker.url, prefix, "pending"),
+      deviceConfig(install, agentId, broker.url, prefix, "pending", identity),
     );
     const agent = child;
     const stderr = watchStderr(agent);
@@ -244,6 +259,7 @@ async function pending(install: DeviceInstall, profile: string): Promise<Pending
       accepted,
       otherReports: answered - accepted,
       elapsedMs,
+      unverified: peer.unverified.length,
     };
   } finally {
     if (child) await stopProcess(child);
@@ -319,6 +335,7 @@ async function main(): Promise<void> {
         pendingAccepted: load.accepted,
         pendingOtherReports: load.otherReports,
         pendingElapsedMs: load.elapsedMs,
+        pendingUnverified: load.unverified,
       };
       rows.push(row);
       console.log(
@@ -408,6 +425,8 @@ async function main(): Promise<void> {
     `Each profile is built with \`ax bundle build\` (esbuild, minified, one ESM file for Node 20; \`agent bytes\` is \`agent.mjs\`, \`archive\` the whole \`NAME.tar.gz\` with the ${fmt(((rows[0]?.bindingBytes as number) ?? 0) / 1024)} KiB better-sqlite3 binding), unpacked with \`tar\` into an empty temp folder with no node_modules above it, and started exactly as its systemd unit's ExecStart says: \`node FLAGS agent.mjs --config FILE\` with the profile's heap caps as FLAGS (${rows.map((r) => `${r.profile} \`${r.nodeFlags}\``).join(", ")}), the env file's variables only, the working directory the unit's. RSS is \`VmRSS\` from \`/proc/PID/status\` of that Node process; peak is \`VmHWM\`. A bare \`node -e\` process measures ${fmt(mib(bare))} MiB (${fmt(mb(bare))} MB) RSS here, for scale; where that RSS goes is in [bundles.md](bundles.md#memory).`,
     "",
     `**Start to registered**: from spawning the process to the coordinator's registry recording the agent online (hello stored, welcome sent): a real coordinator (SQLite store) and the embedded aedes broker in the benchmark process; a fresh journal each time, as after flashing; ${STARTS} starts per profile, median and maximum. **Idle RSS**: the highest of one reading a second from ${IDLE_SETTLE_MS / 1000} s to ${(IDLE_SETTLE_MS + IDLE_WINDOW_MS) / 1000} s after the last of those starts registered (by ${IDLE_SETTLE_MS / 1000} s its start-up work is over and V8 has returned what it no longer needs; between collections RSS creeps up, hence the highest); the single reading ${EARLY_IDLE_MS / 1000} s after registering, still holding start-up memory, is in the column "3 s".`,
+    "",
+    `**Authentication on** (the coordinator's default since issue 16): each agent holds an identity file (\`ax-identity.json\` beside its config, mode 0600): for the starts, the one the coordinator's \`identities.enroll\` returned; for 10k pending, a random key the stand-in coordinator also holds, which seals what it sends and verifies what the agent sends (payloads that failed: ${rows.map((r) => `${r.profile} ${r.pendingUnverified as number}`).join(", ")}). So idle RSS is that of an agent that authenticates every message.`,
     "",
     `**10k pending**: a stand-in coordinator (test/helpers/coordinator-peer.ts; the real one dispatches a command only its lead time before it is due) dispatches ${PENDING.toLocaleString("en-US")} \`file.write\` commands due in 10 minutes, at most ${WINDOW} unanswered at a time, and acknowledges every report; RSS ${LOADED_SETTLE_MS / 1000} s after the last answer. "accepted" counts the \`accepted\` answers (the rest were \`rejected\` or \`busy\`).`,
     "",

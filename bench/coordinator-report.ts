@@ -1,6 +1,7 @@
 /** Tables, targets and the docs/benchmarks.md section of bench/coordinator.ts. */
 
 import { MAX_IN_FLIGHT, MAX_INBOUND_BACKLOG } from "../coordinator/link/mqtt-link.js";
+import { type AuthComparison, authMarkdown } from "./coordinator-auth.js";
 import {
   COORDINATOR_HEAP_MB,
   JOBS,
@@ -364,7 +365,10 @@ export interface ReportInput {
     agentSyncStart: boolean;
     agents: number;
     coordinatorNice: number;
+    auth: "on" | "off" | "both";
   };
+  /** Authentication on vs off at the target rate, when both ran. */
+  auth: AuthComparison | null;
 }
 
 /**
@@ -576,6 +580,7 @@ export function renderMarkdown(x: ReportInput): string {
           ),
         ]
       : []),
+    ...authMarkdown(x.auth, x.o.durationS),
     "### Findings",
     bestRate(x.results),
     findings(x)
@@ -618,7 +623,8 @@ export function renderMarkdown(x: ReportInput): string {
     "### How it is measured",
     [
       `- **Store**: for each rate a fresh SQLite file, created by \`SqliteStore\` (its migrations) and filled with plain SQL with ${n(JOBS)} jobs: \`echo\`, trigger \`every\` P = ${n(JOBS)} / rate seconds (50 s at 2,000/s), anchors spread evenly over one period, so nominal times come evenly at the rate; all active; every other field at its default (overlap SKIP, misfire FIRE_ONCE, dispatchTimeout 5 s, one attempt).`,
-      "- **Coordinator**: the real `Coordinator`, default config (dispatchLead 500 ms, poll 100 ms, lookAhead 5 s, heartbeat 5 s, misfireThreshold 5 s), alone in a node process (`bench/coordinator-worker.ts`, bundled with esbuild, packages external, run with `--expose-gc`" +
+      `- **Coordinator**: the real \`Coordinator\`, default config (dispatchLead 500 ms, poll 100 ms, lookAhead 5 s, heartbeat 5 s, misfireThreshold 5 s, ${x.o.auth === "off" ? 'but `security.messages: "off"` (--auth off)' : '`security.messages: "required"`: the bench\'s agents enrolled, every message MACed'}), ` +
+        "alone in a node process (`bench/coordinator-worker.ts`, bundled with esbuild, packages external, run with `--expose-gc`" +
         (x.o.coordinatorNice === 0
           ? ", at the same CPU priority as the agents"
           : `, at nice ${x.o.coordinatorNice} (--coordinator-nice), below the agents`) +

@@ -19,6 +19,7 @@ import {
   DRAIN_MAX_MS,
   DRAIN_STALL_MS,
   hostNow,
+  identityPath,
   JOBS,
   PREFIX,
   SAMPLE_MS,
@@ -51,6 +52,11 @@ export interface RunOptions {
   agentSyncStart: boolean;
   /** The coordinator process's nice value (0: the same priority as the agents). */
   coordinatorNice: number;
+  /**
+   * Messages authenticated (the default): the coordinator requires a MAC, the agents are enrolled
+   * and hold identities. Off: `security.messages: "off"`, agents without identity.
+   */
+  auth: boolean;
 }
 
 /** Process figures over the window (from /proc, sampled every SAMPLE_MS). */
@@ -90,6 +96,8 @@ export interface RateResult {
   agents: number;
   agentSyncStart: boolean;
   coordinatorNice: number;
+  /** Messages authenticated (RunOptions.auth). */
+  auth: boolean;
   /** Prefill time, and how long before the first nominal time the last agent was welcomed. */
   setup: { prefillMs: number; agentsReadyAheadMs: number };
   drain: { ms: number; complete: boolean };
@@ -100,6 +108,9 @@ export interface RateResult {
   worker: WorkerStats | null;
   profile: ProfileSummary | null;
 }
+
+/** The bench's agent ids: bench-agent-1, bench-agent-2, … */
+const agentIdOf = (n: number) => `bench-agent-${n}`;
 
 const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms));
 
@@ -225,6 +236,9 @@ export async function runRate(o: RunOptions): Promise<RateResult> {
       windowStart: window.start,
       windowEnd: window.end,
       ...(o.profile ? { profilePath } : {}),
+      auth: o.auth,
+      agentIds: Array.from({ length: o.agents }, (_, i) => agentIdOf(i + 1)),
+      identityDir: dir,
     };
     // With the heap cap the coordinator's systemd unit gives it (docs/operations.md): without
     // one, V8 lets the heap grow to hundreds of MB of garbage under load.
@@ -262,6 +276,7 @@ export async function runRate(o: RunOptions): Promise<RateResult> {
         } else seen.stats = line.stats;
       }
     });
+    const agentErr: (() => string)[] = [];
     const alive = (what: string) => {
       if (worker.exitCode !== null || worker.signalCode !== null) {
         throw new Error(`coordinator worker ended while ${what}: ${workerErr()}`);
@@ -270,7 +285,11 @@ export async function runRate(o: RunOptions): Promise<RateResult> {
     const until = async (what: string, deadline: number, cond: () => boolean) => {
       while (!cond()) {
         alive(what);
-        if (Date.now() > deadline) throw new Error(`timed out ${what}`);
+        if (Date.now() > deadline) {
+          throw new Error(
+            `timed out ${what}; coordinator's stderr: ${workerErr() || "(none)"}; agents' stderr: ${agentErr.map((e) => e() || "(none)").join(" | ")}`,
+          );
+        }
         await sleep(20);
       }
     };
@@ -278,9 +297,8 @@ export async function runRate(o: RunOptions): Promise<RateResult> {
 
     // The agents, once the coordinator listens (a hello before that waits 2 s for its retry).
     const agentPids: number[] = [];
-    const agentErr: (() => string)[] = [];
     for (let n = 1; n <= o.agents; n++) {
-      const agentId = `bench-agent-${n}`;
+      const agentId = agentIdOf(n);
       const configFile = join(dir, `${agentId}.json`);
       writeFileSync(
         configFile,
@@ -294,6 +312,8 @@ export async function runRate(o: RunOptions): Promise<RateResult> {
             syncStart: o.agentSyncStart,
           },
           shutdownGraceMs: 2_000,
+          // Written by the worker as it enrolled the agent.
+          ...(o.auth ? { identityFile: identityPath(dir, agentId) } : {}),
         }),
       );
       const child = spawn(
@@ -357,7 +377,7 @@ export async function runRate(o: RunOptions): Promise<RateResult> {
       await Promise.all(children.slice(1).map((c) => stopProcess(c, 10_000)));
       const logs: AgentLog[] = [];
       for (let n = 1; n <= o.agents; n++) {
-        const path = join(dir, `bench-agent-${n}.log.json`);
+        const path = join(dir, `${agentIdOf(n)}.log.json`);
         try {
           logs.push(JSON.parse(readFileSync(path, "utf8")) as AgentLog);
         } catch (err) {
@@ -381,6 +401,7 @@ export async function runRate(o: RunOptions): Promise<RateResult> {
         agents: o.agents,
         agentSyncStart: o.agentSyncStart,
         coordinatorNice: o.coordinatorNice,
+        auth: o.auth,
         setup: { prefillMs, agentsReadyAheadMs },
         drain: { ms: drainMs, complete },
         stop,

@@ -4,6 +4,9 @@
  * bundles it with esbuild (packages external) to dist/bench/coordinator-worker.mjs and runs it
  * with plain node, so its RSS and CPU in /proc are the coordinator's alone.
  *
+ * Messages are authenticated unless `args.auth` is false: the worker enrols the bench's agents
+ * (`coordinator.identities.enroll`) and writes their identity files before it says it started.
+ *
  * argv[2]: WorkerArgs as JSON. stdout: one JSON line per WorkerLine. Stats (and the CPU profile,
  * when asked for) are written when the window ends, and the stats again on SIGTERM, after which
  * it exits at once: the figures are read from the store, whose commits are in its WAL already.
@@ -21,7 +24,12 @@ import { parseCoordinatorConfig } from "../coordinator/config.js";
 import { Coordinator, openStore } from "../coordinator/coordinator.js";
 import type { Store } from "../coordinator/store/port.js";
 import type { SqliteStore } from "../coordinator/store/sqlite/sqlite-store.js";
-import type { WorkerArgs, WorkerLine, WorkerStats } from "./coordinator-params.js";
+import {
+  identityPath,
+  type WorkerArgs,
+  type WorkerLine,
+  type WorkerStats,
+} from "./coordinator-params.js";
 import { percentile } from "./lib.js";
 
 const MiB = 1024 * 1024;
@@ -124,7 +132,12 @@ function main(args: WorkerArgs): Promise<void> {
   };
   const calls: Record<string, number> = {};
   const config = parseCoordinatorConfig(
-    { store: { path: args.storePath }, mqtt: { url: args.mqttUrl, prefix: args.prefix } },
+    {
+      store: { path: args.storePath },
+      mqtt: { url: args.mqttUrl, prefix: args.prefix },
+      // "required" is the default; said here so the two variants read alike.
+      security: { messages: args.auth ? "required" : "off" },
+    },
     "bench",
   );
   const edges = new Edges();
@@ -133,6 +146,8 @@ function main(args: WorkerArgs): Promise<void> {
     store: watched(store, edges, calls),
     log: (level, msg) => {
       stats.logs[level]++;
+      // Warnings and errors also on stderr, which the bench quotes when a run fails.
+      if (level === "warn" || level === "error") process.stderr.write(`${level}: ${msg}\n`);
       if ((level === "warn" || level === "error") && stats.logs.samples.length < 10) {
         stats.logs.samples.push(`${level}: ${msg.slice(0, 300)}`);
       }
@@ -237,7 +252,18 @@ function main(args: WorkerArgs): Promise<void> {
   process.once("SIGTERM", stop);
   process.once("SIGINT", stop);
 
-  return coordinator.start().then(() => emit({ t: "started", pid: process.pid }));
+  return enroll(coordinator, args)
+    .then(() => coordinator.start())
+    .then(() => emit({ t: "started", pid: process.pid }));
+}
+
+/** Enrols the bench's agents and writes their identity files, when messages are authenticated. */
+async function enroll(coordinator: Coordinator, args: WorkerArgs): Promise<void> {
+  if (!args.auth) return;
+  for (const agentId of args.agentIds) {
+    const { file } = await coordinator.identities.enroll(agentId, { actor: "bench" });
+    writeFileSync(identityPath(args.identityDir, agentId), JSON.stringify(file), { mode: 0o600 });
+  }
 }
 
 main(JSON.parse(process.argv[2] ?? "{}") as WorkerArgs).catch((err: unknown) => {

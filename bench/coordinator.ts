@@ -11,6 +11,9 @@
  *            --agent-sync-start (agents fsync each start, their default; off here, see the doc)
  *            --coordinator-nice 10 (the coordinator's nice value, as an agent's neighbour would
  *            set it; default 0)
+ *            --auth on|off|both (messages authenticated, the coordinator's default; off:
+ *            `security.messages: "off"`; both, the default: every rate with it on, and at the
+ *            target rate as many runs again with it off, alternating, to measure its cost)
  *
  * Each rate is a fresh run (bench/coordinator-run.ts): a new store, broker, coordinator process
  * (bench/coordinator-worker.ts, bundled) and agents (bench/coordinator-agent.ts, bundled).
@@ -23,6 +26,7 @@ import { fileURLToPath } from "node:url";
 import { parseArgs } from "node:util";
 import { build } from "esbuild";
 import { REQUIRE_BANNER } from "../coordinator/bundle/build.js";
+import { AUTH_TARGETS, authTargetRows, compareAuth, printAuth } from "./coordinator-auth.js";
 import { AGENTS, JOBS } from "./coordinator-params.js";
 import {
   printProfile,
@@ -103,6 +107,7 @@ function options() {
       "coordinator-nice": { type: "string", default: "0" },
       agents: { type: "string", default: String(AGENTS) },
       repeat: { type: "string", default: "3" },
+      auth: { type: "string", default: "both" },
     },
     strict: true,
   });
@@ -127,6 +132,12 @@ function options() {
       return nice;
     })(values["coordinator-nice"]),
     repeat: Math.floor(positive("repeat", values.repeat)),
+    auth: ((a: string): "on" | "off" | "both" => {
+      if (a !== "on" && a !== "off" && a !== "both") {
+        throw new Error(`--auth must be on, off or both, not "${a}"`);
+      }
+      return a;
+    })(values.auth),
     agents: ((a: number) => {
       if (!Number.isInteger(a)) throw new Error("--agents must be a whole number");
       return a;
@@ -150,13 +161,19 @@ async function main(): Promise<void> {
     `coordinator bench: ${machine.cpus} cores, load average ${machine.loadavgAtStart.join(" ")}; ` +
       `${JOBS.toLocaleString("en-US")} jobs, ${o.agents} agents, ${o.durationS} s per rate` +
       (o.coordinatorNice === 0 ? "" : `, coordinator at nice ${o.coordinatorNice}`) +
+      `, auth ${o.auth}` +
       (o.durationS < 60 ? " (the full run: --duration 60)" : ""),
   );
   await buildAll();
 
+  // The rates run with authentication on unless it is off; "both" adds runs with it off at the
+  // target rate, each next to one with it on, so both meet the same neighbours on the cores.
+  const auth = o.auth !== "off";
+  const compare = o.auth === "both";
   /** One plain (unprofiled) run of `rate` for the window's length, its tables printed. */
-  const plainRun = async (rate: number): Promise<RateResult> => {
+  const plainRun = async (rate: number, withAuth = auth): Promise<RateResult> => {
     const r = await runRate({
+      auth: withAuth,
       rate,
       durationMs: o.durationS * 1000,
       workerFile: WORKER,
@@ -170,9 +187,19 @@ async function main(): Promise<void> {
     return r;
   };
   const results: RateResult[] = [];
+  const offRuns: RateResult[] = [];
+  const offRun = async (i: number) => {
+    console.log(
+      `\n${TARGET_RATE.toLocaleString("en-US")} fires/s with authentication off (run ${i} of ${o.repeat}) for ${o.durationS} s …`,
+    );
+    offRuns.push(await plainRun(TARGET_RATE, false));
+  };
   for (const rate of o.rates) {
-    console.log(`\n${rate.toLocaleString("en-US")} fires/s for ${o.durationS} s …`);
+    console.log(
+      `\n${rate.toLocaleString("en-US")} fires/s for ${o.durationS} s${auth ? "" : ", authentication off"} …`,
+    );
     results.push(await plainRun(rate));
+    if (compare && rate === TARGET_RATE) await offRun(1);
   }
   // The target rate again, each a fresh run: a single minute's tail says little on shared cores.
   const repeats: RateResult[] = [];
@@ -182,6 +209,7 @@ async function main(): Promise<void> {
         `\n${TARGET_RATE.toLocaleString("en-US")} fires/s again (run ${i} of ${o.repeat}) for ${o.durationS} s …`,
       );
       repeats.push(await plainRun(TARGET_RATE));
+      if (compare) await offRun(i);
     }
   }
   const profiles: RateResult[] = [];
@@ -195,6 +223,7 @@ async function main(): Promise<void> {
       workerFile: WORKER,
       agentFile: AGENT,
       profile: true,
+      auth,
       agentSyncStart: o.agentSyncStart,
       coordinatorNice: o.coordinatorNice,
       agents: o.agents,
@@ -208,7 +237,10 @@ async function main(): Promise<void> {
   printRates(results);
   machine.loadavgAtEnd = loadavg().map(round);
   machine.runSeconds = Math.round((performance.now() - started) / 1000);
-  const targets = targetRows(results, repeats);
+  const onRuns = auth ? [...results.filter((r) => r.rate === TARGET_RATE), ...repeats] : [];
+  const authComparison = compareAuth(onRuns, offRuns);
+  printAuth(authComparison);
+  const targets = [...targetRows(results, repeats), ...authTargetRows(onRuns, offRuns)];
   console.log(`\ntargets (at ${TARGET_RATE.toLocaleString("en-US")} fires/s)`);
   printTable(
     ["target", "figure", "verdict"],
@@ -217,17 +249,20 @@ async function main(): Promise<void> {
   const figures = {
     machine,
     settings: { ...o, jobs: JOBS },
-    targets: TARGETS,
+    targets: { ...TARGETS, ...AUTH_TARGETS },
     verdicts: Object.fromEntries(targets.map((t) => [t.key, { figure: t.value, met: t.met }])),
     rates: results,
     repeats,
+    /** Runs at the target rate with authentication off (--auth both), alternating with repeats. */
+    authOff: offRuns,
+    auth: authComparison,
     profiles,
   };
   // A run at another priority is kept beside the plain one, not over it.
   writeResults(
     o.coordinatorNice === 0 ? "coordinator" : `coordinator-nice${o.coordinatorNice}`,
     figures,
-    renderMarkdown({ results, repeats, profiles, targets, machine, o }),
+    renderMarkdown({ results, repeats, profiles, targets, machine, o, auth: authComparison }),
   );
   console.log(`done in ${machine.runSeconds} s`);
 }

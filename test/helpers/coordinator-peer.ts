@@ -8,10 +8,12 @@ import {
   decodeAll,
   encode,
   type Hello,
+  parseTopic,
   type Report,
   type Topics,
   topics,
 } from "../../shared/protocol/index.js";
+import { seal, unseal, verifyTag } from "../../shared/protocol/mac.js";
 
 /**
  * A stand-in for the coordinator in agent tests: a real MQTT client that speaks protocol v1 —
@@ -37,6 +39,14 @@ export class CoordinatorPeer {
   readonly upPayloads = { single: 0, batch: 0 };
   /** The largest batch payload received, in bytes. */
   largestUpPayload = 0;
+  /**
+   * Agents' message keys (docs/protocol.md, "Authenticated messages"): what is sent to an agent
+   * named here is sealed with its key, and what it sends must verify under it, as a coordinator
+   * with `security.messages: "required"` does. Agents not named speak unsigned.
+   */
+  readonly keys = new Map<string, { key: Buffer; generation: number }>();
+  /** Payloads from a keyed agent that did not verify (dropped): topic and why. */
+  readonly unverified: string[] = [];
 
   constructor(
     private readonly url: string,
@@ -64,12 +74,32 @@ export class CoordinatorPeer {
           this.largestUpPayload = Math.max(this.largestUpPayload, payload.byteLength);
         } else this.upPayloads.single++;
       }
-      for (const r of decodeAll(topic, payload, { prefix: this.topics.prefix })) {
+      const body = this.open(topic, payload);
+      if (body === undefined) return;
+      for (const r of decodeAll(topic, body, { prefix: this.topics.prefix })) {
         if (r.ok) this.onMessage(r.value);
         else this.invalid.push(`${r.error.code}: ${r.error.message}`);
       }
     });
     await subscribe();
+  }
+
+  /** The payload's body, its MAC checked when its agent has a key; undefined when it fails. */
+  private open(topic: string, payload: Buffer): Uint8Array | undefined {
+    if (this.keys.size === 0) return payload;
+    const t = parseTopic(topic, this.topics.prefix);
+    const k = t?.kind === "agent" ? this.keys.get(t.agentId) : undefined;
+    if (k === undefined) return payload;
+    const s = unseal(payload);
+    if (typeof s === "string") {
+      this.unverified.push(`${topic}: ${s}`);
+      return undefined;
+    }
+    if (s.kid !== k.generation || !verifyTag(s, topic, k.key)) {
+      this.unverified.push(`${topic}: mac does not verify`);
+      return undefined;
+    }
+    return s.body;
   }
 
   private onMessage(d: Decoded): void {
@@ -117,8 +147,12 @@ export class CoordinatorPeer {
 
   /** Sends a message body (the envelope is added). */
   send(agentId: string, body: BodyOf<DownMessage>): void {
+    const topic = this.topics.down(agentId);
+    const now = Date.now();
+    const text = encode(envelope(body, now));
+    const k = this.keys.get(agentId);
     this.client
-      ?.publishAsync(this.topics.down(agentId), encode(envelope(body, Date.now())), { qos: 1 })
+      ?.publishAsync(topic, k ? seal(text, topic, k.key, k.generation, now) : text, { qos: 1 })
       .catch(() => {});
   }
 
