@@ -8,7 +8,11 @@ const tokenInput = document.getElementById("token");
 // ever sent as an Authorization header, which no other site's page can make this browser send.
 tokenInput.value = sessionStorage.getItem("ax.token") ?? "";
 tokenInput.addEventListener("change", () => {
-  sessionStorage.setItem("ax.token", tokenInput.value.trim());
+  const token = tokenInput.value.trim();
+  // A second change event for the same token (the field losing focus later) must not re-render:
+  // that would wipe whatever the operator is typing in a form.
+  if (token === (sessionStorage.getItem("ax.token") ?? "")) return;
+  sessionStorage.setItem("ax.token", token);
   render();
 });
 
