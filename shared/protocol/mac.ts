@@ -1,4 +1,4 @@
-import { createHmac, timingSafeEqual } from "node:crypto";
+import { equalBytes, hmacKey, hmacSha256 } from "../sha256.js";
 
 /*
  * Message authentication (docs/protocol.md, "Authenticated messages"). Every payload on an
@@ -44,21 +44,37 @@ export interface Sealed {
 export type UnsealFailure = "unsigned" | "malformed";
 
 /**
+ * A message key: computes HMAC-SHA256 tags under one key. {@link macKey} is the plain TypeScript
+ * one (shared/sha256.ts, what the agent uses: no node:crypto, no OpenSSL in its RSS); the
+ * coordinator gives node:crypto's.
+ */
+export interface MacKey {
+  tag(chunks: readonly Uint8Array[]): Uint8Array;
+}
+
+/** A {@link MacKey} over the raw 32 key bytes, prepared once. */
+export function macKey(raw: Uint8Array): MacKey {
+  const k = hmacKey(raw);
+  return { tag: (chunks) => hmacSha256(k, chunks) };
+}
+
+const asKey = (key: Uint8Array | MacKey): MacKey => (key instanceof Uint8Array ? macKey(key) : key);
+
+/**
  * The HMAC-SHA256 tag of a body on a topic. The bytes it covers: `ax1`, kid, at and the topic,
  * each ended by a line feed, then the body. Binding the topic binds the agent (named in it) and
  * the direction (up, down or presence).
  */
 export function macTag(
-  key: Uint8Array,
+  key: Uint8Array | MacKey,
   kid: number,
   at: number,
   topic: string,
   body: Uint8Array,
 ): Buffer {
-  return createHmac("sha256", key)
-    .update(`ax1\n${kid}\n${at}\n${topic}\n`, "utf8")
-    .update(body)
-    .digest();
+  const head = Buffer.from(`ax1\n${kid}\n${at}\n${topic}\n`, "utf8");
+  const tag = asKey(key).tag([head, body]);
+  return Buffer.from(tag.buffer, tag.byteOffset, tag.byteLength);
 }
 
 /**
@@ -68,11 +84,14 @@ export function macTag(
 export function seal(
   body: Uint8Array | string,
   topic: string,
-  key: Uint8Array,
+  key: Uint8Array | MacKey,
   kid: number,
   at: number,
 ): Buffer {
-  const bytes = typeof body === "string" ? Buffer.from(body, "utf8") : Buffer.from(body);
+  const bytes =
+    typeof body === "string"
+      ? Buffer.from(body, "utf8")
+      : Buffer.from(body.buffer, body.byteOffset, body.byteLength);
   const ms = Math.floor(at);
   const token = `${kid}.${ms}.${macTag(key, kid, ms, topic, bytes).toString("base64url")}`;
   const first = bytes[0];
@@ -128,9 +147,8 @@ export function unseal(payload: Uint8Array): Sealed | UnsealFailure {
 }
 
 /** True when `sealed`'s tag is right for `topic` under `key` (compared in constant time). */
-export function verifyTag(sealed: Sealed, topic: string, key: Uint8Array): boolean {
-  const want = macTag(key, sealed.kid, sealed.at, topic, sealed.body);
-  return want.length === sealed.tag.length && timingSafeEqual(want, sealed.tag);
+export function verifyTag(sealed: Sealed, topic: string, key: Uint8Array | MacKey): boolean {
+  return equalBytes(macTag(key, sealed.kid, sealed.at, topic, sealed.body), sealed.tag);
 }
 
 function startsWith(buf: Buffer, ascii: string): boolean {
