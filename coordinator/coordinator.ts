@@ -568,14 +568,25 @@ export class Coordinator {
     agentId: string,
     options: { tags?: Record<string, string>; rotate?: boolean; actor: string },
   ): Promise<{ identity: IdentityRecord; file: IdentityFile }> {
-    const own = coordinatorMqttLogin(this.ctx.config, this.secrets).username;
-    if (agentId === own) {
+    // Its broker login (derived or configured) and its client id, whether or not messages are
+    // authenticated now: an agent by that name would share the coordinator's login or session.
+    const config = this.ctx.config;
+    const own = [
+      coordinatorMqttLogin(config, this.secrets).username,
+      config.mqtt.clientId ?? defaultClientId(config),
+    ];
+    if (own.includes(agentId)) {
       throw new AxError(
         "AX_API_INVALID_REQUEST",
-        `agent id "${agentId}" is the coordinator's own MQTT user name`,
+        `agent id "${agentId}" is the coordinator's own MQTT user name or client id`,
         {
           context: {
-            issues: [{ path: ["body", "agentId"], message: "is the coordinator's MQTT user name" }],
+            issues: [
+              {
+                path: ["body", "agentId"],
+                message: "is the coordinator's MQTT user name or client id",
+              },
+            ],
           },
         },
       );

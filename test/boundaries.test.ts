@@ -75,7 +75,7 @@ describe("module boundaries", () => {
   });
 
   it("agent/ and shared/ never import node:crypto at load time (OpenSSL costs an agent ~2 MB of RSS)", () => {
-    const bad = (t: string, spec: string) => spec === "node:crypto" || spec === "crypto";
+    const bad = (_t: string, spec: string) => spec === "node:crypto" || spec === "crypto";
     // These two require it lazily (createRequire), only on the rare path that needs it.
     const lazy = new Set(["agent/bundle-runtime.ts", "shared/random.ts"]);
     const found = [...violations("agent", bad), ...violations("shared", bad)].filter(
