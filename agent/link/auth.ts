@@ -67,7 +67,7 @@ export class AgentAuth {
       );
     }
     if (!verifyTag(s, topic, this.mac)) return no("AX_AUTH_BAD_MAC", "mac does not verify");
-    const id = s.tag.toString("base64url");
+    const id = s.tagText;
     if (s.at <= this.floor || this.seen.has(id)) {
       return no("AX_AUTH_STALE", "replayed: this message was already received");
     }

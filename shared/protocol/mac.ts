@@ -36,6 +36,8 @@ export interface Sealed {
   at: number;
   /** The tag, 32 bytes. */
   tag: Buffer;
+  /** The tag as it was spelt in the token (canonical base64url). */
+  tagText: string;
   /** The payload with the auth member cut out: the message as its sender serialised it. */
   body: Buffer;
 }
@@ -104,6 +106,11 @@ export function seal(
   throw new TypeError("seal: body must be a JSON object with members, or an array of objects");
 }
 
+/** Base64url characters whose value's low two bits are zero: the last of a canonical 32-byte tag. */
+const CANONICAL_LAST: ReadonlySet<number> = new Set(
+  [..."AEIMQUYcgkosw048"].map((c) => c.charCodeAt(0)),
+);
+
 const TOKEN = /^(\d{1,9})\.(\d{1,16})\.([A-Za-z0-9_-]{43})$/;
 
 /**
@@ -135,15 +142,16 @@ export function unseal(payload: Uint8Array): Sealed | UnsealFailure {
   const at = Number(m[2]);
   if (!Number.isSafeInteger(at)) return "malformed";
   const text = m[3] as string;
-  const tag = Buffer.from(text, "base64url");
   // Only the canonical spelling: the last character's two spare bits must be zero, or one tag
   // would have four spellings and a changed payload byte could still verify.
-  if (tag.length !== MAC_BYTES || text.length !== TAG_CHARS || tag.toString("base64url") !== text) {
+  if (text.length !== TAG_CHARS || !CANONICAL_LAST.has(text.charCodeAt(TAG_CHARS - 1))) {
     return "malformed";
   }
+  const tag = Buffer.from(text, "base64url");
+  if (tag.length !== MAC_BYTES) return "malformed";
   const rest = buf.subarray(end + close.length);
   const body = Buffer.concat([buf.subarray(0, 1), rest]);
-  return { kid, at, tag, body };
+  return { kid, at, tag, tagText: text, body };
 }
 
 /** True when `sealed`'s tag is right for `topic` under `key` (compared in constant time). */
