@@ -74,16 +74,6 @@ describe("module boundaries", () => {
     expect(violations("shared", (t) => /^(agent|coordinator)(\/|$)/.test(t))).toEqual([]);
   });
 
-  it("agent/ and shared/ never import node:crypto at load time (OpenSSL costs an agent ~2 MB of RSS)", () => {
-    const bad = (_t: string, spec: string) => spec === "node:crypto" || spec === "crypto";
-    // These two require it lazily (createRequire), only on the rare path that needs it.
-    const lazy = new Set(["agent/bundle-runtime.ts", "shared/random.ts"]);
-    const found = [...violations("agent", bad), ...violations("shared", bad)].filter(
-      (v) => !/\.test\.ts$/.test(v.file) && !lazy.has(v.file),
-    );
-    expect(found).toEqual([]);
-  });
-
   it("agent/ and shared/ use zod/mini and no server-only package", () => {
     const bad = (t: string, spec: string) =>
       !spec.startsWith(".") && (t === "zod" || SERVER_ONLY.test(t));

@@ -1,5 +1,5 @@
 import type { ErrorCode } from "../../shared/errors.js";
-import { type MacKey, macKey, seal, unseal, verifyTag } from "../../shared/protocol/mac.js";
+import { seal, unseal, verifyTag } from "../../shared/protocol/mac.js";
 
 /** Down messages remembered against replays; past it the oldest goes and raises the floor. */
 const REMEMBERED = 4096;
@@ -30,14 +30,10 @@ export class AgentAuth {
   /** Last signing time used: up messages are signed at strictly rising times. */
   private lastAt = 0;
 
-  private readonly mac: MacKey;
-
   constructor(
     private readonly key: AgentKey,
     private readonly windowMs: number,
-  ) {
-    this.mac = macKey(key.key);
-  }
+  ) {}
 
   /** Seals `body` for `topic`; `at` (presence) is kept as given, else made strictly rising. */
   seal(topic: string, body: Uint8Array | string, now: number, fixedAt?: number): Buffer {
@@ -46,7 +42,7 @@ export class AgentAuth {
       at = Math.max(Math.floor(now), this.lastAt + 1);
       this.lastAt = at;
     }
-    return seal(body, topic, this.mac, this.key.generation, at);
+    return seal(body, topic, this.key.key, this.key.generation, at);
   }
 
   /**
@@ -66,7 +62,7 @@ export class AgentAuth {
         `mac made with key generation ${s.kid}; this agent holds ${this.key.generation}`,
       );
     }
-    if (!verifyTag(s, topic, this.mac)) return no("AX_AUTH_BAD_MAC", "mac does not verify");
+    if (!verifyTag(s, topic, this.key.key)) return no("AX_AUTH_BAD_MAC", "mac does not verify");
     const id = s.tagText;
     if (s.at <= this.floor || this.seen.has(id)) {
       return no("AX_AUTH_STALE", "replayed: this message was already received");

@@ -1,7 +1,6 @@
-import { createHmac } from "node:crypto";
 import type { ErrorCode } from "../../shared/errors.js";
 import { type Decoded, decode, type ProtocolError } from "../../shared/protocol/codec.js";
-import { type MacKey, type Sealed, seal, unseal, verifyTag } from "../../shared/protocol/mac.js";
+import { type Sealed, seal, unseal, verifyTag } from "../../shared/protocol/mac.js";
 import { parseTopic } from "../../shared/protocol/topics.js";
 
 /** Where the link finds an agent's key: an enrolled, unrevoked agent's, else undefined. */
@@ -30,17 +29,6 @@ interface Seen {
 
 const RECENT_INSTANCES = 4;
 
-/** node:crypto's HMAC-SHA256: the coordinator has OpenSSL loaded anyway, and it is faster here. */
-function nodeMacKey(raw: Buffer): MacKey {
-  return {
-    tag(chunks) {
-      const h = createHmac("sha256", raw);
-      for (const c of chunks) h.update(c);
-      return h.digest();
-    },
-  };
-}
-
 /**
  * The coordinator side of message authentication (docs/protocol.md, "Authenticated messages").
  * `open` checks a payload's MAC against the key of the agent its topic names (an event: the
@@ -60,7 +48,7 @@ export class LinkAuth {
   /** Seals a down message for `agentId`; undefined when the agent has no key (not enrolled). */
   seal(agentId: string, topic: string, body: Uint8Array, at: number): Buffer | undefined {
     const k = this.keys.keyOf(agentId);
-    return k === undefined ? undefined : seal(body, topic, nodeMacKey(k.key), k.generation, at);
+    return k === undefined ? undefined : seal(body, topic, k.key, k.generation, at);
   }
 
   /**
@@ -124,7 +112,7 @@ export class LinkAuth {
         agentId,
       );
     }
-    if (!verifyTag(sealed, topic, nodeMacKey(k.key))) {
+    if (!verifyTag(sealed, topic, k.key)) {
       return refusal("AX_AUTH_BAD_MAC", "mac does not verify", agentId);
     }
     if (Math.abs(now - sealed.at) > this.windowMs) {

@@ -1,4 +1,4 @@
-import { equalBytes, hmacKey, hmacSha256 } from "../sha256.js";
+import { createHmac, timingSafeEqual } from "node:crypto";
 
 /*
  * Message authentication (docs/protocol.md, "Authenticated messages"). Every payload on an
@@ -46,37 +46,21 @@ export interface Sealed {
 export type UnsealFailure = "unsigned" | "malformed";
 
 /**
- * A message key: computes HMAC-SHA256 tags under one key. {@link macKey} is the plain TypeScript
- * one (shared/sha256.ts, what the agent uses: no node:crypto, no OpenSSL in its RSS); the
- * coordinator gives node:crypto's.
- */
-export interface MacKey {
-  tag(chunks: readonly Uint8Array[]): Uint8Array;
-}
-
-/** A {@link MacKey} over the raw 32 key bytes, prepared once. */
-export function macKey(raw: Uint8Array): MacKey {
-  const k = hmacKey(raw);
-  return { tag: (chunks) => hmacSha256(k, chunks) };
-}
-
-const asKey = (key: Uint8Array | MacKey): MacKey => (key instanceof Uint8Array ? macKey(key) : key);
-
-/**
  * The HMAC-SHA256 tag of a body on a topic. The bytes it covers: `ax1`, kid, at and the topic,
  * each ended by a line feed, then the body. Binding the topic binds the agent (named in it) and
  * the direction (up, down or presence).
  */
 export function macTag(
-  key: Uint8Array | MacKey,
+  key: Uint8Array,
   kid: number,
   at: number,
   topic: string,
   body: Uint8Array,
 ): Buffer {
-  const head = Buffer.from(`ax1\n${kid}\n${at}\n${topic}\n`, "utf8");
-  const tag = asKey(key).tag([head, body]);
-  return Buffer.from(tag.buffer, tag.byteOffset, tag.byteLength);
+  return createHmac("sha256", key)
+    .update(`ax1\n${kid}\n${at}\n${topic}\n`, "utf8")
+    .update(body)
+    .digest();
 }
 
 /**
@@ -86,7 +70,7 @@ export function macTag(
 export function seal(
   body: Uint8Array | string,
   topic: string,
-  key: Uint8Array | MacKey,
+  key: Uint8Array,
   kid: number,
   at: number,
 ): Buffer {
@@ -155,8 +139,9 @@ export function unseal(payload: Uint8Array): Sealed | UnsealFailure {
 }
 
 /** True when `sealed`'s tag is right for `topic` under `key` (compared in constant time). */
-export function verifyTag(sealed: Sealed, topic: string, key: Uint8Array | MacKey): boolean {
-  return equalBytes(macTag(key, sealed.kid, sealed.at, topic, sealed.body), sealed.tag);
+export function verifyTag(sealed: Sealed, topic: string, key: Uint8Array): boolean {
+  const want = macTag(key, sealed.kid, sealed.at, topic, sealed.body);
+  return want.length === sealed.tag.length && timingSafeEqual(want, sealed.tag);
 }
 
 function startsWith(buf: Buffer, ascii: string): boolean {
