@@ -73,12 +73,12 @@ describe("agent identity in its config", () => {
   it("names the bad field of a broken identity file", () => {
     const path = write("bad.identity.json", { ...identity(), key: "short", generation: 0 });
     const message = failure(() => parseAgentConfig({ ...base, identityFile: path }));
-    expect(message).toContain(`AX_SECURITY_KEY: ${path}: invalid identity file`);
+    expect(message).toContain(`AX_SECURITY_KEY: ${path}: invalid agent identity`);
     expect(message).toContain("generation: must be at least 1");
     expect(message).toContain("key: must be 32 bytes in unpadded base64url");
     const notJson = write("nojson.identity.json", "{");
     expect(failure(() => parseAgentConfig({ ...base, identityFile: notJson }))).toMatch(
-      /^AX_SECURITY_KEY: .*nojson\.identity\.json: identity file is not JSON/,
+      /^AX_SECURITY_KEY: .*nojson\.identity\.json: invalid agent identity\nnot valid JSON/,
     );
   });
 });

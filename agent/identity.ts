@@ -1,7 +1,6 @@
 import { readFileSync, statSync } from "node:fs";
 import { AxError } from "../shared/errors.js";
-import { type IdentityFile, identityFileSchema } from "../shared/identity.js";
-import { describeIssue } from "../shared/protocol/codec.js";
+import { type IdentityFile, parseIdentityText } from "../shared/identity.js";
 
 /** The identity file an agent picks up beside its config when its config names none. */
 export const DEFAULT_IDENTITY_FILE = "ax-identity.json";
@@ -32,21 +31,12 @@ export function readIdentityFile(path: string): IdentityFile {
       },
     );
   }
-  let raw: unknown;
-  try {
-    raw = JSON.parse(text);
-  } catch (err) {
+  const r = parseIdentityText(text);
+  if (!r.ok) {
     throw new AxError(
       "AX_SECURITY_KEY",
-      `${path}: identity file is not JSON: ${(err as Error).message}`,
+      `${path}: invalid agent identity\n${r.problems.join("\n")}`,
     );
   }
-  const r = identityFileSchema.safeParse(raw, { error: describeIssue });
-  if (!r.success) {
-    const lines = r.error.issues.map(
-      (i) => `${i.path.map(String).join(".") || "(root)"}: ${i.message}`,
-    );
-    throw new AxError("AX_SECURITY_KEY", `${path}: invalid identity file\n${lines.join("\n")}`);
-  }
-  return r.data;
+  return r.identity;
 }

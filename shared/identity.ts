@@ -1,5 +1,6 @@
 import * as z from "zod/mini";
 import { ID_PATTERN } from "./ids.js";
+import { describeIssue } from "./protocol/codec.js";
 
 /**
  * What a device needs to speak for itself (docs/security.md, "Enrolment"): written by
@@ -25,3 +26,26 @@ export const identityFileSchema = z.object({
   bundlePublicKey: z.optional(z.string().check(z.startsWith("-----BEGIN PUBLIC KEY-----"))),
 });
 export type IdentityFile = z.infer<typeof identityFileSchema>;
+
+/**
+ * Reads an identity file's text: what it says, or its problems, one a line as `field: problem`
+ * (or `not valid JSON: …`). The agent and `ax bundle build --identity` both read it so.
+ */
+export function parseIdentityText(
+  text: string,
+): { ok: true; identity: IdentityFile } | { ok: false; problems: string[] } {
+  let raw: unknown;
+  try {
+    raw = JSON.parse(text);
+  } catch (err) {
+    return { ok: false, problems: [`not valid JSON: ${(err as Error).message}`] };
+  }
+  const parsed = identityFileSchema.safeParse(raw, { error: describeIssue });
+  if (parsed.success) return { ok: true, identity: parsed.data };
+  return {
+    ok: false,
+    problems: parsed.error.issues.map(
+      (i) => `${i.path.map(String).join(".") || "(root)"}: ${i.message}`,
+    ),
+  };
+}

@@ -1,7 +1,6 @@
 import { existsSync } from "node:fs";
-import * as z from "zod/mini";
 import { AxError } from "../../shared/errors.js";
-import { type IdentityFile, identityFileSchema } from "../../shared/identity.js";
+import { type IdentityFile, parseIdentityText } from "../../shared/identity.js";
 import { readPrivate } from "../security/secrets.js";
 
 /**
@@ -11,24 +10,7 @@ import { readPrivate } from "../security/secrets.js";
 export const IDENTITY_FILE = "ax-identity.json";
 
 /** The problems of an identity file's text, one a line as `field: problem`; none when valid. */
-export function identityProblems(
-  text: string,
-): { ok: true; identity: IdentityFile } | { ok: false; problems: string[] } {
-  let raw: unknown;
-  try {
-    raw = JSON.parse(text);
-  } catch (err) {
-    return { ok: false, problems: [`not valid JSON: ${(err as Error).message}`] };
-  }
-  const parsed = z.safeParse(identityFileSchema, raw);
-  if (parsed.success) return { ok: true, identity: parsed.data };
-  return {
-    ok: false,
-    problems: parsed.error.issues.map(
-      (i) => `${i.path.map(String).join(".") || "(root)"}: ${i.message}`,
-    ),
-  };
-}
+export const identityProblems = parseIdentityText;
 
 /**
  * Reads an agent identity file written by `ax fleet enroll` for `ax bundle build --identity`.

@@ -270,7 +270,7 @@ describe("ax bundle build refuses, before building", () => {
       [
         `${path}: invalid agent identity`,
         "key: must be 32 bytes in unpadded base64url",
-        "mqtt.password: Invalid input: expected string, received undefined",
+        "mqtt.password: is required (string)",
       ].join("\n"),
     );
     const notJson = identityFile("not-json.json", "{ agentId");

@@ -159,14 +159,18 @@ export class Registry {
   /** A revoked agent: offline at once, so nothing more is routed to it. */
   async revoked(agentId: string): Promise<void> {
     const a = this.agents.get(agentId);
-    if (!a || a.status === "offline") return;
+    if (a && a.status !== "offline") await this.takeOffline(a, "revoked", "warn");
+  }
+
+  /** Marks an online agent offline, stores it, logs it and tells the listeners why. */
+  private async takeOffline(a: AgentRecord, reason: string, level: "info" | "warn"): Promise<void> {
     a.status = "offline";
     await this.ctx.store.putAgent(a);
-    this.ctx.log("warn", `agent ${agentId} offline (revoked)`, { agentId });
+    this.ctx.log(level, `agent ${a.agentId} offline (${reason})`, { agentId: a.agentId });
     this.ctx.events.emit("agent", {
-      agentId,
+      agentId: a.agentId,
       status: "offline",
-      reason: "revoked",
+      reason,
       at: this.ctx.clock.wallNow(),
     });
   }
@@ -181,17 +185,8 @@ export class Registry {
       await this.ctx.store.bumpCounter("superseded_messages");
       return;
     }
-    if (status === "offline" && a.status !== "offline") {
-      a.status = "offline";
-      await this.ctx.store.putAgent(a);
-      this.ctx.log("info", `agent ${agentId} offline (presence)`, { agentId });
-      this.ctx.events.emit("agent", {
-        agentId,
-        status: "offline",
-        reason: "presence",
-        at: this.ctx.clock.wallNow(),
-      });
-    }
+    if (status === "offline" && a.status !== "offline")
+      await this.takeOffline(a, "presence", "info");
   }
 
   /**

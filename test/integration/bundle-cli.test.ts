@@ -241,9 +241,9 @@ describe("ax bundle build and verify: signatures", () => {
       [
         `ax: AX_SECURITY_KEY: ${bad}: invalid agent identity`,
         "agentId: must be 1-128 of A-Z a-z 0-9 . _ : - (no / + # $)",
-        "generation: Too small: expected number to be >=1",
-        "key: Invalid input: expected string, received undefined",
-        "mqtt: Invalid input: expected object, received undefined",
+        "generation: must be at least 1",
+        "key: is required (string)",
+        "mqtt: is required (object)",
         "",
       ].join("\n"),
     );
