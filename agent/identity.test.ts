@@ -2,7 +2,7 @@ import { chmodSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
-import { isAxError } from "../shared/errors.js";
+import { axFailure } from "../test/helpers/ax-error.js";
 import { loadAgentConfig, parseAgentConfig } from "./config.js";
 
 const dir = mkdtempSync(join(tmpdir(), "ax-identity-"));
@@ -21,16 +21,6 @@ const write = (name: string, value: unknown, mode = 0o600) => {
   writeFileSync(path, typeof value === "string" ? value : JSON.stringify(value), { mode });
   chmodSync(path, mode);
   return path;
-};
-
-const failure = (fn: () => unknown): string => {
-  try {
-    fn();
-  } catch (err) {
-    if (isAxError(err)) return `${err.code}: ${err.message}`;
-    throw err;
-  }
-  throw new Error("did not throw");
 };
 
 describe("agent identity in its config", () => {
@@ -58,26 +48,26 @@ describe("agent identity in its config", () => {
 
   it("refuses an identity file others can read, naming it", () => {
     const path = write("open.identity.json", identity(), 0o644);
-    expect(failure(() => parseAgentConfig({ ...base, identityFile: path }))).toBe(
+    expect(axFailure(() => parseAgentConfig({ ...base, identityFile: path }))).toBe(
       `AX_SECURITY_KEY: ${path}: identity file is readable by others (mode 644); run chmod 600 ${path}`,
     );
   });
 
   it("refuses another agent's identity", () => {
     const path = write("other.identity.json", identity("valve-2"));
-    expect(failure(() => parseAgentConfig({ ...base, identityFile: path }))).toBe(
+    expect(axFailure(() => parseAgentConfig({ ...base, identityFile: path }))).toBe(
       `AX_CONFIG_INVALID: ${path}: is the identity of agent "valve-2", not of "pump-7"`,
     );
   });
 
   it("names the bad field of a broken identity file", () => {
     const path = write("bad.identity.json", { ...identity(), key: "short", generation: 0 });
-    const message = failure(() => parseAgentConfig({ ...base, identityFile: path }));
+    const message = axFailure(() => parseAgentConfig({ ...base, identityFile: path }));
     expect(message).toContain(`AX_SECURITY_KEY: ${path}: invalid agent identity`);
     expect(message).toContain("generation: must be at least 1");
     expect(message).toContain("key: must be 32 bytes in unpadded base64url");
     const notJson = write("nojson.identity.json", "{");
-    expect(failure(() => parseAgentConfig({ ...base, identityFile: notJson }))).toMatch(
+    expect(axFailure(() => parseAgentConfig({ ...base, identityFile: notJson }))).toMatch(
       /^AX_SECURITY_KEY: .*nojson\.identity\.json: invalid agent identity\nnot valid JSON/,
     );
   });

@@ -2,7 +2,7 @@ import { chmodSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync }
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
-import { isAxError } from "../../shared/errors.js";
+import { axFailure } from "../../test/helpers/ax-error.js";
 import { parseCoordinatorConfig } from "../config.js";
 import { secretsDir } from "../coordinator.js";
 import { loadOrCreateSecrets, messageKey, mqttPassword, SECRET_FILES } from "./secrets.js";
@@ -11,16 +11,6 @@ const root = mkdtempSync(join(tmpdir(), "ax-secrets-test-"));
 afterAll(() => rmSync(root, { recursive: true, force: true }));
 
 const mode = (path: string) => statSync(path).mode & 0o777;
-const failure = (fn: () => unknown): string => {
-  try {
-    fn();
-  } catch (err) {
-    if (isAxError(err)) return `${err.code}: ${err.message}`;
-    throw err;
-  }
-  throw new Error("did not throw");
-};
-
 describe("coordinator secrets", () => {
   it("creates the folder 0700 and private files 0600 on first start, and reads the same keys after", () => {
     const dir = join(root, "first");
@@ -41,12 +31,12 @@ describe("coordinator secrets", () => {
     loadOrCreateSecrets(dir);
     const file = join(dir, SECRET_FILES.fleet);
     chmodSync(file, 0o644);
-    expect(failure(() => loadOrCreateSecrets(dir))).toBe(
+    expect(axFailure(() => loadOrCreateSecrets(dir))).toBe(
       `AX_SECURITY_KEY: ${file}: is readable by others (mode 644); run chmod 600 ${file}`,
     );
     writeFileSync(file, "abcd\n", { mode: 0o600 });
     chmodSync(file, 0o600);
-    expect(failure(() => loadOrCreateSecrets(dir))).toBe(
+    expect(axFailure(() => loadOrCreateSecrets(dir))).toBe(
       `AX_SECURITY_KEY: ${file}: must hold 64 hex digits (32 bytes), has 2 bytes`,
     );
   });
@@ -75,7 +65,7 @@ describe("coordinator secrets", () => {
     );
     const c = parseCoordinatorConfig(base);
     expect(c.security).toEqual({ messages: "required", freshness: 300_000 });
-    const message = failure(() =>
+    const message = axFailure(() =>
       parseCoordinatorConfig(
         { ...base, security: { messages: "maybe", freshness: "soon" } },
         "ax.json",
