@@ -1,6 +1,5 @@
 import { type ChildProcess, spawn, spawnSync } from "node:child_process";
 import { existsSync, readFileSync, statSync, writeFileSync } from "node:fs";
-import { createServer } from "node:net";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import mqtt from "mqtt";
@@ -11,6 +10,7 @@ import { Coordinator, secretsDir } from "../../coordinator/coordinator.js";
 import { Identities } from "../../coordinator/security/identities.js";
 import { loadOrCreateSecrets } from "../../coordinator/security/secrets.js";
 import { SqliteStore } from "../../coordinator/store/sqlite/sqlite-store.js";
+import { freePort } from "../helpers/chaos/ports.js";
 import { tempDir, waitFor } from "../helpers/env.js";
 
 const AX = fileURLToPath(new URL("../../bin/ax.js", import.meta.url));
@@ -19,15 +19,6 @@ const MOSQUITTO = "/usr/sbin/mosquitto";
 function ax(args: string[]) {
   const r = spawnSync(process.execPath, [AX, ...args], { encoding: "utf8", timeout: 60_000 });
   return { code: r.status, stdout: r.stdout, stderr: r.stderr };
-}
-
-async function freePort(): Promise<number> {
-  const server = createServer();
-  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
-  const address = server.address();
-  await new Promise<void>((resolve) => server.close(() => resolve()));
-  if (typeof address !== "object" || address === null) throw new Error("no port");
-  return address.port;
 }
 
 /** A coordinator config file and two agents enrolled in its store (one then revoked). */

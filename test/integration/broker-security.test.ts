@@ -1,6 +1,5 @@
 import { type ChildProcess, spawn } from "node:child_process";
 import { existsSync, readFileSync } from "node:fs";
-import { createServer } from "node:net";
 import { userInfo } from "node:os";
 import { join } from "node:path";
 import mqtt, { type IClientOptions, type MqttClient } from "mqtt";
@@ -13,6 +12,7 @@ import { Identities } from "../../coordinator/security/identities.js";
 import { loadOrCreateSecrets, mqttPassword } from "../../coordinator/security/secrets.js";
 import { SqliteStore } from "../../coordinator/store/sqlite/sqlite-store.js";
 import { topics } from "../../shared/protocol/topics.js";
+import { freePort } from "../helpers/chaos/ports.js";
 import { tempDir, waitFor } from "../helpers/env.js";
 
 /*
@@ -36,15 +36,6 @@ interface Fixture {
   /** An agent's current broker password. */
   password(agentId: string): string;
   close(): Promise<void>;
-}
-
-async function freePort(): Promise<number> {
-  const server = createServer();
-  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
-  const address = server.address();
-  await new Promise<void>((resolve) => server.close(() => resolve()));
-  if (typeof address !== "object" || address === null) throw new Error("no port");
-  return address.port;
 }
 
 /** Secrets, a store and three enrolled agents, shared by both brokers' fixtures. */
