@@ -87,16 +87,16 @@ function scanForError(text: string): number {
         } else fail();
       }
     }
-    if (ch === '"') return string();
-    if (ch === "t") return literal("true");
-    if (ch === "f") return literal("false");
-    if (ch === "n") return literal("null");
-    return number();
+    if (ch === '"') string();
+    else if (ch === "t") literal("true");
+    else if (ch === "f") literal("false");
+    else if (ch === "n") literal("null");
+    else number();
   };
   try {
     value();
     ws();
-    return i < text.length ? i : text.length;
+    return Math.min(i, text.length);
   } catch (at) {
     return typeof at === "number" ? at : 0;
   }
