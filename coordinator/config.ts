@@ -1,7 +1,8 @@
 import { readFileSync } from "node:fs";
 import { dirname, join, resolve } from "node:path";
 import { z } from "zod";
-import { AxError } from "../shared/errors.js";
+import { AxError, type ErrorCode } from "../shared/errors.js";
+import { parseJsonText } from "../shared/json-text.js";
 import { durationSchema } from "./domain/duration.js";
 import { formatIssues } from "./domain/job.js";
 
@@ -393,21 +394,25 @@ export function secretsDir(config: CoordinatorConfig): string {
   return config.security.dir ?? join(dirname(resolve(config.store.path)), "ax-secrets");
 }
 
-/** Reads and parses a JSON file, naming the file in any error. */
-export function readJsonFile(path: string): unknown {
+/**
+ * Reads and parses a JSON file, naming the file in any error, and a syntax error's line and
+ * column (`jobs.json:3:5: not valid JSON: …`). `code` is the error's code: AX_CONFIG_READ for a
+ * config file; a job file passes its own.
+ */
+export function readJsonFile(path: string, code: ErrorCode = "AX_CONFIG_READ"): unknown {
   let text: string;
   try {
     text = readFileSync(path, "utf8");
   } catch (err) {
-    throw new AxError("AX_CONFIG_READ", `${path}: cannot read: ${(err as Error).message}`, {
+    throw new AxError(code, `${path}: cannot read: ${(err as Error).message}`, {
       cause: err,
     });
   }
-  try {
-    return JSON.parse(text) as unknown;
-  } catch (err) {
-    throw new AxError("AX_CONFIG_READ", `${path}: not valid JSON: ${(err as Error).message}`, {
-      cause: err,
-    });
-  }
+  const parsed = parseJsonText(text);
+  if (parsed.ok) return parsed.value;
+  throw new AxError(
+    code,
+    `${path}:${parsed.line}:${parsed.column}: not valid JSON: ${parsed.reason}`,
+    { context: { path, line: parsed.line, column: parsed.column } },
+  );
 }

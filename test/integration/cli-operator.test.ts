@@ -132,7 +132,7 @@ describe("ax operator commands", () => {
     writeFileSync(file, "[ not json");
     const r2 = await ax(["job", "add", "--file", file], env);
     expect(r2.code).toBe(1);
-    expect(r2.stderr).toContain(`ax: AX_CONFIG_READ: ${file}: not valid JSON`);
+    expect(r2.stderr).toContain(`ax: AX_CONFIG_READ: ${file}:1:4: not valid JSON: unexpected "o"`);
   });
 
   it("shows, edits, pauses, previews and triggers a job", async () => {

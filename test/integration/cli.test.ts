@@ -115,7 +115,9 @@ describe("the ax command", () => {
       writeFileSync(file, "{ not json");
       const r2 = ax(["coordinator", "start", "--config", file]);
       expect(r2.code).toBe(1);
-      expect(r2.stderr).toContain(`ax: AX_CONFIG_READ: ${file}: not valid JSON`);
+      expect(r2.stderr).toContain(
+        `ax: AX_CONFIG_READ: ${file}:1:3: not valid JSON: Expected property name or '}'`,
+      );
     } finally {
       tmp.cleanup();
     }
