@@ -1,8 +1,14 @@
 #!/usr/bin/env node
-// The `ax` command. It runs the TypeScript sources through tsx's loader, so `npm install` is the
-// only build step.
-import { register } from "tsx/esm/api";
-
-register();
-const { main } = await import("../coordinator/cli/main.ts");
-process.exitCode = await main(process.argv.slice(2));
+// The `ax` command: the compiled CLI in dist/ (built by `npm install` in a checkout, shipped in the
+// package). Plain JavaScript, so starting it costs no TypeScript compiler.
+let cli;
+try {
+  cli = await import("../dist/coordinator/cli/main.js");
+} catch (err) {
+  if (err?.code !== "ERR_MODULE_NOT_FOUND" || !String(err.message).includes("/dist/")) throw err;
+  process.stderr.write(
+    "ax: the compiled CLI (dist/) is missing; run `npm run build` in the checkout (npm install runs it)\n",
+  );
+  process.exit(70);
+}
+process.exitCode = await cli.main(process.argv.slice(2));

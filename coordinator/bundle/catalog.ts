@@ -1,5 +1,5 @@
-import { fileURLToPath } from "node:url";
 import type { FeatureName, HandlerName } from "../../shared/profile.js";
+import { packageFile } from "../package-files.js";
 
 /** Where the build finds each part a profile can include: a module of agent/ and its export. */
 export interface PartModule {
@@ -9,7 +9,8 @@ export interface PartModule {
   exportName: string;
 }
 
-const agentFile = (path: string) => fileURLToPath(new URL(`../../agent/${path}`, import.meta.url));
+// The agent's TypeScript sources ship in the package: a bundle is built from them.
+const agentFile = (path: string) => packageFile("agent", path);
 
 /** Every handler's module; one file each, so a bundle's bundler sees only those it includes. */
 export const HANDLER_MODULES: Readonly<Record<HandlerName, PartModule>> = {

@@ -13,6 +13,7 @@ import type { Metafile } from "esbuild";
 import type { BundleFacts } from "../../agent/parts/types.js";
 import { AxError } from "../../shared/errors.js";
 import { type FirmwareProfile, profileAgentDefaults } from "../../shared/profile.js";
+import { packageJson } from "../package-files.js";
 import { buildAgentBundle } from "./build.js";
 import { IDENTITY_FILE, readIdentityFile } from "./identity.js";
 import {
@@ -79,13 +80,8 @@ export interface MadeBundle {
   buildMs: number;
 }
 
-const PACKAGE_JSON = new URL("../../package.json", import.meta.url);
-
 function packageInfo(): { version: string; engines: string } {
-  const pkg = JSON.parse(readFileSync(PACKAGE_JSON, "utf8")) as {
-    version: string;
-    engines?: { node?: string };
-  };
+  const pkg = packageJson();
   return { version: pkg.version, engines: pkg.engines?.node ?? ">=20" };
 }
 

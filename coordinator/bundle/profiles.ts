@@ -1,11 +1,11 @@
 import { readdirSync, readFileSync } from "node:fs";
 import { basename, resolve } from "node:path";
-import { fileURLToPath } from "node:url";
 import { AxError } from "../../shared/errors.js";
 import { type FirmwareProfile, parseFirmwareProfile } from "../../shared/profile.js";
+import { packageFile } from "../package-files.js";
 
 /** firmware-profiles/ of this checkout. */
-export const PROFILES_DIR = fileURLToPath(new URL("../../firmware-profiles/", import.meta.url));
+export const PROFILES_DIR = `${packageFile("firmware-profiles")}/`;
 
 /** The names of the profiles in `dir`, sorted. */
 export function listProfiles(dir = PROFILES_DIR): string[] {

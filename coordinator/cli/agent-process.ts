@@ -1,10 +1,10 @@
 import { type ChildProcess, spawn } from "node:child_process";
 import { closeSync, openSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
-import { fileURLToPath } from "node:url";
 import type { AgentConfigInput } from "../../agent/config.js";
+import { packageFile } from "../package-files.js";
 
-const AX_BIN = fileURLToPath(new URL("../../bin/ax.js", import.meta.url));
+const AX_BIN = packageFile("bin", "ax.js");
 
 /** An agent running as a child process of this one. */
 export interface AgentProcess {

@@ -1,6 +1,5 @@
 import { AxError, isAxError } from "../../shared/errors.js";
 import { flags } from "./args.js";
-import { runDemo } from "./demo.js";
 
 const USAGE = `ax — a job scheduler for fleets of edge and IoT devices
 
@@ -73,7 +72,9 @@ export async function main(argv: string[]): Promise<number> {
         process.stdout.write(USAGE);
         return 0;
       case "demo":
-        return await runDemo([sub, ...rest].filter((a): a is string => a !== undefined));
+        return await (await import("./demo.js")).runDemo(
+          [sub, ...rest].filter((a): a is string => a !== undefined),
+        );
       case "coordinator":
         if (sub !== "start")
           throw new AxError(

@@ -7,6 +7,7 @@ import { type HttpConfigInput, httpConfigSchema } from "../config.js";
 import type { Coordinator } from "../coordinator.js";
 import { formatIssues } from "../domain/job.js";
 import type { Logger } from "../engine/context.js";
+import { packageJson } from "../package-files.js";
 import { type Auth, authorize, resolveAuth } from "./auth.js";
 import { consoleAssetsRoute, consoleHandler } from "./console.js";
 import { allowedHostSet, checkRequestHygiene } from "./hygiene.js";
@@ -27,11 +28,7 @@ import { jobRoutes } from "./routes/jobs.js";
  * dependency tree to keep patched and a second validation and schema layer to keep in step.
  */
 
-const VERSION = (
-  JSON.parse(readFileSync(new URL("../../package.json", import.meta.url), "utf8")) as {
-    version: string;
-  }
-).version;
+const VERSION = packageJson().version;
 
 /** Options of {@link startHttpServer}: the config file's `http` section, plus wiring. */
 export interface HttpServerOptions extends HttpConfigInput {

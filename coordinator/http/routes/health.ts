@@ -1,12 +1,8 @@
-import { readFileSync } from "node:fs";
+import { packageJson } from "../../package-files.js";
 import { apiRoute, Reply } from "../route.js";
 import { healthSchema, readinessSchema } from "../schemas.js";
 
-const VERSION = (
-  JSON.parse(readFileSync(new URL("../../../package.json", import.meta.url), "utf8")) as {
-    version: string;
-  }
-).version;
+const VERSION = packageJson().version;
 const startedAt = Date.now();
 
 /** Liveness and readiness, public so that load balancers and orchestrators can probe them. */
