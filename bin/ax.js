@@ -3,7 +3,7 @@
 // package). Plain JavaScript, so starting it costs no TypeScript compiler.
 let cli;
 try {
-  cli = await import("../dist/coordinator/cli/main.js");
+  cli = await import("../dist/ax.js");
 } catch (err) {
   if (err?.code !== "ERR_MODULE_NOT_FOUND" || !String(err.message).includes("/dist/")) throw err;
   process.stderr.write(

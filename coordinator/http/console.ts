@@ -1,9 +1,11 @@
 import { readFileSync } from "node:fs";
 import type { IncomingMessage, ServerResponse } from "node:http";
+import { pathToFileURL } from "node:url";
+import { packageFile } from "../package-files.js";
 import type { RawRoute } from "./route.js";
 
 /** The console's files, read once: it is three small static files and needs no build step. */
-const ASSETS = new URL("./console-assets/", import.meta.url);
+const ASSETS = pathToFileURL(`${packageFile("coordinator", "http", "console-assets")}/`);
 const FILES: Record<string, { type: string; body: Buffer }> = {};
 function file(name: string, type: string): { type: string; body: Buffer } {
   FILES[name] ??= { type, body: readFileSync(new URL(name, ASSETS)) };
