@@ -47,7 +47,11 @@ async function api(path, options = {}) {
         : "401: the API needs a token. Paste the admin token (the file ax-secrets/admin.token beside the coordinator's store) or one made with ax token create into the Token field above.",
     );
   }
-  if (!res.ok) throw new Error(errorText(res, data?.error, options.labels));
+  if (!res.ok) {
+    const e = new Error(errorText(res, data?.error, options.labels));
+    e.code = data?.error?.code;
+    throw e;
+  }
   return data;
 }
 
@@ -356,16 +360,55 @@ function definitionFacts(d) {
  */
 async function jobView(seq, id) {
   const path = `/api/jobs/${encodeURIComponent(id)}`;
+  // A deleted job has no definition or fire times, but its history and executions remain.
+  const unlessDeleted = (fallback) => (e) => {
+    if (e.code === "AX_JOB_NOT_FOUND") return fallback;
+    throw e;
+  };
   const [job, history, next, runs] = await Promise.all([
-    api(path),
+    api(path).catch(unlessDeleted(null)),
     api(`${path}/history`),
-    api(`${path}/preview?n=10`),
+    api(`${path}/preview?n=10`).catch(unlessDeleted({ times: [] })),
     api(`/api/executions?job=${encodeURIComponent(id)}&limit=20`),
   ]);
   if (seq !== renderSeq) return;
+  if (!job && history.items.length === 0) throw new Error(`404 AX_JOB_NOT_FOUND: no job "${id}"`);
+  view.innerHTML = `${job ? jobDefinition(job, next) : deletedJob(id, history.items)}
+  <h2>Versions and changes</h2>
+  ${table(
+    ["#", "at", "change", "version", "by"],
+    history.items
+      .slice()
+      .reverse()
+      .map((e) => [
+        td(h(e.seq), "num"),
+        td(time(e.at)),
+        td(h(e.action)),
+        td(e.version === null ? "–" : `v${h(e.version)}`, "num"),
+        td(h(e.actor)),
+      ]),
+    () => `class="job-version"`,
+  )}
+  <h2>Recent executions <span class="muted">(live)</span></h2>
+  <div id="job-executions">${jobExecutions(runs.items)}</div>
+  <p><a href="#/executions" id="all-executions">All executions of ${h(id)}</a></p>`;
+  bindJobButtons(view, render);
+  view.querySelector("#all-executions").addEventListener("click", () => {
+    for (const k of Object.keys(filters)) filters[k] = "";
+    filters.job = id;
+  });
+  live(async () => {
+    const r = await api(`/api/executions?job=${encodeURIComponent(id)}&limit=20`);
+    const box = view.querySelector("#job-executions");
+    if (box) box.innerHTML = jobExecutions(r.items);
+  }, 2000);
+}
+
+/** The head of a job's page: its definition and buttons, then its next fire times. */
+function jobDefinition(job, next) {
   const d = job.definition;
   const tz = d.trigger?.tz;
-  view.innerHTML = `<h2>Job ${h(job.id)} <span class="muted">v${h(job.version)}</span>
+  return `<h2>Job ${h(job.id)} <span class="muted">v${h(job.version)}</span>
     ${job.paused ? '<span class="state SKIPPED">paused</span>' : ""}</h2>
   <div class="card" id="job-definition">
     <dl class="facts">${definitionFacts(d)
@@ -392,35 +435,13 @@ async function jobView(seq, id) {
         )
       : `<p class="muted" id="no-fires">none (${h(triggerText(d.trigger))})</p>`
   }
-  ${job.paused && next.times.length ? '<p class="muted">Paused: these times are skipped until it is resumed.</p>' : ""}
-  <h2>Versions</h2>
-  ${table(
-    ["#", "at", "change", "version", "by"],
-    history.items
-      .slice()
-      .reverse()
-      .map((e) => [
-        td(h(e.seq), "num"),
-        td(time(e.at)),
-        td(h(e.action)),
-        td(e.version === null ? "–" : `v${h(e.version)}`, "num"),
-        td(h(e.actor)),
-      ]),
-    () => `class="job-version"`,
-  )}
-  <h2>Recent executions <span class="muted">(live)</span></h2>
-  <div id="job-executions">${jobExecutions(runs.items)}</div>
-  <p><a href="#/executions" id="all-executions">All executions of ${h(job.id)}</a></p>`;
-  bindJobButtons(view, render);
-  view.querySelector("#all-executions").addEventListener("click", () => {
-    for (const k of Object.keys(filters)) filters[k] = "";
-    filters.job = job.id;
-  });
-  live(async () => {
-    const r = await api(`/api/executions?job=${encodeURIComponent(id)}&limit=20`);
-    const box = view.querySelector("#job-executions");
-    if (box) box.innerHTML = jobExecutions(r.items);
-  }, 2000);
+  ${job.paused && next.times.length ? '<p class="muted">Paused: these times are skipped until it is resumed.</p>' : ""}`;
+}
+
+function deletedJob(id, history) {
+  const deleted = history.findLast((e) => e.action === "deleted");
+  return `<h2>Job ${h(id)} <span class="state CANCELED">deleted</span></h2>
+  <div class="card" id="job-deleted">Deleted${deleted ? ` ${time(deleted.at)} by ${h(deleted.actor)}` : ""}; its versions and executions remain.</div>`;
 }
 
 function jobExecutions(items) {
