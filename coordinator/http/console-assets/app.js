@@ -72,7 +72,8 @@ function errorText(res, err, labels = {}) {
 
 /** An issue's path without its `body.`/`query.`/`params.` part, or the label a view gave it. */
 function fieldName(path, labels) {
-  const bare = String(path ?? "").replace(/^(body|query|params)(\.|$)/, "");
+  const dotted = Array.isArray(path) ? path.join(".") : String(path ?? "");
+  const bare = dotted.replace(/^(body|query|params)(\.|$)/, "");
   if (labels[bare]) return labels[bare];
   // A problem inside a labelled field (one tag of "Agent tags"): the label and the rest.
   const inside = Object.keys(labels).find((k) => bare.startsWith(`${k}.`));
