@@ -160,6 +160,8 @@ export async function runDemo(argv: string[]): Promise<number> {
     }
     await broker?.close();
     rmSync(dir, { recursive: true, force: true });
+    // On a terminal, Ctrl-C echoes "^C" where the cursor is, under the table: clear it first.
+    if (live) out.write("\r\x1b[K");
     out.write(`${summary}\n`);
     process.exitCode = succeeded > 0 || interrupted ? 0 : 1;
   }

@@ -75,7 +75,8 @@ describe("ax demo's output", () => {
         { encoding: "utf8", timeout: 60_000 },
       );
       expect(r.status).toBe(0);
-      const out = r.stdout.replaceAll("\r", "");
+      // Without carriage returns and the clear-line before the summary.
+      const out = r.stdout.replaceAll("\r", "").replaceAll(`${ESC}[K`, "");
       // Redrawn in place: back up over the last drawing, clear, draw again.
       expect(out).toMatch(REDRAW);
       const screens = out.split(REDRAW);
