@@ -8,35 +8,18 @@ import { requireLogin } from "../broker/mosquitto.js";
 import { parseCoordinatorConfig } from "../config.js";
 import { Coordinator, coordinatorMqttLogin } from "../coordinator.js";
 import { type HttpServer, startHttpServer } from "../http/server.js";
-import type { ExecutionRecord } from "../store/port.js";
 import { type AgentProcess, spawnAgentProcess } from "./agent-process.js";
 import { flags, portFlag, secondsFlag } from "./args.js";
+import { LiveTable, liveRow, plainLine } from "./live-table.js";
 import { jsonLogger } from "./log.js";
-import { table } from "./table.js";
 
 const AGENTS = ["demo-agent-1", "demo-agent-2", "demo-agent-3"];
 
-function shortId(id: string): string {
-  return id.length > 12 ? `…${id.slice(-8)}` : id;
-}
-
-function executionRows(executions: ExecutionRecord[]): string[][] {
-  return executions.map((e) => [
-    shortId(e.id),
-    e.jobId ?? `command→${e.targetAgentId ?? "?"}`,
-    e.state,
-    e.agentId ?? "-",
-    e.lateMs === null ? "-" : `${e.lateMs.toFixed(1)} ms`,
-    new Date(e.fireAt).toISOString().slice(11, 23),
-  ]);
-}
-
-const HEADER = ["execution", "job", "state", "agent", "late", "fire at (UTC)"];
-
 /**
  * `ax demo`: an embedded broker, a coordinator on a SQLite file in a temp folder and three agents
- * as child processes; a job every 2 s and a device command 3 s out; a live table until Ctrl-C or
- * `--duration` ends; then everything is stopped and a summary line printed.
+ * as child processes; a job every 2 s and a device command 3 s out; until Ctrl-C or `--duration`
+ * ends, a table of the recent executions redrawn in place on a terminal, or a plain line per
+ * change of state otherwise (piped, CI); then everything is stopped and a summary line printed.
  */
 export async function runDemo(argv: string[]): Promise<number> {
   const f = flags("demo", argv, {
@@ -48,6 +31,7 @@ export async function runDemo(argv: string[]): Promise<number> {
   const dir = mkdtempSync(join(tmpdir(), "ax-demo-"));
   const out = process.stdout;
   const tty = out.isTTY === true;
+  let live: LiveTable | undefined;
   let broker: EmbeddedBroker | undefined;
   let coordinator: Coordinator | undefined;
   let http: HttpServer | undefined;
@@ -139,29 +123,25 @@ export async function runDemo(argv: string[]): Promise<number> {
     });
 
     const endAt = Date.now() + durationS * 1000;
-    let drawnLines = 0;
     const printed = new Map<string, string>();
+    if (tty) live = new LiveTable(out);
     while (!interrupted && Date.now() < endAt) {
-      const recent = (await coordinator.store.listExecutions({ limit: 12 })).reverse();
-      if (tty) {
-        const text = `${table(HEADER, executionRows(recent))}\n`;
-        if (drawnLines > 0) out.write(`\x1b[${drawnLines}F\x1b[J`);
-        out.write(text);
-        drawnLines = text.split("\n").length - 1;
-      } else {
-        // Not a terminal: print each execution's row once it reaches a new state.
-        for (const row of executionRows(recent)) {
-          const key = row[0] ?? "";
-          const state = row[2] ?? "";
-          if (printed.get(key) !== state) {
-            printed.set(key, state);
-            out.write(`${row.join("  ")}\n`);
+      const limit = Math.min(12, live?.capacity ?? 12);
+      const recent = (await coordinator.store.listExecutions({ limit })).reverse().map(liveRow);
+      if (live) live.draw(recent);
+      else {
+        // Not a terminal: a line for each execution when it reaches a new state.
+        for (const row of recent) {
+          if (printed.get(row.id) !== row.state) {
+            printed.set(row.id, row.state);
+            out.write(`${plainLine(row)}\n`);
           }
         }
       }
       await new Promise((r) => setTimeout(r, Math.min(500, Math.max(0, endAt - Date.now()))));
     }
   } finally {
+    live?.close();
     process.off("SIGINT", onSigint);
     process.off("SIGTERM", onSigint);
     // Let executions already fired finish before the agents go, so the summary is final.
@@ -180,6 +160,8 @@ export async function runDemo(argv: string[]): Promise<number> {
     }
     await broker?.close();
     rmSync(dir, { recursive: true, force: true });
+    // On a terminal, Ctrl-C echoes "^C" where the cursor is, under the table: clear it first.
+    if (live) out.write("\r\x1b[K");
     out.write(`${summary}\n`);
     process.exitCode = succeeded > 0 || interrupted ? 0 : 1;
   }

@@ -4,7 +4,7 @@ import { pathToFileURL } from "node:url";
 import { packageFile } from "../package-files.js";
 import type { RawRoute } from "./route.js";
 
-/** The console's files, read once: it is three small static files and needs no build step. */
+/** The console's files, read once: it is four small static files and needs no build step. */
 const ASSETS = pathToFileURL(`${packageFile("coordinator", "http", "console-assets")}/`);
 const FILES: Record<string, { type: string; body: Buffer }> = {};
 function file(name: string, type: string): { type: string; body: Buffer } {
@@ -15,6 +15,8 @@ function file(name: string, type: string): { type: string; body: Buffer } {
 const TYPES: Record<string, string> = {
   "app.js": "text/javascript; charset=utf-8",
   "app.css": "text/css; charset=utf-8",
+  // index.html links it, so browsers ask for it instead of a /favicon.ico nothing serves.
+  "favicon.svg": "image/svg+xml",
 };
 
 function send(res: ServerResponse, f: { type: string; body: Buffer }): void {
@@ -32,14 +34,14 @@ export function consoleHandler(_req: IncomingMessage, res: ServerResponse): void
   send(res, file("index.html", "text/html; charset=utf-8"));
 }
 
-/** `GET /assets/*`: the console's script and style sheet; nothing else is served. */
+/** `GET /assets/*`: the console's script, style sheet and icon; nothing else is served. */
 export const consoleAssetsRoute: RawRoute = {
   kind: "raw",
   method: "GET",
   path: "/assets/*",
   role: "public",
   operationId: "consoleAssets",
-  summary: "The web console's script and style sheet",
+  summary: "The web console's script, style sheet and icon",
   tag: "meta",
   contentType: "text/javascript",
   handle(_req, res, { params }) {

@@ -48,13 +48,42 @@ async function api(path, options = {}) {
     );
   }
   if (!res.ok) {
-    const err = data?.error;
-    const issues = err?.issues?.map((i) => `${i.path}: ${i.message}`).join("; ");
-    throw new Error(
-      `${res.status} ${err?.code ?? ""}: ${issues || err?.message || res.statusText}`,
-    );
+    const e = new Error(errorText(res, data?.error, options.labels));
+    e.code = data?.error?.code;
+    throw e;
   }
   return data;
+}
+
+// ---------------------------------------------------------------- errors
+
+/**
+ * The one place an API error becomes what the operator reads. The API names each problem by its
+ * request path (`body.trigger.tz`), which the operator never typed: a field the view labels is
+ * named by its label ("Time zone: …"), any other by its path inside the request (`trigger.tz: …`).
+ */
+function errorText(res, err, labels = {}) {
+  const issues = Array.isArray(err?.issues)
+    ? err.issues.map((i) => `${fieldName(i.path, labels)}: ${i.message}`).join("; ")
+    : "";
+  const message = err?.message ? stripRequestPaths(String(err.message)) : "";
+  return `${res.status} ${err?.code ?? ""}: ${issues || message || res.statusText}`;
+}
+
+/** An issue's path without its `body.`/`query.`/`params.` part, or the label a view gave it. */
+function fieldName(path, labels) {
+  const dotted = Array.isArray(path) ? path.join(".") : String(path ?? "");
+  const bare = dotted.replace(/^(body|query|params)(\.|$)/, "");
+  if (labels[bare]) return labels[bare];
+  // A problem inside a labelled field (one tag of "Agent tags"): the label and the rest.
+  const inside = Object.keys(labels).find((k) => bare.startsWith(`${k}.`));
+  if (inside) return `${labels[inside]} (${bare.slice(inside.length + 1)})`;
+  return bare || "request";
+}
+
+/** The same for paths inside a message's text ("invalid request\nbody.shards: …"). */
+function stripRequestPaths(text) {
+  return text.replace(/(^|[\s(])(?:body|query|params)\.(?=[\w[])/g, "$1");
 }
 
 /** Escapes text for HTML. */
@@ -81,12 +110,84 @@ function state(s) {
   return `<span class="state ${h(s)}">${h(s)}</span>`;
 }
 
+/**
+ * A table in a box of its own that scrolls sideways when the table is wider than the screen (a
+ * phone); downwards it grows with its rows and the page scrolls, so no row is ever cut off.
+ */
 function table(headers, rows, rowAttrs = () => "") {
-  return `<table><thead><tr>${headers.map((x) => `<th>${h(x)}</th>`).join("")}</tr></thead>
-    <tbody>${rows.map((r, i) => `<tr ${rowAttrs(i)}>${r.join("")}</tr>`).join("") || `<tr><td colspan="${headers.length}" class="muted">none</td></tr>`}</tbody></table>`;
+  return `<div class="table-box"><table><thead><tr>${headers.map((x) => `<th>${h(x)}</th>`).join("")}</tr></thead>
+    <tbody>${rows.map((r, i) => `<tr ${rowAttrs(i)}>${r.join("")}</tr>`).join("") || `<tr><td colspan="${headers.length}" class="muted">none</td></tr>`}</tbody></table></div>`;
 }
 
 const td = (v, cls = "") => `<td class="${cls}">${v}</td>`;
+
+const jobHref = (id) => `#/jobs/${encodeURIComponent(id)}`;
+const jobLink = (id) => `<a href="${h(jobHref(id))}">${h(id)}</a>`;
+const executionLink = (id) => `<a href="#/executions/${h(encodeURIComponent(id))}">${h(id)}</a>`;
+
+/** A duration in milliseconds as people write it: 500 ms, 30 s, 5 min, 2 h. */
+function duration(ms) {
+  if (ms === null || ms === undefined) return "–";
+  if (ms < 1000 || ms % 1000 !== 0) return `${ms} ms`;
+  if (ms % 3_600_000 === 0) return `${ms / 3_600_000} h`;
+  if (ms % 60_000 === 0) return `${ms / 60_000} min`;
+  return `${ms / 1000} s`;
+}
+
+/** A UTC instant in an IANA zone, as a person there reads it. */
+function zoned(ms, tz) {
+  return new Date(ms).toLocaleString("en-GB", {
+    timeZone: tz,
+    dateStyle: "medium",
+    timeStyle: "long",
+  });
+}
+
+const EXECUTION_HEADERS = [
+  "execution",
+  "job / command",
+  "handler",
+  "state",
+  "agent",
+  "round",
+  "fire at",
+  "finished",
+];
+
+function executionRow(e) {
+  return [
+    td(executionLink(e.id)),
+    td(e.jobId ? jobLink(e.jobId) : h(`command → ${e.targetAgentId}`)),
+    td(h(e.handler)),
+    td(state(e.state)),
+    td(h(e.agentId ?? "–")),
+    td(h(e.round), "num"),
+    td(time(e.fireAt)),
+    td(time(e.finishedAt)),
+  ];
+}
+
+/** Pause, resume and trigger buttons (`data-act`, `data-job`) under root; `done` after a change. */
+function bindJobButtons(root, done) {
+  for (const b of root.querySelectorAll("button[data-act][data-job]")) {
+    b.addEventListener("click", async () => {
+      const { act, job } = b.dataset;
+      try {
+        const r = await api(`/api/jobs/${encodeURIComponent(job)}/${act}`, { method: "POST" });
+        if (act === "trigger") {
+          const id = r.executionIds[0];
+          say(`Triggered ${job}: execution ${id}`, "ok");
+          location.hash = `#/executions/${encodeURIComponent(id)}`;
+        } else {
+          say(`${job} ${act}d`, "ok");
+          done();
+        }
+      } catch (e) {
+        say(e.message, "error");
+      }
+    });
+  }
+}
 
 function triggerText(t) {
   switch (t?.type) {
@@ -170,11 +271,15 @@ async function jobsView(seq) {
   ${table(
     ["job", "handler", "trigger", "next fire", "last outcome", "", ""],
     items.map((j, i) => [
-      td(`${h(j.id)} <span class="muted">v${h(j.version)}</span>`),
+      td(`${jobLink(j.id)} <span class="muted">v${h(j.version)}</span>`),
       td(h(j.definition.handler)),
       td(h(triggerText(j.definition.trigger))),
       td(j.paused ? '<span class="state SKIPPED">paused</span>' : time(j.nextFireAt)),
-      td(last[i] ? `<a href="#/executions/${h(last[i].id)}">${state(last[i].state)}</a>` : "–"),
+      td(
+        last[i]
+          ? `<a href="#/executions/${h(encodeURIComponent(last[i].id))}">${state(last[i].state)}</a>`
+          : "–",
+      ),
       td(
         `<button data-act="${j.paused ? "resume" : "pause"}" data-job="${h(j.id)}">${j.paused ? "Resume" : "Pause"}</button>`,
       ),
@@ -199,35 +304,153 @@ async function jobsView(seq) {
     )}</textarea>
     <button class="primary" type="submit">Create job</button>
   </form>`;
-  for (const b of view.querySelectorAll("button[data-act]")) {
-    b.addEventListener("click", async () => {
-      const { act, job } = b.dataset;
-      try {
-        const r = await api(`/api/jobs/${encodeURIComponent(job)}/${act}`, { method: "POST" });
-        if (act === "trigger") {
-          const id = r.executionIds[0];
-          say(`Triggered ${job}: execution ${id}`, "ok");
-          location.hash = `#/executions/${id}`;
-        } else {
-          say(`${job} ${act}d`, "ok");
-          render();
-        }
-      } catch (e) {
-        say(e.message, "error");
-      }
-    });
-  }
+  bindJobButtons(view, render);
   view.querySelector("#new-job").addEventListener("submit", async (ev) => {
     ev.preventDefault();
     try {
       const def = JSON.parse(ev.target.definition.value);
       const job = await api("/api/jobs", { method: "POST", body: def });
       say(`Created job ${job.id} (version ${job.version})`, "ok");
-      render();
+      location.hash = jobHref(job.id);
     } catch (e) {
       say(e.message, "error");
     }
   });
+}
+
+/** The parts of a job definition an operator reads first, as label/value pairs. */
+function definitionFacts(d) {
+  const facts = [
+    ["handler", h(d.handler)],
+    ["trigger", h(triggerText(d.trigger))],
+    ["params", `<code>${h(JSON.stringify(d.params ?? {}))}</code>`],
+    ["routing", h(d.routing?.strategy ?? "")],
+    [
+      "agents",
+      Object.keys(d.tags ?? {}).length
+        ? h(
+            Object.entries(d.tags)
+              .map(([k, v]) => `${k}=${v}`)
+              .join(", "),
+          )
+        : "any",
+    ],
+    ["shards", h(d.shards)],
+    ["overlap", h(d.overlap?.policy ?? "")],
+    ["misfire", h(d.misfire?.policy ?? "")],
+    ["timeout", h(duration(d.timeout))],
+    ["deadline", `${h(duration(d.deadline))} after the fire time`],
+    [
+      "retry",
+      d.retry?.maxAttempts > 1
+        ? h(
+            `${d.retry.maxAttempts} attempts, backoff ${duration(d.retry.baseMs)} to ${duration(d.retry.capMs)}`,
+          )
+        : "none (1 attempt)",
+    ],
+    ["priority", h(d.priority)],
+  ];
+  if (d.group) facts.push(["group", h(d.group)]);
+  if (d.concurrency) facts.push(["concurrency", h(d.concurrency)]);
+  return facts;
+}
+
+/**
+ * A job's own page: its definition (readable, and as stored), its versions and who made them,
+ * its next fire times (in UTC and, for a cron trigger, in its zone) and its recent executions.
+ */
+async function jobView(seq, id) {
+  const path = `/api/jobs/${encodeURIComponent(id)}`;
+  // A deleted job has no definition or fire times, but its history and executions remain.
+  const unlessDeleted = (fallback) => (e) => {
+    if (e.code === "AX_JOB_NOT_FOUND") return fallback;
+    throw e;
+  };
+  const [job, history, next, runs] = await Promise.all([
+    api(path).catch(unlessDeleted(null)),
+    api(`${path}/history`),
+    api(`${path}/preview?n=10`).catch(unlessDeleted({ times: [] })),
+    api(`/api/executions?job=${encodeURIComponent(id)}&limit=20`),
+  ]);
+  if (seq !== renderSeq) return;
+  if (!job && history.items.length === 0) throw new Error(`404 AX_JOB_NOT_FOUND: no job "${id}"`);
+  view.innerHTML = `${job ? jobDefinition(job, next) : deletedJob(id, history.items)}
+  <h2>Versions and changes</h2>
+  ${table(
+    ["#", "at", "change", "version", "by"],
+    history.items
+      .slice()
+      .reverse()
+      .map((e) => [
+        td(h(e.seq), "num"),
+        td(time(e.at)),
+        td(h(e.action)),
+        td(e.version === null ? "–" : `v${h(e.version)}`, "num"),
+        td(h(e.actor)),
+      ]),
+    () => `class="job-version"`,
+  )}
+  <h2>Recent executions <span class="muted">(live)</span></h2>
+  <div id="job-executions">${jobExecutions(runs.items)}</div>
+  <p><a href="#/executions" id="all-executions">All executions of ${h(id)}</a></p>`;
+  bindJobButtons(view, render);
+  view.querySelector("#all-executions").addEventListener("click", () => {
+    for (const k of Object.keys(filters)) filters[k] = "";
+    filters.job = id;
+  });
+  live(async () => {
+    const r = await api(`/api/executions?job=${encodeURIComponent(id)}&limit=20`);
+    const box = view.querySelector("#job-executions");
+    if (box) box.innerHTML = jobExecutions(r.items);
+  }, 2000);
+}
+
+/** The head of a job's page: its definition and buttons, then its next fire times. */
+function jobDefinition(job, next) {
+  const d = job.definition;
+  const tz = d.trigger?.tz;
+  return `<h2>Job ${h(job.id)} <span class="muted">v${h(job.version)}</span>
+    ${job.paused ? '<span class="state SKIPPED">paused</span>' : ""}</h2>
+  <div class="card" id="job-definition">
+    <dl class="facts">${definitionFacts(d)
+      .map(([k, v]) => `<dt>${h(k)}</dt><dd>${v}</dd>`)
+      .join("")}</dl>
+    <p class="muted">created ${time(job.createdAt)} · updated ${time(job.updatedAt)}${job.updatedBy ? ` by ${h(job.updatedBy)}` : ""}</p>
+    <details><summary>Definition as JSON</summary><pre>${h(JSON.stringify(d, null, 2))}</pre></details>
+    <p>
+      <button data-act="${job.paused ? "resume" : "pause"}" data-job="${h(job.id)}">${job.paused ? "Resume" : "Pause"}</button>
+      <button class="primary" data-act="trigger" data-job="${h(job.id)}">Trigger now</button>
+    </p>
+  </div>
+  <h2>Next fire times</h2>
+  ${
+    next.times.length
+      ? table(
+          ["#", "UTC", ...(tz ? [`local (${tz})`] : [])],
+          next.times.map((t, i) => [
+            td(i + 1, "num"),
+            td(time(t)),
+            ...(tz ? [td(h(zoned(t, tz)))] : []),
+          ]),
+          () => `class="next-fire"`,
+        )
+      : `<p class="muted" id="no-fires">none (${h(triggerText(d.trigger))})</p>`
+  }
+  ${job.paused && next.times.length ? '<p class="muted">Paused: these times are skipped until it is resumed.</p>' : ""}`;
+}
+
+function deletedJob(id, history) {
+  const deleted = history.findLast((e) => e.action === "deleted");
+  return `<h2>Job ${h(id)} <span class="state CANCELED">deleted</span></h2>
+  <div class="card" id="job-deleted">Deleted${deleted ? ` ${time(deleted.at)} by ${h(deleted.actor)}` : ""}; its versions and executions remain.</div>`;
+}
+
+function jobExecutions(items) {
+  return table(
+    EXECUTION_HEADERS,
+    items.map(executionRow),
+    (i) => `data-execution="${h(items[i].id)}"`,
+  );
 }
 
 const filters = { job: "", state: "", agent: "" };
@@ -236,7 +459,9 @@ async function executionsView(seq, cursor) {
   const q = new URLSearchParams({ limit: "50" });
   for (const [k, v] of Object.entries(filters)) if (v) q.set(k, v);
   if (cursor) q.set("cursor", cursor);
-  const { items, nextCursor } = await api(`/api/executions?${q}`);
+  const { items, nextCursor } = await api(`/api/executions?${q}`, {
+    labels: { job: "job", state: "state", agent: "agent" },
+  });
   if (seq !== renderSeq) return;
   view.innerHTML = `<h2>Executions ${cursor ? '<span class="muted">(older page; live updates paused)</span>' : '<span class="muted">(live)</span>'}</h2>
   <form class="filters" id="filters">
@@ -245,20 +470,7 @@ async function executionsView(seq, cursor) {
     <label>agent <input name="agent" value="${h(filters.agent)}" /></label>
     <button type="submit">Filter</button>
   </form>
-  ${table(
-    ["execution", "job / command", "handler", "state", "agent", "round", "fire at", "finished"],
-    items.map((e) => [
-      td(`<a href="#/executions/${h(e.id)}">${h(e.id)}</a>`),
-      td(h(e.jobId ?? `command → ${e.targetAgentId}`)),
-      td(h(e.handler)),
-      td(state(e.state)),
-      td(h(e.agentId ?? "–")),
-      td(h(e.round), "num"),
-      td(time(e.fireAt)),
-      td(time(e.finishedAt)),
-    ]),
-    (i) => `data-execution="${h(items[i].id)}"`,
-  )}
+  ${table(EXECUTION_HEADERS, items.map(executionRow), (i) => `data-execution="${h(items[i].id)}"`)}
   ${nextCursor ? `<p><button id="older">Older</button></p>` : ""}`;
   view.querySelector("#filters").addEventListener("submit", (ev) => {
     ev.preventDefault();
@@ -278,7 +490,7 @@ async function executionView(seq, id) {
   const open = OPEN_STATES.has(e.state);
   view.innerHTML = `<h2>Execution ${h(e.id)} ${state(e.state)}</h2>
   <div class="card">
-    <div>${e.jobId ? `job <a href="#/jobs">${h(e.jobId)}</a> v${h(e.jobVersion)}` : `command for ${h(e.targetAgentId)}`} · handler <b>${h(e.handler)}</b> · attempt ${h(e.attempt)}/${h(e.maxAttempts)} · round ${h(e.round)}</div>
+    <div>${e.jobId ? `job ${jobLink(e.jobId)} v${h(e.jobVersion)}` : `command for ${h(e.targetAgentId)}`} · handler <b>${h(e.handler)}</b> · attempt ${h(e.attempt)}/${h(e.maxAttempts)} · round ${h(e.round)}</div>
     <div>fire at ${time(e.fireAt)} · deadline ${time(e.deadline)} · agent ${h(e.agentId ?? "–")}</div>
     <div>started ${time(e.startedAt)} · finished ${time(e.finishedAt)}${e.lateMs !== null ? ` · started ${h(Number(e.lateMs).toFixed(1))} ms late` : ""}</div>
     ${e.message ? `<div>message: ${h(e.message)}</div>` : ""}
@@ -350,14 +562,22 @@ function commandView() {
         }
         body.selector = { tags };
       }
-      const r = await api("/api/commands", { method: "POST", body });
+      const r = await api("/api/commands", {
+        method: "POST",
+        body,
+        labels: {
+          agentId: "Agent id",
+          "selector.tags": "Agent tags",
+          handler: "Handler",
+          params: "Params",
+          at: "Start in",
+          deadline: "Deadline",
+        },
+      });
       say(`Sent to ${r.targets.length} agent(s)`, "ok");
       view.querySelector("#sent").innerHTML = table(
         ["agent", "execution"],
-        r.targets.map((t) => [
-          td(h(t.agentId)),
-          td(`<a href="#/executions/${h(t.executionId)}">${h(t.executionId)}</a>`),
-        ]),
+        r.targets.map((t) => [td(h(t.agentId)), td(executionLink(t.executionId))]),
       );
     } catch (e) {
       say(e.message, "error");
@@ -384,6 +604,7 @@ function previewView() {
           trigger: { type: "cron", expr: f.expr.value.trim(), tz: f.tz.value.trim() || "UTC" },
           n: Number(f.n.value),
         },
+        labels: { "trigger.expr": "Expression", "trigger.tz": "Time zone", n: "How many" },
       });
       say("", "");
       view.querySelector("#times").innerHTML = table(
@@ -391,15 +612,7 @@ function previewView() {
         r.times.map((t, i) => [
           td(i + 1, "num"),
           td(time(t)),
-          td(
-            h(
-              new Date(t).toLocaleString("en-GB", {
-                timeZone: f.tz.value.trim() || "UTC",
-                dateStyle: "medium",
-                timeStyle: "long",
-              }),
-            ),
-          ),
+          td(h(zoned(t, f.tz.value.trim() || "UTC"))),
         ]),
         () => `class="preview-time"`,
       );
@@ -430,7 +643,7 @@ function render() {
   say("");
   const views = {
     fleet: () => fleetView(seq).then(() => live(() => fleetView(renderSeq), 2000)),
-    jobs: () => jobsView(seq),
+    jobs: () => (id ? jobView(seq, decodeURIComponent(id)) : jobsView(seq)),
     executions: () =>
       id ? executionView(seq, decodeURIComponent(id)) : executionsView(seq, undefined),
     command: async () => commandView(),
