@@ -56,6 +56,7 @@ describe("coordinator: control and leases", () => {
   it("cancels a pending execution at once, and a running one through the agent", async () => {
     const pending = await coordinator.sendCommand({
       agentId: "nobody-here",
+      queue: true,
       handler: "echo",
       deadline: Date.now() + 60_000,
     });

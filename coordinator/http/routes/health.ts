@@ -7,7 +7,6 @@ const VERSION = (
     version: string;
   }
 ).version;
-const startedAt = Date.now();
 
 /** Liveness and readiness, public so that load balancers and orchestrators can probe them. */
 export const healthRoutes = [
@@ -19,10 +18,10 @@ export const healthRoutes = [
     summary: "Liveness: the process answers",
     tag: "health",
     success: { status: 200, description: "The coordinator process is up.", schema: healthSchema },
-    handle: async () => ({
+    handle: async ({ coordinator }) => ({
       status: "ok",
       version: VERSION,
-      uptimeS: Math.round((Date.now() - startedAt) / 1000),
+      uptimeS: Math.round(coordinator.uptimeMs() / 1000),
     }),
   }),
   apiRoute({
