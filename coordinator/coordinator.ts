@@ -9,8 +9,8 @@ import { type CoordinatorConfig, secretsDir } from "./config.js";
 import type { JobDefinitionInput } from "./domain/job.js";
 import { Alerts } from "./engine/alerts.js";
 import type { EngineContext, Logger } from "./engine/context.js";
-import { Dispatcher } from "./engine/dispatcher.js";
 import { EngineEventBus } from "./engine/events.js";
+import { ExecutionLoop } from "./engine/execution-loop.js";
 import { FiringLoop } from "./engine/firing.js";
 import { Inbound } from "./engine/inbound.js";
 import { Leases } from "./engine/leases.js";
@@ -116,7 +116,7 @@ export class Coordinator {
   private readonly ctx: EngineContext;
   private readonly inbound: Inbound;
   private readonly firing: FiringLoop;
-  private readonly dispatcher: Dispatcher;
+  private readonly executionLoop: ExecutionLoop;
   private readonly retention: RetentionLoop;
   private readonly triggers: EventTriggers;
   /** Webhook alerts: failures, misfires, agents offline. */
@@ -223,10 +223,10 @@ export class Coordinator {
     this.leases = leases;
     this.inbound = new Inbound(this.ctx, this.registry, leases);
     this.firing = new FiringLoop(this.ctx);
-    this.dispatcher = new Dispatcher(this.ctx, this.registry, leases);
+    this.executionLoop = new ExecutionLoop(this.ctx, this.registry, leases);
     this.retention = new RetentionLoop(this.ctx);
-    this.inbound.onChange = () => this.dispatcher.kick();
-    this.triggers = new EventTriggers(this.ctx, () => this.dispatcher.kick());
+    this.inbound.onChange = () => this.executionLoop.kick();
+    this.triggers = new EventTriggers(this.ctx, () => this.executionLoop.kick());
     this.inbound.onEvent = (name, msgId, payload) => this.triggers.onEvent(name, msgId, payload);
     this.events.on("transition", (e) => {
       // A lease is for work an agent holds: once the execution has left it (ended, or back to
@@ -236,18 +236,18 @@ export class Coordinator {
       }
       // STICKY follows the agent that last ran the job successfully.
       if (e.to === "SUCCEEDED" && e.jobId !== null && e.agentId !== null) {
-        this.dispatcher.router.noteSucceeded(e.jobId, e.agentId);
+        this.executionLoop.router.noteSucceeded(e.jobId, e.agentId);
       }
       if (!TERMINAL_STATES.has(e.to)) return;
       this.triggers
         .onTransition(e)
         .catch((err: unknown) => log("error", `after-trigger failed: ${(err as Error).message}`));
     });
-    this.firing.onFired = () => this.dispatcher.kick();
+    this.firing.onFired = () => this.executionLoop.kick();
     this.alerts = new Alerts(this.ctx);
-    const kick = () => this.dispatcher.kick();
+    const kick = () => this.executionLoop.kick();
     this.jobs = new JobOperations(this.ctx, this.firing, this.triggers, kick, (jobId) =>
-      this.dispatcher.router.forgetKey(jobId),
+      this.executionLoop.router.forgetKey(jobId),
     );
     this.executions = new ExecutionOperations(this.ctx, kick, () => this.metrics.operatorRetry());
     this.commands = new CommandOperations(this.ctx, this.registry, this.identities, kick);
@@ -274,11 +274,11 @@ export class Coordinator {
       backlog: () => this.inbound.backlog,
       up: (at) => {
         this.inbound.linkUp(at);
-        this.dispatcher.kick();
+        this.executionLoop.kick();
       },
     });
     this.firing.start();
-    this.dispatcher.start();
+    this.executionLoop.start();
     this.retention.start();
     await this.alerts.start();
     if (this.ctx.config.security.messages === "off") {
@@ -400,19 +400,19 @@ export class Coordinator {
     }
   }
 
-  /** Every message received so far handled, and the dispatcher idle (for tests and shutdown). */
+  /** Every message received so far handled, and the execution loop idle (for tests and shutdown). */
   async settle(): Promise<void> {
     await this.inbound.drain();
-    await this.dispatcher.idle();
+    await this.executionLoop.idle();
   }
 
   async close(): Promise<void> {
     this.alerts.close();
     this.metrics.close();
     this.firing.close();
-    this.dispatcher.close();
+    this.executionLoop.close();
     this.retention.close();
-    await this.dispatcher.idle();
+    await this.executionLoop.idle();
     await this.retention.idle();
     await this.ctx.link.close();
     await this.inbound.drain();

@@ -15,7 +15,7 @@ const BATCH = 500;
  * redispatches what was not accepted in time, starts retries, expires what missed its deadline,
  * and times out runs the agent never finished.
  */
-export class Dispatcher {
+export class ExecutionLoop {
   private timer: ReturnType<EngineContext["clock"]["setTimer"]> | undefined;
   private running: Promise<void> | undefined;
   private again = false;
