@@ -153,7 +153,7 @@ export class Inbound {
             run.map((x) => reportOf(x.decoded) as Report),
           );
         } else {
-          await this.dispatch(decoded, receivedAt);
+          await this.handleMessage(decoded, receivedAt);
         }
       } catch (err) {
         this.ctx.log(
@@ -249,7 +249,11 @@ export class Inbound {
     await Promise.all([...this.queues.values()].map((q) => q.done));
   }
 
-  private async dispatch(d: Decoded, receivedAt: number): Promise<void> {
+  /**
+   * Handles one message from an agent, other than a run of reports taken together: its presence
+   * (online, or its Last Will), a hello, a heartbeat, or a report on its own.
+   */
+  private async handleMessage(d: Decoded, receivedAt: number): Promise<void> {
     if (d.channel === "presence") {
       await this.registry.presence(d.agentId, d.message.status, d.message.instanceId);
       return;
