@@ -12,9 +12,9 @@ import type { EngineContext, Logger } from "./engine/context.js";
 import { EngineEventBus } from "./engine/events.js";
 import { ExecutionLoop } from "./engine/execution-loop.js";
 import { FiringLoop } from "./engine/firing.js";
+import { Fleet } from "./engine/fleet.js";
 import { Inbound } from "./engine/inbound.js";
 import { Leases } from "./engine/leases.js";
-import { Registry } from "./engine/registry.js";
 import { RetentionLoop } from "./engine/retention.js";
 import { EventTriggers } from "./engine/triggers.js";
 import { LinkAuth } from "./link/auth.js";
@@ -101,12 +101,13 @@ export function coordinatorMqttLogin(
 }
 
 /**
- * The coordinator service: the store, the MQTT link, the registry and the engine loops, wired.
+ * The coordinator service: the store, the MQTT link, the fleet and the engine loops, wired.
  * Owns every timer, socket and handle it opens; `close()` releases them.
  */
 export class Coordinator {
   readonly store: Store;
-  readonly registry: Registry;
+  /** Every agent the coordinator knows, online or not, and whether it can take work now. */
+  readonly fleet: Fleet;
   /** The leases of executions agents hold (memory only; rebuilt after a restart). */
   readonly leases: Leases;
   /** Typed engine events: transitions, fires, misses, agents, dropped and invalid messages. */
@@ -145,11 +146,11 @@ export class Coordinator {
     const clock = deps.clock ?? systemClock;
     const log: Logger = deps.log ?? (() => {});
     this.store = deps.store ?? openStore(config, clock);
-    // The writes of a failed commit were undone: what the registry caches of them (acked seqs)
+    // The writes of a failed commit were undone: what the fleet caches of them (acked seqs)
     // is re-read, and the agents, never acked, re-send those reports.
     this.store.onCommitError = (err) => {
       log("error", err.message);
-      this.registry.load().catch(() => {});
+      this.fleet.load().catch(() => {});
     };
     this.secrets = loadOrCreateSecrets(secretsDir(config));
     this.identities = new Identities(this.store, this.secrets, () => clock.wallNow());
@@ -195,17 +196,17 @@ export class Coordinator {
       log("error", `event listener failed: ${(err as Error).message}`),
     );
     this.ctx = { config, store: this.store, link, clock, log, events: this.events };
-    this.registry = new Registry(this.ctx);
+    this.fleet = new Fleet(this.ctx);
     if (config.security.messages === "required") {
       // An enrolled agent is routed by the tags it was enrolled with: a device cannot claim a
       // tag (a site, a role) to be sent another's commands.
-      this.registry.tagsOf = (agentId) => this.identities.get(agentId)?.tags;
+      this.fleet.tagsOf = (agentId) => this.identities.get(agentId)?.tags;
     }
-    const beforeRegistry = this.identities.onChange;
+    const beforeFleet = this.identities.onChange;
     this.identities.onChange = (identity) => {
-      beforeRegistry?.(identity);
+      beforeFleet?.(identity);
       if (identity.status === "revoked") {
-        this.registry.revoked(identity.agentId).catch((err: unknown) => {
+        this.fleet.revoked(identity.agentId).catch((err: unknown) => {
           log(
             "error",
             `taking revoked agent ${identity.agentId} offline failed: ${(err as Error).message}`,
@@ -215,15 +216,15 @@ export class Coordinator {
     };
     this.metrics = new CoordinatorMetrics({
       events: this.events,
-      fleet: this.registry,
+      fleet: this.fleet,
       store: this.store,
     });
     // A lease lapses after three silent heartbeats; a query gets two heartbeats (2 s at least).
     const leases = new Leases(config.heartbeat * 3, Math.max(2_000, config.heartbeat * 2));
     this.leases = leases;
-    this.inbound = new Inbound(this.ctx, this.registry, leases);
+    this.inbound = new Inbound(this.ctx, this.fleet, leases);
     this.firing = new FiringLoop(this.ctx);
-    this.executionLoop = new ExecutionLoop(this.ctx, this.registry, leases);
+    this.executionLoop = new ExecutionLoop(this.ctx, this.fleet, leases);
     this.retention = new RetentionLoop(this.ctx);
     this.inbound.onChange = () => this.executionLoop.kick();
     this.triggers = new EventTriggers(this.ctx, () => this.executionLoop.kick());
@@ -250,8 +251,8 @@ export class Coordinator {
       this.executionLoop.router.forgetKey(jobId),
     );
     this.executions = new ExecutionOperations(this.ctx, kick, () => this.metrics.operatorRetry());
-    this.commands = new CommandOperations(this.ctx, this.registry, this.identities, kick);
-    this.agents = new AgentOperations(this.ctx, this.registry);
+    this.commands = new CommandOperations(this.ctx, this.fleet, this.identities, kick);
+    this.agents = new AgentOperations(this.ctx, this.fleet);
     this.access = new AccessOperations(this.apiTokens, this.identities, () => [
       coordinatorMqttLogin(config, this.secrets).username,
       config.mqtt.clientId ?? defaultClientId(config),
@@ -260,7 +261,7 @@ export class Coordinator {
   }
 
   async start(): Promise<void> {
-    await this.registry.load();
+    await this.fleet.load();
     await this.identities.load();
     // Enrolments changed while the coordinator was down (another process on the store) reach
     // the broker now.

@@ -1,6 +1,6 @@
 import { AxError } from "../../shared/errors.js";
 import type { EngineContext } from "../engine/context.js";
-import type { Registry } from "../engine/registry.js";
+import type { Fleet } from "../engine/fleet.js";
 import type { AgentRecord } from "../store/port.js";
 
 /** An agent as the operator sees it: what it said, and what the coordinator makes of it now. */
@@ -15,7 +15,7 @@ export type AgentView = AgentRecord & {
 export class AgentOperations {
   constructor(
     private readonly ctx: EngineContext,
-    private readonly fleet: Registry,
+    private readonly fleet: Fleet,
   ) {}
 
   /** Every known agent, by id. */

@@ -1,6 +1,6 @@
 import { AxError } from "../../shared/errors.js";
 import type { EngineContext } from "../engine/context.js";
-import type { Registry } from "../engine/registry.js";
+import type { Fleet } from "../engine/fleet.js";
 import { newExecutionId } from "../engine/transitions.js";
 import type { Identities } from "../security/identities.js";
 import type { AgentRecord, NewExecution } from "../store/port.js";
@@ -71,7 +71,7 @@ const handlerList = (a: AgentRecord) =>
 export class CommandOperations {
   constructor(
     private readonly ctx: EngineContext,
-    private readonly fleet: Registry,
+    private readonly fleet: Fleet,
     private readonly identities: Identities,
     /** Tells the dispatch loop there is new work. */
     private readonly kick: () => void,

@@ -232,7 +232,7 @@ export interface TimelineStep {
   detail?: Record<string, unknown>;
 }
 
-/** What an agent's hello and heartbeats tell the registry. */
+/** What an agent's hello and heartbeats tell the fleet. */
 export interface AgentRecord {
   agentId: string;
   instanceId: string;

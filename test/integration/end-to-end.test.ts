@@ -122,7 +122,7 @@ describe("a job runs end to end", () => {
     const counters = await coordinator.store.counters();
     expect(counters.invalid_messages).toBe(2);
     // The agents are still registered and online: nothing was disturbed.
-    expect(coordinator.registry.list().map((a: { status: string }) => a.status)).toEqual([
+    expect(coordinator.fleet.list().map((a: { status: string }) => a.status)).toEqual([
       "online",
       "online",
     ]);

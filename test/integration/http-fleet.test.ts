@@ -107,10 +107,10 @@ describe("HTTP API with a fleet", () => {
 
   it("refuses a command its agent cannot run, naming the agent, the handler and its handlers", async () => {
     const south = `${broker.prefix}-s1`;
-    const handlers = [...(coordinator.registry.get(south)?.handlers ?? [])].sort();
+    const handlers = [...(coordinator.fleet.get(south)?.handlers ?? [])].sort();
     expect(handlers).toContain("echo");
     const before = (await coordinator.store.listExecutions({ limit: 1_000_000 })).length;
-    // By agent id: the registry knows the agent and what it offers. `queue` does not waive it.
+    // By agent id: the fleet knows the agent and what it offers. `queue` does not waive it.
     for (const queue of [false, true]) {
       const r = await api("POST", "/api/commands", { agentId: south, handler: "no.such", queue });
       expect(r.status, r.text).toBe(409);
