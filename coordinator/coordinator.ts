@@ -343,11 +343,7 @@ export class Coordinator {
 
   /** {@link CommandOperations.send} for one agent; returns its execution id. */
   async sendCommand(req: CommandRequest, actor = "system"): Promise<string> {
-    const { queue, ...rest } = req;
-    const [target] = await this.commands.send(
-      queue === undefined ? rest : { ...rest, queue },
-      actor,
-    );
+    const [target] = await this.commands.send(req, actor);
     return target?.executionId ?? "";
   }
 
