@@ -382,8 +382,8 @@ const ACTIVITIES: { what: string; label: string; self?: boolean }[] = [
   },
   { what: "firing scans (`scanOnce`)", label: "scanOnce (coordinator/engine/firing.ts)" },
   {
-    what: "dispatcher passes (`Dispatcher.pass`)",
-    label: "pass (coordinator/engine/dispatcher.ts)",
+    what: "execution-loop passes (`ExecutionLoop.pass`)",
+    label: "pass (coordinator/engine/execution-loop.ts)",
   },
   { what: "agents' reports (`Inbound.report`)", label: "report (coordinator/engine/inbound.ts)" },
   {

@@ -77,7 +77,7 @@ async function main(): Promise<void> {
         agents.push(agent);
         await until(
           `${agentId} online`,
-          () => (coordinator.registry.get(agentId)?.status === "online" ? true : undefined),
+          () => (coordinator.fleet.get(agentId)?.status === "online" ? true : undefined),
           20_000,
         );
         // Let its first heartbeat pass, so the agent is idle as a real one would be.

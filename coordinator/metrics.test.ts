@@ -4,7 +4,7 @@ import { newExecution } from "../test/contract/store.contract.js";
 import { series } from "../test/helpers/http.js";
 import type { EngineContext } from "./engine/context.js";
 import { EngineEventBus, type EngineEvents } from "./engine/events.js";
-import { Registry } from "./engine/registry.js";
+import { Fleet } from "./engine/fleet.js";
 import { CoordinatorMetrics } from "./metrics.js";
 import type { AgentRecord } from "./store/port.js";
 import { SqliteStore } from "./store/sqlite/sqlite-store.js";
@@ -34,11 +34,11 @@ function agent(agentId: string, over: Partial<AgentRecord> = {}): AgentRecord {
   };
 }
 
-/** The metrics over a real store and registry, fed engine events by hand. */
+/** The metrics over a real store and fleet, fed engine events by hand. */
 describe("CoordinatorMetrics", () => {
   let store: SqliteStore;
   let events: EngineEventBus;
-  let fleet: Registry;
+  let fleet: Fleet;
   let metrics: CoordinatorMetrics;
 
   const transition = (
@@ -65,7 +65,7 @@ describe("CoordinatorMetrics", () => {
     events = new EngineEventBus((err) => {
       throw err;
     });
-    fleet = new Registry({ store, events } as unknown as EngineContext);
+    fleet = new Fleet({ store, events } as unknown as EngineContext);
     metrics = new CoordinatorMetrics({ events, fleet, store });
   });
 

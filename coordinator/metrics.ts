@@ -1,7 +1,7 @@
 import { Counter, Gauge, Histogram, Registry } from "prom-client";
 import { type ExecState, TERMINAL_STATES } from "../shared/fsm.js";
 import type { EngineEventBus } from "./engine/events.js";
-import type { Registry as FleetRegistry } from "./engine/registry.js";
+import type { Fleet } from "./engine/fleet.js";
 import type { Store } from "./store/port.js";
 
 /** The open states, each always exported (0 when none), so a series never vanishes. */
@@ -34,7 +34,7 @@ const END_TO_END_BUCKETS = [0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 90
 
 export interface MetricsSources {
   events: EngineEventBus;
-  fleet: FleetRegistry;
+  fleet: Fleet;
   store: Store;
 }
 

@@ -43,7 +43,9 @@ export const ERROR_CODES = {
   AX_BROKER_RELOAD: "The coordinator could not rewrite Mosquitto's files or signal it to reload.",
   AX_CLI_USAGE: "A CLI command or flag is unknown or has an invalid value.",
   AX_CLI_FILE_EXISTS: "A CLI command would overwrite an existing file.",
-  AX_AGENT_NOT_FOUND: "No agent has the given id, or none matches a command's selector.",
+  AX_AGENT_NOT_FOUND:
+    "No agent has the given id (neither enrolled nor ever connected), or none has a selector's tags.",
+  AX_AGENT_NO_HANDLER: "The agent, or every agent a selector matches, does not offer the handler.",
   AX_AGENT_JOURNAL_LOCKED: "An agent's journal is held by another live agent process.",
   AX_AGENT_JOURNAL_FOREIGN: "An agent's journal was created by an agent with another agentId.",
   AX_STORE_BAD_CURSOR: "A paging cursor is malformed: it is not one a listing returned.",

@@ -13,8 +13,10 @@ import {
 import { table } from "./table.js";
 
 /**
- * `ax command send --handler H (--agent ID | --tag K=V …) [--params JSON] [--at T]
- * [--deadline T] [--timeout D] [--priority N]`.
+ * `ax command send --handler H (--agent ID [--queue] | --tag K=V …) [--params JSON] [--at T]
+ * [--deadline T] [--timeout D] [--priority N]`. `--queue` creates a command for an agent the
+ * coordinator does not know yet (it waits for that agent until its deadline); without it, such a
+ * command is refused.
  */
 export async function commandCommand(sub: string | undefined, argv: string[]): Promise<number> {
   if (sub !== "send") {
@@ -31,6 +33,7 @@ export async function commandCommand(sub: string | undefined, argv: string[]): P
     deadline: { type: "string" },
     timeout: { type: "string" },
     priority: { type: "string" },
+    queue: { type: "boolean" },
   });
   if (!flags.handler) throw new AxError("AX_CLI_USAGE", `${c}: --handler NAME is required`);
   const tags = flags.tag ?? [];
@@ -38,6 +41,12 @@ export async function commandCommand(sub: string | undefined, argv: string[]): P
     throw new AxError(
       "AX_CLI_USAGE",
       `${c}: give --agent ID or --tag KEY=VALUE (one or more), not both`,
+    );
+  }
+  if (flags.queue === true && flags.agent === undefined) {
+    throw new AxError(
+      "AX_CLI_USAGE",
+      `${c}: --queue applies to --agent only (a --tag selector matches agents already known)`,
     );
   }
   const selector: Record<string, string> = {};
@@ -64,6 +73,7 @@ export async function commandCommand(sub: string | undefined, argv: string[]): P
   const body = {
     handler: flags.handler,
     ...(flags.agent === undefined ? { selector: { tags: selector } } : { agentId: flags.agent }),
+    ...(flags.queue === true ? { queue: true } : {}),
     ...(params === undefined ? {} : { params }),
     ...(at === undefined ? {} : { at }),
     ...(deadline === undefined ? {} : { deadline }),

@@ -94,7 +94,7 @@ export async function runDemo(argv: string[]): Promise<number> {
     }
     const registeredBy = Date.now() + 30_000;
     const coord = coordinator;
-    while (coord.registry.list().filter((a) => a.status === "online").length < AGENTS.length) {
+    while (coord.fleet.list().filter((a) => a.status === "online").length < AGENTS.length) {
       if (interrupted) break;
       if (Date.now() > registeredBy) {
         throw new AxError(

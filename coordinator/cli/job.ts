@@ -104,13 +104,16 @@ export function describeTrigger(t: Trigger): string {
   }
 }
 
+/** A job's next fire time for people: a paused job has none until it is resumed. */
+const nextFire = (j: JobView) => (j.paused ? "paused" : isoTime(j.nextFireAt));
+
 const jobRow = (j: JobView) => [
   j.id,
   String(j.version),
   j.definition.handler,
   describeTrigger(j.definition.trigger),
   j.paused ? "paused" : "active",
-  isoTime(j.nextFireAt),
+  nextFire(j),
 ];
 const JOB_HEADER = ["job", "version", "handler", "trigger", "status", "next fire (UTC)"];
 
@@ -183,7 +186,7 @@ export async function jobCommand(sub: string | undefined, argv: string[]): Promi
             ["version", String(job.version)],
             ["status", job.paused ? "paused" : "active"],
             ["trigger", describeTrigger(job.definition.trigger)],
-            ["next fire", isoTime(job.nextFireAt)],
+            ["next fire", nextFire(job)],
             ["updated", isoTime(job.updatedAt)],
           ]),
         );

@@ -41,6 +41,24 @@ export class FiringLoop {
     await this.scan();
   }
 
+  /**
+   * Fires a job's next nominal time now if it is already due (a job just resumed, whose next fire
+   * time passed while it was paused), by the same path and misfire policy as the wheel; then
+   * rescans. Resolves once the fire is recorded, so the job's next fire time is the one after now.
+   */
+  async fireIfDue(jobId: string): Promise<void> {
+    const job = await this.ctx.store.getJob(jobId);
+    if (
+      job &&
+      !job.paused &&
+      job.nextFireAt !== null &&
+      job.nextFireAt <= this.ctx.clock.wallNow()
+    ) {
+      await this.fireAsync({ jobId, scheduledFor: job.nextFireAt });
+    }
+    await this.scan();
+  }
+
   private scheduleScan(delayMs: number): void {
     if (this.closed) return;
     this.scanTimer = this.ctx.clock.setTimer(() => {
@@ -121,7 +139,7 @@ export class FiringLoop {
   private async fireAsync(p: PlannedFire): Promise<void> {
     const { store, clock, config } = this.ctx;
     const job = await store.getJob(p.jobId);
-    if (!job || job.nextFireAt !== p.scheduledFor || job.definition.paused) return;
+    if (!job || job.nextFireAt !== p.scheduledFor || job.paused) return;
     const now = clock.wallNow();
     const def = job.definition;
     // The wheel fires `dispatchLead` early, so "late" is measured against the nominal time.

@@ -8,9 +8,9 @@ import { parseCoordinatorConfig } from "../config.js";
 import { CoordinatorLink } from "../link/mqtt-link.js";
 import { SqliteStore } from "../store/sqlite/sqlite-store.js";
 import { EngineEventBus } from "./events.js";
+import { Fleet } from "./fleet.js";
 import { INBOUND_CHUNK, Inbound } from "./inbound.js";
 import { Leases } from "./leases.js";
-import { Registry } from "./registry.js";
 
 const cleanups: (() => unknown)[] = [];
 afterEach(async () => {
@@ -39,7 +39,7 @@ function inbound(): { inbound: Inbound; store: SqliteStore } {
     log: () => {},
     events: new EngineEventBus(),
   };
-  return { inbound: new Inbound(ctx, new Registry(ctx), new Leases(15_000, 10_000)), store };
+  return { inbound: new Inbound(ctx, new Fleet(ctx), new Leases(15_000, 10_000)), store };
 }
 
 describe("Inbound", () => {

@@ -11,8 +11,8 @@ import type { Refusal } from "../link/auth.js";
 import { MAX_INBOUND_BACKLOG } from "../link/mqtt-link.js";
 import type { EngineContext } from "./context.js";
 import { recordFact } from "./facts.js";
+import type { Fleet } from "./fleet.js";
 import type { Leases } from "./leases.js";
-import type { Registry } from "./registry.js";
 import { applyEvent, applyEvents, type EventStep } from "./transitions.js";
 
 /** Messages of one sender handled in one turn of the event loop, at most. */
@@ -73,7 +73,7 @@ export class Inbound {
 
   constructor(
     private readonly ctx: EngineContext,
-    private readonly registry: Registry,
+    private readonly fleet: Fleet,
     private readonly leases: Leases,
   ) {}
 
@@ -153,7 +153,7 @@ export class Inbound {
             run.map((x) => reportOf(x.decoded) as Report),
           );
         } else {
-          await this.dispatch(decoded, receivedAt);
+          await this.handleMessage(decoded, receivedAt);
         }
       } catch (err) {
         this.ctx.log(
@@ -180,7 +180,7 @@ export class Inbound {
     const owed = this.owedAcks.get(agentId);
     if (!owed) return;
     this.owedAcks.delete(agentId);
-    this.registry
+    this.fleet
       .persistAcked(agentId)
       .then(() => this.sendAck(agentId, owed.upTo))
       .catch((err: unknown) =>
@@ -249,9 +249,13 @@ export class Inbound {
     await Promise.all([...this.queues.values()].map((q) => q.done));
   }
 
-  private async dispatch(d: Decoded, receivedAt: number): Promise<void> {
+  /**
+   * Handles one message from an agent, other than a run of reports taken together: its presence
+   * (online, or its Last Will), a hello, a heartbeat, or a report on its own.
+   */
+  private async handleMessage(d: Decoded, receivedAt: number): Promise<void> {
     if (d.channel === "presence") {
-      await this.registry.presence(d.agentId, d.message.status, d.message.instanceId);
+      await this.fleet.presence(d.agentId, d.message.status, d.message.instanceId);
       return;
     }
     if (d.channel === "event") {
@@ -260,10 +264,10 @@ export class Inbound {
     }
     if (d.channel !== "up") return; // down: our own traffic
     const m: UpMessage = d.message;
-    this.registry.heardFrom(d.agentId, m.sentAt);
+    this.fleet.heardFrom(d.agentId, m.sentAt);
     switch (m.type) {
       case "hello": {
-        const rec = await this.registry.hello(m, receivedAt);
+        const rec = await this.fleet.hello(m, receivedAt);
         if (this.ahead.get(m.agentId)?.journalId !== rec.journalId) this.ahead.delete(m.agentId);
         this.heardSinceUp.add(m.agentId); // the welcome below makes it replay its outbox
         this.ctx.log("info", `agent ${m.agentId} registered (instance ${m.instanceId})`, {
@@ -290,7 +294,7 @@ export class Inbound {
         return;
       }
       case "heartbeat": {
-        if (!(await this.registry.heartbeat(d.agentId, m, receivedAt))) return;
+        if (!(await this.fleet.heartbeat(d.agentId, m, receivedAt))) return;
         if (!this.heardSinceUp.has(d.agentId)) {
           this.heardSinceUp.add(d.agentId);
           if (m.journal.outboxDepth > 0) this.askReplay(d.agentId);
@@ -318,7 +322,7 @@ export class Inbound {
    * independent. An ack never covers a report that was not applied.
    */
   private async reports(agentId: string, rs: Report[]): Promise<void> {
-    const agent = this.registry.get(agentId);
+    const agent = this.fleet.get(agentId);
     if (!agent) {
       await this.ctx.store.bumpCounter("reports_from_unknown_agents", rs.length);
       return;
@@ -376,7 +380,7 @@ export class Inbound {
       this.askReplay(agentId);
     }
     if (ackTo <= agent.ackedSeq) return;
-    this.registry.ackedTo(agentId, ackTo);
+    this.fleet.ackedTo(agentId, ackTo);
     this.owe(agentId, ackTo);
     this.onChange();
   }
@@ -395,9 +399,9 @@ export class Inbound {
     }
     this.replayAskedAt.set(agentId, now);
     this.ctx.store.bumpCounter("replay_requests").catch(() => {});
-    this.registry
+    this.fleet
       .persistAcked(agentId)
-      .then(() => this.sendAck(agentId, this.registry.get(agentId)?.ackedSeq ?? 0, true))
+      .then(() => this.sendAck(agentId, this.fleet.get(agentId)?.ackedSeq ?? 0, true))
       .catch((err: unknown) =>
         this.ctx.log("warn", `asking ${agentId} to replay failed: ${(err as Error).message}`, {
           agentId,
@@ -427,19 +431,18 @@ export class Inbound {
       if (r.type !== "progress" && r.type !== "state") stepReports.push(r);
       switch (r.type) {
         case "accepted":
-          this.registry.markAccepting(agentId);
+          this.fleet.markAccepting(agentId);
           steps.push({ event: { type: "accepted", round: r.round } });
           break;
         case "busy":
-          this.registry.markBusy(agentId, this.ctx.clock.wallNow());
+          this.fleet.markBusy(agentId, this.ctx.clock.wallNow());
           steps.push({ event: { type: "busy", round: r.round } });
           break;
         case "rejected":
           // "Not now": the agent is stopping (nothing more is routed to it) or its journal is
           // full (passed over like a busy agent); the execution waits instead of failing.
-          if (r.reason === "shutting_down") this.registry.markDraining(agentId);
-          if (r.reason === "journal_full")
-            this.registry.markBusy(agentId, this.ctx.clock.wallNow());
+          if (r.reason === "shutting_down") this.fleet.markDraining(agentId);
+          if (r.reason === "journal_full") this.fleet.markBusy(agentId, this.ctx.clock.wallNow());
           steps.push({
             event: { type: "rejected", round: r.round, reason: r.reason },
             patch: () => ({
@@ -581,7 +584,7 @@ export class Inbound {
    */
   private sendAck(agentId: string, upTo: number, replay = false): void {
     // Named by journal, so an ack meant for a device's old journal never prunes its new one.
-    const journalId = this.registry.get(agentId)?.journalId;
+    const journalId = this.fleet.get(agentId)?.journalId;
     this.ctx.store.afterCommit(() =>
       this.publish(
         agentId,

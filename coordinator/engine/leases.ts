@@ -71,7 +71,7 @@ export class Leases {
 
   /**
    * What to do about a running execution at `now`: nothing, send a query, or fail it over.
-   * `agentLive` is false once the registry has taken the agent offline.
+   * `agentLive` is false once the fleet has taken the agent offline.
    */
   check(
     exec: Pick<ExecutionRecord, "id" | "round" | "startedAt" | "updatedAt">,

@@ -45,7 +45,7 @@ export class EventTriggers {
     let fired = 0;
     for (const job of await this.listening()) {
       const t = job.definition.trigger;
-      if (t.type !== "event" || t.name !== name || job.definition.paused) continue;
+      if (t.type !== "event" || t.name !== name || job.paused) continue;
       await this.create(job, { ...job.definition.params, ...payload }, { event: name, msgId });
       fired++;
     }
@@ -62,7 +62,7 @@ export class EventTriggers {
         t.type === "after" &&
         t.job === e.jobId &&
         (t.states as string[]).includes(e.to) &&
-        !j.definition.paused
+        !j.paused
       );
     });
     if (followers.length === 0) return;

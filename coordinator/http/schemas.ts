@@ -154,7 +154,7 @@ export const commandBody = z
   .object({
     agentId: idSchema.optional().meta({
       description:
-        "The agent to run it on. A command for an agent not known yet waits for it until its deadline.",
+        "The agent to run it on: one the coordinator knows (enrolled, or connected once), unless queue is true.",
     }),
     selector: z
       .object({
@@ -176,6 +176,14 @@ export const commandBody = z
     }),
     timeout: durationSchema.optional().meta({ description: "Longest run. 30s if not given." }),
     priority: z.number().int().min(-1000).max(1000).default(0),
+    queue: z
+      .boolean()
+      .default(false)
+      .meta({
+        description:
+          "With agentId: create the command even if the coordinator does not know that agent yet; " +
+          "it runs if the agent enrols and connects before the deadline, else ends EXPIRED.",
+      }),
   })
   .strict()
   .superRefine((c, ctx) => {
@@ -184,6 +192,13 @@ export const commandBody = z
         code: "custom",
         path: ["agentId"],
         message: "give exactly one of agentId and selector",
+      });
+    }
+    if (c.queue === true && c.selector !== undefined) {
+      ctx.addIssue({
+        code: "custom",
+        path: ["queue"],
+        message: "applies to an agentId only: a selector matches known agents",
       });
     }
     if (typeof c.at === "number" && typeof c.deadline === "number" && c.deadline <= c.at) {

@@ -12,8 +12,14 @@ export interface StoredJob {
   id: string;
   version: number;
   definition: JobDefinition;
-  /** Next nominal fire time (UTC ms), or null when the trigger is exhausted. */
+  /**
+   * Next nominal fire time (UTC ms), or null when the trigger is exhausted. Kept while the job is
+   * paused: then it is the first nominal time not fired, which resuming hands to the misfire
+   * policy.
+   */
   nextFireAt: number | null;
+  /** A paused job fires nothing. State, not definition: pausing makes no version. */
+  paused: boolean;
   createdAt: number;
   updatedAt: number;
   /** Who wrote the current version (an API token's name, or `system`); null before 0.x. */
@@ -38,10 +44,9 @@ export interface JobHistoryEntry {
   detail: Record<string, unknown> | null;
 }
 
-/** Who changes a job, for its history (and what, when it is a pause or a resume). */
+/** Who changes a job, for its history. */
 export interface JobChange {
   actor: string;
-  action?: "paused" | "resumed";
 }
 
 /**
@@ -227,7 +232,7 @@ export interface TimelineStep {
   detail?: Record<string, unknown>;
 }
 
-/** What an agent's hello and heartbeats tell the registry. */
+/** What an agent's hello and heartbeats tell the fleet. */
 export interface AgentRecord {
   agentId: string;
   instanceId: string;
@@ -325,7 +330,9 @@ export interface Store {
 
   /**
    * Creates the job, or a new version when its definition changed, and records the change in
-   * the job's history with `change.actor` (default `system`). Returns the stored job.
+   * the job's history with `change.actor` (default `system`). Returns the stored job. The
+   * definition's `paused` is the state a new job starts in; it is not compared between versions,
+   * and an update keeps the job's state (see {@link setJobPaused}).
    */
   putJob(
     definition: JobDefinition,
@@ -333,6 +340,17 @@ export interface Store {
     now: number,
     change?: JobChange,
   ): Promise<StoredJob>;
+  /**
+   * Pauses or resumes a job: its state only, its version and next fire time unchanged, recorded
+   * in its history (`paused` or `resumed`, with the current version and `actor`) when it changes.
+   * Undefined when there is no such job.
+   */
+  setJobPaused(
+    jobId: string,
+    paused: boolean,
+    now: number,
+    actor: string,
+  ): Promise<StoredJob | undefined>;
   /** Adds an entry to a job's history (a manual trigger); its seq is the next one. */
   appendJobHistory(entry: Omit<JobHistoryEntry, "seq">): Promise<void>;
   /** A job's history, oldest first, at most `limit` of the newest entries (default 100). */

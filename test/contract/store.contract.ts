@@ -184,12 +184,30 @@ export function storeContract(name: string, makeStore: () => Promise<StoreFixtur
           version: 1,
           definition: def,
           nextFireAt: 5_000,
+          paused: false,
           createdAt: 100,
           updatedAt: 100,
           updatedBy: "system",
         });
         expect(await store.getJob("job-a")).toEqual(created);
         expect(await store.getJob("job-b")).toBeUndefined();
+      });
+
+      it("keeps a job's paused state apart from its versions", async () => {
+        // A definition's `paused` is the state a new job starts in.
+        expect((await store.putJob(jobDef("job-p", { paused: true }), 5_000, 100)).paused).toBe(
+          true,
+        );
+        const resumed = await store.setJobPaused("job-p", false, 150, "ops");
+        expect(resumed).toMatchObject({ version: 1, paused: false, nextFireAt: 5_000 });
+        // A new version keeps the state, and `paused` alone makes no version.
+        await store.setJobPaused("job-p", true, 200, "ops");
+        const same = await store.putJob(jobDef("job-p", { paused: false }), 5_000, 250);
+        expect(same).toMatchObject({ version: 1, paused: true, updatedAt: 100 });
+        const v2 = await store.putJob(jobDef("job-p", { priority: 3 }), 6_000, 300);
+        expect(v2).toMatchObject({ version: 2, paused: true, nextFireAt: 6_000 });
+        expect(await store.getJob("job-p")).toEqual(v2);
+        expect(await store.setJobPaused("nope", true, 300, "ops")).toBeUndefined();
       });
 
       it("putJob with an identical definition keeps the version and changes nothing", async () => {
@@ -224,6 +242,7 @@ export function storeContract(name: string, makeStore: () => Promise<StoreFixtur
           version: 2,
           definition: def2,
           nextFireAt: 7_000,
+          paused: false,
           createdAt: 100,
           updatedAt: 200,
           updatedBy: "system",
@@ -303,10 +322,10 @@ export function storeContract(name: string, makeStore: () => Promise<StoreFixtur
         expect(await ids(999)).toEqual([]);
         expect(await ids(2_000)).toEqual(["a", "b"]);
         expect(await ids(1e15)).toEqual(["a", "b", "c"]);
-        // Pausing is a new version of the definition; unpausing brings the job back.
-        await store.putJob(jobDef("a", { paused: true }), 1_000, 20);
+        // Pausing is state; resuming brings the job back.
+        await store.setJobPaused("a", true, 20, "ops");
         expect(await ids(2_000)).toEqual(["b"]);
-        await store.putJob(jobDef("a"), 1_000, 30);
+        await store.setJobPaused("a", false, 30, "ops");
         expect(await ids(2_000)).toEqual(["a", "b"]);
       });
     });
@@ -1173,12 +1192,21 @@ export function storeContract(name: string, makeStore: () => Promise<StoreFixtur
         await store.putJob(jobDef("job-h"), 5_000, 100, { actor: "alice" });
         // An identical definition is no change: no entry.
         await store.putJob(jobDef("job-h"), 5_000, 150, { actor: "bob" });
-        const v2 = await store.putJob(jobDef("job-h", { paused: true }), 5_000, 200, {
+        const v2 = await store.putJob(jobDef("job-h", { priority: 5 }), 5_000, 200, {
           actor: "bob",
-          action: "paused",
         });
         expect(v2.updatedBy).toBe("bob");
         expect((await store.getJob("job-h"))?.updatedBy).toBe("bob");
+        // A pause is state: it is in the history with the version it paused, and makes none.
+        const paused = await store.setJobPaused("job-h", true, 220, "erin");
+        expect(paused).toMatchObject({
+          version: 2,
+          paused: true,
+          updatedBy: "bob",
+          nextFireAt: 5_000,
+        });
+        // Pausing a paused job is no change: no entry.
+        await store.setJobPaused("job-h", true, 230, "erin");
         await store.appendJobHistory({
           jobId: "job-h",
           at: 250,
@@ -1192,12 +1220,13 @@ export function storeContract(name: string, makeStore: () => Promise<StoreFixtur
         const h = await store.listJobHistory("job-h");
         expect(h.map((e) => [e.seq, e.action, e.version, e.actor, e.at])).toEqual([
           [1, "created", 1, "alice", 100],
-          [2, "paused", 2, "bob", 200],
-          [3, "triggered", 2, "carol", 250],
-          [4, "deleted", 2, "dave", 300],
+          [2, "updated", 2, "bob", 200],
+          [3, "paused", 2, "erin", 220],
+          [4, "triggered", 2, "carol", 250],
+          [5, "deleted", 2, "dave", 300],
         ]);
-        expect(h[2]?.detail).toEqual({ executionIds: ["e1"] });
-        expect((await store.listJobHistory("job-h", 2)).map((e) => e.seq)).toEqual([3, 4]);
+        expect(h[3]?.detail).toEqual({ executionIds: ["e1"] });
+        expect((await store.listJobHistory("job-h", 2)).map((e) => e.seq)).toEqual([4, 5]);
         expect(await store.listJobHistory("nope")).toEqual([]);
       });
     });

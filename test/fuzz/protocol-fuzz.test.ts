@@ -212,7 +212,7 @@ describe(`protocol fuzz against a live coordinator and agent (seed ${SEED})`, ()
     // Nothing crashed: the agent process is alive and still online, the coordinator still works.
     expect(agent.child.exitCode, where).toBeNull();
     expect(agent.child.signalCode, where).toBeNull();
-    expect(coordinator.registry.list().find((a) => a.agentId === agentId())?.status).toBe("online");
+    expect(coordinator.fleet.list().find((a) => a.agentId === agentId())?.status).toBe("online");
 
     // Every legitimate command succeeded, on time.
     expect(commandErrors, where).toEqual([]);

@@ -72,10 +72,10 @@ export async function startTestCoordinator(
   return coordinator;
 }
 
-/** Waits until `count` agents are online in the coordinator's registry. */
+/** Waits until `count` agents are online in the coordinator's fleet. */
 export async function waitForAgentsOnline(coordinator: Coordinator, count: number): Promise<void> {
   await waitFor(`${count} agents online`, () =>
-    coordinator.registry.list().filter((a) => a.status === "online").length === count
+    coordinator.fleet.list().filter((a) => a.status === "online").length === count
       ? true
       : undefined,
   );

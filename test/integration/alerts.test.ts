@@ -63,7 +63,7 @@ describe("alerts: webhooks", () => {
   };
   /** A command for an agent that never shows up: it ends EXPIRED at its deadline. */
   const expireOne = (c: Coordinator, inMs = 200) =>
-    c.sendCommand({ agentId: "nobody", handler: "echo", deadline: Date.now() + inMs });
+    c.sendCommand({ agentId: "nobody", queue: true, handler: "echo", deadline: Date.now() + inMs });
 
   beforeEach(async () => {
     broker = await testBroker();

@@ -74,7 +74,7 @@ describe("a sensor-hub bundle runs alone", () => {
       "the bundled agent online",
       () => {
         if (agent.exitCode !== null) throw new Error(`agent exited ${agent.exitCode}: ${stderr}`);
-        return coordinator.registry.get(agentId)?.status === "online" ? true : undefined;
+        return coordinator.fleet.get(agentId)?.status === "online" ? true : undefined;
       },
       20_000,
     );
@@ -88,7 +88,7 @@ describe("a sensor-hub bundle runs alone", () => {
   });
 
   it("is registered with its profile, its ax version and the sha256 of its agent file", () => {
-    const record = coordinator.registry.get(agentId);
+    const record = coordinator.fleet.get(agentId);
     expect(record).toMatchObject({
       profile: "sensor-hub",
       bundleVersion: VERSION,
@@ -187,7 +187,7 @@ describe("a sensor-hub bundle runs alone", () => {
   it("stops cleanly on SIGTERM, as systemd stops it", async () => {
     expect(await stopProcess(agent, 15_000)).toBe("exit code 0");
     await waitFor("offline", () =>
-      coordinator.registry.get(agentId)?.status === "offline" ? true : undefined,
+      coordinator.fleet.get(agentId)?.status === "offline" ? true : undefined,
     );
   });
 });
@@ -232,9 +232,9 @@ describe("a server bundle", () => {
       });
       await waitFor("the server agent online", () => {
         if (child.exitCode !== null) throw new Error(`agent exited: ${stderr}`);
-        return coordinator.registry.get(agentId)?.status === "online" ? true : undefined;
+        return coordinator.fleet.get(agentId)?.status === "online" ? true : undefined;
       });
-      expect(coordinator.registry.get(agentId)?.profile).toBe("server");
+      expect(coordinator.fleet.get(agentId)?.profile).toBe("server");
       const id = await coordinator.sendCommand({
         agentId,
         handler: "mqtt.publish",

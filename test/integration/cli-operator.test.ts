@@ -157,11 +157,33 @@ describe("ax operator commands", () => {
     );
     const edited = await ax(["job", "edit", "cli-b", "--file", file], env);
     expect(edited.stdout.trim()).toBe("job cli-b: version 2");
+    // Pausing is state: the version stays, and no next fire time is shown while paused.
     const paused = await ax(["job", "pause", "cli-b"], env);
-    expect(paused.stdout.trim()).toBe("job cli-b: paused (version 3)");
+    expect(paused.stdout.trim()).toBe("job cli-b: paused (version 2)");
     const shown = await ax(["job", "show", "cli-b"], env);
     expect(shown.stdout).toMatch(/^status {2,}paused$/m);
+    expect(shown.stdout).toMatch(/^next fire {2,}paused$/m);
     expect(shown.stdout).toContain('"v": 2');
+    const listed = expectAligned((await ax(["job", "list"], env)).stdout, [
+      "job",
+      "version",
+      "handler",
+      "trigger",
+      "status",
+      "next fire (UTC)",
+    ]).find((r) => r.startsWith("cli-b "));
+    expect(listed?.split(/\s{2,}/)).toEqual([
+      "cli-b",
+      "2",
+      "echo",
+      "every 10000ms",
+      "paused",
+      "paused",
+    ]);
+    const resumed = await ax(["job", "resume", "cli-b"], env);
+    expect(resumed.stdout.trim()).toBe("job cli-b: active (version 2)");
+    const active = await ax(["job", "show", "cli-b"], env);
+    expect(active.stdout).toMatch(/^next fire {2,}\d{4}-\d\d-\d\dT/m);
     const preview = await ax(
       ["job", "preview", "cli-b", "--count", "3", "--after", "0", "--json"],
       env,
@@ -189,6 +211,27 @@ describe("ax operator commands", () => {
     expect((await coordinator.store.getExecution(ids[0] as string))?.jobId).toBe("cli-b");
   });
 
+  it("refuses a command for an agent it does not know, unless --queue", async () => {
+    const refused = await ax(
+      ["command", "send", "--agent", "no-such-agent", "--handler", "echo"],
+      env,
+    );
+    expect(refused.code).toBe(1);
+    expect(refused.stdout).toBe("");
+    expect(refused.stderr.trim()).toBe(
+      'ax: AX_AGENT_NOT_FOUND: agent "no-such-agent" is not known: it is not enrolled and has never connected (to create the command anyway, for an agent still to come, send it with queue: true, or ax command send --queue)',
+    );
+    expect(await coordinator.store.listExecutions({ agentId: "no-such-agent" })).toEqual([]);
+    const tagged = await ax(
+      ["command", "send", "--tag", "site=x", "--queue", "--handler", "echo"],
+      env,
+    );
+    expect(tagged.code).toBe(2);
+    expect(tagged.stderr.trim()).toBe(
+      "ax: AX_CLI_USAGE: command send: --queue applies to --agent only (a --tag selector matches agents already known)",
+    );
+  });
+
   it("sends a command, lists and shows executions, cancels and retries one", async () => {
     const sent = await ax(
       [
@@ -196,6 +239,7 @@ describe("ax operator commands", () => {
         "send",
         "--agent",
         "nobody-yet",
+        "--queue",
         "--handler",
         "echo",
         "--params",

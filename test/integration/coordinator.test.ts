@@ -42,7 +42,7 @@ describe("coordinator: control and leases", () => {
     coordinator = await startTestCoordinator(broker, tmp.dir, 500);
     agent = startAgent();
     await waitFor("agent online", () =>
-      coordinator.registry.get(agentId)?.status === "online" ? true : undefined,
+      coordinator.fleet.get(agentId)?.status === "online" ? true : undefined,
     );
   }, 60_000);
 
@@ -56,6 +56,7 @@ describe("coordinator: control and leases", () => {
   it("cancels a pending execution at once, and a running one through the agent", async () => {
     const pending = await coordinator.sendCommand({
       agentId: "nobody-here",
+      queue: true,
       handler: "echo",
       deadline: Date.now() + 60_000,
     });
@@ -227,7 +228,7 @@ describe("coordinator: control and leases", () => {
     });
     agent = startAgent();
     await waitFor("agent back", () =>
-      coordinator.registry.get(agentId)?.status === "online" ? true : undefined,
+      coordinator.fleet.get(agentId)?.status === "online" ? true : undefined,
     );
     // The restarted agent reports the killed run interrupted; that late report is dropped, counted.
     await waitFor("the late report dropped", async () =>

@@ -108,7 +108,7 @@ describe("early dispatch", () => {
     await waitFor("pending again", async () =>
       (await coordinator.store.getExecution(id))?.state === "PENDING" ? true : undefined,
     );
-    expect(coordinator.registry.isDraining(agentId)).toBe(true);
+    expect(coordinator.fleet.isDraining(agentId)).toBe(true);
     // Nothing more goes to the stopping instance.
     await new Promise((r) => setTimeout(r, 500));
     expect(stopping.received.filter(isDispatch)).toHaveLength(1);

@@ -82,9 +82,8 @@ describe("a job runs end to end", () => {
     await intruder.endAsync();
     await new Promise((r) => setTimeout(r, 3000));
 
-    const job = await coordinator.store.getJob(jobId);
-    expect(job).toBeDefined();
-    await coordinator.putJob({ ...job?.definition, paused: true });
+    expect(await coordinator.store.getJob(jobId)).toBeDefined();
+    await coordinator.pauseJob(jobId);
     const executions = await waitFor(
       "every execution of the job to end",
       async () => {
@@ -123,7 +122,7 @@ describe("a job runs end to end", () => {
     const counters = await coordinator.store.counters();
     expect(counters.invalid_messages).toBe(2);
     // The agents are still registered and online: nothing was disturbed.
-    expect(coordinator.registry.list().map((a: { status: string }) => a.status)).toEqual([
+    expect(coordinator.fleet.list().map((a: { status: string }) => a.status)).toEqual([
       "online",
       "online",
     ]);

@@ -15,8 +15,8 @@ import {
   waitForEnd,
 } from "../helpers/env.js";
 
-/** The fleet as the registry sees it: liveness, superseded instances, busy agents. */
-describe("fleet: registry and liveness", () => {
+/** The fleet as the coordinator sees it: liveness, superseded instances, busy agents. */
+describe("fleet: agents and liveness", () => {
   let broker: TestBroker;
   let tmp: ReturnType<typeof tempDir>;
   let coordinator: Coordinator;
@@ -43,7 +43,7 @@ describe("fleet: registry and liveness", () => {
   };
   const online = (agentId: string, notInstance?: string) =>
     waitFor(`${agentId} online`, () => {
-      const a = coordinator.registry.get(agentId);
+      const a = coordinator.fleet.get(agentId);
       return a?.status === "online" && a.instanceId !== notInstance ? a : undefined;
     });
   const ended = (id: string, timeoutMs = 20_000) => waitForEnd(coordinator, id, timeoutMs);
@@ -82,7 +82,7 @@ describe("fleet: registry and liveness", () => {
     // The broker gives up on a silent client after 1.5 keepalives (3 s) and publishes its will.
     expect(offline.reason).toBe("presence");
     expect(tookMs).toBeLessThan(2_000 * 1.5 + 1_500);
-    expect(coordinator.registry.get(agentId)?.status).toBe("offline");
+    expect(coordinator.fleet.get(agentId)?.status).toBe("offline");
   });
 
   it("takes an agent offline after 3 missed heartbeats when no will comes, and back online when it speaks again", async () => {
@@ -123,13 +123,13 @@ describe("fleet: registry and liveness", () => {
     expect(after.instanceId).not.toBe(before.instanceId);
     // The old instance's will may land after the new hello: it must not take the agent offline.
     await new Promise((r) => setTimeout(r, 3_500));
-    expect(coordinator.registry.get(agentId)?.status).toBe("online");
-    expect(coordinator.registry.get(agentId)?.instanceId).toBe(after.instanceId);
+    expect(coordinator.fleet.get(agentId)?.status).toBe("online");
+    expect(coordinator.fleet.get(agentId)?.instanceId).toBe(after.instanceId);
 
     // A heartbeat in the old instance's name (a zombie process) changes nothing and is counted.
     const counted = (await coordinator.store.counters()).superseded_messages ?? 0;
     const zombie = await mqtt.connectAsync(broker.url, { clientId: `${agentId}-zombie` });
-    const seenBefore = coordinator.registry.get(agentId)?.lastSeenAt;
+    const seenBefore = coordinator.fleet.get(agentId)?.lastSeenAt;
     await zombie.publishAsync(
       topics(broker.prefix).up(agentId),
       JSON.stringify(envelope(idleHeartbeat(before.instanceId ?? "", 0.99), Date.now())),
@@ -139,8 +139,8 @@ describe("fleet: registry and liveness", () => {
     await waitFor("superseded heartbeat counted", async () =>
       ((await coordinator.store.counters()).superseded_messages ?? 0) > counted ? true : undefined,
     );
-    expect(coordinator.registry.get(agentId)?.load).not.toBe(0.99);
-    expect(coordinator.registry.get(agentId)?.lastSeenAt).toBeGreaterThanOrEqual(seenBefore ?? 0);
+    expect(coordinator.fleet.get(agentId)?.load).not.toBe(0.99);
+    expect(coordinator.fleet.get(agentId)?.lastSeenAt).toBeGreaterThanOrEqual(seenBefore ?? 0);
 
     // Work goes to the new instance and succeeds.
     const id = await coordinator.sendCommand({ agentId, handler: "echo", params: { n: 1 } });
@@ -172,7 +172,7 @@ describe("fleet: registry and liveness", () => {
         ? true
         : undefined,
     );
-    expect(coordinator.registry.isLive(agentId, Date.now())).toBe(false);
+    expect(coordinator.fleet.isLive(agentId, Date.now())).toBe(false);
     expect((await ended(long)).state).toBe("SUCCEEDED");
     const done = await ended(second);
     expect(done.state).toBe("SUCCEEDED");

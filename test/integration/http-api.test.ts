@@ -173,10 +173,32 @@ describe("HTTP API", () => {
       });
       expect(jobSchema.parse(same.body).version).toBe(2);
 
+      // Pausing is state: the version stays, and a paused job shows no next fire time.
+      const v2 = jobSchema.parse(same.body);
       const paused = jobSchema.parse((await post("/api/jobs/crud-1/pause")).body);
-      expect(paused).toMatchObject({ paused: true, version: 3 });
+      expect(paused).toEqual({
+        ...v2,
+        paused: true,
+        nextFireAt: null,
+        definition: { ...v2.definition, paused: true },
+      });
+      expect(jobSchema.parse((await get("/api/jobs/crud-1")).body)).toEqual(paused);
+      const listed = jobListSchema.parse((await get("/api/jobs")).body);
+      expect(listed.items.find((j) => j.id === "crud-1")).toEqual(paused);
+      // The paused definition, stored again, is no new version and does not resume the job.
+      const again = jobSchema.parse((await put("/api/jobs/crud-1", paused.definition)).body);
+      expect(again).toMatchObject({ version: 2, paused: true, nextFireAt: null });
       const resumed = jobSchema.parse((await post("/api/jobs/crud-1/resume")).body);
-      expect(resumed).toMatchObject({ paused: false, version: 4 });
+      expect(resumed).toEqual(v2);
+      const history = (await get("/api/jobs/crud-1/history")).body as {
+        items: { action: string; version: number }[];
+      };
+      expect(history.items.map((h) => [h.action, h.version])).toEqual([
+        ["created", 1],
+        ["updated", 2],
+        ["paused", 2],
+        ["resumed", 2],
+      ]);
 
       const gone = await del("/api/jobs/crud-1");
       expect(gone.status).toBe(204);
@@ -363,12 +385,13 @@ describe("HTTP API", () => {
   });
 
   describe("executions and commands", () => {
-    /** Commands for an agent nobody runs: they wait PENDING until their deadline. */
+    /** Commands queued for an agent nobody runs: they wait PENDING until their deadline. */
     async function pendingCommands(agentId: string, n: number): Promise<string[]> {
       const ids: string[] = [];
       for (let i = 0; i < n; i++) {
         const r = await post("/api/commands", {
           agentId,
+          queue: true,
           handler: "echo",
           params: { i },
           at: Date.now() + 600_000,
@@ -380,8 +403,48 @@ describe("HTTP API", () => {
       return ids;
     }
 
-    it("creates a command for an agent not known yet, which waits PENDING", async () => {
-      const r = await post("/api/commands", { agentId: "not-here-yet", handler: "echo" });
+    it("refuses a command for an agent it does not know, and writes nothing", async () => {
+      const before = (await coordinator.store.listExecutions({ limit: 1_000_000 })).length;
+      const r = await post("/api/commands", { agentId: "no-such-agent", handler: "echo" });
+      expect(r.status, r.text).toBe(404);
+      expect(r.body).toEqual({
+        error: {
+          code: "AX_AGENT_NOT_FOUND",
+          message:
+            'agent "no-such-agent" is not known: it is not enrolled and has never connected (to create the command anyway, for an agent still to come, send it with queue: true, or ax command send --queue)',
+        },
+      });
+      expect((await coordinator.store.listExecutions({ limit: 1_000_000 })).length).toBe(before);
+      // queue is for an agent id; a selector matches agents already known.
+      expectError(
+        await post("/api/commands", {
+          selector: { tags: { a: "b" } },
+          queue: true,
+          handler: "echo",
+        }),
+        400,
+        "AX_API_INVALID_REQUEST",
+        ["body.queue"],
+      );
+    });
+
+    it("creates a command for an agent enrolled but never connected, which waits PENDING", async () => {
+      await coordinator.enrollAgent("enrolled-only", { actor: "test" });
+      const r = await post("/api/commands", { agentId: "enrolled-only", handler: "echo" });
+      expect(r.status, r.text).toBe(202);
+      const [id] = (r.body as { executionIds: string[] }).executionIds;
+      expect(await coordinator.store.getExecution(id as string)).toMatchObject({
+        state: "PENDING",
+        targetAgentId: "enrolled-only",
+      });
+    });
+
+    it("queues a command for an agent not known yet when asked to; it waits PENDING", async () => {
+      const r = await post("/api/commands", {
+        agentId: "not-here-yet",
+        handler: "echo",
+        queue: true,
+      });
       expect(r.status, r.text).toBe(202);
       const body = r.body as {
         executionIds: string[];

@@ -103,18 +103,38 @@ describe("HTTP API with a fleet", () => {
       expect(e.result).toEqual({ echo: { relay: "on" } });
       expect(e.startedAt).toBeGreaterThanOrEqual(at);
     }
-    // A selector whose agents lack the handler is refused.
+  });
+
+  it("refuses a command its agent cannot run, naming the agent, the handler and its handlers", async () => {
+    const south = `${broker.prefix}-s1`;
+    const handlers = [...(coordinator.fleet.get(south)?.handlers ?? [])].sort();
+    expect(handlers).toContain("echo");
+    const before = (await coordinator.store.listExecutions({ limit: 1_000_000 })).length;
+    // By agent id: the fleet knows the agent and what it offers. `queue` does not waive it.
+    for (const queue of [false, true]) {
+      const r = await api("POST", "/api/commands", { agentId: south, handler: "no.such", queue });
+      expect(r.status, r.text).toBe(409);
+      expect(r.body).toEqual({
+        error: {
+          code: "AX_AGENT_NO_HANDLER",
+          message: `agent "${south}" does not offer handler "no.such" (its handlers: ${handlers.join(", ")})`,
+        },
+      });
+    }
+    // By selector: every agent with the tags lacks it.
     const r2 = await api("POST", "/api/commands", {
       selector: { tags: { site: "south" } },
       handler: "no.such.handler",
     });
-    expect(r2.status).toBe(404);
-    expect(r2.body).toMatchObject({
+    expect(r2.status).toBe(409);
+    expect(r2.body).toEqual({
       error: {
-        code: "AX_AGENT_NOT_FOUND",
-        message: 'no agent with the tags {"site":"south"} offers handler "no.such.handler"',
+        code: "AX_AGENT_NO_HANDLER",
+        message: `no agent with the tags {"site":"south"} offers handler "no.such.handler" (${south}: ${handlers.join(", ")})`,
       },
     });
+    // Nothing was written.
+    expect((await coordinator.store.listExecutions({ limit: 1_000_000 })).length).toBe(before);
   });
 
   it("exposes metrics whose values move after a job fires", async () => {

@@ -152,7 +152,7 @@ describe("HTTP API security", () => {
 
   it("answers 415 for a body that is not application/json, even with a valid token", async () => {
     const before = await commandCount();
-    const body = JSON.stringify({ agentId: "a-1", handler: "echo" });
+    const body = JSON.stringify({ agentId: "a-1", handler: "echo", queue: true });
     for (const type of [
       "text/plain",
       "application/x-www-form-urlencoded",
@@ -294,7 +294,8 @@ describe("HTTP API security", () => {
         token: admin,
       },
     );
-    expect(paused.body.updatedBy).toBe("admin");
+    // A pause is state, not a version: the version's writer stays; the history names the pauser.
+    expect(paused.body.updatedBy).toBe("config-token-1");
     await call(http.url, "POST", "/api/jobs/actor-job/resume", { token: OPERATOR });
     const fired = await call<{ executionIds: string[] }>(
       http.url,
@@ -318,11 +319,11 @@ describe("HTTP API security", () => {
     );
     expect(history.body.items.map((h) => [h.action, h.actor, h.version])).toEqual([
       ["created", "config-token-1", 1],
-      ["paused", "admin", 2],
-      ["resumed", "config-token-1", 3],
-      ["triggered", "admin", 3],
-      ["updated", "config-token-1", 4],
-      ["deleted", "admin", 4],
+      ["paused", "admin", 1],
+      ["resumed", "config-token-1", 1],
+      ["triggered", "admin", 1],
+      ["updated", "config-token-1", 2],
+      ["deleted", "admin", 2],
     ]);
 
     const cancel = await call(http.url, "POST", `/api/executions/${execId}/cancel`, {
@@ -338,7 +339,7 @@ describe("HTTP API security", () => {
     expect(retry.status).toBe(201);
     const cmd = await call<{ executionIds: string[] }>(http.url, "POST", "/api/commands", {
       token: OPERATOR,
-      body: { agentId: "nobody", handler: "echo" },
+      body: { agentId: "nobody", handler: "echo", queue: true },
     });
     const timeline = async (id: string) =>
       (

@@ -167,7 +167,7 @@ describe("routing across the fleet", () => {
     }
     await agents.get(north)?.kill();
     await waitFor("north offline", () =>
-      coordinator.registry.get(north)?.status === "offline" ? true : undefined,
+      coordinator.fleet.get(north)?.status === "offline" ? true : undefined,
     );
     const waiting = await coordinator.triggerJob("north-only");
     await new Promise((r) => setTimeout(r, 500));

@@ -129,8 +129,7 @@ describe("authenticated messages: forgeries and replays are refused", () => {
       );
     }
     await waitFor("both agents online", () =>
-      coordinator.registry.get(A)?.status === "online" &&
-      coordinator.registry.get(B)?.status === "online"
+      coordinator.fleet.get(A)?.status === "online" && coordinator.fleet.get(B)?.status === "online"
         ? true
         : undefined,
     );
@@ -151,7 +150,7 @@ describe("authenticated messages: forgeries and replays are refused", () => {
     const mine = wire.slice(from).filter((m) => m.topic.includes(`/agents/${A}/`));
     expect(mine.length).toBeGreaterThan(3);
     for (const m of mine) expect(/^(\{|\[\{)"mac":"/.test(m.payload.toString())).toBe(true);
-    expect(coordinator.registry.get(A)?.tags).toEqual({ site: "north" });
+    expect(coordinator.fleet.get(A)?.tags).toEqual({ site: "north" });
   }, 30_000);
 
   it("never runs a forged dispatch: unsigned, signed with another agent's key, or for another agent", async () => {
@@ -239,7 +238,7 @@ describe("authenticated messages: forgeries and replays are refused", () => {
   }, 30_000);
 
   it("refuses a forged hello and presence for an existing agent, and an agent that is not enrolled", async () => {
-    const before = coordinator.registry.get(A);
+    const before = coordinator.fleet.get(A);
     const n = refusals.length;
     const hello = (agentId: string) =>
       JSON.stringify({
@@ -272,11 +271,11 @@ describe("authenticated messages: forgeries and replays are refused", () => {
     await publish(topic(ghost, "up"), hello(ghost));
     await waitFor("four refusals", () => (refusedSince(n).length >= 4 ? true : undefined));
     await realWrite(A, "real-2");
-    const after = coordinator.registry.get(A);
+    const after = coordinator.fleet.get(A);
     expect(after?.instanceId).toBe(before?.instanceId);
     expect(after?.journalId).toBe(before?.journalId);
     expect(after?.status).toBe("online");
-    expect(coordinator.registry.get(ghost)).toBeUndefined();
+    expect(coordinator.fleet.get(ghost)).toBeUndefined();
     expect(refusedSince(n).map((r) => r.code)).toEqual([
       "AX_AUTH_UNSIGNED",
       "AX_AUTH_BAD_MAC",
@@ -316,7 +315,7 @@ describe("authenticated messages: forgeries and replays are refused", () => {
     expect(existsSync(join(effects, "real-0"))).toBe(false);
     // Refused before it reached the journal: not even a `state` answer to a duplicate.
     expect(seenOn(topic(A, "up"), from).join("\n")).not.toContain(replayedId);
-    expect(coordinator.registry.get(A)?.status).toBe("online");
+    expect(coordinator.fleet.get(A)?.status).toBe("online");
   }, 30_000);
 
   it("refuses an authentic message signed outside the window, and sends the agent a clock sample", async () => {
@@ -326,7 +325,7 @@ describe("authenticated messages: forgeries and replays are refused", () => {
       type: "heartbeat",
       msgId: newId(),
       sentAt,
-      instanceId: coordinator.registry.get(A)?.instanceId,
+      instanceId: coordinator.fleet.get(A)?.instanceId,
       running: [],
       queued: 0,
       scheduled: 0,
@@ -381,7 +380,7 @@ describe("authenticated messages: forgeries and replays are refused", () => {
   it("stops hearing a revoked agent at once and sends it nothing more", async () => {
     const n = refusals.length;
     await coordinator.identities.revoke(B, "test");
-    expect(coordinator.registry.get(B)?.status).toBe("offline");
+    expect(coordinator.fleet.get(B)?.status).toBe("offline");
     // B keeps sending heartbeats with its (now revoked) key: each is refused.
     await waitFor("B's heartbeat refused", () =>
       refusedSince(n, "AX_AUTH_NOT_ENROLLED").some((r) => r.source === B) ? true : undefined,
@@ -398,6 +397,6 @@ describe("authenticated messages: forgeries and replays are refused", () => {
     expect(existsSync(join(effects, "to-revoked"))).toBe(false);
     const done = await waitForEnd(coordinator, id, 20_000);
     expect(done.state).toBe("EXPIRED");
-    expect(coordinator.registry.get(B)?.status).toBe("offline");
+    expect(coordinator.fleet.get(B)?.status).toBe("offline");
   }, 30_000);
 });

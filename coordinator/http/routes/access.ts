@@ -80,14 +80,8 @@ export const accessRoutes = [
     body: tokenBody,
     success: { status: 201, description: "The token and its record.", schema: createdToken },
     errors: [409],
-    handle: async ({ coordinator, body, principal }) => {
-      const { token, record } = await coordinator.apiTokens.create(
-        body.name,
-        body.role,
-        principal.name,
-      );
-      return { token, ...record };
-    },
+    handle: async ({ coordinator, body, principal }) =>
+      coordinator.access.createToken(body.name, body.role, principal.name),
   }),
   apiRoute({
     method: "GET",
@@ -102,7 +96,7 @@ export const accessRoutes = [
       description: "By name.",
       schema: z.object({ items: z.array(tokenView) }),
     },
-    handle: async ({ coordinator }) => ({ items: coordinator.apiTokens.list() }),
+    handle: async ({ coordinator }) => ({ items: coordinator.access.listTokens() }),
   }),
   apiRoute({
     method: "DELETE",
@@ -116,7 +110,7 @@ export const accessRoutes = [
     success: { status: 204, description: "Revoked." },
     errors: [404],
     handle: async ({ coordinator, params }) => {
-      await coordinator.apiTokens.revoke(params.name);
+      await coordinator.access.revokeToken(params.name);
       return undefined;
     },
   }),
@@ -142,7 +136,7 @@ export const accessRoutes = [
     },
     errors: [409],
     handle: async ({ coordinator, body, principal }) =>
-      coordinator.enrollAgent(body.agentId, {
+      coordinator.access.enrol(body.agentId, {
         ...(body.tags === undefined ? {} : { tags: body.tags }),
         ...(body.rotate === undefined ? {} : { rotate: body.rotate }),
         actor: principal.name,
@@ -161,7 +155,7 @@ export const accessRoutes = [
       description: "By agent id.",
       schema: z.object({ items: z.array(identityView) }),
     },
-    handle: async ({ coordinator }) => ({ items: coordinator.identities.list() }),
+    handle: async ({ coordinator }) => ({ items: coordinator.access.listIdentities() }),
   }),
   apiRoute({
     method: "POST",
@@ -175,7 +169,7 @@ export const accessRoutes = [
     success: { status: 200, description: "The enrolment, revoked.", schema: identityView },
     errors: [404],
     handle: async ({ coordinator, params, principal }) =>
-      coordinator.identities.revoke(params.agentId, principal.name),
+      coordinator.access.revokeAgent(params.agentId, principal.name),
   }),
   apiRoute({
     method: "GET",
@@ -192,7 +186,7 @@ export const accessRoutes = [
       schema: z.object({ items: z.array(historyEntry) }),
     },
     handle: async ({ coordinator, params }) => ({
-      items: await coordinator.store.listJobHistory(params.id),
+      items: await coordinator.jobs.history(params.id),
     }),
   }),
 ];

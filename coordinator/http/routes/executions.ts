@@ -1,4 +1,3 @@
-import { AxError } from "../../../shared/errors.js";
 import { apiRoute } from "../route.js";
 import {
   executionDetailSchema,
@@ -23,7 +22,7 @@ export const executionRoutes = [
     query: executionsQuery,
     success: { status: 200, description: "One page.", schema: executionPageSchema },
     handle: async ({ coordinator, query }) =>
-      coordinator.store.pageExecutions({
+      coordinator.executions.list({
         limit: query.limit,
         ...(query.job === undefined ? {} : { jobId: query.job }),
         ...(query.state === undefined ? {} : { states: query.state }),
@@ -44,15 +43,7 @@ export const executionRoutes = [
     params: idParams,
     success: { status: 200, description: "The execution.", schema: executionDetailSchema },
     errors: [404],
-    handle: async ({ coordinator, params }) => {
-      const execution = await coordinator.store.getExecution(params.id);
-      if (!execution) {
-        throw new AxError("AX_EXEC_NOT_FOUND", `execution "${params.id}" not found`, {
-          context: { id: params.id },
-        });
-      }
-      return { execution, timeline: await coordinator.store.getTimeline(params.id) };
-    },
+    handle: async ({ coordinator, params }) => coordinator.executions.detail(params.id),
   }),
   apiRoute({
     method: "POST",
@@ -68,7 +59,7 @@ export const executionRoutes = [
     success: { status: 202, description: "The execution as it is now.", schema: executionSchema },
     errors: [404, 409],
     handle: async ({ coordinator, params, principal }) =>
-      coordinator.cancelExecution(params.id, principal.name),
+      coordinator.executions.cancel(params.id, principal.name),
   }),
   apiRoute({
     method: "POST",
@@ -83,7 +74,7 @@ export const executionRoutes = [
     success: { status: 201, description: "The new execution's id.", schema: retrySchema },
     errors: [404, 409],
     handle: async ({ coordinator, params, principal }) => ({
-      executionId: await coordinator.retryExecution(params.id, principal.name),
+      executionId: await coordinator.executions.retry(params.id, principal.name),
       retryOf: params.id,
     }),
   }),

@@ -1,6 +1,3 @@
-import { AxError } from "../../../shared/errors.js";
-import type { Coordinator } from "../../coordinator.js";
-import type { AgentRecord } from "../../store/port.js";
 import { apiRoute } from "../route.js";
 import {
   agentListSchema,
@@ -13,14 +10,6 @@ import {
   idParams,
 } from "../schemas.js";
 
-function agentView(coordinator: Coordinator, a: AgentRecord, inFlight: Record<string, number>) {
-  return {
-    ...a,
-    live: coordinator.registry.isLive(a.agentId, Date.now()),
-    inFlight: inFlight[a.agentId] ?? 0,
-  };
-}
-
 /** The fleet, device commands and events. */
 export const fleetRoutes = [
   apiRoute({
@@ -31,13 +20,7 @@ export const fleetRoutes = [
     summary: "List the agents the coordinator knows",
     tag: "fleet",
     success: { status: 200, description: "Every known agent, by id.", schema: agentListSchema },
-    handle: async ({ coordinator }) => {
-      const inFlight = await coordinator.store.countInFlightByAgent();
-      const agents = coordinator.registry
-        .list()
-        .sort((a, b) => (a.agentId < b.agentId ? -1 : a.agentId > b.agentId ? 1 : 0));
-      return { items: agents.map((a) => agentView(coordinator, a, inFlight)) };
-    },
+    handle: async ({ coordinator }) => ({ items: await coordinator.agents.list() }),
   }),
   apiRoute({
     method: "GET",
@@ -49,15 +32,7 @@ export const fleetRoutes = [
     params: idParams,
     success: { status: 200, description: "The agent.", schema: agentSchema },
     errors: [404],
-    handle: async ({ coordinator, params }) => {
-      const agent = coordinator.registry.get(params.id);
-      if (!agent) {
-        throw new AxError("AX_AGENT_NOT_FOUND", `agent "${params.id}" not found`, {
-          context: { agentId: params.id },
-        });
-      }
-      return agentView(coordinator, agent, await coordinator.store.countInFlightByAgent());
-    },
+    handle: async ({ coordinator, params }) => coordinator.agents.get(params.id),
   }),
   apiRoute({
     method: "POST",
@@ -67,8 +42,10 @@ export const fleetRoutes = [
     summary: "Send a device command",
     description:
       "To one agent (agentId) or to every known agent matching a tag selector that offers the " +
-      "handler (none: 404 AX_AGENT_NOT_FOUND). A command for an agentId not known yet is created " +
-      "anyway: it waits PENDING for the agent and is EXPIRED at its deadline if it never comes.",
+      "handler. An agentId the coordinator does not know (neither enrolled nor ever connected): " +
+      "404 AX_AGENT_NOT_FOUND, unless queue is true, when the command waits PENDING for that agent " +
+      "and is EXPIRED at its deadline if it never comes. An agent, or every agent the selector " +
+      "matches, without the handler: 409 AX_AGENT_NO_HANDLER. A refused command creates nothing.",
     tag: "fleet",
     body: commandBody,
     success: {
@@ -76,34 +53,19 @@ export const fleetRoutes = [
       description: "One execution per target agent.",
       schema: commandResultSchema,
     },
-    errors: [404],
+    errors: [404, 409],
     handle: async ({ coordinator, body, principal }) => {
-      const now = Date.now();
-      const at = body.at ?? now;
-      const deadline = body.deadline ?? at + 30_000;
-      if (deadline < now) {
-        throw new AxError("AX_API_INVALID_REQUEST", "the command's deadline has passed", {
-          context: {
-            issues: [
-              {
-                path: ["body", body.deadline === undefined ? "at" : "deadline"],
-                message: `is in the past (${new Date(deadline).toISOString()}); it could only expire`,
-              },
-            ],
-          },
-        });
-      }
       const common = {
         handler: body.handler,
         params: body.params,
-        at,
-        deadline,
         priority: body.priority,
+        ...(body.at === undefined ? {} : { at: body.at }),
+        ...(body.deadline === undefined ? {} : { deadline: body.deadline }),
         ...(body.timeout === undefined ? {} : { timeoutMs: body.timeout }),
       };
-      const targets = await coordinator.sendCommands(
+      const targets = await coordinator.commands.send(
         body.selector === undefined
-          ? { ...common, agentId: body.agentId as string }
+          ? { ...common, agentId: body.agentId as string, queue: body.queue }
           : { ...common, selector: body.selector.tags },
         principal.name,
       );
@@ -126,7 +88,7 @@ export const fleetRoutes = [
     success: { status: 202, description: "How many jobs fired.", schema: eventResultSchema },
     handle: async ({ coordinator, params, body }) => ({
       event: params.name,
-      fired: await coordinator.fireEvent(params.name, body.payload),
+      fired: await coordinator.jobs.fireEvent(params.name, body.payload),
     }),
   }),
 ];

@@ -3,7 +3,6 @@ import { apiRoute, Reply } from "../route.js";
 import { healthSchema, readinessSchema } from "../schemas.js";
 
 const VERSION = packageJson().version;
-const startedAt = Date.now();
 
 /** Liveness and readiness, public so that load balancers and orchestrators can probe them. */
 export const healthRoutes = [
@@ -15,10 +14,10 @@ export const healthRoutes = [
     summary: "Liveness: the process answers",
     tag: "health",
     success: { status: 200, description: "The coordinator process is up.", schema: healthSchema },
-    handle: async () => ({
+    handle: async ({ coordinator }) => ({
       status: "ok",
       version: VERSION,
-      uptimeS: Math.round((Date.now() - startedAt) / 1000),
+      uptimeS: Math.round(coordinator.uptimeMs() / 1000),
     }),
   }),
   apiRoute({

@@ -1,7 +1,5 @@
 import { AxError, isAxError } from "../../../shared/errors.js";
-import type { Coordinator } from "../../coordinator.js";
 import { jobDefinitionSchema } from "../../domain/job.js";
-import { preview } from "../../domain/schedule.js";
 import type { StoredJob } from "../../store/port.js";
 import { apiRoute } from "../route.js";
 import {
@@ -16,14 +14,17 @@ import {
   previewSchema,
 } from "../schemas.js";
 
-/** A stored job as the API shows it. */
+/**
+ * A stored job as the API shows it. A paused job shows no next fire time (issue 17): it has none
+ * until it is resumed, when its misfire policy decides. Its definition's `paused` is its state.
+ */
 export function jobView(job: StoredJob) {
   return {
     id: job.id,
     version: job.version,
-    definition: job.definition,
-    nextFireAt: job.nextFireAt,
-    paused: job.definition.paused,
+    definition: { ...job.definition, paused: job.paused },
+    nextFireAt: job.paused ? null : job.nextFireAt,
+    paused: job.paused,
     createdAt: job.createdAt,
     updatedAt: job.updatedAt,
     updatedBy: job.updatedBy,
@@ -31,12 +32,12 @@ export function jobView(job: StoredJob) {
 }
 
 /**
- * Stores a definition; a definition the coordinator refuses (a job firing after itself) is
+ * Runs a job write; a definition the coordinator refuses (a job firing after itself) is
  * AX_JOB_INVALID with its issues' paths under `body`.
  */
-async function put(coordinator: Coordinator, input: unknown, actor: string): Promise<StoredJob> {
+async function inBody(write: Promise<StoredJob>): Promise<StoredJob> {
   try {
-    return await coordinator.putJob(input, actor);
+    return await write;
   } catch (err) {
     const issues = isAxError(err, "AX_JOB_INVALID") ? err.context.issues : undefined;
     if (!Array.isArray(issues)) throw err;
@@ -50,10 +51,6 @@ async function put(coordinator: Coordinator, input: unknown, actor: string): Pro
       },
     });
   }
-}
-
-function notFound(id: string): AxError {
-  return new AxError("AX_JOB_NOT_FOUND", `job "${id}" not found`, { context: { jobId: id } });
 }
 
 export const jobRoutes = [
@@ -70,10 +67,7 @@ export const jobRoutes = [
     query: jobsQuery,
     success: { status: 200, description: "One page, by id.", schema: jobListSchema },
     handle: async ({ coordinator, query }) => {
-      const page = await coordinator.store.pageJobs({
-        limit: query.limit,
-        ...(query.cursor === undefined ? {} : { cursor: query.cursor }),
-      });
+      const page = await coordinator.jobs.list(query);
       return { items: page.items.map(jobView), nextCursor: page.nextCursor };
     },
   }),
@@ -88,18 +82,8 @@ export const jobRoutes = [
     body: jobDefinitionSchema,
     success: { status: 201, description: "The job as stored.", schema: jobSchema },
     errors: [409],
-    handle: async ({ coordinator, body, principal }) => {
-      if (await coordinator.store.getJob(body.id)) {
-        throw new AxError(
-          "AX_JOB_EXISTS",
-          `job "${body.id}" already exists; update it instead (PUT /api/jobs/${body.id}, ax job edit)`,
-          {
-            context: { jobId: body.id },
-          },
-        );
-      }
-      return jobView(await put(coordinator, body, principal.name));
-    },
+    handle: async ({ coordinator, body, principal }) =>
+      jobView(await inBody(coordinator.jobs.create(body, principal.name))),
   }),
   apiRoute({
     method: "GET",
@@ -111,11 +95,7 @@ export const jobRoutes = [
     params: idParams,
     success: { status: 200, description: "The job.", schema: jobSchema },
     errors: [404],
-    handle: async ({ coordinator, params }) => {
-      const job = await coordinator.store.getJob(params.id);
-      if (!job) throw notFound(params.id);
-      return jobView(job);
-    },
+    handle: async ({ coordinator, params }) => jobView(await coordinator.jobs.get(params.id)),
   }),
   apiRoute({
     method: "PUT",
@@ -139,8 +119,7 @@ export const jobRoutes = [
           },
         });
       }
-      if (!(await coordinator.store.getJob(params.id))) throw notFound(params.id);
-      return jobView(await put(coordinator, { ...body, id: params.id }, principal.name));
+      return jobView(await inBody(coordinator.jobs.update(params.id, body, principal.name)));
     },
   }),
   apiRoute({
@@ -156,7 +135,7 @@ export const jobRoutes = [
     success: { status: 204, description: "Deleted." },
     errors: [404],
     handle: async ({ coordinator, params, principal }) => {
-      await coordinator.deleteJob(params.id, principal.name);
+      await coordinator.jobs.delete(params.id, principal.name);
       return undefined;
     },
   }),
@@ -166,12 +145,15 @@ export const jobRoutes = [
     role: "operator",
     operationId: "pauseJob",
     summary: "Pause a job",
+    description:
+      "It fires nothing until resumed. Its state changes, not its definition: the version stays, " +
+      "the history records who paused it, and the job shows no next fire time while paused.",
     tag: "jobs",
     params: idParams,
     success: { status: 200, description: "The job, paused.", schema: jobSchema },
     errors: [404],
     handle: async ({ coordinator, params, principal }) =>
-      jobView(await coordinator.pauseJob(params.id, principal.name)),
+      jobView(await coordinator.jobs.pause(params.id, principal.name)),
   }),
   apiRoute({
     method: "POST",
@@ -179,13 +161,15 @@ export const jobRoutes = [
     role: "operator",
     operationId: "resumeJob",
     summary: "Resume a job",
-    description: "Fire times missed while paused follow the job's misfire policy.",
+    description:
+      "The version stays. Fire times missed while paused follow the job's misfire policy, applied " +
+      "at once: the job returned shows its next fire time after now.",
     tag: "jobs",
     params: idParams,
     success: { status: 200, description: "The job, resumed.", schema: jobSchema },
     errors: [404],
     handle: async ({ coordinator, params, principal }) =>
-      jobView(await coordinator.resumeJob(params.id, principal.name)),
+      jobView(await coordinator.jobs.resume(params.id, principal.name)),
   }),
   apiRoute({
     method: "POST",
@@ -199,7 +183,7 @@ export const jobRoutes = [
     success: { status: 202, description: "The executions created.", schema: executionIdsSchema },
     errors: [404],
     handle: async ({ coordinator, params, principal }) => ({
-      executionIds: await coordinator.triggerJobAll(params.id, principal.name),
+      executionIds: await coordinator.jobs.trigger(params.id, principal.name),
     }),
   }),
   apiRoute({
@@ -214,11 +198,9 @@ export const jobRoutes = [
     query: jobPreviewQuery,
     success: { status: 200, description: "The next n nominal fire times.", schema: previewSchema },
     errors: [404],
-    handle: async ({ coordinator, params, query }) => {
-      const job = await coordinator.store.getJob(params.id);
-      if (!job) throw notFound(params.id);
-      return { times: preview(job.definition.trigger, query.after ?? Date.now(), query.n) };
-    },
+    handle: async ({ coordinator, params, query }) => ({
+      times: await coordinator.jobs.preview(params.id, query),
+    }),
   }),
   apiRoute({
     method: "POST",
@@ -230,8 +212,8 @@ export const jobRoutes = [
     tag: "jobs",
     body: previewBody,
     success: { status: 200, description: "The next n nominal fire times.", schema: previewSchema },
-    handle: async ({ body }) => ({
-      times: preview(body.trigger, body.after ?? Date.now(), body.n),
+    handle: async ({ coordinator, body }) => ({
+      times: coordinator.jobs.previewTrigger(body.trigger, body),
     }),
   }),
 ];

@@ -33,6 +33,7 @@ interface JobRow {
   version: number;
   definition: string;
   next_fire_at: number | null;
+  paused: number;
   created_at: number;
   updated_at: number;
   updated_by: string | null;
@@ -107,10 +108,17 @@ function toJob(row: JobRow): StoredJob {
     version: row.version,
     definition: JSON.parse(row.definition) as JobDefinition,
     nextFireAt: row.next_fire_at,
+    paused: row.paused === 1,
     createdAt: row.created_at,
     updatedAt: row.updated_at,
     updatedBy: row.updated_by,
   };
+}
+
+/** A definition as versions compare it: `paused` is the job's state, not part of a version. */
+function versionedJson(definition: JobDefinition): string {
+  const { paused: _state, ...rest } = definition;
+  return canonicalJson(rest);
 }
 
 function toExecution(r: ExecutionRow): ExecutionRecord {
@@ -487,7 +495,7 @@ export class SqliteStore implements Store {
         const row = this.prepare("SELECT * FROM jobs WHERE id = ?").get(definition.id) as
           | JobRow
           | undefined;
-        if (row && canonicalJson(JSON.parse(row.definition)) === canonicalJson(definition)) {
+        if (row && versionedJson(JSON.parse(row.definition)) === versionedJson(definition)) {
           return toJob(row);
         }
         // A job deleted and created again continues its versions (deleteJob keeps them).
@@ -497,8 +505,7 @@ export class SqliteStore implements Store {
                updated_by)
              VALUES (@id, @version, @definition, @nextFireAt, @paused, @now, @now, @actor)
              ON CONFLICT (id) DO UPDATE SET version = @version, definition = @definition,
-               next_fire_at = @nextFireAt, paused = @paused, updated_at = @now,
-               updated_by = @actor`,
+               next_fire_at = @nextFireAt, updated_at = @now, updated_by = @actor`,
         ).run({
           id: definition.id,
           version,
@@ -514,12 +521,39 @@ export class SqliteStore implements Store {
         this.insertJobHistory({
           jobId: definition.id,
           at: now,
-          action: change.action ?? (row ? "updated" : "created"),
+          action: row ? "updated" : "created",
           version,
           actor: change.actor,
           detail: null,
         });
         return toJob(this.prepare("SELECT * FROM jobs WHERE id = ?").get(definition.id) as JobRow);
+      }),
+    );
+  }
+
+  async setJobPaused(
+    jobId: string,
+    paused: boolean,
+    now: number,
+    actor: string,
+  ): Promise<StoredJob | undefined> {
+    return wrap("setJobPaused", () =>
+      this.write(() => {
+        const row = this.prepare("SELECT * FROM jobs WHERE id = ?").get(jobId) as
+          | JobRow
+          | undefined;
+        if (!row) return undefined;
+        if ((row.paused === 1) === paused) return toJob(row);
+        this.prepare("UPDATE jobs SET paused = ? WHERE id = ?").run(paused ? 1 : 0, jobId);
+        this.insertJobHistory({
+          jobId,
+          at: now,
+          action: paused ? "paused" : "resumed",
+          version: row.version,
+          actor,
+          detail: null,
+        });
+        return toJob({ ...row, paused: paused ? 1 : 0 });
       }),
     );
   }
@@ -530,7 +564,7 @@ export class SqliteStore implements Store {
       // The definition's text is read only when the cache cannot answer: one query either way.
       const row = this.prepare(
         cached
-          ? "SELECT id, version, next_fire_at, created_at, updated_at, updated_by FROM jobs WHERE id = ?"
+          ? "SELECT id, version, next_fire_at, paused, created_at, updated_at, updated_by FROM jobs WHERE id = ?"
           : "SELECT * FROM jobs WHERE id = ?",
       ).get(id) as (Omit<JobRow, "definition"> & { definition?: string }) | undefined;
       if (!row) return undefined;
@@ -554,6 +588,7 @@ export class SqliteStore implements Store {
         version: row.version,
         definition,
         nextFireAt: row.next_fire_at,
+        paused: row.paused === 1,
         createdAt: row.created_at,
         updatedAt: row.updated_at,
         updatedBy: row.updated_by,

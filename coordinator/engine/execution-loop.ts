@@ -4,8 +4,8 @@ import { decideOverlap } from "../domain/overlap.js";
 import { eligibleAgents, hashKeyValue, Router } from "../domain/routing.js";
 import type { ExecutionRecord, PeerRecord } from "../store/port.js";
 import type { EngineContext } from "./context.js";
+import type { Fleet } from "./fleet.js";
 import type { Leases } from "./leases.js";
-import type { Registry } from "./registry.js";
 import { applyEvent } from "./transitions.js";
 
 const BATCH = 500;
@@ -15,7 +15,7 @@ const BATCH = 500;
  * redispatches what was not accepted in time, starts retries, expires what missed its deadline,
  * and times out runs the agent never finished.
  */
-export class Dispatcher {
+export class ExecutionLoop {
   private timer: ReturnType<EngineContext["clock"]["setTimer"]> | undefined;
   private running: Promise<void> | undefined;
   private again = false;
@@ -31,7 +31,7 @@ export class Dispatcher {
 
   constructor(
     private readonly ctx: EngineContext,
-    private readonly registry: Registry,
+    private readonly fleet: Fleet,
     private readonly leases: Leases,
   ) {}
 
@@ -81,7 +81,7 @@ export class Dispatcher {
     // While the coordinator's own link is down it can neither hear agents nor reach them: no
     // timeout that measures an agent counts then, and none restarts before the link is back.
     const linkUp = this.ctx.link.upSince;
-    await this.registry.sweep(now, linkUp);
+    await this.fleet.sweep(now, linkUp);
     const { store } = this.ctx;
     // Only what is due is read: a pass runs after every fire and burst of reports, and reading
     // every open execution each time cost more than acting on the few that changed. Device
@@ -92,7 +92,7 @@ export class Dispatcher {
     const horizon = now + this.ctx.config.commandHorizon;
     const due = await store.listDue(now, horizon, BATCH, {
       commandsBy: horizon,
-      skipTargets: this.registry.unreachable(),
+      skipTargets: this.fleet.unreachable(),
     });
 
     for (const exec of due.retry) {
@@ -149,7 +149,7 @@ export class Dispatcher {
       // The dispatch timeout counts only while the link is up and the agent online: a dispatch
       // sent into an outage is sent again once both are back, not failed for it. An agent gone
       // offline gets its work when it returns, if the deadline allows (the deadline ends it).
-      const agent = previous === null ? undefined : this.registry.get(previous);
+      const agent = previous === null ? undefined : this.fleet.get(previous);
       if (agent !== undefined && agent.status !== "online") continue;
       const since = Math.max(exec.dispatchedAt ?? 0, linkUp ?? now, agent?.connectedAt ?? 0);
       if (since + exec.dispatchTimeoutMs > now) continue;
@@ -160,15 +160,15 @@ export class Dispatcher {
       // redispatched everything it had not yet read lost 80 % of a benchmark's fires).
       if (
         previous !== null &&
-        this.registry.get(previous)?.status === "online" &&
-        !this.registry.heardSince(previous, since + exec.dispatchTimeoutMs)
+        this.fleet.get(previous)?.status === "online" &&
+        !this.fleet.heardSince(previous, since + exec.dispatchTimeoutMs)
       ) {
         continue;
       }
       // The agent that was sent the dispatch may well hold it (only its answer is missing): send
       // the next round to that same agent while it is live, so it can never run on two. Only an
       // agent gone offline is routed around — and it is sent a cancel for the old round first.
-      const stay = previous !== null && this.registry.isLive(previous, now);
+      const stay = previous !== null && this.fleet.isLive(previous, now);
       const agentId = stay
         ? previous
         : ((await this.route(exec, jobs, now)) ?? previous ?? undefined);
@@ -207,7 +207,7 @@ export class Dispatcher {
       // A run is timed out here only while its agent can be reached: an agent cut off keeps
       // running and timing out its own work, and reports it when it is back.
       const agentOnline =
-        exec.agentId !== null && this.registry.get(exec.agentId)?.status === "online";
+        exec.agentId !== null && this.fleet.get(exec.agentId)?.status === "online";
       if (exec.state === "RUNNING" && !agentOnline) continue;
       // Timeouts restart from the link's return: the agent may have reported meanwhile.
       const startedBy = exec.state === "RUNNING" ? (exec.startedAt ?? exec.fireAt) : exec.deadline;
@@ -327,7 +327,7 @@ export class Dispatcher {
    */
   private async checkLease(exec: ExecutionRecord, now: number, linkUp: number): Promise<boolean> {
     if (exec.agentId === null || exec.state !== "RUNNING") return false;
-    const agentLive = this.registry.get(exec.agentId)?.status === "online";
+    const agentLive = this.fleet.get(exec.agentId)?.status === "online";
     const decision = this.leases.check(exec, agentLive, now, linkUp);
     if (decision.action === "query") {
       await this.ctx.link
@@ -389,7 +389,7 @@ export class Dispatcher {
     now: number,
   ): Promise<string | undefined> {
     if (exec.targetAgentId !== null) {
-      if (!this.registry.isLive(exec.targetAgentId, now)) return undefined;
+      if (!this.fleet.isLive(exec.targetAgentId, now)) return undefined;
       this.router.noteDispatched(exec.targetAgentId, now);
       return exec.targetAgentId;
     }
@@ -400,9 +400,9 @@ export class Dispatcher {
     // busy agent's shard waits for it rather than moving away for good.
     const broadcast = routing.strategy === "SHARD_BROADCAST";
     const candidates = eligibleAgents(
-      this.registry.list(),
+      this.fleet.list(),
       exec.handler,
-      (a) => (broadcast ? a.status === "online" : this.registry.isLive(a.agentId, now)),
+      (a) => (broadcast ? a.status === "online" : this.fleet.isLive(a.agentId, now)),
       exec.tags,
     );
     if (routing.strategy === "LEAST_LOADED") {
@@ -425,7 +425,7 @@ export class Dispatcher {
       now,
     );
     if (chosen && counts) counts[chosen.agentId] = (counts[chosen.agentId] ?? 0) + 1;
-    if (chosen && broadcast && !this.registry.isLive(chosen.agentId, now)) return undefined;
+    if (chosen && broadcast && !this.fleet.isLive(chosen.agentId, now)) return undefined;
     return chosen?.agentId;
   }
 

@@ -9,7 +9,7 @@ export const MISSED_HEARTBEATS = 3;
  * The fleet as the coordinator knows it: a write-through cache over the store's agents table,
  * keyed by agentId and holding the current instanceId.
  */
-export class Registry {
+export class Fleet {
   private readonly agents = new Map<string, AgentRecord>();
   /** Agents that answered `busy`, passed over until the given wall time. */
   private readonly busyUntil = new Map<string, number>();

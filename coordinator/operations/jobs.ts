@@ -1,0 +1,247 @@
+import { AxError } from "../../shared/errors.js";
+import { TERMINAL_STATES } from "../../shared/fsm.js";
+import {
+  formatIssues,
+  type JobDefinitionInput,
+  jobDefinitionSchema,
+  type Trigger,
+} from "../domain/job.js";
+import { firstFireAt, preview } from "../domain/schedule.js";
+import type { EngineContext } from "../engine/context.js";
+import type { FiringLoop } from "../engine/firing.js";
+import { jobExecutions } from "../engine/job-executions.js";
+import { newExecutionId } from "../engine/transitions.js";
+import type { EventTriggers } from "../engine/triggers.js";
+import type { JobHistoryEntry, JobPage, StoredJob } from "../store/port.js";
+
+/** Which fire times a preview lists: `n` of them after `after` (UTC ms, default now). */
+export interface PreviewRequest {
+  n: number;
+  after?: number | undefined;
+}
+
+/** The outcome of one firing of a job, over all its shards. */
+export interface FiringOutcome {
+  state: "SUCCEEDED" | "RUNNING" | "FAILED";
+  shards: number;
+  byState: Record<string, number>;
+}
+
+export function jobNotFound(jobId: string): AxError {
+  return new AxError("AX_JOB_NOT_FOUND", `job "${jobId}" not found`, { context: { jobId } });
+}
+
+/** The definition checks beyond its schema's, as AX_JOB_INVALID with each issue's path. */
+function invalidJob(id: unknown, message: string, path: string[]): AxError {
+  return new AxError(
+    "AX_JOB_INVALID",
+    `job${typeof id === "string" ? ` "${id}"` : ""} is invalid\n${path.join(".")}: ${message}`,
+    { context: { issues: [{ path, message }] } },
+  );
+}
+
+/**
+ * Jobs: define, change, delete, pause, resume, fire by hand, preview, and read. Each operation
+ * validates, takes the time from the coordinator's clock, writes, and tells the loops that care.
+ */
+export class JobOperations {
+  constructor(
+    private readonly ctx: EngineContext,
+    private readonly firing: FiringLoop,
+    private readonly triggers: EventTriggers,
+    /** Tells the dispatch loop there is new work. */
+    private readonly kick: () => void,
+    /** Forgets a deleted job's routing state (round-robin cursor, sticky agent, shards). */
+    private readonly forgetRouting: (jobId: string) => void,
+  ) {}
+
+  /** One page of jobs in id order (see the store's `pageJobs`). */
+  async list(query: { limit: number; cursor?: string | undefined }): Promise<JobPage> {
+    return this.ctx.store.pageJobs({
+      limit: query.limit,
+      ...(query.cursor === undefined ? {} : { cursor: query.cursor }),
+    });
+  }
+
+  /** A job; AX_JOB_NOT_FOUND when there is none. */
+  async get(jobId: string): Promise<StoredJob> {
+    const job = await this.ctx.store.getJob(jobId);
+    if (!job) throw jobNotFound(jobId);
+    return job;
+  }
+
+  /** Stores version 1 of a new job; AX_JOB_EXISTS when the id is taken. */
+  async create(input: JobDefinitionInput | unknown, actor = "system"): Promise<StoredJob> {
+    const id = (input as { id?: unknown } | null)?.id;
+    if (typeof id === "string" && (await this.ctx.store.getJob(id))) {
+      throw new AxError(
+        "AX_JOB_EXISTS",
+        `job "${id}" already exists; update it instead (PUT /api/jobs/${id}, ax job edit)`,
+        { context: { jobId: id } },
+      );
+    }
+    return this.put(input, actor);
+  }
+
+  /**
+   * Replaces an existing job's definition (its `id` is `jobId`): a new version when it changed.
+   * AX_JOB_NOT_FOUND when there is no such job.
+   */
+  async update(
+    jobId: string,
+    input: Record<string, unknown>,
+    actor = "system",
+  ): Promise<StoredJob> {
+    if (!(await this.ctx.store.getJob(jobId))) throw jobNotFound(jobId);
+    return this.put({ ...input, id: jobId }, actor);
+  }
+
+  /**
+   * Validates a job definition and stores it: the job, or a new version when it changed, with
+   * `actor` (an API token's name) in its history. A new job starts paused when its definition
+   * says so; a stored one keeps its state (pause and resume change it).
+   */
+  async put(input: JobDefinitionInput | unknown, actor = "system"): Promise<StoredJob> {
+    const parsed = jobDefinitionSchema.safeParse(input);
+    if (!parsed.success) {
+      const id = (input as { id?: unknown } | null)?.id;
+      throw new AxError(
+        "AX_JOB_INVALID",
+        `job${typeof id === "string" ? ` "${id}"` : ""} is invalid\n${formatIssues(parsed.error)}`,
+        {
+          context: {
+            issues: parsed.error.issues.map((i) => ({
+              path: i.path.map(String),
+              message: i.message,
+            })),
+          },
+        },
+      );
+    }
+    const def = parsed.data;
+    if (def.trigger.type === "after" && def.trigger.job === def.id) {
+      throw invalidJob(def.id, "a job cannot fire after itself", ["trigger", "job"]);
+    }
+    const now = this.ctx.clock.wallNow();
+    const existing = await this.ctx.store.getJob(def.id);
+    const sameTrigger =
+      existing && JSON.stringify(existing.definition.trigger) === JSON.stringify(def.trigger);
+    // An unchanged trigger keeps its next fire time, so re-loading a jobs file fires nothing twice.
+    const nextFireAt = sameTrigger ? existing.nextFireAt : firstFireAt(def.trigger, now);
+    const job = await this.ctx.store.putJob(
+      existing ? { ...def, paused: existing.paused } : def,
+      nextFireAt,
+      now,
+      { actor },
+    );
+    this.triggers.invalidate();
+    await this.firing.rescan();
+    await this.ctx.store.flush();
+    return job;
+  }
+
+  /** Deletes a job: it fires no more; its executions stay. AX_JOB_NOT_FOUND when there is none. */
+  async delete(jobId: string, actor = "system"): Promise<void> {
+    if (!(await this.ctx.store.deleteJob(jobId, { actor, at: this.ctx.clock.wallNow() })))
+      throw jobNotFound(jobId);
+    this.triggers.invalidate();
+    this.forgetRouting(jobId);
+    await this.ctx.store.flush();
+  }
+
+  /**
+   * Pauses a job: it fires nothing until resumed. State, not a new version (issue 17): the
+   * history records who paused it. Pausing a paused job changes nothing.
+   */
+  async pause(jobId: string, actor = "system"): Promise<StoredJob> {
+    const job = await this.ctx.store.setJobPaused(jobId, true, this.ctx.clock.wallNow(), actor);
+    if (!job) throw jobNotFound(jobId);
+    this.triggers.invalidate();
+    await this.ctx.store.flush();
+    return job;
+  }
+
+  /**
+   * Resumes a job. Its next fire time, kept while it was paused, is due if it passed meanwhile:
+   * it is fired at once by the firing loop's path, so the times missed follow the job's misfire
+   * policy (FIRE_ONCE fires the latest now, SKIP none, CATCH_UP some) and are recorded as missed
+   * otherwise; the job returned has the next fire time after now.
+   */
+  async resume(jobId: string, actor = "system"): Promise<StoredJob> {
+    const job = await this.ctx.store.setJobPaused(jobId, false, this.ctx.clock.wallNow(), actor);
+    if (!job) throw jobNotFound(jobId);
+    this.triggers.invalidate();
+    await this.firing.fireIfDue(jobId);
+    await this.ctx.store.flush();
+    return (await this.ctx.store.getJob(jobId)) ?? job;
+  }
+
+  /**
+   * Fires a job now, outside its trigger (an operator's "run now"), with all its rules: shards,
+   * group, routing tags. Returns the ids of every execution created (one per shard).
+   */
+  async trigger(jobId: string, actor = "system"): Promise<string[]> {
+    const job = await this.get(jobId);
+    const now = this.ctx.clock.wallNow();
+    const executions = jobExecutions(job, now, now);
+    for (const e of executions) await this.ctx.store.createExecution(e, now, { actor });
+    await this.ctx.store.appendJobHistory({
+      jobId,
+      at: now,
+      action: "triggered",
+      version: job.version,
+      actor,
+      detail: { executionIds: executions.map((e) => e.id) },
+    });
+    await this.ctx.store.flush();
+    this.kick();
+    return executions.map((e) => e.id);
+  }
+
+  /** A stored job's next nominal fire times. */
+  async preview(jobId: string, req: PreviewRequest): Promise<number[]> {
+    const job = await this.get(jobId);
+    return this.previewTrigger(job.definition.trigger, req);
+  }
+
+  /** A trigger's next nominal fire times, stored or not. */
+  previewTrigger(trigger: Trigger, req: PreviewRequest): number[] {
+    return preview(trigger, req.after ?? this.ctx.clock.wallNow(), req.n);
+  }
+
+  /** Who changed a job or fired it by hand, oldest first (kept after the job is deleted). */
+  async history(jobId: string): Promise<JobHistoryEntry[]> {
+    return this.ctx.store.listJobHistory(jobId);
+  }
+
+  /**
+   * Fires every job listening for event `name` (as a message on `ax/v1/events/{name}` would),
+   * with `payload` merged into their params. Returns how many jobs fired.
+   */
+  async fireEvent(name: string, payload: Record<string, unknown> = {}): Promise<number> {
+    const fired = await this.triggers.onEvent(
+      name,
+      newExecutionId(this.ctx.clock.wallNow()),
+      payload,
+    );
+    await this.ctx.store.flush();
+    return fired;
+  }
+
+  /**
+   * The outcome of one firing of a job (all its shards): SUCCEEDED when every shard succeeded,
+   * RUNNING while any has not ended, FAILED otherwise; with the count of shards in each state.
+   */
+  async firingOutcome(jobId: string, scheduledFor: number): Promise<FiringOutcome> {
+    const execs = await this.ctx.store.listExecutions({ jobId, scheduledFor, limit: 10_000 });
+    const byState: Record<string, number> = {};
+    for (const e of execs) byState[e.state] = (byState[e.state] ?? 0) + 1;
+    const open = execs.some((e) => !TERMINAL_STATES.has(e.state));
+    const state = open
+      ? "RUNNING"
+      : execs.length > 0 && execs.every((e) => e.state === "SUCCEEDED")
+        ? "SUCCEEDED"
+        : "FAILED";
+    return { state, shards: execs.length, byState };
+  }
+}

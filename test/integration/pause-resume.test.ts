@@ -1,0 +1,123 @@
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { parseCoordinatorConfig } from "../../coordinator/config.js";
+import { Coordinator } from "../../coordinator/coordinator.js";
+import { FakeClock } from "../../shared/clock.js";
+import { type TestBroker, tempDir, testBroker } from "../helpers/env.js";
+
+const MINUTE = 60_000;
+// A minute boundary, so that `every 1m` fires at whole minutes.
+const T0 = 1_800_000_000_000 - (1_800_000_000_000 % MINUTE) + 10_000;
+
+/**
+ * Issue 17: pausing is state, not a new definition version; a paused job fires nothing; resuming
+ * hands the times missed to the job's misfire policy at once. Time is a fake clock; the broker
+ * and the store are real.
+ */
+describe("pause and resume", () => {
+  let broker: TestBroker;
+  let tmp: ReturnType<typeof tempDir>;
+  let clock: FakeClock;
+  let coordinator: Coordinator;
+
+  beforeAll(async () => {
+    broker = await testBroker();
+    tmp = tempDir();
+    clock = new FakeClock({ wall: T0 });
+    coordinator = new Coordinator(
+      parseCoordinatorConfig({
+        store: { path: `${tmp.dir}/ax.sqlite` },
+        mqtt: { url: broker.url, prefix: broker.prefix },
+        security: { messages: "off" },
+      }),
+      { clock },
+    );
+    await coordinator.start();
+  });
+
+  afterAll(async () => {
+    await coordinator?.close();
+    await broker?.close();
+    tmp?.cleanup();
+  });
+
+  const executions = async (jobId: string) =>
+    coordinator.store.listExecutions({ jobId, limit: 1000 });
+
+  it.each([
+    ["SKIP", 0],
+    ["FIRE_ONCE", 1],
+    ["CATCH_UP", 3],
+  ] as const)(
+    "keeps the version, fires nothing while paused, and resumes by policy %s",
+    async (policy, fired) => {
+      const id = `paused-${policy.toLowerCase()}`;
+      const created = await coordinator.putJob(
+        {
+          id,
+          handler: "echo",
+          trigger: { type: "every", every: "1m", anchor: 0 },
+          misfire: { policy, maxCatchUp: 3 },
+        },
+        "alice",
+      );
+      const firstFire = created.nextFireAt as number;
+      expect(firstFire).toBeGreaterThan(clock.wallNow());
+
+      const paused = await coordinator.pauseJob(id, "bob");
+      expect(paused).toMatchObject({ version: 1, paused: true, nextFireAt: firstFire });
+      // Pausing again changes nothing.
+      expect(await coordinator.pauseJob(id, "bob")).toEqual(paused);
+
+      // Ten minutes pass: ten nominal times, none fired.
+      const missedBefore = (await coordinator.store.counters()).missed_fires ?? 0;
+      for (let i = 0; i < 10; i++) clock.advance(MINUTE);
+      await coordinator.settle();
+      expect(await executions(id)).toEqual([]);
+
+      const resumedAt = clock.wallNow();
+      const resumed = await coordinator.resumeJob(id, "carol");
+      expect(resumed.version).toBe(1);
+      expect(resumed.paused).toBe(false);
+      // The next fire is the first nominal time after now, whatever the policy fired.
+      expect(resumed.nextFireAt).toBe(resumedAt - (resumedAt % MINUTE) + MINUTE);
+      const runs = await executions(id);
+      expect(runs).toHaveLength(fired);
+      // Fired late, they fire now; the rest of the ten are recorded as missed.
+      for (const e of runs) expect(e.fireAt).toBe(resumedAt);
+      expect((await coordinator.store.counters()).missed_fires).toBe(missedBefore + 10 - fired);
+
+      const history = await coordinator.store.listJobHistory(id);
+      expect(history.map((h) => [h.action, h.version, h.actor])).toEqual([
+        ["created", 1, "alice"],
+        ["paused", 1, "bob"],
+        ["resumed", 1, "carol"],
+      ]);
+      expect((await coordinator.store.getJob(id))?.version).toBe(1);
+      // Gone, it fires nothing while the next case moves the clock.
+      await coordinator.deleteJob(id);
+    },
+  );
+
+  it("keeps a paused job paused when its definition is stored again (a jobs file re-read)", async () => {
+    const def = { id: "reloaded", handler: "echo", trigger: { type: "every", every: "1m" } };
+    await coordinator.putJob(def, "jobs-file");
+    await coordinator.pauseJob("reloaded", "ops");
+    const again = await coordinator.putJob(def, "jobs-file");
+    expect(again).toMatchObject({ version: 1, paused: true });
+    const changed = await coordinator.putJob({ ...def, params: { v: 2 } }, "jobs-file");
+    expect(changed).toMatchObject({ version: 2, paused: true });
+  });
+
+  it("starts a job paused when its first definition says so", async () => {
+    const job = await coordinator.putJob({
+      id: "born-paused",
+      handler: "echo",
+      trigger: { type: "every", every: "1m" },
+      paused: true,
+    });
+    expect(job).toMatchObject({ version: 1, paused: true });
+    clock.advance(2 * MINUTE);
+    await coordinator.settle();
+    expect(await executions("born-paused")).toEqual([]);
+  });
+});
