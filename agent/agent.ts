@@ -406,7 +406,10 @@ export class Agent {
         this.welcomed = true;
         if (this.helloTimer !== undefined) this.clock.clearTimer(this.helloTimer);
         this.helloTimer = undefined;
-        this.log("info", "welcomed by the coordinator", { offsetMs: this.sync.offsetMs });
+        this.log("info", "welcomed by the coordinator", {
+          offsetMs: this.sync.offsetMs,
+          uncertaintyMs: this.sync.uncertaintyMs,
+        });
         this.replayOutbox();
         this.replays.ran();
         this.scheduleHeartbeat(0);
