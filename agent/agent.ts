@@ -91,6 +91,8 @@ export class Agent {
   private helloTimer: TimerHandle | undefined;
   private heartbeatTimer: TimerHandle | undefined;
   private stopped = false;
+  /** See {@link arrivedAt}. */
+  private turnArrivedAt: number | undefined;
   /** Dispatches and the highest ack received since the last batch (see flushBatch). */
   private pendingDispatches: Dispatch[] = [];
   private pendingAck = 0;
@@ -305,8 +307,25 @@ export class Agent {
     }
   }
 
+  /**
+   * When the messages being handled arrived (local time): read once per turn of the loop, so
+   * every message of one read from the socket has the time it arrived, not the time the ones
+   * before it in that read were done with (a clock sample behind a burst of dispatches).
+   */
+  private arrivedAt(): number {
+    let at = this.turnArrivedAt;
+    if (at === undefined) {
+      at = this.time.localNow();
+      this.turnArrivedAt = at;
+      queueMicrotask(() => {
+        this.turnArrivedAt = undefined;
+      });
+    }
+    return at;
+  }
+
   private handleMessage(topic: string, payload: Buffer): void {
-    const receivedLocal = this.time.localNow();
+    const receivedLocal = this.arrivedAt();
     let body = payload;
     let signedAt: number | undefined;
     if (this.auth !== undefined) {
@@ -387,7 +406,10 @@ export class Agent {
         this.welcomed = true;
         if (this.helloTimer !== undefined) this.clock.clearTimer(this.helloTimer);
         this.helloTimer = undefined;
-        this.log("info", "welcomed by the coordinator", { offsetMs: this.sync.offsetMs });
+        this.log("info", "welcomed by the coordinator", {
+          offsetMs: this.sync.offsetMs,
+          uncertaintyMs: this.sync.uncertaintyMs,
+        });
         this.replayOutbox();
         this.replays.ran();
         this.scheduleHeartbeat(0);
@@ -492,6 +514,12 @@ export class Agent {
     this.heartbeatTimer = undefined;
     if (this.stopped) return;
     this.executor.flush(); // the counts, the outbox and the purge below read the journal
+    // Retention: terminal commands past their window go, a small batch at a time so no
+    // synchronous chunk of agent work grows long. Before the heartbeat, not after it: its bytes
+    // leave when this turn of the loop ends, and what runs between its sentAt (t0) and then
+    // counts as round trip in its clock sample.
+    this.journal.purge(200);
+    this.executor.tidy();
     if (this.welcomed && this.link.connected) {
       const counts = this.executor.counts;
       const sentAt = this.coordNow();
@@ -528,10 +556,6 @@ export class Agent {
         this.ackStallSince = now;
       }
     }
-    // Retention: terminal commands past their window go, a small batch at a time so no
-    // synchronous chunk of agent work grows long.
-    this.journal.purge(200);
-    this.executor.tidy();
     this.scheduleHeartbeat(this.heartbeatMs);
   }
 

@@ -1,17 +1,20 @@
 import { Agent, type AgentDeps, type AgentLogger } from "./agent.js";
 import type { AgentConfig } from "./config.js";
 
-/** A JSON-lines logger on stderr, tagged with the agent's id. */
+/**
+ * A JSON-lines logger on stderr, tagged with the agent's id. Its lines have the coordinator's
+ * fields (docs/operations.md, "Logs"): `time` (ISO 8601, UTC, ms), `level`, `component`, `msg`.
+ */
 export function jsonLogger(
   agentId: string,
   minLevel: "debug" | "info" | "warn" | "error" = "info",
+  write: (line: string) => void = (line) => process.stderr.write(line),
 ): AgentLogger {
   const order = { debug: 0, info: 1, warn: 2, error: 3 };
   return (level, msg, fields) => {
     if (order[level] < order[minLevel]) return;
-    process.stderr.write(
-      `${JSON.stringify({ t: new Date().toISOString(), level, agentId, msg, ...fields })}\n`,
-    );
+    const time = new Date().toISOString();
+    write(`${JSON.stringify({ time, level, component: "agent", agentId, msg, ...fields })}\n`);
   };
 }
 

@@ -26,6 +26,7 @@ function rig() {
     journal,
     coordNow: () => time.coordNow(),
     toMono: (t) => time.toMono(t),
+    uncertaintyMs: () => sync.uncertaintyMs,
     envelope: (body, seq) => ({ ...envelope(body, time.coordNow()), seq }) as Report,
     publish: (r) => reports.push(r),
     concurrency: 4,
@@ -102,4 +103,48 @@ describe("agent time", () => {
       for (const x of s) expect(x.lateMs).toBeLessThanOrEqual(20);
     },
   );
+
+  it("waits out the estimate's uncertainty: never early on the coordinator's clock, late by that much at most twice", async () => {
+    const { clock, sync, time, dispatch, started } = rig();
+    // The coordinator's clock is 30 ms ahead of this agent's. One clock sample whose request
+    // took 40.5 ms and whose answer 0.5 ms: the estimate is 50 ms, 20 ms ahead of the truth,
+    // and says ± 20.5.
+    const TRUE = 30;
+    const sample = (up: number, down: number) => {
+      const t0 = time.coordNow();
+      sync.stamp(t0);
+      clock.advance(up);
+      const t1 = time.localNow() + TRUE;
+      clock.advance(down);
+      sync.addSample({ t0, t1, t2: t1 }, time.localNow());
+    };
+    sample(40.5, 0.5);
+    expect(sync.offsetMs).toBe(50);
+    expect(sync.uncertaintyMs).toBe(20.5);
+    const trueNow = () => time.localNow() + TRUE;
+    const fireAt = trueNow() + 1_000;
+    dispatch("j-1", fireAt);
+    let startedAtTrue: number | undefined;
+    for (let step = 0; step < 1_100 && startedAtTrue === undefined; step += 0.5) {
+      clock.advance(0.5);
+      await Promise.resolve();
+      if (started().length > 0) startedAtTrue = trueNow();
+    }
+    // Fired on the estimate alone it would have started 20 ms early.
+    expect(startedAtTrue).toBeGreaterThanOrEqual(fireAt);
+    expect(startedAtTrue).toBeLessThanOrEqual(fireAt + 2 * 20.5);
+    expect(started()[0]?.lateMs).toBeGreaterThanOrEqual(20.5);
+    // A prompt sample shrinks the bound, and with it the wait.
+    sample(0.5, 0.5);
+    expect(sync.offsetMs).toBe(TRUE);
+    expect(sync.uncertaintyMs).toBe(0.5);
+    const next = trueNow() + 1_000;
+    dispatch("j-2", next);
+    clock.advance(1_000);
+    await Promise.resolve();
+    expect(started().map((s) => s.executionId)).toEqual(["j-1"]);
+    clock.advance(0.5);
+    await Promise.resolve();
+    expect(started().map((s) => s.executionId)).toEqual(["j-1", "j-2"]);
+  });
 });

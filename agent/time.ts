@@ -5,7 +5,7 @@ import type { ClockSync } from "../shared/clock-sync.js";
  * The agent's idea of coordinator time. It is built on the monotonic clock, anchored to the wall
  * clock once at start, plus the NTP-style offset estimate: a later jump of the device's wall
  * clock (an NTP step, a user setting the date) moves nothing, so a command never fires early or
- * late because of it. Only a new offset sample moves it.
+ * late because of it. Only the offset estimate moves it, when a better clock sample comes.
  */
 export class AgentTime {
   /** Local time = monoNow() + base (wall time as it was at start, advancing monotonically). */

@@ -1,34 +1,80 @@
 import type { ClockSample } from "./protocol/session.js";
 
-/** One NTP-style measurement: the offset to add to local time, and the round trip it took. */
+/** One NTP-style measurement: the offset to add to local time, its round trip, and when it came. */
 export interface OffsetSample {
   offsetMs: number;
   rttMs: number;
+  /** Local time the answer arrived (t3). */
+  atMs: number;
+}
+
+/** Options of {@link ClockSync}. */
+export interface ClockSyncOptions {
+  /** Recent samples kept as candidates, besides the one in use. @default 8 */
+  windowSize?: number;
+  /**
+   * How fast a sample's error bound grows with its age, in ms per ms: the most the agent's and
+   * the coordinator's clocks may differ in rate. @default 50e-6 (50 ppm, a free-running crystal)
+   */
+  driftRate?: number;
 }
 
 /**
+ * The coordinator stamps t1 and t2 in whole milliseconds, so a round trip computed from them may
+ * come out this much below zero, and two samples that agree may differ by this much more than
+ * their bounds allow.
+ */
+const RESOLUTION_MS = 1;
+
+/** Consecutive samples that must disagree with the one in use before they replace it. */
+const STEP_SAMPLES = 3;
+
+/**
  * Estimates the offset from the agent's local timeline to the coordinator's clock from the four
- * NTP timestamps, keeping the minimum-round-trip sample of a sliding window (the one least
- * disturbed by queueing). Until the first sample the offset is 0 (rule 4).
+ * NTP timestamps, in the manner of NTP's clock filter. Each sample bounds the true offset within
+ * ± half its round trip; that bound grows with the sample's age at the drift rate. The estimate
+ * is the sample with the smallest bound among the last few and the one already in use, so:
+ *
+ * - a sample with a long or lopsided round trip never replaces a better one (issue 17: a broker
+ *   that held every answer 40 ms made the old minimum-of-the-last-eight flip to −20 ± 20 ms each
+ *   time its one good sample slid out of the window);
+ * - a sample whose bound does not overlap the estimate's is set aside, so a single bad sample
+ *   moves nothing; only {@link STEP_SAMPLES} in a row (the coordinator's clock was stepped) do;
+ * - one with a round trip below zero (impossible timestamps) is refused.
+ *
+ * Until the first sample the offset is 0 (rule 4).
  */
 export class ClockSync {
-  private readonly window: OffsetSample[] = [];
+  private window: OffsetSample[] = [];
+  /** Samples in a row that disagree with the estimate (see the class comment). */
+  private disagreeing: OffsetSample[] = [];
   /** The offset each outgoing message was stamped with, keyed by its `sentAt` (rule 12). */
   private readonly stamped = new Map<number, number>();
   private best: OffsetSample | undefined;
+  /** Local time of the newest sample: the bounds below are as of then. */
+  private latestAt = 0;
+  private readonly windowSize: number;
+  private readonly driftRate: number;
 
-  constructor(private readonly windowSize = 8) {}
+  constructor(options: ClockSyncOptions = {}) {
+    this.windowSize = options.windowSize ?? 8;
+    this.driftRate = options.driftRate ?? 50e-6;
+  }
 
   /** The current offset estimate (coordinator time = local time + offset). */
   get offsetMs(): number {
     return this.best?.offsetMs ?? 0;
   }
 
-  /** Half the round trip of the sample in use: the true offset lies within ± this. */
+  /**
+   * The bound of the sample in use, as of the newest sample: half its round trip plus its drift
+   * since. The true offset lies within offsetMs ± this.
+   */
   get uncertaintyMs(): number {
-    return this.best ? this.best.rttMs / 2 : 0;
+    return this.best ? this.bound(this.best, this.latestAt) : 0;
   }
 
+  /** Samples accepted and kept (0 until the first one). */
   get sampleCount(): number {
     return this.window.length;
   }
@@ -44,18 +90,57 @@ export class ClockSync {
 
   /**
    * Adds a sample from a welcome or time answer received at local time `localT3`. Returns false
-   * when t0 matches no message this process stamped (a stale or foreign answer).
+   * when it is not used: t0 matches no message this process stamped (a stale or foreign answer),
+   * or its timestamps give a round trip below zero.
    */
   addSample(clock: ClockSample, localT3: number): boolean {
     const offsetAtT0 = this.stamped.get(clock.t0);
     if (offsetAtT0 === undefined) return false;
     this.stamped.delete(clock.t0);
     const localT0 = clock.t0 - offsetAtT0;
-    const rttMs = Math.max(0, localT3 - localT0 - (clock.t2 - clock.t1));
-    const offsetMs = (clock.t1 - localT0 + (clock.t2 - localT3)) / 2;
-    this.window.push({ offsetMs, rttMs });
-    if (this.window.length > this.windowSize) this.window.shift();
-    this.best = this.window.reduce((a, b) => (b.rttMs < a.rttMs ? b : a));
+    const rttMs = localT3 - localT0 - (clock.t2 - clock.t1);
+    if (rttMs < -RESOLUTION_MS) return false;
+    const sample: OffsetSample = {
+      offsetMs: (clock.t1 - localT0 + (clock.t2 - localT3)) / 2,
+      rttMs: Math.max(0, rttMs),
+      atMs: localT3,
+    };
+    this.latestAt = Math.max(this.latestAt, localT3);
+    const best = this.best;
+    if (best !== undefined && !this.agree(sample, best)) {
+      this.disagreeing.push(sample);
+      if (this.disagreeing.length < STEP_SAMPLES) return true;
+      // Several in a row: the coordinator's clock has moved; what came before no longer holds.
+      this.window = this.disagreeing;
+      this.best = undefined;
+    } else {
+      this.window.push(sample);
+      if (this.window.length > this.windowSize) this.window.shift();
+    }
+    this.disagreeing = [];
+    let chosen = this.best;
+    for (const s of this.window) {
+      if (
+        chosen === undefined ||
+        this.bound(s, this.latestAt) < this.bound(chosen, this.latestAt)
+      ) {
+        chosen = s;
+      }
+    }
+    this.best = chosen;
     return true;
+  }
+
+  /** A sample's error bound at local time `at`. */
+  private bound(s: OffsetSample, at: number): number {
+    return s.rttMs / 2 + Math.max(0, at - s.atMs) * this.driftRate;
+  }
+
+  /** True when the two samples' bounds overlap: both can be right. */
+  private agree(a: OffsetSample, b: OffsetSample): boolean {
+    const at = this.latestAt;
+    return (
+      Math.abs(a.offsetMs - b.offsetMs) <= this.bound(a, at) + this.bound(b, at) + RESOLUTION_MS
+    );
   }
 }
