@@ -1,23 +1,26 @@
 import type { ExecSnapshot, ExecState } from "../../shared/fsm.js";
 import type { JobDefinition } from "../domain/job.js";
+import type {
+  AgentRecord,
+  ExecutionKind,
+  ExecutionRecord,
+  StoredJob,
+  TimelineEntry,
+} from "./records.js";
 
-/** A job as stored: its current definition and version, and when it fires next. */
+// The records are defined once, as zod schemas, in records.ts; the port speaks in their types.
+export type {
+  AgentRecord,
+  ExecutionKind,
+  ExecutionRecord,
+  StoredJob,
+  TimelineEntry,
+} from "./records.js";
+
 /** A page of jobs; `nextCursor` is null on the last page. */
 export interface JobPage {
   items: StoredJob[];
   nextCursor: string | null;
-}
-
-export interface StoredJob {
-  id: string;
-  version: number;
-  definition: JobDefinition;
-  /** Next nominal fire time (UTC ms), or null when the trigger is exhausted. */
-  nextFireAt: number | null;
-  createdAt: number;
-  updatedAt: number;
-  /** Who wrote the current version (an API token's name, or `system`); null before 0.x. */
-  updatedBy: string | null;
 }
 
 /** What a change to a job was, in its history. */
@@ -58,50 +61,6 @@ export interface ApiTokenRecord {
   createdBy: string;
   /** Last time a request used it (kept to the minute). */
   lastUsedAt: number | null;
-}
-
-export type ExecutionKind = "job" | "command";
-
-/** An execution row. `snapshot` holds what the state machine needs. */
-export interface ExecutionRecord extends ExecSnapshot {
-  id: string;
-  kind: ExecutionKind;
-  jobId: string | null;
-  jobVersion: number | null;
-  handler: string;
-  params: Record<string, unknown>;
-  /** For commands: the agent it must run on. */
-  targetAgentId: string | null;
-  agentId: string | null;
-  /** The nominal time (jobs) or requested time (commands); the agent fires at it. */
-  fireAt: number;
-  deadline: number;
-  timeoutMs: number;
-  dispatchTimeoutMs: number;
-  priority: number;
-  retryBaseMs: number;
-  retryCapMs: number;
-  createdAt: number;
-  updatedAt: number;
-  dispatchedAt: number | null;
-  startedAt: number | null;
-  finishedAt: number | null;
-  lateMs: number | null;
-  nextAttemptAt: number | null;
-  result: Record<string, unknown> | null;
-  /** Error or status text, capped by the store at its byte limit (never inside a character). */
-  message: string | null;
-  /** The size in UTF-8 bytes of `message` as written, before the cap; null when there is none. */
-  messageBytes: number | null;
-  /** The nominal time a job execution fired for (null for commands and manual runs). */
-  scheduledFor: number | null;
-  /** This execution's shard of its firing, when the job is sharded. */
-  shardIndex: number | null;
-  shardTotal: number | null;
-  /** Executions with the same group key run one at a time across the fleet. */
-  groupKey: string | null;
-  /** Agent tags required to run it (all must match). */
-  tags: Record<string, string>;
 }
 
 /** Fields a new execution may leave out (they default to null / {}). */
@@ -159,24 +118,6 @@ export type PeerRecord = Pick<
   "id" | "state" | "createdAt" | "jobId" | "scheduledFor" | "shardTotal"
 >;
 
-/** One entry of an execution's timeline. */
-export interface TimelineEntry {
-  executionId: string;
-  seq: number;
-  at: number;
-  event: string;
-  fromState: ExecState | null;
-  toState: ExecState;
-  round: number;
-  agentId: string | null;
-  /** Why, when the event carried a reason (`detail.reason`): an overlap skip, a lease fail-over… */
-  reason: string | null;
-  /** As written, or `{ truncated: true, bytes }` when its JSON was over the store's byte limit. */
-  detail: Record<string, unknown> | null;
-  /** Who asked for it (`detail.actor`: an API token's name) when an operator did. */
-  actor: string | null;
-}
-
 /** Fields a transition may change besides the snapshot. */
 export type ExecutionPatch = Partial<
   Pick<
@@ -225,30 +166,6 @@ export interface TimelineStep {
   agentId: string | null;
   at: number;
   detail?: Record<string, unknown>;
-}
-
-/** What an agent's hello and heartbeats tell the registry. */
-export interface AgentRecord {
-  agentId: string;
-  instanceId: string;
-  journalId: string;
-  /** Highest contiguous report seq stored for this journal (rule 1). */
-  ackedSeq: number;
-  status: "online" | "offline";
-  profile: string;
-  bundleVersion: string;
-  bundleSha256: string;
-  handlers: string[];
-  concurrency: number;
-  queue: number;
-  tags: Record<string, string>;
-  connectedAt: number;
-  lastSeenAt: number;
-  clockOffsetMs: number;
-  clockUncertaintyMs: number;
-  load: number;
-  journalDepth: number;
-  outboxDepth: number;
 }
 
 /**
