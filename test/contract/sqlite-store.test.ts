@@ -23,6 +23,7 @@ import {
   TERMINAL_SQL,
 } from "../../coordinator/store/sqlite/sqlite-store.js";
 import { migrate } from "../../shared/migrate.js";
+import { axFailure } from "../helpers/ax-error.js";
 import { waitFor } from "../helpers/env.js";
 import { jobDef, newExecution, storeContract } from "./store.contract.js";
 
@@ -406,12 +407,39 @@ describe("SqliteStore (SQLite specifics)", () => {
     expect(fdsOn(path)).toBe(fdsBefore);
   });
 
-  it("refuses a file that is not a database with AX_STORE_FAILED, and closes it", () => {
+  it("refuses a file that is not a database with AX_STORE_FAILED naming it, and closes it", () => {
     writeFileSync(path, "this is not a database, just text that is long enough ".repeat(40));
-    expect(() => open()).toThrow(
-      expect.objectContaining({ name: "AxError", code: "AX_STORE_FAILED" }),
+    expect(axFailure(() => open())).toBe(
+      `AX_STORE_FAILED: store ${path}: cannot open: file is not a database`,
     );
     expect(fdsOn(path)).toBe(0);
+  });
+
+  describe("read-only", () => {
+    const openReadonly = () => {
+      const s = new SqliteStore({ path, readonly: true });
+      stores.push(s);
+      return s;
+    };
+
+    it("reads what a writer stored, and refuses to write", async () => {
+      const writer = open();
+      await writer.putJob(jobDef("ro"), 5_000, 1_000);
+      const reader = openReadonly();
+      expect((await reader.getJob("ro"))?.nextFireAt).toBe(5_000);
+      await expect(reader.putJob(jobDef("ro2"), 5_000, 1_000)).rejects.toMatchObject({
+        code: "AX_STORE_FAILED",
+        message: expect.stringContaining("readonly"),
+      });
+      expect(await writer.getJob("ro2")).toBeUndefined();
+    });
+
+    it("refuses a missing store, and leaves no file behind", () => {
+      expect(axFailure(() => openReadonly())).toBe(
+        `AX_STORE_FAILED: store ${path}: cannot open: no such file`,
+      );
+      expect(readdirSync(dir)).toEqual([]);
+    });
   });
 
   it("migration 2 records the byte size of messages already stored", async () => {

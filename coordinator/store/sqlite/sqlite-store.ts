@@ -1,7 +1,7 @@
-import Database from "better-sqlite3";
+import type Database from "better-sqlite3";
 import { AxError } from "../../../shared/errors.js";
 import { type ExecState, TERMINAL_STATES } from "../../../shared/fsm.js";
-import { migrate } from "../../../shared/migrate.js";
+import { openSqlite, openSqliteReadonly } from "../../../shared/sqlite.js";
 import { WalCheckpointer } from "../../../shared/wal-checkpoint.js";
 import type { JobDefinition } from "../../domain/job.js";
 import { decodeExecutionCursor, encodeExecutionCursor } from "../cursor.js";
@@ -279,6 +279,12 @@ export interface SqliteStoreOptions {
    * @default "inline"
    */
   checkpoint?: "thread" | "inline";
+  /**
+   * Open an existing store for reading only: a missing file, or one whose schema is not this
+   * build's, is refused (AX_STORE_FAILED, AX_STORE_MIGRATION); writes fail with AX_STORE_FAILED.
+   * @default false
+   */
+  readonly?: boolean;
 }
 
 /** A group commit is forced after this many writes, which bounds a transaction's size. */
@@ -325,26 +331,23 @@ export class SqliteStore implements Store {
     this.maxErrorTextBytes = options.maxErrorTextBytes ?? DEFAULT_MAX_ERROR_TEXT_BYTES;
     this.groupCommit = options.groupCommit ?? false;
     this.commitIntervalMs = options.commitIntervalMs ?? 0;
-    this.db = wrap("open", () => new Database(options.path));
+    const open = {
+      label: "store",
+      // WAL with NORMAL loses at most the last transactions on power loss, never consistency.
+      synchronous: "NORMAL",
+      // 64 MiB of page cache (SQLite's default is 2 MiB): the open executions' indexes, the
+      // jobs' next-fire index and the newest rows stay in memory instead of being read back
+      // from the file for every transition.
+      cacheKiB: 65536,
+    } as const;
+    this.db = options.readonly
+      ? openSqliteReadonly(options.path, { ...open, migrations: SQLITE_MIGRATIONS })
+      : openSqlite(options.path, {
+          ...open,
+          migrations: { steps: SQLITE_MIGRATIONS, now: this.nowMs() },
+        });
     try {
-      wrap("configure", () => {
-        this.db.pragma("journal_mode = WAL");
-        // WAL with NORMAL loses at most the last transactions on power loss, never consistency.
-        this.db.pragma("synchronous = NORMAL");
-        // 64 MiB of page cache (SQLite's default is 2 MiB): the open executions' indexes, the
-        // jobs' next-fire index and the newest rows stay in memory instead of being read back
-        // from the file for every transition.
-        this.db.pragma("cache_size = -65536");
-        // Each write of a group commit runs in a savepoint, whose first change to a page copies
-        // the page to a sub-journal. With temp files that journal spills to disk past 64 KiB and
-        // then costs two pwrite calls per page copied: measured at 13 % of the coordinator's CPU
-        // at 2,000 fires/s. In memory it is a copy, bounded by one group's pages.
-        this.db.pragma("temp_store = MEMORY");
-        this.db.pragma("busy_timeout = 5000");
-        this.db.pragma("foreign_keys = ON");
-      });
-      migrate(this.db, SQLITE_MIGRATIONS, (options.now ?? Date.now)());
-      if (options.checkpoint === "thread" && options.path !== ":memory:") {
+      if (options.checkpoint === "thread" && options.path !== ":memory:" && !options.readonly) {
         this.checkpointer = new WalCheckpointer(this.db, {
           path: options.path,
           synchronous: "NORMAL",
