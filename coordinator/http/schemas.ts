@@ -13,8 +13,11 @@ import {
 } from "../domain/job.js";
 import {
   agentRecordSchema,
+  apiTokenRecordSchema,
   executionKindSchema,
   executionRecordSchema,
+  identityRecordSchema,
+  jobHistoryEntrySchema,
   storedJobSchema,
   timelineEntrySchema,
 } from "../store/records.js";
@@ -295,6 +298,15 @@ export const eventResultSchema = z.object({
   fired: z.number().int().meta({ description: "How many jobs the event fired." }),
 });
 
+/** An API token as the API shows it: its record, never its digest. */
+export const tokenViewSchema = apiTokenRecordSchema.omit({ digest: true });
+
+/** An agent's enrolment, as stored. */
+export const identitySchema = identityRecordSchema;
+
+/** One entry of a job's history, as stored. */
+export { jobHistoryEntrySchema };
+
 // --- the API's answers as types, for its clients (the CLI) --------------------------------------
 
 export type JobView = z.output<typeof jobSchema>;
@@ -306,3 +318,5 @@ export type RetryResult = z.output<typeof retrySchema>;
 export type AgentView = z.output<typeof agentSchema>;
 export type AgentList = z.output<typeof agentListSchema>;
 export type CommandResult = z.output<typeof commandResultSchema>;
+export type TokenView = z.output<typeof tokenViewSchema>;
+export type IdentityView = z.output<typeof identitySchema>;

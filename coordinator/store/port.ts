@@ -2,8 +2,11 @@ import type { ExecSnapshot, ExecState } from "../../shared/fsm.js";
 import type { JobDefinition } from "../domain/job.js";
 import type {
   AgentRecord,
+  ApiTokenRecord,
   ExecutionKind,
   ExecutionRecord,
+  IdentityRecord,
+  JobHistoryEntry,
   StoredJob,
   TimelineEntry,
 } from "./records.js";
@@ -11,8 +14,12 @@ import type {
 // The records are defined once, as zod schemas, in records.ts; the port speaks in their types.
 export type {
   AgentRecord,
+  ApiTokenRecord,
   ExecutionKind,
   ExecutionRecord,
+  IdentityRecord,
+  JobAction,
+  JobHistoryEntry,
   StoredJob,
   TimelineEntry,
 } from "./records.js";
@@ -23,44 +30,10 @@ export interface JobPage {
   nextCursor: string | null;
 }
 
-/** What a change to a job was, in its history. */
-export type JobAction = "created" | "updated" | "paused" | "resumed" | "deleted" | "triggered";
-
-/** One entry of a job's history: who changed it, or fired it by hand, and when. */
-export interface JobHistoryEntry {
-  jobId: string;
-  /** 1, 2, … per job, in order. */
-  seq: number;
-  at: number;
-  action: JobAction;
-  /** The version written (created…resumed), the one deleted or the one fired. */
-  version: number | null;
-  /** The API token's name that did it, or `system` (the jobs file, the engine). */
-  actor: string;
-  /** Such as the execution ids a trigger created. */
-  detail: Record<string, unknown> | null;
-}
-
 /** Who changes a job, for its history (and what, when it is a pause or a resume). */
 export interface JobChange {
   actor: string;
   action?: "paused" | "resumed";
-}
-
-/**
- * An API token made through the API (`POST /api/tokens`). Only the SHA-256 digest of the token
- * is kept, so a copy of the store is no credential.
- */
-export interface ApiTokenRecord {
-  name: string;
-  role: "viewer" | "operator" | "admin";
-  /** SHA-256 of the token, hex. */
-  digest: string;
-  createdAt: number;
-  /** The name of the token that created it. */
-  createdBy: string;
-  /** Last time a request used it (kept to the minute). */
-  lastUsedAt: number | null;
 }
 
 /** Fields a new execution may leave out (they default to null / {}). */
@@ -166,24 +139,6 @@ export interface TimelineStep {
   agentId: string | null;
   at: number;
   detail?: Record<string, unknown>;
-}
-
-/**
- * An agent's enrolment (docs/security.md). Its keys are derived from the fleet key and
- * `generation`, never stored.
- */
-export interface IdentityRecord {
-  agentId: string;
-  /** Key generation: 1 at enrolment, one more per rotation. */
-  generation: number;
-  /** Tags the coordinator routes by; an enrolled agent's hello cannot change them. */
-  tags: Record<string, string>;
-  status: "enrolled" | "revoked";
-  enrolledAt: number;
-  /** When it was last enrolled, rotated or revoked. */
-  updatedAt: number;
-  /** Which API token (its name) made the last change. */
-  actor: string;
 }
 
 export interface ExecutionFilter {

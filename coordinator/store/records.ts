@@ -1,6 +1,7 @@
 import { z } from "zod";
 import { EXEC_STATES, type ExecSnapshot } from "../../shared/fsm.js";
 import { PRESENCE_STATUSES } from "../../shared/protocol/presence.js";
+import { API_ROLES } from "../config.js";
 import { jobDefinitionSchema } from "../domain/job.js";
 
 /*
@@ -153,6 +154,69 @@ export const storedJobSchema = z.object({
     .meta({ description: "The API token (its name), or system, that wrote this version." }),
 });
 export type StoredJob = z.output<typeof storedJobSchema>;
+
+/** What a change to a job was, in its history. */
+export const JOB_ACTIONS = [
+  "created",
+  "updated",
+  "paused",
+  "resumed",
+  "deleted",
+  "triggered",
+] as const;
+export type JobAction = (typeof JOB_ACTIONS)[number];
+
+/** One entry of a job's history: who changed it, or fired it by hand, and when. */
+export const jobHistoryEntrySchema = z.object({
+  jobId: z.string(),
+  seq: z.number().int().meta({ description: "1, 2, … per job, in order." }),
+  at: z.number(),
+  action: z.enum(JOB_ACTIONS),
+  version: z.number().int().nullable().meta({
+    description: "The version written (created…resumed), the one deleted or the one fired.",
+  }),
+  actor: z.string().meta({
+    description: "The API token's name that did it, or system (the jobs file, the engine).",
+  }),
+  detail: jsonObject
+    .nullable()
+    .meta({ description: "Such as the execution ids a trigger created." }),
+});
+export type JobHistoryEntry = z.output<typeof jobHistoryEntrySchema>;
+
+/**
+ * An API token made through the API (`POST /api/tokens`). Only the SHA-256 digest of the token
+ * is kept, so a copy of the store is no credential.
+ */
+export const apiTokenRecordSchema = z.object({
+  name: z.string(),
+  role: z.enum(API_ROLES),
+  digest: z.string().meta({ description: "SHA-256 of the token, hex." }),
+  createdAt: z.number(),
+  createdBy: z.string().meta({ description: "The name of the token that created it." }),
+  lastUsedAt: z.number().nullable().meta({ description: "Kept to the minute." }),
+});
+export type ApiTokenRecord = z.output<typeof apiTokenRecordSchema>;
+
+/**
+ * An agent's enrolment (docs/security.md). Its keys are derived from the fleet key and
+ * `generation`, never stored.
+ */
+export const identityRecordSchema = z.object({
+  agentId: z.string(),
+  generation: z
+    .number()
+    .int()
+    .meta({ description: "Key generation: 1 at enrolment, one more per rotation." }),
+  tags: stringTags.meta({
+    description: "Tags the coordinator routes by; an enrolled agent's hello cannot change them.",
+  }),
+  status: z.enum(["enrolled", "revoked"]),
+  enrolledAt: z.number(),
+  updatedAt: z.number().meta({ description: "When it was last enrolled, rotated or revoked." }),
+  actor: z.string().meta({ description: "Which API token (its name) made the last change." }),
+});
+export type IdentityRecord = z.output<typeof identityRecordSchema>;
 
 // The state machine reads and writes an execution's snapshot fields: a record must be one.
 const recordIsSnapshot = (r: ExecutionRecord): ExecSnapshot => r;
