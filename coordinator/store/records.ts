@@ -10,8 +10,9 @@ import { jobDefinitionSchema } from "../domain/job.js";
  * CLI reads the API's answers as those types. Times are UTC milliseconds throughout, in the store
  * and on the wire alike.
  *
- * These schemas describe what is stored; nothing parses store rows with them (a row is written by
- * this build's own code). They are in the form the OpenAPI document shows.
+ * These schemas describe what is stored: the store does not parse its rows with them (a row is
+ * written by this build's own code), a test checks that it reads each back in exactly this shape.
+ * They are in the form the OpenAPI document shows.
  */
 
 const stateSchema = z.enum(EXEC_STATES);
