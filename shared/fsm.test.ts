@@ -8,22 +8,14 @@ import {
   type ExecEventType,
   type ExecSnapshot,
   type ExecState,
-  type FinishOutcome,
   initialSnapshot,
   TERMINAL_STATES,
   type TransitionResult,
   transition,
 } from "./fsm.js";
+import { OUTCOMES } from "./protocol/execution.js";
 
 const EVENT_TYPES = Object.keys(ALLOWED_FROM) as ExecEventType[];
-const OUTCOMES: readonly FinishOutcome[] = [
-  "succeeded",
-  "failed",
-  "timed_out",
-  "expired",
-  "canceled",
-  "interrupted",
-];
 
 /** A snapshot with test defaults: 3 attempts, 3 dispatches per attempt. */
 function snap(state: ExecState, over: Partial<ExecSnapshot> = {}): ExecSnapshot {

@@ -4,6 +4,8 @@
  * is not allowed in the current state, or that carries an older round, changes nothing.
  */
 
+import type { Finished, RejectReason } from "./protocol/execution.js";
+
 export const EXEC_STATES = [
   "PENDING",
   "DISPATCHED",
@@ -51,14 +53,8 @@ export interface ExecSnapshot {
   maxDispatches: number;
 }
 
-/** Outcomes an agent reports in `finished`. */
-export type FinishOutcome =
-  | "succeeded"
-  | "failed"
-  | "timed_out"
-  | "expired"
-  | "canceled"
-  | "interrupted";
+/** Outcomes an agent reports in `finished`: the protocol's list (shared/protocol/execution.ts). */
+export type FinishOutcome = Finished["outcome"];
 
 export type ExecEvent =
   /** The engine routed the execution to an agent. */
@@ -68,7 +64,7 @@ export type ExecEvent =
   | { type: "accepted"; round: number }
   /** The agent's queue is full: back to PENDING to be re-routed or to wait; never dropped. */
   | { type: "busy"; round: number }
-  | { type: "rejected"; round: number; reason: string }
+  | { type: "rejected"; round: number; reason: RejectReason }
   | { type: "started"; round: number }
   | { type: "finished"; round: number; outcome: FinishOutcome; retryable: boolean }
   /** The coordinator's own run timeout or lapsed lease with no answer. */
@@ -115,7 +111,10 @@ export const ALLOWED_FROM: Readonly<Record<ExecEventType, readonly ExecState[]>>
 };
 
 /** Rejection reasons that say "not now" rather than "never": the execution waits. */
-export const TRANSIENT_REJECTIONS: ReadonlySet<string> = new Set(["shutting_down", "journal_full"]);
+export const TRANSIENT_REJECTIONS: ReadonlySet<RejectReason> = new Set<RejectReason>([
+  "shutting_down",
+  "journal_full",
+]);
 
 const OUTCOME_STATE: Readonly<Record<FinishOutcome, ExecState>> = {
   succeeded: "SUCCEEDED",

@@ -1,9 +1,9 @@
 import { readFileSync } from "node:fs";
-import Database from "better-sqlite3";
+import type Database from "better-sqlite3";
 import { AxError } from "../../shared/errors.js";
 import { newId } from "../../shared/ids.js";
-import { migrate } from "../../shared/migrate.js";
 import type { Dispatch, LocalState, Report } from "../../shared/protocol/index.js";
+import { openSqlite } from "../../shared/sqlite.js";
 import { WalCheckpointer } from "../../shared/wal-checkpoint.js";
 import { LaunchLog } from "./launch-log.js";
 import { acquireJournalLock, type JournalLock } from "./lock.js";
@@ -190,22 +190,17 @@ export class Journal {
         ? acquireJournalLock(options.path, agentId)
         : undefined;
     try {
-      opened = new Database(
-        options.path,
-        options.nativeBinding === undefined ? undefined : { nativeBinding: options.nativeBinding },
-      );
-      opened.pragma("journal_mode = WAL");
-      opened.pragma(`synchronous = ${options.synchronous ?? "NORMAL"}`);
-      // A batch runs each dispatch in a savepoint, whose first change to a page copies the page
-      // to a sub-journal; with temp files that spills to disk past 64 KiB and costs two pwrite
-      // calls per page. In memory it is a copy, bounded by one batch's pages.
-      opened.pragma("temp_store = MEMORY");
-      migrate(opened, JOURNAL_MIGRATIONS, options.now());
+      opened = openSqlite(options.path, {
+        label: "journal",
+        synchronous: options.synchronous ?? "NORMAL",
+        nativeBinding: options.nativeBinding,
+        migrations: { steps: JOURNAL_MIGRATIONS, now: options.now() },
+      });
       if (agentId !== undefined) claimFor(opened, options.path, agentId);
       this.db = opened;
     } catch (err) {
-      // The caller gets no Journal to close, so a half-opened one must not keep its file handle
-      // (a file that is not a database, or one written by a newer build), nor its lock.
+      // The caller gets no Journal to close, so one another agent owns must not keep its file
+      // handle (openSqlite closes its own on failure), nor its lock.
       if (opened?.open) opened.close();
       this.lock?.release();
       if (err instanceof AxError) throw err;

@@ -1,5 +1,6 @@
 import { AxError } from "../../shared/errors.js";
 import { parseDuration } from "../domain/duration.js";
+import type { CommandResult } from "../http/schemas.js";
 import {
   apiClient,
   CLIENT_FLAGS,
@@ -80,10 +81,7 @@ export async function commandCommand(sub: string | undefined, argv: string[]): P
     ...(timeout === undefined ? {} : { timeout }),
     ...(priority === undefined ? {} : { priority }),
   };
-  const r = await apiClient(c, flags).request<{
-    executionIds: string[];
-    targets: { agentId: string; executionId: string }[];
-  }>("POST", "/api/commands", body);
+  const r = await apiClient(c, flags).request<CommandResult>("POST", "/api/commands", body);
   if (flags.json) printJson(r);
   else
     print(

@@ -1,6 +1,11 @@
 import { AxError } from "../../shared/errors.js";
 import { EXEC_STATES } from "../../shared/fsm.js";
-import type { ExecutionPage, ExecutionRecord, TimelineEntry } from "../store/port.js";
+import type {
+  ExecutionDetail,
+  ExecutionPageView,
+  ExecutionView,
+  RetryResult,
+} from "../http/schemas.js";
 import {
   apiClient,
   CLIENT_FLAGS,
@@ -16,7 +21,7 @@ const path = (id: string) => `/api/executions/${encodeURIComponent(id)}`;
 
 const EXEC_HEADER = ["execution", "job", "state", "agent", "attempt", "fire at (UTC)", "late"];
 
-const execRow = (e: ExecutionRecord) => [
+const execRow = (e: ExecutionView) => [
   e.id,
   e.jobId ?? `command→${e.targetAgentId ?? "?"}`,
   e.state,
@@ -33,10 +38,10 @@ export async function execCommand(sub: string | undefined, argv: string[]): Prom
       return execList(argv);
     case "show": {
       const { flags, args } = parseCommand("exec show", argv, CLIENT_FLAGS, ["ID"]);
-      const r = await apiClient("exec show", flags).request<{
-        execution: ExecutionRecord;
-        timeline: TimelineEntry[];
-      }>("GET", path(args[0] as string));
+      const r = await apiClient("exec show", flags).request<ExecutionDetail>(
+        "GET",
+        path(args[0] as string),
+      );
       if (flags.json) {
         printJson(r);
         return 0;
@@ -79,7 +84,7 @@ export async function execCommand(sub: string | undefined, argv: string[]): Prom
     }
     case "cancel": {
       const { flags, args } = parseCommand("exec cancel", argv, CLIENT_FLAGS, ["ID"]);
-      const e = await apiClient("exec cancel", flags).request<ExecutionRecord>(
+      const e = await apiClient("exec cancel", flags).request<ExecutionView>(
         "POST",
         `${path(args[0] as string)}/cancel`,
       );
@@ -94,10 +99,10 @@ export async function execCommand(sub: string | undefined, argv: string[]): Prom
     }
     case "retry": {
       const { flags, args } = parseCommand("exec retry", argv, CLIENT_FLAGS, ["ID"]);
-      const r = await apiClient("exec retry", flags).request<{
-        executionId: string;
-        retryOf: string;
-      }>("POST", `${path(args[0] as string)}/retry`);
+      const r = await apiClient("exec retry", flags).request<RetryResult>(
+        "POST",
+        `${path(args[0] as string)}/retry`,
+      );
       if (flags.json) printJson(r);
       else print(`execution ${r.retryOf}: retried as ${r.executionId}`);
       return 0;
@@ -156,10 +161,10 @@ async function execList(argv: string[]): Promise<number> {
   }
   if (flags.cursor !== undefined) query.set("cursor", flags.cursor);
   const api = apiClient(c, flags);
-  const items: ExecutionRecord[] = [];
-  let page: ExecutionPage;
+  const items: ExecutionView[] = [];
+  let page: ExecutionPageView;
   for (;;) {
-    page = await api.request<ExecutionPage>("GET", `/api/executions?${query}`);
+    page = await api.request<ExecutionPageView>("GET", `/api/executions?${query}`);
     items.push(...page.items);
     if (!flags.all || page.nextCursor === null) break;
     query.set("cursor", page.nextCursor);

@@ -1,9 +1,7 @@
 import { AxError } from "../../shared/errors.js";
-import type { AgentRecord } from "../store/port.js";
+import type { AgentList, AgentView } from "../http/schemas.js";
 import { apiClient, CLIENT_FLAGS, parseCommand, print, printJson } from "./client.js";
 import { fields, isoTime, table } from "./table.js";
-
-type AgentView = AgentRecord & { live: boolean; inFlight: number };
 
 const tagsText = (tags: Record<string, string>) =>
   Object.entries(tags)
@@ -15,10 +13,7 @@ export async function fleetCommand(sub: string | undefined, argv: string[]): Pro
   switch (sub) {
     case "list": {
       const { flags } = parseCommand("fleet list", argv, CLIENT_FLAGS);
-      const r = await apiClient("fleet list", flags).request<{ items: AgentView[] }>(
-        "GET",
-        "/api/agents",
-      );
+      const r = await apiClient("fleet list", flags).request<AgentList>("GET", "/api/agents");
       if (flags.json) printJson(r);
       else
         print(

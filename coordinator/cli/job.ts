@@ -1,6 +1,7 @@
 import { AxError } from "../../shared/errors.js";
 import { readJsonFile } from "../config.js";
 import { formatIssues, jobDefinitionSchema, type Trigger } from "../domain/job.js";
+import type { JobView } from "../http/schemas.js";
 import {
   apiClient,
   CLIENT_FLAGS,
@@ -12,17 +13,6 @@ import {
   printJson,
 } from "./client.js";
 import { fields, isoTime, table } from "./table.js";
-
-/** A job as the API returns it (see coordinator/http/schemas.ts). */
-interface JobView {
-  id: string;
-  version: number;
-  definition: { handler: string; trigger: Trigger; [k: string]: unknown };
-  nextFireAt: number | null;
-  paused: boolean;
-  createdAt: number;
-  updatedAt: number;
-}
 
 /**
  * Reads job definitions from a JSON file — one definition, an array of them, or a jobs file

@@ -1,15 +1,8 @@
 import { AxError } from "../../shared/errors.js";
 import { API_ROLES } from "../config.js";
+import type { TokenView } from "../http/schemas.js";
 import { apiClient, CLIENT_FLAGS, parseCommand, print, printJson } from "./client.js";
 import { isoTime, table } from "./table.js";
-
-interface TokenView {
-  name: string;
-  role: string;
-  createdAt: number;
-  createdBy: string;
-  lastUsedAt: number | null;
-}
 
 /** `ax token create NAME --role R | list | revoke NAME` (an admin token's business). */
 export async function tokenCommand(sub: string | undefined, argv: string[]): Promise<number> {

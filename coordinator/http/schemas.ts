@@ -11,12 +11,21 @@ import {
   tagsSchema,
   triggerSchema,
 } from "../domain/job.js";
-import type { AgentRecord, ExecutionRecord, TimelineEntry } from "../store/port.js";
+import {
+  agentRecordSchema,
+  apiTokenRecordSchema,
+  executionKindSchema,
+  executionRecordSchema,
+  identityRecordSchema,
+  jobHistoryEntrySchema,
+  storedJobSchema,
+  timelineEntrySchema,
+} from "../store/records.js";
 
 /**
  * The HTTP API's schemas: requests are validated with them, and the OpenAPI document is generated
- * from them. Response schemas restate the store's record types for the document; the type checks
- * at the end of this file keep the two identical.
+ * from them. Response schemas are the store's records (store/records.ts), extended where the API
+ * shows more of a record than the store keeps.
  */
 
 /**
@@ -92,7 +101,7 @@ export const executionsQuery = z
     agent: idSchema
       .optional()
       .meta({ description: "Only executions that ran (or wait to run) on this agent." }),
-    kind: z.enum(["job", "command"]).optional(),
+    kind: executionKindSchema.optional(),
     from: queryInstant.optional().meta({ description: "Created at or after this time." }),
     to: queryInstant.optional().meta({ description: "Created before this time." }),
     limit: z.coerce
@@ -228,19 +237,11 @@ export const readinessSchema = z.object({
   mqtt: z.boolean(),
 });
 
-export const jobSchema = z.object({
-  id: z.string(),
-  version: z.number().int(),
-  definition: jobDefinitionSchema,
-  nextFireAt: z.number().nullable(),
-  paused: z.boolean(),
-  createdAt: z.number(),
-  updatedAt: z.number(),
-  updatedBy: z
-    .string()
-    .nullable()
-    .meta({ description: "The API token (its name), or system, that wrote this version." }),
-});
+/**
+ * A job as the API shows it: as stored (paused is its state). While it is paused, `nextFireAt`
+ * is null: it fires nothing until resumed.
+ */
+export const jobSchema = storedJobSchema;
 
 /** The most jobs one page of the listing holds. */
 export const JOBS_PAGE_MAX = 1000;
@@ -275,69 +276,16 @@ export const previewSchema = z.object({
 
 export const executionIdsSchema = z.object({ executionIds: z.array(z.string()) });
 
-const stateSchema = z.enum(EXEC_STATES);
-const nullableMs = z.number().nullable();
-
-export const executionSchema = z.object({
-  id: z.string(),
-  kind: z.enum(["job", "command"]),
-  jobId: z.string().nullable(),
-  jobVersion: z.number().int().nullable(),
-  handler: z.string(),
-  params: z.record(z.string(), z.unknown()),
-  targetAgentId: z.string().nullable(),
-  agentId: z.string().nullable(),
-  state: stateSchema,
-  round: z.number().int(),
-  attempt: z.number().int(),
-  maxAttempts: z.number().int(),
-  dispatches: z.number().int(),
-  maxDispatches: z.number().int(),
-  fireAt: z.number(),
-  deadline: z.number(),
-  timeoutMs: z.number(),
-  dispatchTimeoutMs: z.number(),
-  priority: z.number().int(),
-  retryBaseMs: z.number(),
-  retryCapMs: z.number(),
-  createdAt: z.number(),
-  updatedAt: z.number(),
-  dispatchedAt: nullableMs,
-  startedAt: nullableMs,
-  finishedAt: nullableMs,
-  lateMs: nullableMs,
-  nextAttemptAt: nullableMs,
-  result: z.record(z.string(), z.unknown()).nullable(),
-  message: z.string().nullable(),
-  messageBytes: z.number().int().nullable(),
-  scheduledFor: nullableMs,
-  shardIndex: z.number().int().nullable(),
-  shardTotal: z.number().int().nullable(),
-  groupKey: z.string().nullable(),
-  tags: z.record(z.string(), z.string()),
-});
+/** An execution as stored. */
+export const executionSchema = executionRecordSchema;
 
 export const executionPageSchema = z.object({
   items: z.array(executionSchema),
   nextCursor: nextCursorSchema,
 });
 
-export const timelineEntrySchema = z.object({
-  executionId: z.string(),
-  seq: z.number().int(),
-  at: z.number(),
-  event: z.string(),
-  fromState: stateSchema.nullable(),
-  toState: stateSchema,
-  round: z.number().int(),
-  agentId: z.string().nullable(),
-  reason: z.string().nullable(),
-  detail: z.record(z.string(), z.unknown()).nullable(),
-  actor: z
-    .string()
-    .nullable()
-    .meta({ description: "The API token (its name) that asked for it: cancel, retry, command." }),
-});
+/** One entry of an execution's timeline, as stored. */
+export { timelineEntrySchema };
 
 export const executionDetailSchema = z.object({
   execution: executionSchema,
@@ -346,26 +294,8 @@ export const executionDetailSchema = z.object({
 
 export const retrySchema = z.object({ executionId: z.string(), retryOf: z.string() });
 
-export const agentSchema = z.object({
-  agentId: z.string(),
-  instanceId: z.string(),
-  journalId: z.string(),
-  ackedSeq: z.number().int(),
-  status: z.enum(["online", "offline"]),
-  profile: z.string(),
-  bundleVersion: z.string(),
-  bundleSha256: z.string(),
-  handlers: z.array(z.string()),
-  concurrency: z.number().int(),
-  queue: z.number().int(),
-  tags: z.record(z.string(), z.string()),
-  connectedAt: z.number(),
-  lastSeenAt: z.number(),
-  clockOffsetMs: z.number(),
-  clockUncertaintyMs: z.number(),
-  load: z.number(),
-  journalDepth: z.number().int(),
-  outboxDepth: z.number().int(),
+/** An agent as the API shows it: its record, and what the registry knows of it now. */
+export const agentSchema = agentRecordSchema.extend({
   live: z.boolean().meta({ description: "Online and not backing off after a busy answer." }),
   inFlight: z.number().int().meta({ description: "Executions dispatched to it and not ended." }),
 });
@@ -382,9 +312,25 @@ export const eventResultSchema = z.object({
   fired: z.number().int().meta({ description: "How many jobs the event fired." }),
 });
 
-// The response schemas restate record types of the store: these fail to compile if they drift.
-type Same<A, B> = [A] extends [B] ? ([B] extends [A] ? true : false) : false;
-const sameExecution: Same<z.output<typeof executionSchema>, ExecutionRecord> = true;
-const sameTimeline: Same<z.output<typeof timelineEntrySchema>, TimelineEntry> = true;
-const sameAgent: Same<Omit<z.output<typeof agentSchema>, "live" | "inFlight">, AgentRecord> = true;
-void [sameExecution, sameTimeline, sameAgent];
+/** An API token as the API shows it: its record, never its digest. */
+export const tokenViewSchema = apiTokenRecordSchema.omit({ digest: true });
+
+/** An agent's enrolment, as stored. */
+export const identitySchema = identityRecordSchema;
+
+/** One entry of a job's history, as stored. */
+export { jobHistoryEntrySchema };
+
+// --- the API's answers as types, for its clients (the CLI) --------------------------------------
+
+export type JobView = z.output<typeof jobSchema>;
+export type JobList = z.output<typeof jobListSchema>;
+export type ExecutionView = z.output<typeof executionSchema>;
+export type ExecutionPageView = z.output<typeof executionPageSchema>;
+export type ExecutionDetail = z.output<typeof executionDetailSchema>;
+export type RetryResult = z.output<typeof retrySchema>;
+export type AgentView = z.output<typeof agentSchema>;
+export type AgentList = z.output<typeof agentListSchema>;
+export type CommandResult = z.output<typeof commandResultSchema>;
+export type TokenView = z.output<typeof tokenViewSchema>;
+export type IdentityView = z.output<typeof identitySchema>;

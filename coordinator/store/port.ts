@@ -1,112 +1,38 @@
 import type { ExecSnapshot, ExecState } from "../../shared/fsm.js";
 import type { JobDefinition } from "../domain/job.js";
+import type {
+  AgentRecord,
+  ApiTokenRecord,
+  ExecutionKind,
+  ExecutionRecord,
+  IdentityRecord,
+  JobHistoryEntry,
+  StoredJob,
+  TimelineEntry,
+} from "./records.js";
 
-/** A job as stored: its current definition and version, and when it fires next. */
+// The records are defined once, as zod schemas, in records.ts; the port speaks in their types.
+export type {
+  AgentRecord,
+  ApiTokenRecord,
+  ExecutionKind,
+  ExecutionRecord,
+  IdentityRecord,
+  JobAction,
+  JobHistoryEntry,
+  StoredJob,
+  TimelineEntry,
+} from "./records.js";
+
 /** A page of jobs; `nextCursor` is null on the last page. */
 export interface JobPage {
   items: StoredJob[];
   nextCursor: string | null;
 }
 
-export interface StoredJob {
-  id: string;
-  version: number;
-  definition: JobDefinition;
-  /**
-   * Next nominal fire time (UTC ms), or null when the trigger is exhausted. Kept while the job is
-   * paused: then it is the first nominal time not fired, which resuming hands to the misfire
-   * policy.
-   */
-  nextFireAt: number | null;
-  /** A paused job fires nothing. State, not definition: pausing makes no version. */
-  paused: boolean;
-  createdAt: number;
-  updatedAt: number;
-  /** Who wrote the current version (an API token's name, or `system`); null before 0.x. */
-  updatedBy: string | null;
-}
-
-/** What a change to a job was, in its history. */
-export type JobAction = "created" | "updated" | "paused" | "resumed" | "deleted" | "triggered";
-
-/** One entry of a job's history: who changed it, or fired it by hand, and when. */
-export interface JobHistoryEntry {
-  jobId: string;
-  /** 1, 2, … per job, in order. */
-  seq: number;
-  at: number;
-  action: JobAction;
-  /** The version written (created…resumed), the one deleted or the one fired. */
-  version: number | null;
-  /** The API token's name that did it, or `system` (the jobs file, the engine). */
-  actor: string;
-  /** Such as the execution ids a trigger created. */
-  detail: Record<string, unknown> | null;
-}
-
 /** Who changes a job, for its history. */
 export interface JobChange {
   actor: string;
-}
-
-/**
- * An API token made through the API (`POST /api/tokens`). Only the SHA-256 digest of the token
- * is kept, so a copy of the store is no credential.
- */
-export interface ApiTokenRecord {
-  name: string;
-  role: "viewer" | "operator" | "admin";
-  /** SHA-256 of the token, hex. */
-  digest: string;
-  createdAt: number;
-  /** The name of the token that created it. */
-  createdBy: string;
-  /** Last time a request used it (kept to the minute). */
-  lastUsedAt: number | null;
-}
-
-export type ExecutionKind = "job" | "command";
-
-/** An execution row. `snapshot` holds what the state machine needs. */
-export interface ExecutionRecord extends ExecSnapshot {
-  id: string;
-  kind: ExecutionKind;
-  jobId: string | null;
-  jobVersion: number | null;
-  handler: string;
-  params: Record<string, unknown>;
-  /** For commands: the agent it must run on. */
-  targetAgentId: string | null;
-  agentId: string | null;
-  /** The nominal time (jobs) or requested time (commands); the agent fires at it. */
-  fireAt: number;
-  deadline: number;
-  timeoutMs: number;
-  dispatchTimeoutMs: number;
-  priority: number;
-  retryBaseMs: number;
-  retryCapMs: number;
-  createdAt: number;
-  updatedAt: number;
-  dispatchedAt: number | null;
-  startedAt: number | null;
-  finishedAt: number | null;
-  lateMs: number | null;
-  nextAttemptAt: number | null;
-  result: Record<string, unknown> | null;
-  /** Error or status text, capped by the store at its byte limit (never inside a character). */
-  message: string | null;
-  /** The size in UTF-8 bytes of `message` as written, before the cap; null when there is none. */
-  messageBytes: number | null;
-  /** The nominal time a job execution fired for (null for commands and manual runs). */
-  scheduledFor: number | null;
-  /** This execution's shard of its firing, when the job is sharded. */
-  shardIndex: number | null;
-  shardTotal: number | null;
-  /** Executions with the same group key run one at a time across the fleet. */
-  groupKey: string | null;
-  /** Agent tags required to run it (all must match). */
-  tags: Record<string, string>;
 }
 
 /** Fields a new execution may leave out (they default to null / {}). */
@@ -164,24 +90,6 @@ export type PeerRecord = Pick<
   "id" | "state" | "createdAt" | "jobId" | "scheduledFor" | "shardTotal"
 >;
 
-/** One entry of an execution's timeline. */
-export interface TimelineEntry {
-  executionId: string;
-  seq: number;
-  at: number;
-  event: string;
-  fromState: ExecState | null;
-  toState: ExecState;
-  round: number;
-  agentId: string | null;
-  /** Why, when the event carried a reason (`detail.reason`): an overlap skip, a lease fail-over… */
-  reason: string | null;
-  /** As written, or `{ truncated: true, bytes }` when its JSON was over the store's byte limit. */
-  detail: Record<string, unknown> | null;
-  /** Who asked for it (`detail.actor`: an API token's name) when an operator did. */
-  actor: string | null;
-}
-
 /** Fields a transition may change besides the snapshot. */
 export type ExecutionPatch = Partial<
   Pick<
@@ -232,48 +140,7 @@ export interface TimelineStep {
   detail?: Record<string, unknown>;
 }
 
-/** What an agent's hello and heartbeats tell the fleet. */
-export interface AgentRecord {
-  agentId: string;
-  instanceId: string;
-  journalId: string;
-  /** Highest contiguous report seq stored for this journal (rule 1). */
-  ackedSeq: number;
-  status: "online" | "offline";
-  profile: string;
-  bundleVersion: string;
-  bundleSha256: string;
-  handlers: string[];
-  concurrency: number;
-  queue: number;
-  tags: Record<string, string>;
-  connectedAt: number;
-  lastSeenAt: number;
-  clockOffsetMs: number;
-  clockUncertaintyMs: number;
-  load: number;
-  journalDepth: number;
-  outboxDepth: number;
-}
-
-/**
- * An agent's enrolment (docs/security.md). Its keys are derived from the fleet key and
- * `generation`, never stored.
- */
-export interface IdentityRecord {
-  agentId: string;
-  /** Key generation: 1 at enrolment, one more per rotation. */
-  generation: number;
-  /** Tags the coordinator routes by; an enrolled agent's hello cannot change them. */
-  tags: Record<string, string>;
-  status: "enrolled" | "revoked";
-  enrolledAt: number;
-  /** When it was last enrolled, rotated or revoked. */
-  updatedAt: number;
-  /** Which API token (its name) made the last change. */
-  actor: string;
-}
-
+/** Who changes a job, for its history. */
 export interface ExecutionFilter {
   jobId?: string;
   groupKey?: string;

@@ -13,7 +13,17 @@ import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import Database from "better-sqlite3";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
+import type { z } from "zod";
 import type { ExecutionRecord } from "../../coordinator/store/port.js";
+import {
+  agentRecordSchema,
+  apiTokenRecordSchema,
+  executionRecordSchema,
+  identityRecordSchema,
+  jobHistoryEntrySchema,
+  storedJobSchema,
+  timelineEntrySchema,
+} from "../../coordinator/store/records.js";
 import { SQLITE_MIGRATIONS } from "../../coordinator/store/sqlite/migrations.js";
 import {
   GROUP_COMMIT_MAX_WRITES,
@@ -23,8 +33,9 @@ import {
   TERMINAL_SQL,
 } from "../../coordinator/store/sqlite/sqlite-store.js";
 import { migrate } from "../../shared/migrate.js";
+import { axFailure } from "../helpers/ax-error.js";
 import { waitFor } from "../helpers/env.js";
-import { jobDef, newExecution, storeContract } from "./store.contract.js";
+import { agentRecord, jobDef, newExecution, storeContract } from "./store.contract.js";
 
 /** A fresh temp folder; realpath so that /proc fd links compare equal. */
 function freshDir(): string {
@@ -406,12 +417,78 @@ describe("SqliteStore (SQLite specifics)", () => {
     expect(fdsOn(path)).toBe(fdsBefore);
   });
 
-  it("refuses a file that is not a database with AX_STORE_FAILED, and closes it", () => {
+  it("refuses a file that is not a database with AX_STORE_FAILED naming it, and closes it", () => {
     writeFileSync(path, "this is not a database, just text that is long enough ".repeat(40));
-    expect(() => open()).toThrow(
-      expect.objectContaining({ name: "AxError", code: "AX_STORE_FAILED" }),
+    expect(axFailure(() => open())).toBe(
+      `AX_STORE_FAILED: store ${path}: cannot open: file is not a database`,
     );
     expect(fdsOn(path)).toBe(0);
+  });
+
+  it("reads back every record exactly in its schema's shape: no field missing, none extra", async () => {
+    const store = open();
+    await store.putJob(jobDef("shape"), 5_000, 1_000, { actor: "ops" });
+    await store.createExecution(newExecution("e-shape", { groupKey: "g" }), 1_000, {
+      actor: "ops",
+      reason: "because",
+    });
+    await store.putAgent(agentRecord("ag-shape"));
+    await store.putIdentity({
+      agentId: "ag-shape",
+      generation: 1,
+      tags: { site: "a" },
+      status: "enrolled",
+      enrolledAt: 1,
+      updatedAt: 1,
+      actor: "admin",
+    });
+    await store.putApiToken({
+      name: "t",
+      role: "viewer",
+      digest: "ab".repeat(32),
+      createdAt: 1,
+      createdBy: "admin",
+      lastUsedAt: null,
+    });
+    const strict = <T extends z.ZodObject>(schema: T, value: unknown) =>
+      schema.strict().parse(value);
+    expect(strict(storedJobSchema, await store.getJob("shape")).updatedBy).toBe("ops");
+    expect(strict(executionRecordSchema, await store.getExecution("e-shape")).groupKey).toBe("g");
+    const [created] = await store.getTimeline("e-shape");
+    expect(strict(timelineEntrySchema, created)).toMatchObject({ actor: "ops", reason: "because" });
+    expect(strict(agentRecordSchema, await store.getAgent("ag-shape")).agentId).toBe("ag-shape");
+    expect(strict(identityRecordSchema, (await store.listIdentities())[0]).actor).toBe("admin");
+    expect(strict(apiTokenRecordSchema, (await store.listApiTokens())[0]).name).toBe("t");
+    expect(strict(jobHistoryEntrySchema, (await store.listJobHistory("shape"))[0]).action).toBe(
+      "created",
+    );
+  });
+
+  describe("read-only", () => {
+    const openReadonly = () => {
+      const s = new SqliteStore({ path, readonly: true });
+      stores.push(s);
+      return s;
+    };
+
+    it("reads what a writer stored, and refuses to write", async () => {
+      const writer = open();
+      await writer.putJob(jobDef("ro"), 5_000, 1_000);
+      const reader = openReadonly();
+      expect((await reader.getJob("ro"))?.nextFireAt).toBe(5_000);
+      await expect(reader.putJob(jobDef("ro2"), 5_000, 1_000)).rejects.toMatchObject({
+        code: "AX_STORE_FAILED",
+        message: expect.stringContaining("readonly"),
+      });
+      expect(await writer.getJob("ro2")).toBeUndefined();
+    });
+
+    it("refuses a missing store, and leaves no file behind", () => {
+      expect(axFailure(() => openReadonly())).toBe(
+        `AX_STORE_FAILED: store ${path}: cannot open: no such file`,
+      );
+      expect(readdirSync(dir)).toEqual([]);
+    });
   });
 
   it("migration 2 records the byte size of messages already stored", async () => {

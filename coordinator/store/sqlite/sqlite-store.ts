@@ -1,7 +1,7 @@
-import Database from "better-sqlite3";
+import type Database from "better-sqlite3";
 import { AxError } from "../../../shared/errors.js";
 import { type ExecState, TERMINAL_STATES } from "../../../shared/fsm.js";
-import { migrate } from "../../../shared/migrate.js";
+import { openSqlite, openSqliteReadonly } from "../../../shared/sqlite.js";
 import { WalCheckpointer } from "../../../shared/wal-checkpoint.js";
 import type { JobDefinition } from "../../domain/job.js";
 import { decodeExecutionCursor, encodeExecutionCursor } from "../cursor.js";
@@ -13,7 +13,6 @@ import type {
   ExecutionFilter,
   ExecutionPage,
   ExecutionPageQuery,
-  ExecutionPatch,
   ExecutionRecord,
   IdentityRecord,
   JobChange,
@@ -27,56 +26,23 @@ import type {
   TransitionWrite,
 } from "../port.js";
 import { SQLITE_MIGRATIONS } from "./migrations.js";
-
-interface JobRow {
-  id: string;
-  version: number;
-  definition: string;
-  next_fire_at: number | null;
-  paused: number;
-  created_at: number;
-  updated_at: number;
-  updated_by: string | null;
-}
-
-interface ExecutionRow {
-  id: string;
-  kind: "job" | "command";
-  job_id: string | null;
-  job_version: number | null;
-  handler: string;
-  params: string;
-  target_agent_id: string | null;
-  agent_id: string | null;
-  state: ExecState;
-  round: number;
-  attempt: number;
-  max_attempts: number;
-  dispatches: number;
-  max_dispatches: number;
-  fire_at: number;
-  deadline: number;
-  timeout_ms: number;
-  dispatch_timeout_ms: number;
-  priority: number;
-  retry_base_ms: number;
-  retry_cap_ms: number;
-  created_at: number;
-  updated_at: number;
-  dispatched_at: number | null;
-  started_at: number | null;
-  finished_at: number | null;
-  late_ms: number | null;
-  next_attempt_at: number | null;
-  result: string | null;
-  message: string | null;
-  message_bytes: number | null;
-  scheduled_for: number | null;
-  shard_index: number | null;
-  shard_total: number | null;
-  group_key: string | null;
-  tags: string | null;
-}
+import {
+  type AgentRow,
+  type AlertRow,
+  type ApiTokenRow,
+  type ExecutionRow,
+  type JobHistoryRow,
+  type JobRow,
+  PATCH_COLUMNS,
+  type TimelineRow,
+  toAgent,
+  toAlert,
+  toApiToken,
+  toExecution,
+  toJob,
+  toJobHistoryEntry,
+  toTimelineEntry,
+} from "./rows.js";
 
 /**
  * Stored error text (an execution's message, a timeline entry's detail) is capped at this many
@@ -102,79 +68,11 @@ export const OPEN_SQL =
 export const LISTENING_SQL =
   "(json_extract(definition, '$.trigger.type') = 'event' OR json_extract(definition, '$.trigger.type') = 'after')";
 
-function toJob(row: JobRow): StoredJob {
-  return {
-    id: row.id,
-    version: row.version,
-    definition: JSON.parse(row.definition) as JobDefinition,
-    nextFireAt: row.next_fire_at,
-    paused: row.paused === 1,
-    createdAt: row.created_at,
-    updatedAt: row.updated_at,
-    updatedBy: row.updated_by,
-  };
-}
-
 /** A definition as versions compare it: `paused` is the job's state, not part of a version. */
 function versionedJson(definition: JobDefinition): string {
   const { paused: _state, ...rest } = definition;
   return canonicalJson(rest);
 }
-
-function toExecution(r: ExecutionRow): ExecutionRecord {
-  return {
-    id: r.id,
-    kind: r.kind,
-    jobId: r.job_id,
-    jobVersion: r.job_version,
-    handler: r.handler,
-    params: JSON.parse(r.params) as Record<string, unknown>,
-    targetAgentId: r.target_agent_id,
-    agentId: r.agent_id,
-    state: r.state,
-    round: r.round,
-    attempt: r.attempt,
-    maxAttempts: r.max_attempts,
-    dispatches: r.dispatches,
-    maxDispatches: r.max_dispatches,
-    fireAt: r.fire_at,
-    deadline: r.deadline,
-    timeoutMs: r.timeout_ms,
-    dispatchTimeoutMs: r.dispatch_timeout_ms,
-    priority: r.priority,
-    retryBaseMs: r.retry_base_ms,
-    retryCapMs: r.retry_cap_ms,
-    createdAt: r.created_at,
-    updatedAt: r.updated_at,
-    dispatchedAt: r.dispatched_at,
-    startedAt: r.started_at,
-    finishedAt: r.finished_at,
-    lateMs: r.late_ms,
-    nextAttemptAt: r.next_attempt_at,
-    result: r.result === null ? null : (JSON.parse(r.result) as Record<string, unknown>),
-    message: r.message,
-    messageBytes: r.message_bytes,
-    scheduledFor: r.scheduled_for,
-    shardIndex: r.shard_index,
-    shardTotal: r.shard_total,
-    groupKey: r.group_key,
-    tags: r.tags === null ? {} : (JSON.parse(r.tags) as Record<string, string>),
-  };
-}
-
-/** Patchable fields and their columns; bit i of a patch's shape stands for entry i. */
-const PATCH_COLUMNS = [
-  ["agentId", "agent_id"],
-  ["dispatchedAt", "dispatched_at"],
-  ["startedAt", "started_at"],
-  ["finishedAt", "finished_at"],
-  ["lateMs", "late_ms"],
-  ["nextAttemptAt", "next_attempt_at"],
-  ["result", "result"],
-  ["message", "message"],
-  ["fireAt", "fire_at"],
-  ["deadline", "deadline"],
-] as const satisfies readonly (readonly [keyof ExecutionPatch, string])[];
 
 /** The UPDATE of each patch shape, made when first needed (a few shapes occur in practice). */
 const applyTransitionSql: (string | undefined)[] = [];
@@ -287,6 +185,12 @@ export interface SqliteStoreOptions {
    * @default "inline"
    */
   checkpoint?: "thread" | "inline";
+  /**
+   * Open an existing store for reading only: a missing file, or one whose schema is not this
+   * build's, is refused (AX_STORE_FAILED, AX_STORE_MIGRATION); writes fail with AX_STORE_FAILED.
+   * @default false
+   */
+  readonly?: boolean;
 }
 
 /** A group commit is forced after this many writes, which bounds a transaction's size. */
@@ -333,26 +237,23 @@ export class SqliteStore implements Store {
     this.maxErrorTextBytes = options.maxErrorTextBytes ?? DEFAULT_MAX_ERROR_TEXT_BYTES;
     this.groupCommit = options.groupCommit ?? false;
     this.commitIntervalMs = options.commitIntervalMs ?? 0;
-    this.db = wrap("open", () => new Database(options.path));
+    const open = {
+      label: "store",
+      // WAL with NORMAL loses at most the last transactions on power loss, never consistency.
+      synchronous: "NORMAL",
+      // 64 MiB of page cache (SQLite's default is 2 MiB): the open executions' indexes, the
+      // jobs' next-fire index and the newest rows stay in memory instead of being read back
+      // from the file for every transition.
+      cacheKiB: 65536,
+    } as const;
+    this.db = options.readonly
+      ? openSqliteReadonly(options.path, { ...open, migrations: SQLITE_MIGRATIONS })
+      : openSqlite(options.path, {
+          ...open,
+          migrations: { steps: SQLITE_MIGRATIONS, now: this.nowMs() },
+        });
     try {
-      wrap("configure", () => {
-        this.db.pragma("journal_mode = WAL");
-        // WAL with NORMAL loses at most the last transactions on power loss, never consistency.
-        this.db.pragma("synchronous = NORMAL");
-        // 64 MiB of page cache (SQLite's default is 2 MiB): the open executions' indexes, the
-        // jobs' next-fire index and the newest rows stay in memory instead of being read back
-        // from the file for every transition.
-        this.db.pragma("cache_size = -65536");
-        // Each write of a group commit runs in a savepoint, whose first change to a page copies
-        // the page to a sub-journal. With temp files that journal spills to disk past 64 KiB and
-        // then costs two pwrite calls per page copied: measured at 13 % of the coordinator's CPU
-        // at 2,000 fires/s. In memory it is a copy, bounded by one group's pages.
-        this.db.pragma("temp_store = MEMORY");
-        this.db.pragma("busy_timeout = 5000");
-        this.db.pragma("foreign_keys = ON");
-      });
-      migrate(this.db, SQLITE_MIGRATIONS, (options.now ?? Date.now)());
-      if (options.checkpoint === "thread" && options.path !== ":memory:") {
+      if (options.checkpoint === "thread" && options.path !== ":memory:" && !options.readonly) {
         this.checkpointer = new WalCheckpointer(this.db, {
           path: options.path,
           synchronous: "NORMAL",
@@ -1067,28 +968,8 @@ export class SqliteStore implements Store {
     const sql = filter.pending
       ? "SELECT * FROM alerts WHERE status = 'pending' ORDER BY created_at LIMIT ?"
       : "SELECT * FROM alerts ORDER BY created_at DESC LIMIT ?";
-    const rows = wrap("listAlerts", () => this.prepare(sql).all(filter.limit ?? 100)) as {
-      id: string;
-      kind: string;
-      url: string;
-      payload: string;
-      status: AlertRecord["status"];
-      attempts: number;
-      last_error: string | null;
-      created_at: number;
-      updated_at: number;
-    }[];
-    return rows.map((r) => ({
-      id: r.id,
-      kind: r.kind,
-      url: r.url,
-      payload: JSON.parse(r.payload) as Record<string, unknown>,
-      status: r.status,
-      attempts: r.attempts,
-      lastError: r.last_error,
-      createdAt: r.created_at,
-      updatedAt: r.updated_at,
-    }));
+    const rows = wrap("listAlerts", () => this.prepare(sql).all(filter.limit ?? 100)) as AlertRow[];
+    return rows.map(toAlert);
   }
 
   async countInFlightByAgent(): Promise<Record<string, number>> {
@@ -1196,33 +1077,8 @@ export class SqliteStore implements Store {
   async getTimeline(executionId: string): Promise<TimelineEntry[]> {
     const rows = wrap("getTimeline", () =>
       this.prepare("SELECT * FROM timeline WHERE execution_id = ? ORDER BY seq").all(executionId),
-    ) as {
-      execution_id: string;
-      seq: number;
-      at: number;
-      event: string;
-      from_state: ExecState | null;
-      to_state: ExecState;
-      round: number;
-      agent_id: string | null;
-      detail: string | null;
-    }[];
-    return rows.map((r) => {
-      const detail = r.detail === null ? null : (JSON.parse(r.detail) as Record<string, unknown>);
-      return {
-        executionId: r.execution_id,
-        seq: r.seq,
-        at: r.at,
-        event: r.event,
-        fromState: r.from_state,
-        toState: r.to_state,
-        round: r.round,
-        agentId: r.agent_id,
-        reason: typeof detail?.reason === "string" ? detail.reason : null,
-        detail,
-        actor: typeof detail?.actor === "string" ? detail.actor : null,
-      };
-    });
+    ) as TimelineRow[];
+    return rows.map(toTimelineEntry);
   }
 
   async purgeFinishedBefore(cutoffMs: number, limit: number): Promise<number> {
@@ -1276,17 +1132,15 @@ export class SqliteStore implements Store {
   async getAgent(agentId: string): Promise<AgentRecord | undefined> {
     const row = wrap("getAgent", () =>
       this.prepare("SELECT record, acked_seq FROM agents WHERE agent_id = ?").get(agentId),
-    ) as { record: string; acked_seq: number } | undefined;
-    return row
-      ? { ...(JSON.parse(row.record) as AgentRecord), ackedSeq: row.acked_seq }
-      : undefined;
+    ) as AgentRow | undefined;
+    return row ? toAgent(row) : undefined;
   }
 
   async listAgents(): Promise<AgentRecord[]> {
     const rows = wrap("listAgents", () =>
       this.prepare("SELECT record, acked_seq FROM agents ORDER BY agent_id").all(),
-    ) as { record: string; acked_seq: number }[];
-    return rows.map((r) => ({ ...(JSON.parse(r.record) as AgentRecord), ackedSeq: r.acked_seq }));
+    ) as AgentRow[];
+    return rows.map(toAgent);
   }
 
   async putAgent(agent: AgentRecord): Promise<void> {
@@ -1406,24 +1260,8 @@ export class SqliteStore implements Store {
         `SELECT * FROM (SELECT * FROM job_history WHERE job_id = ? ORDER BY seq DESC LIMIT ?)
            ORDER BY seq`,
       ).all(jobId, Math.max(1, Math.floor(limit))),
-    ) as {
-      job_id: string;
-      seq: number;
-      at: number;
-      action: JobHistoryEntry["action"];
-      version: number | null;
-      actor: string;
-      detail: string | null;
-    }[];
-    return rows.map((r) => ({
-      jobId: r.job_id,
-      seq: r.seq,
-      at: r.at,
-      action: r.action,
-      version: r.version,
-      actor: r.actor,
-      detail: r.detail === null ? null : (JSON.parse(r.detail) as Record<string, unknown>),
-    }));
+    ) as JobHistoryRow[];
+    return rows.map(toJobHistoryEntry);
   }
 
   async putApiToken(t: ApiTokenRecord): Promise<void> {
@@ -1453,22 +1291,8 @@ export class SqliteStore implements Store {
   async listApiTokens(): Promise<ApiTokenRecord[]> {
     const rows = wrap("listApiTokens", () =>
       this.prepare("SELECT * FROM api_tokens ORDER BY name").all(),
-    ) as {
-      name: string;
-      digest: string;
-      role: ApiTokenRecord["role"];
-      created_at: number;
-      created_by: string;
-      last_used_at: number | null;
-    }[];
-    return rows.map((r) => ({
-      name: r.name,
-      role: r.role,
-      digest: r.digest,
-      createdAt: r.created_at,
-      createdBy: r.created_by,
-      lastUsedAt: r.last_used_at,
-    }));
+    ) as ApiTokenRow[];
+    return rows.map(toApiToken);
   }
 
   async deleteApiToken(name: string): Promise<boolean> {
