@@ -3,6 +3,7 @@ import { ID_PATTERN } from "../../../shared/ids.js";
 import { API_ROLES, TOKEN_NAME_PATTERN } from "../../config.js";
 import { idSchema, tagsSchema } from "../../domain/job.js";
 import { apiRoute } from "../route.js";
+import { identitySchema, jobHistoryEntrySchema, tokenViewSchema } from "../schemas.js";
 
 /*
  * The admin routes: API tokens and agent enrolment. What they return is a credential (a token, an
@@ -20,30 +21,12 @@ const tokenBody = z
   })
   .strict();
 
-const tokenView = z.object({
-  name: z.string(),
-  role: z.enum(API_ROLES),
-  createdAt: z.number(),
-  createdBy: z.string(),
-  lastUsedAt: z.number().nullable().meta({ description: "Kept to the minute." }),
-});
-
 const createdToken = z.object({
   token: z.string().meta({ description: "The token: shown this once, kept only as a digest." }),
-  ...tokenView.shape,
+  ...tokenViewSchema.shape,
 });
 
 const tokenParams = z.object({ name: tokenNameSchema });
-
-const identityView = z.object({
-  agentId: z.string(),
-  generation: z.number().int(),
-  tags: z.record(z.string(), z.string()),
-  status: z.enum(["enrolled", "revoked"]),
-  enrolledAt: z.number(),
-  updatedAt: z.number(),
-  actor: z.string(),
-});
 
 const enrolBody = z
   .object({
@@ -54,16 +37,6 @@ const enrolBody = z
   .strict();
 
 const agentParams = z.object({ agentId: idSchema });
-
-const historyEntry = z.object({
-  jobId: z.string(),
-  seq: z.number().int(),
-  at: z.number(),
-  action: z.enum(["created", "updated", "paused", "resumed", "deleted", "triggered"]),
-  version: z.number().int().nullable(),
-  actor: z.string(),
-  detail: z.record(z.string(), z.unknown()).nullable(),
-});
 
 /** API tokens, agent enrolment, and who changed a job. */
 export const accessRoutes = [
@@ -94,7 +67,7 @@ export const accessRoutes = [
     success: {
       status: 200,
       description: "By name.",
-      schema: z.object({ items: z.array(tokenView) }),
+      schema: z.object({ items: z.array(tokenViewSchema) }),
     },
     handle: async ({ coordinator }) => ({ items: coordinator.access.listTokens() }),
   }),
@@ -130,7 +103,7 @@ export const accessRoutes = [
       status: 201,
       description: "The enrolment and the device's identity file.",
       schema: z.object({
-        identity: identityView,
+        identity: identitySchema,
         file: z.record(z.string(), z.unknown()).meta({ description: "agent-identity/1" }),
       }),
     },
@@ -153,7 +126,7 @@ export const accessRoutes = [
     success: {
       status: 200,
       description: "By agent id.",
-      schema: z.object({ items: z.array(identityView) }),
+      schema: z.object({ items: z.array(identitySchema) }),
     },
     handle: async ({ coordinator }) => ({ items: coordinator.access.listIdentities() }),
   }),
@@ -166,7 +139,7 @@ export const accessRoutes = [
     description: "Its messages and broker login are refused from now on. Unknown: 404.",
     tag: "access",
     params: agentParams,
-    success: { status: 200, description: "The enrolment, revoked.", schema: identityView },
+    success: { status: 200, description: "The enrolment, revoked.", schema: identitySchema },
     errors: [404],
     handle: async ({ coordinator, params, principal }) =>
       coordinator.access.revokeAgent(params.agentId, principal.name),
@@ -183,7 +156,7 @@ export const accessRoutes = [
     success: {
       status: 200,
       description: "The job's history.",
-      schema: z.object({ items: z.array(historyEntry) }),
+      schema: z.object({ items: z.array(jobHistoryEntrySchema) }),
     },
     handle: async ({ coordinator, params }) => ({
       items: await coordinator.jobs.history(params.id),
