@@ -1,12 +1,14 @@
 import { existsSync, readFileSync } from "node:fs";
-import { dirname, isAbsolute, join } from "node:path";
+import { dirname, isAbsolute, join, resolve } from "node:path";
 import * as z from "zod/mini";
+import { issueLines, unknownKeys } from "../shared/config-issues.js";
 import { AxError } from "../shared/errors.js";
 import { identityFileSchema } from "../shared/identity.js";
 import { ID_PATTERN } from "../shared/ids.js";
 import { HANDLER_NAMES } from "../shared/profile-names.js";
 import { describeIssue } from "../shared/protocol/codec.js";
 import { MAX_TAGS, maxKeys } from "../shared/protocol/envelope.js";
+import { PREFIX_PATTERN, PREFIX_RULE } from "../shared/protocol/topics.js";
 import type { DeviceHandlersConfig, DeviceHandlersConfigInput } from "./handlers/device/index.js";
 import { handlersConfigSchema } from "./handlers/set.js";
 import { DEFAULT_IDENTITY_FILE, readIdentityFile } from "./identity.js";
@@ -27,75 +29,54 @@ function brokerUrl(parts: AgentParts) {
         );
 }
 
+/** The identity given inline: the identity file's fields, and no others. */
+const inlineIdentitySchema = z.strictObject({
+  ...identityFileSchema.shape,
+  mqtt: z.strictObject(identityFileSchema.shape.mqtt.shape),
+});
+
 /**
  * Agent options as written in its config file (JSON), for an agent built with `parts`. The
  * handler sections are typed as if every device handler were built in; at run time only those
- * built in are accepted.
+ * built in are accepted. Unknown keys are refused at every level. What each field means is in
+ * agent/config-docs.ts (docs/config.md), not here: the text would weigh on the agent bundle.
  */
-function agentConfigSchema(parts: AgentParts) {
+export function agentConfigSchema(parts: AgentParts = PARTS) {
   const handlers = handlersConfigSchema(parts.handlers, parts.features) as unknown as z.ZodMiniType<
     DeviceHandlersConfig,
     DeviceHandlersConfigInput
   >;
-  return z.object({
+  return z.strictObject({
     agentId: z
       .string()
       .check(z.regex(ID_PATTERN, "must be 1-128 of A-Z a-z 0-9 . _ : - (no / + # $)")),
-    mqtt: z.object({
+    mqtt: z.strictObject({
       url: brokerUrl(parts),
-      /** @default "ax" */
-      prefix: z._default(
-        z.string().check(z.regex(/^[A-Za-z0-9._-]+$/, "must be one plain topic level")),
-        "ax",
-      ),
-      /** Seconds; the broker publishes the Last Will after 1.5× this. @default 10 */
+      prefix: z._default(z.string().check(z.regex(PREFIX_PATTERN, PREFIX_RULE)), "ax"),
       keepaliveS: z._default(z.int().check(z.gte(1), z.lte(3600)), 10),
       username: z.optional(z.string()),
       password: z.optional(z.string()),
-      /**
-       * Reconnect backoff: full jitter between 0 and min(capMs, baseMs·2^(n−1)) before attempt n,
-       * so a broker restart costs an agent seconds (docs/agent.md, "Offline operation").
-       */
       reconnect: z._default(
-        z.object({
-          /** @default 500 */
+        z.strictObject({
           baseMs: z._default(z.int().check(z.gte(10), z.lte(60_000)), 500),
-          /** @default 5000 */
           capMs: z._default(z.int().check(z.gte(10), z.lte(3_600_000)), 5_000),
         }),
         { baseMs: 500, capMs: 5_000 },
       ),
     }),
-    /**
-     * The agent's identity (docs/security.md): its key and broker login, as `ax fleet enroll`
-     * wrote them. With one, every message it sends is MACed and every message it receives must
-     * be. Give the file (`identityFile`) rather than its contents where you can.
-     */
-    identity: z.optional(identityFileSchema),
-    /**
-     * The identity file. Relative paths are read from the config file's folder.
-     * @default "ax-identity.json" beside the config file, when there is one
-     */
+    identity: z.optional(inlineIdentitySchema),
     identityFile: z.optional(z.string().check(z.minLength(1))),
     security: z._default(
-      z.object({
-        /**
-         * How far a down message's signing time may be from the coordinator's clock as this
-         * agent knows it (checked once it has a clock sample). @default 300000 (5 min)
-         */
+      z.strictObject({
         freshnessMs: z._default(z.int().check(z.gte(1_000), z.lte(86_400_000)), 300_000),
       }),
       { freshnessMs: 300_000 },
     ),
-    /** Firmware profile name reported in hello. @default "dev" */
     profile: z._default(z.string().check(z.minLength(1), z.maxLength(64)), "dev"),
     capacity: z._default(
-      z.object({
-        /** Executions running at once. @default 4 */
+      z.strictObject({
         concurrency: z._default(z.int().check(z.gte(1), z.lte(1024)), 4),
-        /** Due executions waiting for a slot; beyond it a due dispatch is answered busy. @default 64 */
         queue: z._default(z.int().check(z.gte(0), z.lte(100_000)), 64),
-        /** Executions held (scheduled, queued, running); beyond it dispatches are rejected journal_full. @default 10000 */
         maxPending: z._default(z.int().check(z.gte(1), z.lte(1_000_000)), 10_000),
       }),
       { concurrency: 4, queue: 64, maxPending: 10_000 },
@@ -110,26 +91,14 @@ function agentConfigSchema(parts: AgentParts) {
         .check(maxKeys(MAX_TAGS)),
       {},
     ),
+    // Left out, journal.path is ax-journal-<agentId>.sqlite in the working directory (journalPath).
     journal: z._default(
-      z.object({
-        /**
-         * The journal's SQLite file; one journal serves one agent (docs/agent.md, "The journal").
-         * @default "ax-journal-<agentId>.sqlite" in the working directory (see {@link journalPath})
-         */
+      z.strictObject({
         path: z.optional(z.string().check(z.minLength(1))),
-        /** See docs/benchmarks.md for the cost of each. @default "NORMAL" */
         synchronous: z._default(z.enum(["NORMAL", "FULL"]), "NORMAL"),
-        /** Under NORMAL, still fsync the commit that marks a command running (see docs/agent.md). @default true */
         syncStart: z._default(z.boolean(), true),
-        /**
-         * Where WAL checkpoints run: "thread" (a worker thread started when writes need one, so
-         * the fsyncs of a checkpoint never hold up the wheel) or "inline" (inside a commit, as
-         * SQLite does by default; no second thread). @default "thread"
-         */
         checkpoint: z._default(z.enum(["thread", "inline"]), "thread"),
-        /** Unacknowledged reports kept at most before new dispatches are refused. @default 100000 */
         maxOutbox: z._default(z.int().check(z.gte(100), z.lte(10_000_000)), 100_000),
-        /** How long finished commands are kept to answer duplicates. @default 86400000 (24 h) */
         retainMs: z._default(z.int().check(z.gte(60_000)), 86_400_000),
       }),
       {
@@ -140,15 +109,10 @@ function agentConfigSchema(parts: AgentParts) {
         retainMs: 86_400_000,
       },
     ),
-    /** Built-in device handlers to offer (mqtt.publish, http.request, file.write, exec); see docs/handlers.md. @default {} */
     handlers: z._default(handlers, {}),
-    /** Wheel tick for device commands. @default 20 */
     tickMs: z._default(z.int().check(z.gte(1), z.lte(1000)), 20),
-    /** Slots of the wheel; one revolution is tickMs × wheelSlots. @default 512 */
     wheelSlots: z._default(z.int().check(z.gte(16), z.lte(65_536)), 512),
-    /** Heartbeat period until the coordinator's welcome says otherwise. @default 5000 */
     heartbeatMs: z._default(z.int().check(z.gte(100), z.lte(600_000)), 5_000),
-    /** Grace for running work on SIGTERM (rule 13). @default 10000 */
     shutdownGraceMs: z._default(z.int().check(z.gte(0), z.lte(3_600_000)), 10_000),
   });
 }
@@ -213,29 +177,31 @@ function notBuiltIn(input: unknown, parts: AgentParts): string[] {
 /**
  * Parses agent options for an agent built with `parts` (by default, this one's). A bundle's
  * profile supplies the defaults; what the file sets wins (docs/bundles.md, "Precedence"). A bad
- * option throws AX_CONFIG_INVALID naming `source`, the field and the problem.
+ * option throws AX_CONFIG_INVALID naming `source`, each field and its problem (an unknown key
+ * with the closest known one).
  */
 export function parseAgentConfig(
   input: unknown,
   source = "config",
   parts: AgentParts = PARTS,
-  /** The folder relative identity paths are read from, and an identity file looked for in. */
+  /**
+   * The config file's folder: relative paths (identityFile, journal.path) are read from it, and
+   * an identity file is looked for in it. Without it (a config made in code) they are left as
+   * they are, relative to the working directory.
+   */
   base?: string,
 ): AgentConfig {
   const lines = notBuiltIn(input, parts);
   const defaults = parts.bundle?.defaults;
   const merged = defaults && isPlain(input) ? overlay(defaults, input) : input;
-  const result = agentConfigSchema(parts).safeParse(merged, { error: describeIssue });
+  const result = agentConfigSchema(parts).safeParse(merged, {
+    error: (i) => unknownKeys(i) ?? describeIssue(i),
+  });
   if (!result.success) {
-    for (const i of result.error.issues) {
-      const path = i.path.map(String).join(".") || "(root)";
-      // The clearer line from notBuiltIn already covers an unknown handler section.
-      if (i.code === "unrecognized_keys" && path === "handlers") {
-        const rest = i.keys.filter((k) => !lines.some((l) => l.startsWith(`handlers.${k}:`)));
-        if (rest.length > 0) lines.push(`${path}: has unknown keys ${rest.join(", ")}`);
-        continue;
-      }
-      lines.push(`${path}: ${i.message}`);
+    // The clearer line from notBuiltIn already covers a handler section left out of the bundle.
+    const said = new Set(lines.map((l) => l.slice(0, l.indexOf(": "))));
+    for (const line of issueLines(result.error.issues, merged)) {
+      if (!said.has(line.slice(0, line.indexOf(": ")))) lines.push(line);
     }
   }
   if (!result.success || lines.length > 0) {
@@ -243,7 +209,21 @@ export function parseAgentConfig(
       context: { source },
     });
   }
-  return Object.freeze(withIdentity(result.data, source, base));
+  let config = result.data;
+  const journal = config.journal.path;
+  if (base !== undefined && journal !== undefined && !isAbsolute(journal)) {
+    // Relative to the config file's folder; before 0.x, to the working directory.
+    const path = resolve(base, journal);
+    if (!existsSync(path) && existsSync(journal) && resolve(journal) !== path) {
+      throw new AxError(
+        "AX_CONFIG_INVALID",
+        `${source}: journal.path: "${journal}" is read from the config file's folder (${path}, no journal there), but ${resolve(journal)} is a journal in the working directory, where earlier versions read it: move it, or give journal.path as an absolute path`,
+        { context: { source } },
+      );
+    }
+    config = { ...config, journal: { ...config.journal, path } };
+  }
+  return Object.freeze(withIdentity(config, source, base));
 }
 
 /** The config with its identity read from its file, and checked against its agentId. */

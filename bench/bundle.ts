@@ -128,7 +128,7 @@ async function coldStarts(install: DeviceInstall, profile: string): Promise<Star
     parseCoordinatorConfig({
       store: { path: join(dir.dir, "ax.sqlite") },
       mqtt: { url: broker.url, prefix },
-      heartbeat: 5_000,
+      heartbeatMs: 5_000,
     }),
   );
   await coordinator.start();

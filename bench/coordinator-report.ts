@@ -623,7 +623,7 @@ export function renderMarkdown(x: ReportInput): string {
     "### How it is measured",
     [
       `- **Store**: for each rate a fresh SQLite file, created by \`SqliteStore\` (its migrations) and filled with plain SQL with ${n(JOBS)} jobs: \`echo\`, trigger \`every\` P = ${n(JOBS)} / rate seconds (50 s at 2,000/s), anchors spread evenly over one period, so nominal times come evenly at the rate; all active; every other field at its default (overlap SKIP, misfire FIRE_ONCE, dispatchTimeout 5 s, one attempt).`,
-      `- **Coordinator**: the real \`Coordinator\`, default config (dispatchLead 500 ms, poll 100 ms, lookAhead 5 s, heartbeat 5 s, misfireThreshold 5 s, ${x.o.auth === "off" ? 'but `security.messages: "off"` (--auth off)' : '`security.messages: "required"`: the bench\'s agents enrolled, every message MACed'}), ` +
+      `- **Coordinator**: the real \`Coordinator\`, default config (dispatchLeadMs 500, pollMs 100, lookAheadMs 5000, heartbeatMs 5000, misfireThresholdMs 5000, ${x.o.auth === "off" ? 'but `security.messages: "off"` (--auth off)' : '`security.messages: "required"`: the bench\'s agents enrolled, every message MACed'}), ` +
         "alone in a node process (`bench/coordinator-worker.ts`, bundled with esbuild, packages external, run with `--expose-gc`" +
         (x.o.coordinatorNice === 0
           ? ", at the same CPU priority as the agents"

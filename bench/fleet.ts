@@ -51,7 +51,7 @@ async function main(): Promise<void> {
     parseCoordinatorConfig({
       store: { path: join(tmp.dir, "ax.sqlite") },
       mqtt: { url: broker.url, prefix: "axbench" },
-      heartbeat: 10_000,
+      heartbeatMs: 10_000,
     }),
   );
   await coordinator.start();

@@ -1,10 +1,28 @@
-import { readFileSync } from "node:fs";
-import { dirname, join, resolve } from "node:path";
+import { existsSync, readFileSync } from "node:fs";
+import { dirname, isAbsolute, join, resolve } from "node:path";
 import { z } from "zod";
+import { issueLines, keyedIssues, unknownKeys } from "../shared/config-issues.js";
 import { AxError, type ErrorCode } from "../shared/errors.js";
 import { parseJsonText } from "../shared/json-text.js";
+import { PREFIX_PATTERN, PREFIX_RULE } from "../shared/protocol/topics.js";
 import { durationSchema } from "./domain/duration.js";
-import { formatIssues } from "./domain/job.js";
+
+/*
+ * The coordinator's config file. Each field's meaning is its `.meta()` (`doc` below), which
+ * docs/config.md is generated from (`npm run docs:config`; coordinator/config-docs.ts). Unknown
+ * keys are refused at every level, with the closest known key (shared/config-issues.ts).
+ */
+
+/** A field's entry in docs/config.md: what it means, and its default when that is not a value. */
+export interface FieldDoc {
+  description: string;
+  /** The default in words, for a default that is computed (or none). */
+  defaultText?: string;
+}
+
+/** Metadata for `.meta()`: the field's meaning (and its default in words). */
+const doc = (description: string, defaultText?: string): FieldDoc & z.core.GlobalMeta =>
+  defaultText === undefined ? { description } : { description, defaultText };
 
 /** What webhooks can be told about. */
 export const ALERT_KINDS = [
@@ -39,27 +57,41 @@ export const TOKEN_NAME_PATTERN = /^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$/;
 /** One bearer token of the HTTP API and what it may do. */
 export const httpTokenSchema = z
   .object({
-    /**
-     * The name recorded as the actor of what the token does (timelines, job history).
-     * @default "config-token-N", N its index in the list
-     */
     name: z
       .string()
       .regex(TOKEN_NAME_PATTERN, "must be 1 to 64 letters, digits, '.', '_' or '-'")
-      .optional(),
-    /** The token itself (at least 16 characters). Give this or `tokenFile`. */
-    token: z.string().min(16, "must be at least 16 characters").optional(),
-    /** A file holding the token (surrounding whitespace ignored), read at start. */
-    tokenFile: z.string().min(1).optional(),
-    /**
-     * `viewer`: every GET; `operator`: every change but the admin routes; `admin`: everything.
-     * `read` and `operate` are deprecated names of viewer and operator.
-     */
+      .optional()
+      .meta(
+        doc(
+          "The name recorded as the actor of what the token does (timelines, job history).",
+          '`"config-token-N"`, N its index in the list',
+        ),
+      ),
+    token: z
+      .string()
+      .min(16, "must be at least 16 characters")
+      .optional()
+      .meta(doc("The token itself (at least 16 characters). Give this or `tokenFile`.", "none")),
+    tokenFile: z
+      .string()
+      .min(1)
+      .optional()
+      .meta(
+        doc(
+          "A file holding the token (surrounding whitespace ignored), read at start. Give this or `token`.",
+          "none",
+        ),
+      ),
     role: z
       .enum([...API_ROLES, "read", "operate"], {
         message: 'must be "viewer", "operator" or "admin"',
       })
-      .transform((r): ApiRole => (r === "read" || r === "operate" ? DEPRECATED_ROLES[r] : r)),
+      .transform((r): ApiRole => (r === "read" || r === "operate" ? DEPRECATED_ROLES[r] : r))
+      .meta(
+        doc(
+          "`viewer`: every GET; `operator`: every change but the admin routes; `admin`: everything. `read` and `operate` are deprecated names of viewer and operator.",
+        ),
+      ),
   })
   .strict()
   .superRefine((t, ctx) => {
@@ -72,13 +104,17 @@ export const httpTokenSchema = z
     }
   }, EVEN_WITH_ISSUES);
 
-const tokensAuthSchema = z
+/** `http.auth` when it is not `"off"`. */
+export const tokensAuthSchema = z
   .object({
-    /**
-     * Tokens besides the admin token file and the tokens made through the API.
-     * @default []
-     */
-    tokens: z.array(httpTokenSchema).default([]),
+    tokens: z
+      .array(httpTokenSchema)
+      .default([])
+      .meta(
+        doc(
+          "Tokens besides the admin token (`admin.token` in the secrets folder) and the tokens made through the API.",
+        ),
+      ),
   })
   .strict()
   .superRefine((a, ctx) => {
@@ -106,10 +142,10 @@ const httpAuthSchema = z.unknown().transform((value, ctx) => {
     ctx.addIssue({ code: "custom", message: 'must be "off" or { "tokens": [ ... ] }' });
     return z.NEVER;
   }
-  const r = tokensAuthSchema.safeParse(value);
+  const r = tokensAuthSchema.safeParse(value, { error: unknownKeys });
   if (r.success) return r.data;
-  for (const issue of r.error.issues) {
-    ctx.addIssue({ code: "custom", message: issue.message, path: issue.path });
+  for (const { path, message } of keyedIssues(r.error.issues, value)) {
+    ctx.addIssue({ code: "custom", message, path });
   }
   return z.NEVER;
 }) as unknown as z.ZodType<
@@ -130,41 +166,57 @@ const DEFAULT_MAX_BODY_BYTES = 1024 * 1024;
 /** The HTTP API, metrics and console (`ax coordinator start` serves them). */
 export const httpConfigSchema = z
   .object({
-    /** @default "127.0.0.1" */
-    host: z.string().min(1).default("127.0.0.1"),
-    /** 0 picks a free port. @default 8080 */
-    port: z.number().int().min(0).max(65_535).default(8080),
-    /**
-     * Token auth: the admin token (`admin.token` in the secrets folder, created at first start),
-     * the tokens made through the API, and `tokens` listed here. `"off"` is an explicit opt-out
-     * allowed only on a loopback host; the Host, Origin and Content-Type checks stay on.
-     * @default { tokens: [] }
-     */
-    auth: httpAuthSchema.default({ tokens: [] }),
-    /**
-     * Origins (`scheme://host[:port]`) besides the coordinator's own whose web pages may call
-     * the API; a request with any other `Origin` header is refused 403. @default []
-     */
+    host: z
+      .string()
+      .min(1)
+      .default("127.0.0.1")
+      .meta(
+        doc(
+          'The address the HTTP API, `/metrics` and the console listen on. Without tokens (`auth: "off"`) only a loopback address is allowed.',
+        ),
+      ),
+    port: z
+      .number()
+      .int()
+      .min(0)
+      .max(65_535)
+      .default(8080)
+      .meta(doc("The port; 0 picks a free one.")),
+    auth: httpAuthSchema
+      .default({ tokens: [] })
+      .meta(
+        doc(
+          'Token auth: the admin token (`admin.token` in the secrets folder, created at first start), the tokens made through the API, and `tokens` listed here. `"off"` is an explicit opt-out allowed only on a loopback host; the Host, Origin and Content-Type checks stay on.',
+          '`{ "tokens": [] }`',
+        ),
+      ),
     allowedOrigins: z
       .array(
         z
           .string()
           .regex(/^https?:\/\/[^/\s]+$/, "must be an origin such as https://ops.example.com"),
       )
-      .default([]),
-    /**
-     * Host header values answered besides `localhost`, `127.0.0.1`, `[::1]` and `host` (when not
-     * a wildcard), each of those with the bound port. A name without a port matches with none or
-     * with the bound port. Any other Host is refused 421 (DNS rebinding). @default []
-     */
-    allowedHosts: z.array(hostNameSchema).default([]),
-    /** Largest request body accepted; a larger one is answered 413. @default 1048576 (1 MiB) */
+      .default([])
+      .meta(
+        doc(
+          "Origins (`scheme://host[:port]`) besides the coordinator's own whose web pages may call the API; a request with any other `Origin` header is refused 403.",
+        ),
+      ),
+    allowedHosts: z
+      .array(hostNameSchema)
+      .default([])
+      .meta(
+        doc(
+          "Host header values answered besides `localhost`, `127.0.0.1`, `[::1]` and `host` (when not a wildcard), each of those with the bound port. A name without a port matches with none or with the bound port. Any other Host is refused 421 (DNS rebinding).",
+        ),
+      ),
     maxBodyBytes: z
       .number()
       .int()
       .min(1024)
       .max(64 * 1024 * 1024)
-      .default(DEFAULT_MAX_BODY_BYTES),
+      .default(DEFAULT_MAX_BODY_BYTES)
+      .meta(doc("Largest request body accepted; a larger one is answered 413.")),
   })
   .strict()
   .superRefine((h, ctx) => {
@@ -185,173 +237,286 @@ export const coordinatorConfigSchema = z
   .object({
     store: z
       .object({
-        /** SQLite file. @default "ax.sqlite" */
-        path: z.string().min(1).default("ax.sqlite"),
+        path: z
+          .string()
+          .min(1)
+          .default("ax.sqlite")
+          .meta(
+            doc(
+              "The SQLite file of the store. Created by `ax coordinator start`; the commands that only read it (`ax bundle fleet`, `ax broker config`) refuse a missing one.",
+            ),
+          ),
       })
       .strict()
-      .default({ path: "ax.sqlite" }),
+      .default({ path: "ax.sqlite" })
+      .meta(doc("Where the coordinator keeps jobs, executions, agents and enrolments.")),
     mqtt: z
       .object({
-        url: z.string().regex(/^mqtts?:\/\/.+/, "must be an mqtt:// or mqtts:// URL"),
-        /** @default "ax" */
+        url: z
+          .string()
+          .regex(/^mqtts?:\/\/.+/, "must be an mqtt:// or mqtts:// URL")
+          .meta(doc("The broker, `mqtt://host:port` or `mqtts://host:port`.")),
         prefix: z
           .string()
-          .regex(/^[A-Za-z0-9._-]+$/, "must be one plain topic level")
-          .default("ax"),
-        username: z.string().optional(),
-        password: z.string().optional(),
+          .regex(PREFIX_PATTERN, PREFIX_RULE)
+          .default("ax")
+          .meta(
+            doc(
+              "The topic prefix: one or more topic levels separated by `/` (such as `ax` or `plant-3/ax`), each of letters, digits, `.`, `_` and `-`. Topics are `{prefix}/v1/…` (docs/protocol.md); agents must use the same prefix.",
+            ),
+          ),
+        username: z
+          .string()
+          .optional()
+          .meta(
+            doc(
+              "The coordinator's broker login.",
+              'its client id, with a password derived from the fleet key, when `security.messages` is `"required"`; else none',
+            ),
+          ),
+        password: z.string().optional().meta(doc("The password of `username`.", "none")),
         sharedGroup: z
           .string()
-          .regex(/^[A-Za-z0-9._-]+$/)
-          .optional(),
-        /**
-         * The coordinator's MQTT client id. It is fixed across restarts so that the broker keeps
-         * the coordinator's session (`clean: false`) and queues what agents report while it is down.
-         * Each coordinator on one broker needs its own. @default derived from the prefix and the
-         * store's path: `ax-c-` and 16 hex digits
-         */
+          .regex(/^[A-Za-z0-9._-]+$/, "must be letters, digits, '.', '_' or '-'")
+          .optional()
+          .meta(
+            doc(
+              "Subscribe through the shared subscription `$share/GROUP/…`, for a broker that a standby coordinator shares.",
+              "none (plain subscriptions)",
+            ),
+          ),
         clientId: z
           .string()
           .regex(/^[A-Za-z0-9._:-]{1,64}$/, "must be 1 to 64 letters, digits, '.', '_', ':' or '-'")
-          .optional(),
-        /**
-         * Keep the broker session across restarts (`clean: false`). Turn off only for a broker that
-         * cannot hold sessions. @default true
-         */
-        persistentSession: z.boolean().default(true),
+          .optional()
+          .meta(
+            doc(
+              "The coordinator's MQTT client id. It is fixed across restarts so that the broker keeps the coordinator's session (`clean: false`) and queues what agents report while it is down. Each coordinator on one broker needs its own.",
+              "`ax-c-` and 16 hex digits derived from the prefix and the store's path",
+            ),
+          ),
+        persistentSession: z
+          .boolean()
+          .default(true)
+          .meta(
+            doc(
+              "Keep the broker session across restarts (`clean: false`). Turn off only for a broker that cannot hold sessions.",
+            ),
+          ),
       })
-      .strict(),
-    /** @default { host: "127.0.0.1", port: 8080, auth: { tokens: [] }, maxBodyBytes: 1048576 } */
-    http: httpConfigSchema.default({
-      host: "127.0.0.1",
-      port: 8080,
-      auth: { tokens: [] },
-      allowedOrigins: [],
-      allowedHosts: [],
-      maxBodyBytes: DEFAULT_MAX_BODY_BYTES,
-    }),
-    /** A JSON file of job definitions loaded (and upserted) at start. */
-    jobsFile: z.string().optional(),
-    /** Agents send heartbeats this often; 3 missed → offline. @default 5s */
-    heartbeat: durationSchema.default(5_000),
-    /** Dispatch this long before the fire time, so the agent fires from its own wheel. @default 500ms */
-    dispatchLead: durationSchema.default(500),
-    /**
-     * A device command is dispatched as soon as it is known, up to this long before its time, so
-     * the agent's journal and wheel carry it through broker and coordinator outages. @default 24h
-     */
-    commandHorizon: durationSchema.default(86_400_000),
-    /** How often the engine looks for work to dispatch, time out, retry or expire. @default 100ms */
-    poll: durationSchema.default(100),
-    /** Jobs due within this window are held on the firing wheel. @default 5s */
-    lookAhead: durationSchema.default(5_000),
-    /** A fire this late is a misfire, handled by the job's misfire policy. @default 5s */
-    misfireThreshold: durationSchema.default(5_000),
-    /**
-     * An agent that answers `busy` gets no new work for this long, doubled for each further
-     * `busy` in a row (at most 8×); its execution is routed elsewhere or waits. @default 1s
-     */
-    busyBackoff: durationSchema.default(1_000),
-    /** Grace past an execution's timeout before the coordinator times it out itself. @default 5s */
-    timeoutGrace: durationSchema.default(5_000),
-    /** Webhooks told about failures, misfires and agents going offline. @default none */
+      .strict()
+      .meta(doc("The MQTT broker agents and the coordinator meet on.")),
+    http: httpConfigSchema
+      .default({
+        host: "127.0.0.1",
+        port: 8080,
+        auth: { tokens: [] },
+        allowedOrigins: [],
+        allowedHosts: [],
+        maxBodyBytes: DEFAULT_MAX_BODY_BYTES,
+      })
+      .meta(doc("The HTTP API, the metrics (`/metrics`) and the web console.")),
+    jobsFile: z
+      .string()
+      .min(1)
+      .optional()
+      .meta(
+        doc(
+          'Job definitions applied at every start, in any shape `ax job add --file` takes (one definition, a list, or `{ "jobs": [ … ] }`): by id, the file wins for the jobs it lists and leaves the others alone. A missing or invalid file refuses the start. See [Jobs from a file](scheduling.md#jobs-from-a-file).',
+          "none",
+        ),
+      ),
+    heartbeatMs: durationSchema
+      .default(5_000)
+      .meta(
+        doc(
+          "How often agents send heartbeats (the coordinator's welcome tells them); three missed and an agent is offline.",
+        ),
+      ),
+    dispatchLeadMs: durationSchema
+      .default(500)
+      .meta(
+        doc(
+          "How long before its fire time an execution is dispatched, so the agent fires it from its own wheel. A job may set its own `dispatchLead`.",
+        ),
+      ),
+    commandHorizonMs: durationSchema
+      .default(86_400_000)
+      .meta(
+        doc(
+          "A device command is dispatched as soon as it is known, up to this long before its time, so the agent's journal and wheel carry it through broker and coordinator outages.",
+        ),
+      ),
+    pollMs: durationSchema
+      .default(100)
+      .meta(doc("How often the engine looks for work to dispatch, time out, retry or expire.")),
+    lookAheadMs: durationSchema
+      .default(5_000)
+      .meta(doc("Jobs due within this window are held on the firing wheel.")),
+    misfireThresholdMs: durationSchema
+      .default(5_000)
+      .meta(doc("A fire this late is a misfire, handled by the job's misfire policy.")),
+    busyBackoffMs: durationSchema
+      .default(1_000)
+      .meta(
+        doc(
+          "An agent that answers `busy` gets no new work for this long, doubled for each further `busy` in a row (at most 8×); its execution is routed elsewhere or waits.",
+        ),
+      ),
+    timeoutGraceMs: durationSchema
+      .default(5_000)
+      .meta(doc("Grace past an execution's timeout before the coordinator times it out itself.")),
     alerts: z
       .object({
         webhooks: z
           .array(
             z
               .object({
-                url: z.string().regex(/^https?:\/\/.+/, "must be an http:// or https:// URL"),
-                /** Alert kinds sent to this hook. @default all */
-                kinds: z.array(z.enum(ALERT_KINDS)).min(1).optional(),
-                /** Extra request headers (e.g. Authorization). */
-                headers: z.record(z.string(), z.string()).optional(),
-                /** Signs each body: header X-Ax-Signature: sha256=HMAC-SHA256(secret, body). */
-                secret: z.string().min(16).optional(),
+                url: z
+                  .string()
+                  .regex(/^https?:\/\/.+/, "must be an http:// or https:// URL")
+                  .meta(doc("Where each alert is POSTed, as JSON.")),
+                kinds: z
+                  .array(z.enum(ALERT_KINDS))
+                  .min(1)
+                  .optional()
+                  .meta(doc("The alert kinds sent to this hook.", "all of them")),
+                headers: z
+                  .record(z.string(), z.string())
+                  .optional()
+                  .meta(doc("Extra request headers (such as Authorization).", "none")),
+                secret: z
+                  .string()
+                  .min(16)
+                  .optional()
+                  .meta(
+                    doc(
+                      "Signs each body: header `X-Ax-Signature: sha256=HMAC-SHA256(secret, body)`.",
+                      "none (unsigned)",
+                    ),
+                  ),
               })
               .strict(),
           )
           .max(32)
-          .default([]),
-        /** Tries per alert and hook before it is recorded failed. @default 6 */
-        maxAttempts: z.number().int().min(1).max(100).default(6),
-        /** Retry back-off: base and cap of the full-jitter exponential. @default 1s, 5m */
-        backoffBase: durationSchema.default(1_000),
-        backoffCap: durationSchema.default(300_000),
-        /** One attempt's time limit. @default 10s */
-        timeout: durationSchema.default(10_000),
+          .default([])
+          .meta(doc("The hooks told about each alert.")),
+        maxAttempts: z
+          .number()
+          .int()
+          .min(1)
+          .max(100)
+          .default(6)
+          .meta(doc("Tries per alert and hook before it is recorded failed.")),
+        backoffBaseMs: durationSchema
+          .default(1_000)
+          .meta(doc("Retry back-off: the base of the full-jitter exponential.")),
+        backoffCapMs: durationSchema
+          .default(300_000)
+          .meta(doc("Retry back-off: the longest wait between two attempts.")),
+        timeoutMs: durationSchema.default(10_000).meta(doc("One attempt's time limit.")),
       })
       .strict()
       .default({
         webhooks: [],
         maxAttempts: 6,
-        backoffBase: 1_000,
-        backoffCap: 300_000,
-        timeout: 10_000,
-      }),
-    /**
-     * Who may speak on the broker (docs/security.md). On by default: every message to and from an
-     * agent is authenticated with that agent's key, and only enrolled agents are heard.
-     */
+        backoffBaseMs: 1_000,
+        backoffCapMs: 300_000,
+        timeoutMs: 10_000,
+      })
+      .meta(
+        doc(
+          `Webhooks told about failures, misfires and agents going offline: the alert kinds ${ALERT_KINDS.map((k) => `\`${k}\``).join(", ")}.`,
+        ),
+      ),
     security: z
       .object({
-        /**
-         * The folder of the coordinator's secrets: the fleet key, the bundle signing key and the
-         * first admin token. @default "ax-secrets" beside the store's file
-         */
-        dir: z.string().min(1).optional(),
-        /**
-         * `"required"`: a message without a valid MAC from an enrolled agent is refused, and every
-         * message to an agent is MACed. `"off"`: neither (only for a broker no one else can
-         * reach; the coordinator logs a warning at start). @default "required"
-         */
-        messages: z.enum(["required", "off"]).default("required"),
-        /**
-         * How far a message's signing time may be from the coordinator's clock; outside it the
-         * message is refused as stale or replayed. @default 5m
-         */
-        freshness: durationSchema.default(300_000),
+        dir: z
+          .string()
+          .min(1)
+          .optional()
+          .meta(
+            doc(
+              "The folder of the coordinator's secrets: the fleet key, the bundle signing key and the first admin token.",
+              "`ax-secrets` beside the store's file",
+            ),
+          ),
+        messages: z
+          .enum(["required", "off"])
+          .default("required")
+          .meta(
+            doc(
+              '`"required"`: a message without a valid MAC from an enrolled agent is refused, and every message to an agent is MACed. `"off"`: neither (only for a broker no one else can reach; the coordinator logs a warning at start).',
+            ),
+          ),
+        freshnessMs: durationSchema
+          .default(300_000)
+          .meta(
+            doc(
+              "How far a message's signing time may be from the coordinator's clock; outside it the message is refused as stale or replayed.",
+            ),
+          ),
       })
       .strict()
-      .default({ messages: "required", freshness: 300_000 }),
-    /** The broker the coordinator keeps in step with its enrolments. @default {} (none) */
+      .default({ messages: "required", freshnessMs: 300_000 })
+      .meta(
+        doc(
+          "Who may speak on the broker (docs/security.md). On by default: every message to and from an agent is authenticated with that agent's key, and only enrolled agents are heard.",
+        ),
+      ),
     broker: z
       .object({
-        /**
-         * A Mosquitto run with the files of `ax broker config --out DIR`: after every enrolment,
-         * rotation and revocation the coordinator rewrites `DIR/passwd` and `DIR/acl` and sends
-         * Mosquitto SIGHUP, which disconnects a revoked agent at once. @default none
-         */
         mosquitto: z
           .object({
-            /** The folder `ax broker config --out` wrote. */
-            dir: z.string().min(1, "must name the folder ax broker config --out wrote"),
-            /** Mosquitto's pid file (its `pid_file`). @default "mosquitto.pid" in `dir` */
-            pidFile: z.string().min(1).optional(),
+            dir: z
+              .string()
+              .min(1, "must name the folder ax broker config --out wrote")
+              .meta(doc("The folder `ax broker config --out` wrote.")),
+            pidFile: z
+              .string()
+              .min(1)
+              .optional()
+              .meta(doc("Mosquitto's pid file (its `pid_file`).", "`mosquitto.pid` in `dir`")),
           })
           .strict()
-          .optional(),
+          .optional()
+          .meta(
+            doc(
+              "A Mosquitto run with the files of `ax broker config --out DIR`: after every enrolment, rotation and revocation the coordinator rewrites `DIR/passwd` and `DIR/acl` and sends Mosquitto SIGHUP, which disconnects a revoked agent at once.",
+              "none",
+            ),
+          ),
       })
       .strict()
-      .default({}),
-    /** @default 65536 */
+      .default({})
+      .meta(doc("The broker the coordinator keeps in step with its enrolments.")),
     maxPayloadBytes: z
       .number()
       .int()
       .min(1024)
       .max(16 * 1024 * 1024)
-      .default(65_536),
-    /**
-     * Finished executions and their timelines are purged this many days after they end.
-     * @default 30
-     */
-    retentionDays: z.number().int().min(1).max(3650).default(30),
-    /**
-     * Stored error text (an execution's message, a timeline entry's detail) is capped at this many
-     * UTF-8 bytes.
-     * @default 2048
-     */
-    maxErrorTextBytes: z.number().int().min(256).max(65_536).default(2048),
+      .default(65_536)
+      .meta(doc("The largest MQTT message accepted from an agent, in bytes.")),
+    retentionDays: z
+      .number()
+      .int()
+      .min(1)
+      .max(3650)
+      .default(30)
+      .meta(
+        doc("Finished executions and their timelines are purged this many days after they end."),
+      ),
+    maxErrorTextBytes: z
+      .number()
+      .int()
+      .min(256)
+      .max(65_536)
+      .default(2048)
+      .meta(
+        doc(
+          "Stored error text (an execution's message, a timeline entry's detail) is capped at this many UTF-8 bytes.",
+        ),
+      ),
   })
   .strict()
   .superRefine((c, ctx) => {
@@ -374,24 +539,172 @@ export const coordinatorConfigSchema = z
 export type CoordinatorConfigInput = z.input<typeof coordinatorConfigSchema>;
 export type CoordinatorConfig = Readonly<z.output<typeof coordinatorConfigSchema>>;
 
-/** Parses options; a bad one throws AX_CONFIG_INVALID naming `source`, the field path and the problem. */
-export function parseCoordinatorConfig(input: unknown, source = "config"): CoordinatorConfig {
-  const result = coordinatorConfigSchema.safeParse(input);
-  if (!result.success) {
+/**
+ * The names of 0.x config files that are still read, by path, and the key that replaced each (the
+ * durations took the `Ms` suffix the agent's config has). Giving both is an error.
+ */
+export const DEPRECATED_KEYS: Readonly<Record<string, string>> = {
+  heartbeat: "heartbeatMs",
+  dispatchLead: "dispatchLeadMs",
+  commandHorizon: "commandHorizonMs",
+  poll: "pollMs",
+  lookAhead: "lookAheadMs",
+  misfireThreshold: "misfireThresholdMs",
+  busyBackoff: "busyBackoffMs",
+  timeoutGrace: "timeoutGraceMs",
+  "alerts.backoffBase": "alerts.backoffBaseMs",
+  "alerts.backoffCap": "alerts.backoffCapMs",
+  "alerts.timeout": "alerts.timeoutMs",
+  "security.freshness": "security.freshnessMs",
+};
+
+/**
+ * Every field that names a file or folder. A relative one is read from the config file's folder
+ * when the config comes from a file (`[]` is each item of a list).
+ */
+export const COORDINATOR_PATH_FIELDS = [
+  "store.path",
+  "jobsFile",
+  "security.dir",
+  "broker.mosquitto.dir",
+  "broker.mosquitto.pidFile",
+  "http.auth.tokens[].tokenFile",
+] as const;
+
+type Plain = Record<string, unknown>;
+const isPlain = (v: unknown): v is Plain =>
+  typeof v === "object" && v !== null && !Array.isArray(v);
+
+/** The input with each deprecated key renamed; a warning for each, an error when both are given. */
+function renameDeprecated(input: unknown): {
+  input: unknown;
+  warnings: string[];
+  errors: string[];
+} {
+  const warnings: string[] = [];
+  const errors: string[] = [];
+  if (!isPlain(input)) return { input, warnings, errors };
+  const root: Plain = { ...input };
+  for (const [old, now] of Object.entries(DEPRECATED_KEYS)) {
+    const parts = old.split(".");
+    const key = parts.pop() as string;
+    const newKey = now.split(".").pop() as string;
+    let parent: Plain = root;
+    for (const p of parts) {
+      const child = parent[p];
+      if (!isPlain(child)) {
+        parent = {};
+        break;
+      }
+      parent[p] = { ...child };
+      parent = parent[p] as Plain;
+    }
+    if (!Object.hasOwn(parent, key)) continue;
+    if (Object.hasOwn(parent, newKey)) {
+      errors.push(`${old}: the deprecated name of ${now}, which is given too; keep only ${now}`);
+    } else {
+      parent[newKey] = parent[key];
+      warnings.push(`${old} is deprecated: name it ${now} (the value is read as before)`);
+    }
+    delete parent[key];
+  }
+  return { input: root, warnings, errors };
+}
+
+/** Applies `fn` to the value at a field path of {@link COORDINATOR_PATH_FIELDS}, where present. */
+function mapField(value: unknown, path: readonly string[], fn: (v: string) => string): void {
+  const [head, ...rest] = path;
+  if (head === undefined || !isPlain(value)) return;
+  const key = head.endsWith("[]") ? head.slice(0, -2) : head;
+  const v = value[key];
+  if (head.endsWith("[]")) {
+    if (Array.isArray(v)) for (const item of v) mapField(item, rest, fn);
+  } else if (rest.length > 0) {
+    mapField(v, rest, fn);
+  } else if (typeof v === "string" && v !== ":memory:") {
+    value[key] = fn(v);
+  }
+}
+
+/** Options of {@link parseCoordinatorConfig}. */
+export interface CoordinatorConfigOptions {
+  /**
+   * The folder relative paths are read from: the config file's. Without it (a config made in
+   * code) paths are left as they are, relative to the working folder.
+   */
+  base?: string | undefined;
+  /** Told each warning (a deprecated key), for the caller to log. */
+  warn?: ((message: string) => void) | undefined;
+}
+
+/**
+ * Parses options; a bad one throws AX_CONFIG_INVALID naming `source`, the field path and the
+ * problem (an unknown key with the closest known one). With `base`, relative paths are resolved
+ * from it.
+ */
+export function parseCoordinatorConfig(
+  input: unknown,
+  source = "config",
+  options: CoordinatorConfigOptions = {},
+): CoordinatorConfig {
+  const renamed = renameDeprecated(input);
+  const result = coordinatorConfigSchema.safeParse(renamed.input, { error: unknownKeys });
+  const lines = [
+    ...renamed.errors,
+    ...(result.success ? [] : issueLines(result.error.issues, renamed.input)),
+  ];
+  if (!result.success || lines.length > 0) {
     throw new AxError(
       "AX_CONFIG_INVALID",
-      `${source}: invalid coordinator config\n${formatIssues(result.error)}`,
+      `${source}: invalid coordinator config\n${lines.join("\n")}`,
       {
         context: { source },
       },
     );
   }
-  return Object.freeze(result.data);
+  for (const w of renamed.warnings) options.warn?.(`${source}: ${w}`);
+  const config = result.data;
+  const base = options.base;
+  if (base !== undefined) {
+    for (const field of COORDINATOR_PATH_FIELDS) {
+      mapField(config, field.split("."), (p) => resolve(base, p));
+    }
+  }
+  return Object.freeze(config);
+}
+
+/**
+ * Reads and parses a coordinator config file; relative paths in it are read from its folder (see
+ * {@link parseCoordinatorConfig}).
+ */
+export function loadCoordinatorConfig(
+  file: string,
+  options: Omit<CoordinatorConfigOptions, "base"> = {},
+): CoordinatorConfig {
+  return parseCoordinatorConfig(readJsonFile(file), file, {
+    ...options,
+    base: dirname(resolve(file)),
+  });
 }
 
 /** The folder of a coordinator's secrets: `security.dir`, or `ax-secrets` beside the store. */
 export function secretsDir(config: CoordinatorConfig): string {
   return config.security.dir ?? join(dirname(resolve(config.store.path)), "ax-secrets");
+}
+
+/**
+ * For a command that only reads the store: throws AX_STORE_MISSING, naming the path and the config
+ * `source`, when the store's file does not exist (opening it would create an empty one).
+ */
+export function requireStore(config: CoordinatorConfig, source: string, command: string): void {
+  const path = config.store.path;
+  if (path === ":memory:" || existsSync(path)) return;
+  const where = isAbsolute(path) ? path : resolve(path);
+  throw new AxError(
+    "AX_STORE_MISSING",
+    `${command}: ${where}: no such store (store.path of ${source}; a relative path is read from the config file's folder). ${command} only reads a store: fix store.path, or start the coordinator once, which creates it`,
+    { context: { path: where, source } },
+  );
 }
 
 /**

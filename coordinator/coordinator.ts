@@ -187,7 +187,7 @@ export class Coordinator {
         persistentSession: config.mqtt.persistentSession,
         auth:
           config.security.messages === "required"
-            ? new LinkAuth(this.identities, config.security.freshness, config.mqtt.prefix)
+            ? new LinkAuth(this.identities, config.security.freshnessMs, config.mqtt.prefix)
             : undefined,
       },
       () => clock.wallNow(),
@@ -220,7 +220,7 @@ export class Coordinator {
       store: this.store,
     });
     // A lease lapses after three silent heartbeats; a query gets two heartbeats (2 s at least).
-    const leases = new Leases(config.heartbeat * 3, Math.max(2_000, config.heartbeat * 2));
+    const leases = new Leases(config.heartbeatMs * 3, Math.max(2_000, config.heartbeatMs * 2));
     this.leases = leases;
     this.inbound = new Inbound(this.ctx, this.fleet, leases);
     this.firing = new FiringLoop(this.ctx);

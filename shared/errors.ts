@@ -36,6 +36,8 @@ export const ERROR_CODES = {
   AX_FSM_ILLEGAL_TRANSITION: "An execution event is not allowed in the execution's current state.",
   AX_STORE_FAILED: "The store failed to read or write.",
   AX_STORE_MIGRATION: "A store migration failed or the store is newer than this build.",
+  AX_STORE_MISSING:
+    "A command that only reads the store found no store file where the config says.",
   AX_HANDLER_UNKNOWN: "No handler with the given name is registered.",
   AX_HANDLER_PARAMS: "Handler parameters failed the handler's schema.",
   AX_LINK_FAILED: "The MQTT link failed to connect, subscribe or publish.",

@@ -77,7 +77,7 @@ describe("the parts an agent is built with", () => {
       configErrors({ ...device, handlers: { exec: { enabled: true }, typo: {} } }, bundled),
     ).toEqual([
       "handlers.exec: not built into this agent's bundle (profile sensor-hub); it has mqtt.publish, file.write",
-      "handlers: has unknown keys typo",
+      "handlers.typo: unknown key",
     ]);
   });
 

@@ -2,7 +2,7 @@ import type { KeyObject } from "node:crypto";
 import { existsSync } from "node:fs";
 import { join, resolve } from "node:path";
 import { AxError } from "../../shared/errors.js";
-import { parseCoordinatorConfig, readJsonFile, secretsDir } from "../config.js";
+import { loadCoordinatorConfig, secretsDir } from "../config.js";
 import { SECRET_FILES } from "../security/secrets.js";
 import { readPublicKey, readSigningKey, type TrustedKey } from "./signature.js";
 
@@ -38,7 +38,7 @@ function locate(
     return path;
   }
   if (flags.config !== undefined) {
-    const config = parseCoordinatorConfig(readJsonFile(flags.config), flags.config);
+    const config = loadCoordinatorConfig(flags.config);
     const path = join(secretsDir(config), secretFile);
     if (!existsSync(path)) {
       throw new AxError(

@@ -3,7 +3,7 @@ import { resolve } from "node:path";
 import { AxError } from "../../shared/errors.js";
 import { MOSQUITTO_FILES, type MosquittoListenOptions, requireLogin } from "../broker/mosquitto.js";
 import { writeMosquittoFiles } from "../broker/mosquitto-files.js";
-import { parseCoordinatorConfig, readJsonFile } from "../config.js";
+import { loadCoordinatorConfig, requireStore } from "../config.js";
 import { coordinatorMqttLogin, openStore, secretsDir } from "../coordinator.js";
 import { loadOrCreateSecrets } from "../security/secrets.js";
 import { flags } from "./args.js";
@@ -89,7 +89,9 @@ async function config(argv: string[]): Promise<number> {
   });
   if (!f.config) throw usage("--config FILE (the coordinator's config) is required");
   const listen = listenFromFlags(f);
-  const coordinatorConfig = parseCoordinatorConfig(readJsonFile(f.config), f.config);
+  const coordinatorConfig = loadCoordinatorConfig(f.config);
+  // The fleet is read from the store; a missing one is a wrong path, not an empty fleet.
+  requireStore(coordinatorConfig, f.config, COMMAND);
   const outDir = f.out ?? coordinatorConfig.broker.mosquitto?.dir;
   if (outDir === undefined) {
     throw usage("--out DIR is required (or broker.mosquitto.dir in the coordinator's config)");

@@ -4,7 +4,7 @@ import { AxError, isAxError } from "../../shared/errors.js";
 import { MANIFEST_FILE, parseManifest } from "../bundle/manifest.js";
 import { listProfiles, loadProfile } from "../bundle/profiles.js";
 import type { TrustedKey } from "../bundle/signature.js";
-import { parseCoordinatorConfig, readJsonFile } from "../config.js";
+import { loadCoordinatorConfig, requireStore } from "../config.js";
 import { flags } from "./args.js";
 import { table } from "./table.js";
 
@@ -185,7 +185,9 @@ async function fleet(argv: string[]): Promise<number> {
     bundles: { type: "string" },
   });
   if (!f.config) throw new AxError("AX_CLI_USAGE", "bundle fleet: --config FILE is required");
-  const config = parseCoordinatorConfig(readJsonFile(f.config), f.config);
+  const config = loadCoordinatorConfig(f.config);
+  // Opening a missing store would create an empty one, and show an empty fleet.
+  requireStore(config, f.config, "bundle fleet");
   const { SqliteStore } = await import("../store/sqlite/sqlite-store.js");
   const store = new SqliteStore({ path: config.store.path });
   try {

@@ -50,7 +50,7 @@ export async function runDemo(argv: string[]): Promise<number> {
     const config = parseCoordinatorConfig({
       store: { path: join(dir, "ax.sqlite") },
       mqtt: { url: broker.url },
-      heartbeat: 1000,
+      heartbeatMs: 1000,
     });
     coordinator = new Coordinator(config, {
       log: jsonLogger({ file: join(dir, "coordinator.log") }),

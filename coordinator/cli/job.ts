@@ -1,7 +1,8 @@
 import { AxError } from "../../shared/errors.js";
-import { readJsonFile } from "../config.js";
-import { formatIssues, jobDefinitionSchema, type Trigger } from "../domain/job.js";
+import type { Trigger } from "../domain/job.js";
 import type { JobView } from "../http/schemas.js";
+// The one parser of job files, shared with the coordinator config's jobsFile.
+import { readJobFile } from "../jobs-file.js";
 import {
   apiClient,
   CLIENT_FLAGS,
@@ -13,66 +14,6 @@ import {
   printJson,
 } from "./client.js";
 import { fields, isoTime, table } from "./table.js";
-
-/**
- * Reads job definitions from a JSON file — one definition, an array of them, or a jobs file
- * (`{ "jobs": [ … ] }`) — and checks each with the schema the coordinator uses. Every problem is
- * reported at once, naming the file, the field's path and what is wrong.
- */
-export function readJobFile(file: string, single = false): unknown[] {
-  const value = readJsonFile(file);
-  let items: unknown[];
-  let root: (i: number) => string;
-  if (Array.isArray(value) && !single) {
-    items = value;
-    root = (i) => `[${i}]`;
-  } else if (
-    !single &&
-    value !== null &&
-    typeof value === "object" &&
-    !Array.isArray(value) &&
-    "jobs" in value &&
-    !("id" in value)
-  ) {
-    const jobs = (value as { jobs: unknown }).jobs;
-    if (!Array.isArray(jobs)) {
-      throw new AxError(
-        "AX_JOB_INVALID",
-        `${file}: invalid job definitions\njobs: must be an array`,
-      );
-    }
-    items = jobs;
-    root = (i) => `jobs.${i}`;
-  } else {
-    items = [value];
-    root = () => "";
-  }
-  const problems: string[] = [];
-  const seen = new Map<string, number>();
-  items.forEach((item, i) => {
-    const r = jobDefinitionSchema.safeParse(item);
-    if (!r.success) {
-      problems.push(formatIssues(r.error, root(i)));
-      return;
-    }
-    const first = seen.get(r.data.id);
-    if (first !== undefined) {
-      problems.push(
-        `${[root(i), "id"].filter(Boolean).join(".")}: duplicate job id "${r.data.id}" (also at ${root(first) || "(root)"})`,
-      );
-    }
-    seen.set(r.data.id, i);
-  });
-  if (items.length === 0) problems.push("(root): no job definitions");
-  if (problems.length > 0) {
-    throw new AxError(
-      "AX_JOB_INVALID",
-      `${file}: invalid job definition${items.length > 1 ? "s" : ""}\n${problems.join("\n")}`,
-      { context: { file } },
-    );
-  }
-  return items;
-}
 
 /** A trigger in a few words, for tables. */
 export function describeTrigger(t: Trigger): string {

@@ -1,7 +1,7 @@
 import { existsSync } from "node:fs";
 import { join, resolve } from "node:path";
 import { AxError } from "../../shared/errors.js";
-import { parseCoordinatorConfig, readJsonFile, secretsDir } from "../config.js";
+import { loadCoordinatorConfig, secretsDir } from "../config.js";
 import { readPrivate, SECRET_FILES } from "../security/secrets.js";
 
 /** Where the CLI found its token, for messages: `--token`, `AX_TOKEN`, a file's path, or none. */
@@ -38,7 +38,7 @@ export function resolveToken(
   }
   if (env.AX_TOKEN_FILE) return fromFile(command, resolve(cwd, env.AX_TOKEN_FILE), "AX_TOKEN_FILE");
   if (flags.config !== undefined) {
-    const config = parseCoordinatorConfig(readJsonFile(flags.config), flags.config);
+    const config = loadCoordinatorConfig(flags.config);
     const file = join(secretsDir(config), SECRET_FILES.adminToken);
     return fromFile(command, file, `--config ${flags.config}`);
   }

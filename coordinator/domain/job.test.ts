@@ -1,7 +1,7 @@
 import { describe, expect, it } from "vitest";
 import type { z } from "zod";
 import { durationSchema, parseDuration } from "./duration.js";
-import { formatIssues, jobDefinitionSchema, jobsFileSchema, ROUTING_STRATEGIES } from "./job.js";
+import { formatIssues, jobDefinitionSchema, ROUTING_STRATEGIES } from "./job.js";
 
 const base = { id: "j1", handler: "echo", trigger: { type: "every", every: "2s" } } as const;
 
@@ -831,46 +831,6 @@ describe("jobDefinitionSchema", () => {
         "routing.selector: only for strategy TARGET, not RANDOM",
         "routing.hashKey: only for strategy CONSISTENT_HASH or STICKY, not RANDOM",
       ].join("\n"),
-    );
-  });
-});
-
-describe("jobsFileSchema", () => {
-  it("parses a list of jobs", () => {
-    const file = jobsFileSchema.parse({ jobs: [base, { ...base, id: "j2" }] });
-    expect(file.jobs.map((j) => j.id)).toEqual(["j1", "j2"]);
-  });
-
-  it("reports a duplicate id at the second job", () => {
-    expect(issuesOf(jobsFileSchema, { jobs: [base, { ...base, id: "j2" }, base] })).toBe(
-      'jobs.2.id: duplicate job id "j1"',
-    );
-    expect(issuesOf(jobsFileSchema, { jobs: [base, base] })).toBe(
-      'jobs.1.id: duplicate job id "j1"',
-    );
-  });
-
-  it("reports a bad job at its index", () => {
-    expect(issuesOf(jobsFileSchema, { jobs: [base, { ...base, id: "j2", priority: 5000 }] })).toBe(
-      "jobs.1.priority: Too big: expected number to be <=1000",
-    );
-  });
-
-  it("prefixes the path with a root such as the file name", () => {
-    expect(issuesOf(jobsFileSchema, { jobs: [base, base] }, "jobs.json")).toBe(
-      'jobs.json.jobs.1.id: duplicate job id "j1"',
-    );
-    expect(issuesOf(jobsFileSchema, { jobs: [], extra: true }, "jobs.json")).toBe(
-      'jobs.json: Unrecognized key: "extra"',
-    );
-  });
-
-  it("names the root when the file has no jobs list", () => {
-    expect(issuesOf(jobsFileSchema, {})).toBe(
-      "jobs: Invalid input: expected array, received undefined",
-    );
-    expect(issuesOf(jobsFileSchema, [])).toBe(
-      "(root): Invalid input: expected object, received array",
     );
   });
 });

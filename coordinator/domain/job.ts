@@ -409,24 +409,6 @@ export const jobDefinitionSchema = z
 export type JobDefinitionInput = z.input<typeof jobDefinitionSchema>;
 export type JobDefinition = z.output<typeof jobDefinitionSchema>;
 
-/** A list of jobs, as in a jobs file: `{ "jobs": [ … ] }`. */
-export const jobsFileSchema = z
-  .object({ jobs: z.array(jobDefinitionSchema) })
-  .strict()
-  .superRefine((file, ctx) => {
-    const seen = new Set<string>();
-    file.jobs.forEach((job, i) => {
-      if (seen.has(job.id)) {
-        ctx.addIssue({
-          code: "custom",
-          path: ["jobs", i, "id"],
-          message: `duplicate job id "${job.id}"`,
-        });
-      }
-      seen.add(job.id);
-    });
-  });
-
 /** Formats zod issues as `path: message` lines, one per issue. */
 export function formatIssues(error: z.ZodError, root = ""): string {
   return error.issues

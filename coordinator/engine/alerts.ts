@@ -147,7 +147,7 @@ export class Alerts {
         method: "POST",
         headers,
         body,
-        signal: AbortSignal.timeout(cfg.timeout),
+        signal: AbortSignal.timeout(cfg.timeoutMs),
       });
       // The body is not needed, but must be consumed for the connection to be reused.
       await res.arrayBuffer().catch(() => undefined);
@@ -173,7 +173,7 @@ export class Alerts {
       attempt: alert.attempts,
     });
     await this.record(alert, "pending", error);
-    const delay = backoffMs(alert.attempts, { baseMs: cfg.backoffBase, capMs: cfg.backoffCap });
+    const delay = backoffMs(alert.attempts, { baseMs: cfg.backoffBaseMs, capMs: cfg.backoffCapMs });
     const timer = this.ctx.clock.setTimer(() => {
       this.timers.delete(timer);
       this.enqueue(alert);

@@ -70,7 +70,7 @@ export class ExecutionLoop {
           this.running = undefined;
           const again = this.again;
           this.again = false;
-          this.arm(again ? 0 : this.ctx.config.poll);
+          this.arm(again ? 0 : this.ctx.config.pollMs);
         });
     }, delayMs);
   }
@@ -89,7 +89,7 @@ export class ExecutionLoop {
     // journal and wheel hold them through outages; those for agents out of reach wait.
     // A job's execution is created its dispatch lead ahead (the job's own, or dispatchLead), so
     // it is due as soon as it exists, like a command.
-    const horizon = now + this.ctx.config.commandHorizon;
+    const horizon = now + this.ctx.config.commandHorizonMs;
     const due = await store.listDue(now, horizon, BATCH, {
       commandsBy: horizon,
       skipTargets: this.fleet.unreachable(),
@@ -195,7 +195,7 @@ export class ExecutionLoop {
     if (now - this.lastSlowScan < 1000) return;
     this.lastSlowScan = now;
     if (linkUp === undefined) return;
-    const grace = this.ctx.config.timeoutGrace;
+    const grace = this.ctx.config.timeoutGraceMs;
     // Running work first, on its own: commands held far ahead (SCHEDULED) must not crowd the
     // leases of running ones out of one batch.
     const held = [

@@ -66,7 +66,7 @@ export class FiringLoop {
         .catch((err: unknown) =>
           this.ctx.log("error", `firing scan failed: ${(err as Error).message}`),
         )
-        .finally(() => this.scheduleScan(this.ctx.config.lookAhead / 2));
+        .finally(() => this.scheduleScan(this.ctx.config.lookAheadMs / 2));
     }, delayMs);
   }
 
@@ -92,11 +92,13 @@ export class FiringLoop {
     const { clock, config } = this.ctx;
     const wallNow = clock.wallNow();
     // Only ids and times: a definition is read when its fire comes, not for every job in view.
-    const due = await this.ctx.store.listDueFires(wallNow + config.dispatchLead + config.lookAhead);
+    const due = await this.ctx.store.listDueFires(
+      wallNow + config.dispatchLeadMs + config.lookAheadMs,
+    );
     const leads = new Map<string, number>();
     for (const l of await this.ctx.store.listLeadFires()) {
       leads.set(l.jobId, l.leadMs);
-      if (l.nextFireAt - l.leadMs <= wallNow + config.lookAhead) {
+      if (l.nextFireAt - l.leadMs <= wallNow + config.lookAheadMs) {
         this.plan(l.jobId, l.nextFireAt, wallNow, l.leadMs);
       }
     }
@@ -113,7 +115,7 @@ export class FiringLoop {
     jobId: string,
     nextFireAt: number | null,
     wallNow: number,
-    leadMs = this.leads.get(jobId) ?? this.ctx.config.dispatchLead,
+    leadMs = this.leads.get(jobId) ?? this.ctx.config.dispatchLeadMs,
   ): void {
     if (nextFireAt === null) return;
     const key = `${jobId}\u0000${nextFireAt}`;
@@ -151,7 +153,7 @@ export class FiringLoop {
         policy: def.misfire.policy,
         maxCatchUp: def.misfire.maxCatchUp,
         windowMs: def.misfire.windowMs,
-        thresholdMs: config.misfireThreshold,
+        thresholdMs: config.misfireThresholdMs,
         enumerateMax: 1000,
       },
     );
@@ -204,8 +206,8 @@ export class FiringLoop {
       // The job's next fire, if it is within the look-ahead, goes on the wheel now; the periodic
       // scan finds it otherwise. (Rescanning after every fire cost O(rate) per fire.)
       const wallNow = clock.wallNow();
-      const lead = def.dispatchLead ?? config.dispatchLead;
-      if (plan.nextFireAt !== null && plan.nextFireAt - lead <= wallNow + config.lookAhead) {
+      const lead = def.dispatchLead ?? config.dispatchLeadMs;
+      if (plan.nextFireAt !== null && plan.nextFireAt - lead <= wallNow + config.lookAheadMs) {
         this.plan(job.id, plan.nextFireAt, wallNow, lead);
       }
     }

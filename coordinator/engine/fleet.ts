@@ -214,7 +214,7 @@ export class Fleet {
   markBusy(agentId: string, now: number): number {
     const streak = Math.min((this.busyStreak.get(agentId) ?? 0) + 1, 4);
     this.busyStreak.set(agentId, streak);
-    const until = now + this.ctx.config.busyBackoff * 2 ** (streak - 1);
+    const until = now + this.ctx.config.busyBackoffMs * 2 ** (streak - 1);
     this.busyUntil.set(agentId, until);
     return until;
   }
@@ -236,7 +236,7 @@ export class Fleet {
    */
   async sweep(now: number, linkUpSince: number | undefined): Promise<void> {
     if (linkUpSince === undefined) return;
-    const limit = this.ctx.config.heartbeat * MISSED_HEARTBEATS;
+    const limit = this.ctx.config.heartbeatMs * MISSED_HEARTBEATS;
     for (const a of this.agents.values()) {
       if (a.status === "online" && now - Math.max(a.lastSeenAt, linkUpSince) > limit) {
         a.status = "offline";

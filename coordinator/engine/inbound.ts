@@ -280,7 +280,7 @@ export class Inbound {
             {
               type: "welcome",
               instanceId: m.instanceId,
-              heartbeatMs: this.ctx.config.heartbeat,
+              heartbeatMs: this.ctx.config.heartbeatMs,
               clock: { t0: m.sentAt, t1: receivedAt, t2: this.ctx.clock.wallNow() },
               // What the link reads: a batch of reports up to the payload limit.
               batchBytes: this.ctx.config.maxPayloadBytes,

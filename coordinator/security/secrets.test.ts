@@ -64,15 +64,15 @@ describe("coordinator secrets", () => {
       "/etc/ax/keys",
     );
     const c = parseCoordinatorConfig(base);
-    expect(c.security).toEqual({ messages: "required", freshness: 300_000 });
+    expect(c.security).toEqual({ messages: "required", freshnessMs: 300_000 });
     const message = axFailure(() =>
       parseCoordinatorConfig(
-        { ...base, security: { messages: "maybe", freshness: "soon" } },
+        { ...base, security: { messages: "maybe", freshnessMs: "soon" } },
         "ax.json",
       ),
     );
     expect(message).toContain("ax.json: invalid coordinator config");
     expect(message).toContain("security.messages");
-    expect(message).toContain("security.freshness");
+    expect(message).toContain("security.freshnessMs");
   });
 });

@@ -21,12 +21,20 @@ export interface Topics {
   readonly allEvents: string;
 }
 
-const PREFIX_PATTERN = /^[A-Za-z0-9._-]+(\/[A-Za-z0-9._-]+)*$/;
+/**
+ * A topic prefix: one or more topic levels separated by `/`, each of letters, digits, `.`, `_`
+ * and `-` (so no wildcard, no `$`, no empty level). Both configs check `mqtt.prefix` with it.
+ */
+export const PREFIX_PATTERN = /^[A-Za-z0-9._-]+(\/[A-Za-z0-9._-]+)*$/;
+
+/** What {@link PREFIX_PATTERN} allows, as a config error says it. */
+export const PREFIX_RULE =
+  "must be one or more topic levels separated by /, each of letters, digits, '.', '_' or '-' (no +, #, $ or empty level)";
 
 /** Builds the topics of protocol v1 under `prefix`. Throws on a prefix with wildcards. */
 export function topics(prefix = "ax"): Topics {
   if (!PREFIX_PATTERN.test(prefix)) {
-    throw new TypeError(`topic prefix "${prefix}" must be plain topic levels without + # or $`);
+    throw new TypeError(`topic prefix "${prefix}" ${PREFIX_RULE}`);
   }
   const base = `${prefix}/v1`;
   return {

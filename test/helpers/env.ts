@@ -65,7 +65,7 @@ export async function startTestCoordinator(
       mqtt: { url: broker.url, prefix: broker.prefix },
       // Unsigned agents: this test is not about authentication (test/integration/security*.test.ts are).
       security: { messages: "off" },
-      heartbeat: heartbeatMs,
+      heartbeatMs,
     }),
   );
   await coordinator.start();

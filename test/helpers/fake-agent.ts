@@ -126,7 +126,7 @@ export async function coordinatorSetup(cleanups: Cleanups, over: Record<string, 
     mqtt: { url: broker.url, prefix: broker.prefix },
     // Unsigned agents: this test is not about authentication (test/integration/security*.test.ts are).
     security: { messages: "off" },
-    heartbeat: 500,
+    heartbeatMs: 500,
     ...over,
   });
   const start = async (): Promise<Coordinator> => {

@@ -53,7 +53,7 @@ describe("alerts: webhooks", () => {
         mqtt: { url: broker.url, prefix: broker.prefix },
         // Unsigned agents: this test is not about authentication (test/integration/security*.test.ts are).
         security: { messages: "off" },
-        heartbeat: 500,
+        heartbeatMs: 500,
         alerts,
       }),
     );
@@ -83,8 +83,8 @@ describe("alerts: webhooks", () => {
     const c = await startCoordinator({
       webhooks: [{ url: hook.url, secret, headers: { authorization: "Bearer t0k" } }],
       maxAttempts: 5,
-      backoffBase: 20,
-      backoffCap: 100,
+      backoffBaseMs: 20,
+      backoffCapMs: 100,
     });
     const id = await expireOne(c);
     await waitFor("delivered", async () => {
@@ -123,8 +123,8 @@ describe("alerts: webhooks", () => {
         { url: wanted.url, kinds: ["agent.offline"] },
       ],
       maxAttempts: 3,
-      backoffBase: 10,
-      backoffCap: 30,
+      backoffBaseMs: 10,
+      backoffCapMs: 30,
     });
     await expireOne(c);
     const failed = await waitFor("failed", async () => {
@@ -145,9 +145,9 @@ describe("alerts: webhooks", () => {
     const c = await startCoordinator({
       webhooks: [{ url: hung.url }],
       maxAttempts: 2,
-      backoffBase: 10,
-      backoffCap: 10,
-      timeout: 60_000,
+      backoffBaseMs: 10,
+      backoffCapMs: 10,
+      timeoutMs: 60_000,
     });
     const ids: string[] = [];
     for (let i = 0; i < 12; i++) ids.push(await expireOne(c, 100 + i * 50));
@@ -166,8 +166,8 @@ describe("alerts: webhooks", () => {
   it("resumes alerts still pending after a restart", async () => {
     const hook = await receiver([500]);
     servers.push(hook);
-    const config = { webhooks: [{ url: hook.url }], maxAttempts: 5, backoffBase: 60_000 };
-    const first = await startCoordinator({ ...config, backoffCap: 60_000 });
+    const config = { webhooks: [{ url: hook.url }], maxAttempts: 5, backoffBaseMs: 60_000 };
+    const first = await startCoordinator({ ...config, backoffCapMs: 60_000 });
     await expireOne(first);
     await waitFor("first attempt failed", async () => {
       const [a] = await first.store.listAlerts();
@@ -175,7 +175,7 @@ describe("alerts: webhooks", () => {
     });
     await first.close();
     coordinators.splice(0);
-    const second = await startCoordinator({ ...config, backoffBase: 10, backoffCap: 10 });
+    const second = await startCoordinator({ ...config, backoffBaseMs: 10, backoffCapMs: 10 });
     const [alert] = await waitFor("delivered after restart", async () => {
       const list = await second.store.listAlerts();
       return list[0]?.status === "delivered" ? list : undefined;

@@ -104,13 +104,13 @@ describe("the ax command", () => {
       const file = `${tmp.dir}/coordinator.json`;
       writeFileSync(
         file,
-        JSON.stringify({ mqtt: { url: "mqtt://127.0.0.1:1" }, heartbeat: "fast" }),
+        JSON.stringify({ mqtt: { url: "mqtt://127.0.0.1:1" }, heartbeatMs: "fast" }),
       );
       const r = ax(["coordinator", "start", "--config", file]);
       expect(r.code).toBe(1);
       expect(r.stderr).toContain(`ax: AX_CONFIG_INVALID: ${file}: invalid coordinator config`);
       expect(r.stderr).toContain(
-        'heartbeat: must be milliseconds or a duration such as 500ms, 2s, 5m, 1h (got "fast")',
+        'heartbeatMs: must be milliseconds or a duration such as 500ms, 2s, 5m, 1h (got "fast")',
       );
       writeFileSync(file, "{ not json");
       const r2 = ax(["coordinator", "start", "--config", file]);

@@ -71,8 +71,8 @@ describe("coordinator restart after kill -9", () => {
         mqtt: { url: broker.url, prefix: broker.prefix },
         // Unsigned agents: this test is not about authentication (test/integration/security*.test.ts are).
         security: { messages: "off" },
-        heartbeat: 500,
-        misfireThreshold: 500,
+        heartbeatMs: 500,
+        misfireThresholdMs: 500,
         jobsFile,
       }),
     );

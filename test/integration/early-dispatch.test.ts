@@ -33,7 +33,7 @@ describe("early dispatch", () => {
   });
 
   it("keeps a command beyond the horizon until it comes within it", async () => {
-    const { broker, coordinator } = await setup({ commandHorizon: 60_000 });
+    const { broker, coordinator } = await setup({ commandHorizonMs: 60_000 });
     const agent = await fakeAgent(broker, `${broker.prefix}-h`);
     cleanups.push(() => agent.close());
     const id = await coordinator.sendCommand({

@@ -14,7 +14,7 @@ describe("late facts", () => {
   });
 
   async function setup() {
-    const { broker, start } = await coordinatorSetup(cleanups, { heartbeat: 300 });
+    const { broker, start } = await coordinatorSetup(cleanups, { heartbeatMs: 300 });
     const coordinator = await start();
     cleanups.push(() => coordinator.close());
     return { broker, coordinator };

@@ -226,8 +226,8 @@ describe("job policies on real parts", () => {
           mqtt: { url: broker.url, prefix: `${broker.prefix}m` },
           // Unsigned agents: this test is not about authentication (test/integration/security*.test.ts are).
           security: { messages: "off" },
-          heartbeat: 1000,
-          misfireThreshold: 1000,
+          heartbeatMs: 1000,
+          misfireThresholdMs: 1000,
         });
         const jobId = `misfire-${c.policy.toLowerCase()}`;
         const a = new Coordinator(config);

@@ -91,7 +91,7 @@ describe("authenticated messages: forgeries and replays are refused", () => {
       parseCoordinatorConfig({
         store: { path: join(tmp.dir, "ax.sqlite") },
         mqtt: { url: broker.url, prefix: broker.prefix },
-        heartbeat: 500,
+        heartbeatMs: 500,
       }),
     );
     coordinator.events.on("refusedMessage", (e) => refusals.push(e));

@@ -17,8 +17,8 @@ import { caughtUp, checkTruth, type TruthResult } from "./truth.js";
 /** Coordinator settings of every chaos run: short, so liveness and leases move in seconds. */
 export const CHAOS_COORDINATOR: Omit<CoordinatorConfigInput, "store" | "mqtt" | "http"> = {
   // Lease = 3 heartbeats (1.5 s), a lapsed lease's query waits 2 s, offline after 1.5 s.
-  heartbeat: 500,
-  misfireThreshold: 2_000,
+  heartbeatMs: 500,
+  misfireThresholdMs: 2_000,
 };
 
 /** Agent settings of every chaos run unless a scenario says otherwise. */

@@ -1,0 +1,253 @@
+import { mkdirSync, writeFileSync } from "node:fs";
+import { join, resolve } from "node:path";
+import { afterAll, describe, expect, it } from "vitest";
+import { PREFIX_RULE, topics } from "../shared/protocol/topics.js";
+import { axFailure } from "../test/helpers/ax-error.js";
+import { tempDir } from "../test/helpers/env.js";
+import {
+  COORDINATOR_PATH_FIELDS,
+  DEPRECATED_KEYS,
+  loadCoordinatorConfig,
+  parseCoordinatorConfig,
+  requireStore,
+  secretsDir,
+} from "./config.js";
+
+const base = { mqtt: { url: "mqtt://127.0.0.1:1" } };
+const problems = (input: unknown) =>
+  axFailure(() => parseCoordinatorConfig(input, "c.json"))
+    .split("\n")
+    .slice(1);
+
+describe("coordinator config: unknown keys", () => {
+  it("refuses an unknown key at every level, naming its path and the closest key", () => {
+    expect(
+      problems({
+        ...base,
+        heartbeatMz: 5,
+        store: { pth: "x" },
+        mqtt: { ...base.mqtt, prefx: "ax" },
+        http: { portt: 1, auth: { tokens: [{ token: "t".repeat(16), role: "viewer", nam: "a" }] } },
+        alerts: { webhooks: [{ url: "https://h", secert: "s".repeat(16) }] },
+        security: { messagez: "off" },
+        broker: { mosquitto: { dir: "/d", pidfile: "/p" } },
+      }),
+    ).toEqual([
+      'store.pth: unknown key; did you mean "path"?',
+      'mqtt.prefx: unknown key; did you mean "prefix"?',
+      'http.auth.tokens.0.nam: unknown key; did you mean "name"?',
+      'http.portt: unknown key; did you mean "port"?',
+      'alerts.webhooks.0.secert: unknown key; did you mean "secret"?',
+      'security.messagez: unknown key; did you mean "messages"?',
+      'broker.mosquitto.pidfile: unknown key; did you mean "pidFile"?',
+      'heartbeatMz: unknown key; did you mean "heartbeatMs"?',
+    ]);
+  });
+
+  it("says once that a required key is missing when its near miss is there", () => {
+    expect(problems({ mqtt: { URL: "mqtt://x" } })).toEqual([
+      'mqtt.URL: unknown key; did you mean "url"? (mqtt.url is required)',
+    ]);
+    expect(problems({ mqt: { url: "mqtt://x" } })).toEqual([
+      'mqt: unknown key; did you mean "mqtt"? (mqtt is required)',
+    ]);
+  });
+
+  it("offers nothing for a key far from every known one", () => {
+    expect(problems({ ...base, colour: "red" })).toEqual(["colour: unknown key"]);
+  });
+});
+
+describe("coordinator config: durations end in Ms; the 0.x names are read as deprecated", () => {
+  it("reads every duration as milliseconds or a duration string", () => {
+    const c = parseCoordinatorConfig({
+      ...base,
+      heartbeatMs: "2s",
+      dispatchLeadMs: 250,
+      commandHorizonMs: "1h",
+      pollMs: 50,
+      lookAheadMs: "3s",
+      misfireThresholdMs: "1m",
+      busyBackoffMs: 10,
+      timeoutGraceMs: "1s",
+      alerts: { backoffBaseMs: "2s", backoffCapMs: "1m", timeoutMs: 500 },
+      security: { freshnessMs: "10m" },
+    });
+    expect([
+      c.heartbeatMs,
+      c.dispatchLeadMs,
+      c.commandHorizonMs,
+      c.pollMs,
+      c.lookAheadMs,
+      c.misfireThresholdMs,
+      c.busyBackoffMs,
+      c.timeoutGraceMs,
+      c.alerts.backoffBaseMs,
+      c.alerts.backoffCapMs,
+      c.alerts.timeoutMs,
+      c.security.freshnessMs,
+    ]).toEqual([2000, 250, 3_600_000, 50, 3000, 60_000, 10, 1000, 2000, 60_000, 500, 600_000]);
+  });
+
+  it("maps each old name to its new one, with a warning naming the new key", () => {
+    const warnings: string[] = [];
+    const c = parseCoordinatorConfig(
+      {
+        ...base,
+        heartbeat: "2s",
+        misfireThreshold: 700,
+        alerts: { timeout: "3s", backoffBase: 5 },
+        security: { freshness: "1m" },
+      },
+      "c.json",
+      { warn: (w) => warnings.push(w) },
+    );
+    expect([c.heartbeatMs, c.misfireThresholdMs, c.alerts.timeoutMs]).toEqual([2000, 700, 3000]);
+    expect([c.alerts.backoffBaseMs, c.security.freshnessMs]).toEqual([5, 60_000]);
+    expect(warnings).toEqual([
+      "c.json: heartbeat is deprecated: name it heartbeatMs (the value is read as before)",
+      "c.json: misfireThreshold is deprecated: name it misfireThresholdMs (the value is read as before)",
+      "c.json: alerts.backoffBase is deprecated: name it alerts.backoffBaseMs (the value is read as before)",
+      "c.json: alerts.timeout is deprecated: name it alerts.timeoutMs (the value is read as before)",
+      "c.json: security.freshness is deprecated: name it security.freshnessMs (the value is read as before)",
+    ]);
+  });
+
+  it("covers every duration the config has, each once", () => {
+    expect(Object.values(DEPRECATED_KEYS).every((k) => k.endsWith("Ms"))).toBe(true);
+    expect(Object.keys(DEPRECATED_KEYS)).toHaveLength(12);
+  });
+
+  it("refuses a key given under both names, and leaves the input as it was", () => {
+    const input = { ...base, poll: 5, pollMs: 6, security: { freshness: 1000, freshnessMs: 2000 } };
+    expect(problems(input)).toEqual([
+      "poll: the deprecated name of pollMs, which is given too; keep only pollMs",
+      "security.freshness: the deprecated name of security.freshnessMs, which is given too; keep only security.freshnessMs",
+    ]);
+    expect(input).toEqual({
+      ...base,
+      poll: 5,
+      pollMs: 6,
+      security: { freshness: 1000, freshnessMs: 2000 },
+    });
+  });
+
+  it("still names a bad value under its new name", () => {
+    expect(problems({ ...base, heartbeatMs: "fast" })).toEqual([
+      'heartbeatMs: must be milliseconds or a duration such as 500ms, 2s, 5m, 1h (got "fast")',
+    ]);
+  });
+});
+
+describe("coordinator config: paths", () => {
+  const tmp = tempDir("ax-config-");
+  afterAll(() => tmp.cleanup());
+  const all = {
+    ...base,
+    store: { path: "data/ax.sqlite" },
+    jobsFile: "jobs.json",
+    security: { dir: "keys" },
+    broker: { mosquitto: { dir: "mq", pidFile: "run/mosquitto.pid" } },
+    http: {
+      auth: {
+        tokens: [
+          { tokenFile: "tokens/ci.token", role: "operator" },
+          { token: "t".repeat(16), role: "viewer" },
+        ],
+      },
+    },
+  };
+
+  it("lists every field that names a file or folder", () => {
+    expect([...COORDINATOR_PATH_FIELDS].sort()).toEqual(
+      [
+        "store.path",
+        "jobsFile",
+        "security.dir",
+        "broker.mosquitto.dir",
+        "broker.mosquitto.pidFile",
+        "http.auth.tokens[].tokenFile",
+      ].sort(),
+    );
+  });
+
+  it("reads each relative path from the config file's folder, whatever the working folder", () => {
+    const dir = join(tmp.dir, "etc");
+    mkdirSync(dir);
+    const file = join(dir, "coordinator.json");
+    writeFileSync(file, JSON.stringify(all));
+    const c = loadCoordinatorConfig(file);
+    expect(c.store.path).toBe(join(dir, "data/ax.sqlite"));
+    expect(c.jobsFile).toBe(join(dir, "jobs.json"));
+    expect(c.security.dir).toBe(join(dir, "keys"));
+    expect(c.broker.mosquitto).toEqual({
+      dir: join(dir, "mq"),
+      pidFile: join(dir, "run/mosquitto.pid"),
+    });
+    const auth = c.http.auth;
+    expect(auth !== "off" && auth.tokens.map((t) => t.tokenFile)).toEqual([
+      join(dir, "tokens/ci.token"),
+      undefined,
+    ]);
+  });
+
+  it("puts the default store (and its secrets) beside the config file", () => {
+    const file = join(tmp.dir, "plain.json");
+    writeFileSync(file, JSON.stringify(base));
+    const c = loadCoordinatorConfig(file);
+    expect(c.store.path).toBe(join(tmp.dir, "ax.sqlite"));
+    expect(secretsDir(c)).toBe(join(tmp.dir, "ax-secrets"));
+  });
+
+  it("leaves absolute paths as they are, and relative ones alone in a config made in code", () => {
+    const absolute = {
+      ...base,
+      store: { path: "/var/lib/ax/ax.sqlite" },
+      jobsFile: "/etc/ax/j.json",
+    };
+    const fromFile = parseCoordinatorConfig(absolute, "c.json", { base: "/somewhere" });
+    expect([fromFile.store.path, fromFile.jobsFile]).toEqual([
+      "/var/lib/ax/ax.sqlite",
+      "/etc/ax/j.json",
+    ]);
+    const inCode = parseCoordinatorConfig(all);
+    expect([inCode.store.path, inCode.jobsFile, inCode.security.dir]).toEqual([
+      "data/ax.sqlite",
+      "jobs.json",
+      "keys",
+    ]);
+  });
+
+  it("refuses to read a missing store, naming the resolved path and the config", () => {
+    const c = parseCoordinatorConfig({ ...base, store: { path: "nowhere/ax.sqlite" } }, "c.json", {
+      base: tmp.dir,
+    });
+    expect(axFailure(() => requireStore(c, "c.json", "bundle fleet"))).toBe(
+      `AX_STORE_MISSING: bundle fleet: ${join(tmp.dir, "nowhere/ax.sqlite")}: no such store (store.path of c.json; a relative path is read from the config file's folder). bundle fleet only reads a store: fix store.path, or start the coordinator once, which creates it`,
+    );
+    writeFileSync(join(tmp.dir, "here.sqlite"), "");
+    const here = parseCoordinatorConfig({ ...base, store: { path: "here.sqlite" } }, "c.json", {
+      base: tmp.dir,
+    });
+    expect(() => requireStore(here, "c.json", "bundle fleet")).not.toThrow();
+    expect(resolve(here.store.path)).toBe(join(tmp.dir, "here.sqlite"));
+  });
+});
+
+describe("coordinator config: mqtt.prefix", () => {
+  it("takes one or more topic levels, as the topics are built", () => {
+    for (const prefix of ["ax", "plant-3/ax", "a/b/c.d_e"]) {
+      const c = parseCoordinatorConfig({ mqtt: { url: "mqtt://x", prefix } });
+      expect(topics(c.mqtt.prefix).up("a1")).toBe(`${prefix}/v1/agents/a1/up`);
+    }
+  });
+
+  it.each(["", "ax/", "/ax", "a//b", "ax/+", "ax/#", "$SYS", "a b"])(
+    "refuses %j, saying what a prefix may be",
+    (prefix) => {
+      expect(problems({ mqtt: { url: "mqtt://x", prefix } })).toEqual([
+        `mqtt.prefix: ${PREFIX_RULE}`,
+      ]);
+    },
+  );
+});

@@ -1,0 +1,87 @@
+import { spawnSync } from "node:child_process";
+import { existsSync, mkdirSync, readdirSync, writeFileSync } from "node:fs";
+import { join } from "node:path";
+import { fileURLToPath } from "node:url";
+import { afterEach, describe, expect, it } from "vitest";
+import { SqliteStore } from "../../coordinator/store/sqlite/sqlite-store.js";
+import { tempDir } from "../helpers/env.js";
+
+const AX = fileURLToPath(new URL("../../bin/ax.js", import.meta.url));
+
+function ax(args: string[], cwd: string) {
+  const r = spawnSync(process.execPath, [AX, ...args], { cwd, encoding: "utf8", timeout: 60_000 });
+  return { code: r.status, stdout: r.stdout, stderr: r.stderr };
+}
+
+/**
+ * The report of issue 17: `ax bundle fleet --config ../real/coordinator.json` made an empty
+ * ax.sqlite in the working folder and printed an empty table. Now relative paths are read from the
+ * config's folder, and a command that only reads the store refuses a missing one.
+ */
+describe("config files given to the CLI from another folder", () => {
+  let tmp: ReturnType<typeof tempDir>;
+  afterEach(() => tmp?.cleanup());
+
+  function layout(config: Record<string, unknown> = {}) {
+    tmp = tempDir();
+    const real = join(tmp.dir, "real");
+    const here = join(tmp.dir, "here");
+    mkdirSync(real);
+    mkdirSync(here);
+    writeFileSync(
+      join(real, "coordinator.json"),
+      JSON.stringify({ mqtt: { url: "mqtt://127.0.0.1:1" }, ...config }),
+    );
+    return { real, here, config: "../real/coordinator.json" };
+  }
+
+  it("ax bundle fleet reads the store beside the config", async () => {
+    const { real, here, config } = layout({ store: { path: "ax.sqlite" } });
+    await new SqliteStore({ path: join(real, "ax.sqlite") }).close();
+    const r = ax(["bundle", "fleet", "--config", config], here);
+    expect(r.stderr).toBe("");
+    expect(r.code).toBe(0);
+    expect(r.stdout).toMatch(/^agent\s+status\s+profile/);
+    expect(readdirSync(here)).toEqual([]);
+  });
+
+  it.each([
+    ["bundle fleet", ["bundle", "fleet"]],
+    ["broker config", ["broker", "config", "--out", "mq"]],
+  ])("%s refuses a missing store, naming it and the config, and creates nothing", (name, args) => {
+    const { real, here, config } = layout();
+    const r = ax([...args, "--config", config], here);
+    expect(r.code).toBe(1);
+    expect(r.stderr).toBe(
+      `ax: AX_STORE_MISSING: ${name}: ${join(real, "ax.sqlite")}: no such store (store.path of ${config}; a relative path is read from the config file's folder). ${name} only reads a store: fix store.path, or start the coordinator once, which creates it\n`,
+    );
+    expect(readdirSync(here)).toEqual([]);
+    expect(readdirSync(real)).toEqual(["coordinator.json"]);
+  });
+
+  it("ax coordinator start refuses to begin again on an empty store when 0.x's store is in the working folder", async () => {
+    const { real, here, config } = layout({ store: { path: "ax.sqlite" } });
+    await new SqliteStore({ path: join(here, "ax.sqlite") }).close();
+    const r = ax(["coordinator", "start", "--config", config], here);
+    expect(r.code).toBe(1);
+    expect(r.stderr).toBe(
+      `ax: AX_CONFIG_INVALID: ${config}: store.path: "ax.sqlite" is read from the config file's folder, so it is ${join(real, "ax.sqlite")}, which does not exist; ${join(here, "ax.sqlite")} does (earlier versions read relative paths from the working folder). Move it beside the config, or give store.path as an absolute path\n`,
+    );
+    expect(existsSync(join(real, "ax.sqlite"))).toBe(false);
+  });
+
+  it("ax agent start refuses a misspelt key, with the closest one", () => {
+    tmp = tempDir();
+    const file = join(tmp.dir, "agent.json");
+    writeFileSync(
+      file,
+      JSON.stringify({ agentID: "a1", mqtt: { url: "mqtt://127.0.0.1:1" }, tagz: {} }),
+    );
+    const r = ax(["agent", "start", "--config", file], tmp.dir);
+    expect(r.code).toBe(1);
+    expect(r.stderr).toBe(
+      `ax: AX_CONFIG_INVALID: ${file}: invalid agent config\nagentID: unknown key; did you mean "agentId"? (agentId is required)\ntagz: unknown key; did you mean "tags"?\n`,
+    );
+    expect(existsSync(join(tmp.dir, "ax-journal-a1.sqlite"))).toBe(false);
+  });
+});
