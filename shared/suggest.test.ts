@@ -15,6 +15,11 @@ describe("closest", () => {
     expect(closest("ab", ["cd"])).toBe(undefined);
   });
 
+  it("counts a swap of two neighbouring letters as one edit", () => {
+    expect(closest("prot", ["port", "host"])).toBe("port");
+    expect(closest("nmae", ["name", "role"])).toBe("name");
+  });
+
   it("prefers the nearest of several", () => {
     expect(closest("prefx", ["prefix", "profile"])).toBe("prefix");
   });

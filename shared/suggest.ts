@@ -3,20 +3,28 @@
  * sides (the agent's config included), so it stays small.
  */
 
-/** Levenshtein distance with an early exit once every entry of a row exceeds `max`. */
+/**
+ * Edit distance counting a swap of two neighbouring letters as one edit (`prot` → `port`), with
+ * an early exit once every entry of a row exceeds `max`.
+ */
 function distance(a: string, b: string, max: number): number {
   if (Math.abs(a.length - b.length) > max) return max + 1;
+  let before: number[] = [];
   let prev = Array.from({ length: b.length + 1 }, (_, j) => j);
   for (let i = 1; i <= a.length; i++) {
     const row = [i];
     let best = i;
     for (let j = 1; j <= b.length; j++) {
       const cost = a[i - 1] === b[j - 1] ? 0 : 1;
-      const v = Math.min((prev[j] ?? 0) + 1, (row[j - 1] ?? 0) + 1, (prev[j - 1] ?? 0) + cost);
+      let v = Math.min((prev[j] ?? 0) + 1, (row[j - 1] ?? 0) + 1, (prev[j - 1] ?? 0) + cost);
+      if (i > 1 && j > 1 && a[i - 1] === b[j - 2] && a[i - 2] === b[j - 1]) {
+        v = Math.min(v, (before[j - 2] ?? 0) + 1);
+      }
       row.push(v);
       if (v < best) best = v;
     }
     if (best > max) return max + 1;
+    before = prev;
     prev = row;
   }
   return prev[b.length] ?? max + 1;
