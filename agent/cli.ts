@@ -12,6 +12,7 @@ if (!onCheckpointThread()) {
   process.exitCode = await agentCommandLine(process.argv.slice(2), {
     program: "agent",
     command: "agent",
+    invocation: "node agent.mjs",
     version: PARTS.bundle?.version ?? "dev",
     entryUrl: import.meta.url,
   });

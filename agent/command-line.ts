@@ -15,15 +15,17 @@ import { PARTS } from "./parts/included.js";
 export interface AgentCommandLineOptions {
   /** The program's name on stderr: `agent` for a bundle, `ax` for `ax agent start`. */
   program: string;
-  /** The command as its usage names it: `agent` or `agent start`. */
+  /** The command as errors name it: `agent` or `agent start`. */
   command: string;
+  /** How it is run, for `--help`: `node agent.mjs` or `ax agent start`. */
+  invocation: string;
   /** The version `--version` prints, after `ax agent`. */
   version: string;
   /**
    * The URL of the file that exports better-sqlite3 as `Database`, for the journal's checkpoint
-   * thread in a bundle (agent/cli.ts's own URL; see bundle-runtime.ts).
+   * thread; only a bundle needs it (agent/cli.ts's own URL; see bundle-runtime.ts).
    */
-  entryUrl: string;
+  entryUrl?: string;
 }
 
 const AGENT_FLAGS = {
@@ -32,11 +34,10 @@ const AGENT_FLAGS = {
   help: { type: "boolean", short: "h" },
 } as const;
 
-function usageText(command: string): string {
-  return `usage: ${command} --config FILE    run an agent (JSON config, docs/agent.md)
-       ${command} --version        print the version
-exit codes: 0 stopped cleanly (SIGTERM or SIGINT), 1 failed (bad config, …), 2 usage error,
-            70 internal error
+function usageText(invocation: string): string {
+  return `usage: ${invocation} --config FILE    run an agent until SIGTERM or SIGINT (docs/agent.md)
+       ${invocation} --version        print the version
+exit codes: 0 stopped cleanly, 1 failed (bad config, …), 2 usage error, 70 internal error
 `;
 }
 
@@ -48,7 +49,7 @@ export async function agentCommandLine(
   try {
     const { values, positionals } = parseFlags(options.command, argv, AGENT_FLAGS);
     if (values.help) {
-      process.stdout.write(usageText(options.command));
+      process.stdout.write(usageText(options.invocation));
       return EXIT.ok;
     }
     if (values.version) {
@@ -66,7 +67,11 @@ export async function agentCommandLine(
       throw new AxError("AX_CLI_USAGE", `${options.command}: --config FILE is required`);
     }
     const config = loadAgentConfig(values.config);
-    await runAgent(config, jsonLogger(config.agentId), bundleRuntime(PARTS, options.entryUrl));
+    await runAgent(
+      config,
+      jsonLogger(config.agentId),
+      bundleRuntime(PARTS, options.entryUrl ?? import.meta.url),
+    );
     return EXIT.ok;
   } catch (err) {
     process.stderr.write(`${errorText(options.program, err)}\n`);

@@ -134,8 +134,8 @@ export async function main(argv: string[]): Promise<number> {
         return await agentCommandLine(rest, {
           program: "ax",
           command: "agent start",
+          invocation: "ax agent start",
           version: version(),
-          entryUrl: import.meta.url,
         });
       }
       case "job":
