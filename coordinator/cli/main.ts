@@ -11,7 +11,8 @@ Usage:
                                         broker, coordinator and 3 agents on this machine; live
                                         table; the console, API and metrics at the URL it prints
   ax coordinator start --config FILE    run the coordinator (JSON config)
-  ax agent start --config FILE          run an agent (JSON config)
+  ax agent start --config FILE          run an agent (JSON config); the same as a bundle's
+                                        node agent.mjs --config FILE
   ax bundle build --profile NAME [--out DIR] [--native-binding FILE]
                [--signing-key FILE | --config COORD_CONFIG | --unsigned] [--identity FILE]
                                         build the agent bundle of a firmware profile
@@ -39,8 +40,11 @@ Operating a running coordinator (its HTTP API):
   ax job edit ID --file FILE            replace a job's definition (a new version)
   ax job delete | pause | resume ID     delete, pause or resume a job
   ax job trigger ID                     fire a job now
-  ax job preview ID [--count N]         a job's next fire times
-  ax job preview --trigger JSON         a trigger's next fire times
+  ax job preview ID [--count N] [--after T]
+                                        a job's next fire times, in UTC and in a cron
+                                        trigger's tz
+  ax job preview --trigger JSON [--count N] [--after T]
+                                        a trigger's next fire times
   ax exec list [--job ID] [--state S,S] [--agent ID] [--kind job|command]
                [--from T] [--to T] [--limit N] [--cursor C | --all]
   ax exec show | cancel | retry ID      an execution and its timeline; cancel; retry
@@ -53,7 +57,7 @@ Operating a running coordinator (its HTTP API):
   ax token create NAME --role viewer|operator|admin
                                         make an API token (printed once)
   ax token list | revoke NAME           the API's tokens; revoke one
-  ax command send --handler H (--agent ID | --tag K=V ...) [--params JSON]
+  ax command send --handler H (--agent ID [--queue] | --tag K=V ...) [--params JSON]
                [--at T] [--deadline T] [--timeout D] [--priority N]
                                         a device command (T: ISO time, UTC ms or +10s)
 
