@@ -223,6 +223,15 @@ describe("ax operator commands", () => {
       "1  2026-03-28T08:00:00.000Z  2026-03-28T09:00:00.000+01:00",
       "2  2026-03-29T07:00:00.000Z  2026-03-29T09:00:00.000+02:00",
     ]);
+    // A stored job's preview: the API gives its zone too.
+    const stored = await ax(
+      ["job", "preview", "cli-longer-name", "--count", "1", "--after", "2026-01-05T00:00:00Z"],
+      env,
+    );
+    expect(stored.code, stored.stderr).toBe(0);
+    expect(
+      expectAligned(stored.stdout, ["#", "fire time (UTC)", "fire time (Europe/Berlin)"]),
+    ).toEqual(["1  2026-01-05T08:00:00.000Z  2026-01-05T09:00:00.000+01:00"]);
     const zonedJson = await ax(
       [
         "job",
