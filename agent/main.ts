@@ -20,7 +20,8 @@ export function jsonLogger(
 
 /**
  * Composition root: starts an agent from a parsed config and stops it on SIGTERM/SIGINT (rule 9).
- * Resolves when the agent has stopped.
+ * Resolves when the agent has stopped cleanly; rejects when stopping failed, so the command line
+ * does not exit 0 after an unclean shutdown.
  */
 export async function runAgent(
   config: AgentConfig,
@@ -34,14 +35,14 @@ export async function runAgent(
     profile: config.profile,
     version: deps.bundle?.version ?? "dev",
   });
-  await new Promise<void>((resolve) => {
+  await new Promise<void>((resolve, reject) => {
     const stop = (signal: string) => {
       process.off("SIGTERM", onTerm);
       process.off("SIGINT", onInt);
       log("info", `stopping on ${signal}`);
       agent.stop().then(resolve, (err: unknown) => {
         log("error", `stop failed: ${(err as Error).message}`);
-        resolve();
+        reject(err);
       });
     };
     const onTerm = () => stop("SIGTERM");

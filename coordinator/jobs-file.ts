@@ -93,9 +93,13 @@ export function parseJobFile(value: unknown, file: string, single = false): unkn
   return items;
 }
 
-/** Reads a job file (see {@link parseJobFile}); a JSON error names the file, line and column. */
+/**
+ * Reads a job file (see {@link parseJobFile}); a JSON error names the file, line and column. A
+ * file that cannot be read or is not JSON is AX_JOB_INVALID, as one that fails the schema is: the
+ * job file's own problem, not a config file's (issue 17).
+ */
 export function readJobFile(file: string, single = false): unknown[] {
-  return parseJobFile(readJsonFile(file), file, single);
+  return parseJobFile(readJsonFile(file, "AX_JOB_INVALID"), file, single);
 }
 
 /**

@@ -1,27 +1,43 @@
-import { parseArgs } from "node:util";
+import { type FlagSpecs, type FlagValues, parseFlags } from "../../shared/command-line.js";
 import { AxError } from "../../shared/errors.js";
+import { didYouMean } from "../../shared/suggest.js";
 
-/** Parses flags for one subcommand; an unknown flag or a missing value is an AX_CLI_USAGE error. */
-export function flags<T extends Record<string, { type: "string" | "boolean"; short?: string }>>(
+/**
+ * Parses flags for one subcommand that takes no arguments; an unknown flag, a missing value or an
+ * argument is an AX_CLI_USAGE error (see parseFlags in shared/command-line.ts).
+ */
+export function flags<T extends FlagSpecs>(
   command: string,
-  argv: string[],
+  argv: readonly string[],
   options: T,
-): { [K in keyof T]?: T[K]["type"] extends "string" ? string : boolean } {
-  try {
-    const { values, positionals } = parseArgs({
-      args: argv,
-      options,
-      strict: true,
-      allowPositionals: true,
-    });
-    if (positionals.length > 0) {
-      throw new AxError("AX_CLI_USAGE", `${command}: unexpected argument "${positionals[0]}"`);
-    }
-    return values as { [K in keyof T]?: T[K]["type"] extends "string" ? string : boolean };
-  } catch (err) {
-    if (err instanceof AxError) throw err;
-    throw new AxError("AX_CLI_USAGE", `${command}: ${(err as Error).message}`, { cause: err });
+): FlagValues<T> {
+  const { values, positionals } = parseFlags(command, argv, options);
+  if (positionals.length > 0) {
+    throw new AxError("AX_CLI_USAGE", `${command}: unexpected argument "${positionals[0]}"`);
   }
+  return values;
+}
+
+/**
+ * The AX_CLI_USAGE error for a missing or unknown subcommand: a near miss gets a did-you-mean,
+ * anything else the list of subcommands.
+ */
+export function unknownSubcommand(
+  command: string,
+  sub: string | undefined,
+  expected: readonly string[],
+): AxError {
+  const list = `${expected.slice(0, -1).join(", ")}${expected.length > 1 ? " or " : ""}${expected.at(-1) ?? ""}`;
+  if (sub === undefined) {
+    return new AxError("AX_CLI_USAGE", `${command}: give a subcommand: ${list}`);
+  }
+  const hint = didYouMean(sub, expected);
+  return new AxError(
+    "AX_CLI_USAGE",
+    hint
+      ? `${command}: unknown subcommand "${sub}"${hint}`
+      : `${command}: unknown subcommand "${sub}" (expected ${list})`,
+  );
 }
 
 /** A positive number of seconds from a flag, or an AX_CLI_USAGE error naming the flag. */

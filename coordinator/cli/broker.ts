@@ -6,17 +6,14 @@ import { writeMosquittoFiles } from "../broker/mosquitto-files.js";
 import { loadCoordinatorConfig, requireStore } from "../config.js";
 import { coordinatorMqttLogin, openStore, secretsDir } from "../coordinator.js";
 import { loadOrCreateSecrets } from "../security/secrets.js";
-import { flags } from "./args.js";
+import { flags, unknownSubcommand } from "./args.js";
 
 const out = (text: string) => process.stdout.write(`${text}\n`);
 
 /** `ax broker config …`. Returns the exit code. */
 export async function brokerCommand(sub: string | undefined, argv: string[]): Promise<number> {
   if (sub !== "config") {
-    throw new AxError(
-      "AX_CLI_USAGE",
-      `broker: unknown subcommand "${sub ?? ""}" (expected config)`,
-    );
+    throw unknownSubcommand("broker", sub, ["config"]);
   }
   return config(argv);
 }

@@ -5,7 +5,7 @@ import { MANIFEST_FILE, parseManifest } from "../bundle/manifest.js";
 import { listProfiles, loadProfile } from "../bundle/profiles.js";
 import type { TrustedKey } from "../bundle/signature.js";
 import { loadCoordinatorConfig, requireStore } from "../config.js";
-import { flags } from "./args.js";
+import { flags, unknownSubcommand } from "./args.js";
 import { table } from "./table.js";
 
 const out = (text: string) => process.stdout.write(`${text}\n`);
@@ -22,10 +22,7 @@ export async function bundleCommand(sub: string | undefined, argv: string[]): Pr
     case "fleet":
       return fleet(argv);
     default:
-      throw new AxError(
-        "AX_CLI_USAGE",
-        `bundle: unknown subcommand "${sub ?? ""}" (expected build, verify, profiles or fleet)`,
-      );
+      throw unknownSubcommand("bundle", sub, ["build", "verify", "profiles", "fleet"]);
   }
 }
 

@@ -1,5 +1,6 @@
-import { parseArgs } from "node:util";
+import { type FlagSpecs, type FlagValues, parseFlags } from "../../shared/command-line.js";
 import { AxError, ERROR_CODES, type ErrorCode } from "../../shared/errors.js";
+import { parseJsonText } from "../../shared/json-text.js";
 import { parseDuration } from "../domain/duration.js";
 import { resolveToken, type TokenFlags } from "./token-source.js";
 
@@ -14,31 +15,17 @@ export const CLIENT_FLAGS = {
 
 export const DEFAULT_URL = "http://127.0.0.1:8080";
 
-type FlagSpec = { type: "string" | "boolean"; multiple?: boolean };
-type FlagValues<T extends Record<string, FlagSpec>> = {
-  [K in keyof T]?: T[K]["type"] extends "string"
-    ? T[K]["multiple"] extends true
-      ? string[]
-      : string
-    : boolean;
-};
-
 /**
  * Parses a command's flags and its positional arguments, named in `positionals` (all required).
  * An unknown flag, a missing value, a missing or an extra argument is an AX_CLI_USAGE error.
  */
-export function parseCommand<T extends Record<string, FlagSpec>>(
+export function parseCommand<T extends FlagSpecs>(
   command: string,
   argv: string[],
   options: T,
   positionals: string[] = [],
 ): { flags: FlagValues<T>; args: string[] } {
-  let parsed: { values: unknown; positionals: string[] };
-  try {
-    parsed = parseArgs({ args: argv, options, strict: true, allowPositionals: true });
-  } catch (err) {
-    throw new AxError("AX_CLI_USAGE", `${command}: ${(err as Error).message}`, { cause: err });
-  }
+  const parsed = parseFlags(command, argv, options);
   const args = parsed.positionals;
   if (args.length < positionals.length) {
     const missing = positionals.slice(args.length).join(" ");
@@ -53,7 +40,7 @@ export function parseCommand<T extends Record<string, FlagSpec>>(
       `${command}: unexpected argument "${args[positionals.length]}"`,
     );
   }
-  return { flags: parsed.values as FlagValues<T>, args };
+  return { flags: parsed.values, args };
 }
 
 /** A whole number from a flag within [min, max], or an AX_CLI_USAGE error naming the flag. */
@@ -101,26 +88,31 @@ export function instantFlag(
   return ms;
 }
 
-/** A JSON object from a flag, or an AX_CLI_USAGE error naming the flag. */
+/**
+ * A JSON object from a flag, or an AX_CLI_USAGE error naming the flag; a syntax error says where,
+ * as a column (and a line, when the value has several).
+ */
 export function jsonObjectFlag(
   command: string,
   name: string,
   value: string | undefined,
 ): Record<string, unknown> | undefined {
   if (value === undefined) return undefined;
-  let parsed: unknown;
-  try {
-    parsed = JSON.parse(value);
-  } catch (err) {
+  const parsed = parseJsonText(value);
+  if (!parsed.ok) {
+    const at = value.includes("\n")
+      ? `line ${parsed.line}, column ${parsed.column}`
+      : `column ${parsed.column}`;
     throw new AxError(
       "AX_CLI_USAGE",
-      `${command}: --${name} must be a JSON object: ${(err as Error).message}`,
+      `${command}: --${name}: not valid JSON at ${at}: ${parsed.reason.replace("end of the file", "end of the value")}`,
     );
   }
-  if (parsed === null || typeof parsed !== "object" || Array.isArray(parsed)) {
+  const v = parsed.value;
+  if (v === null || typeof v !== "object" || Array.isArray(v)) {
     throw new AxError("AX_CLI_USAGE", `${command}: --${name} must be a JSON object, got ${value}`);
   }
-  return parsed as Record<string, unknown>;
+  return v as Record<string, unknown>;
 }
 
 /** The coordinator's HTTP API, as the CLI calls it. */

@@ -1,6 +1,7 @@
 import { AxError } from "../../shared/errors.js";
 import { parseDuration } from "../domain/duration.js";
 import type { CommandResult } from "../http/schemas.js";
+import { unknownSubcommand } from "./args.js";
 import {
   apiClient,
   CLIENT_FLAGS,
@@ -21,7 +22,7 @@ import { table } from "./table.js";
  */
 export async function commandCommand(sub: string | undefined, argv: string[]): Promise<number> {
   if (sub !== "send") {
-    throw new AxError("AX_CLI_USAGE", `command: unknown subcommand "${sub ?? ""}" (expected send)`);
+    throw unknownSubcommand("command", sub, ["send"]);
   }
   const c = "command send";
   const { flags } = parseCommand(c, argv, {

@@ -6,6 +6,7 @@ import type {
   ExecutionView,
   RetryResult,
 } from "../http/schemas.js";
+import { unknownSubcommand } from "./args.js";
 import {
   apiClient,
   CLIENT_FLAGS,
@@ -108,10 +109,7 @@ export async function execCommand(sub: string | undefined, argv: string[]): Prom
       return 0;
     }
     default:
-      throw new AxError(
-        "AX_CLI_USAGE",
-        `exec: unknown subcommand "${sub ?? ""}" (expected list, show, cancel or retry)`,
-      );
+      throw unknownSubcommand("exec", sub, ["list", "show", "cancel", "retry"]);
   }
 }
 

@@ -1,5 +1,5 @@
-import { AxError } from "../../shared/errors.js";
 import type { AgentList, AgentView } from "../http/schemas.js";
+import { unknownSubcommand } from "./args.js";
 import { apiClient, CLIENT_FLAGS, parseCommand, print, printJson } from "./client.js";
 import { fields, isoTime, table } from "./table.js";
 
@@ -80,9 +80,6 @@ export async function fleetCommand(sub: string | undefined, argv: string[]): Pro
     case "identities":
       return (await import("./enrol.js")).fleetIdentities(argv);
     default:
-      throw new AxError(
-        "AX_CLI_USAGE",
-        `fleet: unknown subcommand "${sub ?? ""}" (expected list, show, enroll, revoke or identities)`,
-      );
+      throw unknownSubcommand("fleet", sub, ["list", "show", "enroll", "revoke", "identities"]);
   }
 }

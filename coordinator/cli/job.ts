@@ -3,6 +3,7 @@ import type { Trigger } from "../domain/job.js";
 import type { JobView } from "../http/schemas.js";
 // The one parser of job files, shared with the coordinator config's jobsFile.
 import { readJobFile } from "../jobs-file.js";
+import { unknownSubcommand } from "./args.js";
 import {
   apiClient,
   CLIENT_FLAGS,
@@ -156,10 +157,17 @@ export async function jobCommand(sub: string | undefined, argv: string[]): Promi
     case "preview":
       return jobPreview(argv);
     default:
-      throw new AxError(
-        "AX_CLI_USAGE",
-        `job: unknown subcommand "${sub ?? ""}" (expected add, list, show, edit, delete, pause, resume, trigger or preview)`,
-      );
+      throw unknownSubcommand("job", sub, [
+        "add",
+        "list",
+        "show",
+        "edit",
+        "delete",
+        "pause",
+        "resume",
+        "trigger",
+        "preview",
+      ]);
   }
 }
 
@@ -176,7 +184,7 @@ async function jobPreview(argv: string[]): Promise<number> {
   const n = intFlag("job preview", "count", flags.count, { min: 1, max: 1000 }) ?? 10;
   const after = instantFlag("job preview", "after", flags.after);
   const api = apiClient("job preview", flags);
-  let r: { times: number[] };
+  let r: { times: number[]; tz?: string };
   if (withId) {
     if (flags.trigger !== undefined) {
       throw new AxError("AX_CLI_USAGE", "job preview: give a job ID or --trigger, not both");
@@ -198,12 +206,36 @@ async function jobPreview(argv: string[]): Promise<number> {
     });
   }
   if (flags.json) printJson(r);
-  else
+  else {
+    // A cron trigger's times are its zone's wall-clock times: shown there too, beside UTC.
+    const tz = r.tz !== undefined && r.tz !== "UTC" ? r.tz : undefined;
     print(
       table(
-        ["#", "fire time (UTC)"],
-        r.times.map((t, i) => [String(i + 1), isoTime(t)]),
+        ["#", "fire time (UTC)", ...(tz ? [`fire time (${tz})`] : [])],
+        r.times.map((t, i) => [String(i + 1), isoTime(t), ...(tz ? [zonedTime(t, tz)] : [])]),
       ),
     );
+  }
   return 0;
+}
+
+/** UTC milliseconds as an ISO 8601 time in `tz`, with its offset: `2026-03-29T03:00:00.000+02:00`. */
+export function zonedTime(ms: number, tz: string): string {
+  const p: Record<string, string> = {};
+  const format = new Intl.DateTimeFormat("en-US", {
+    timeZone: tz,
+    year: "numeric",
+    month: "2-digit",
+    day: "2-digit",
+    hour: "2-digit",
+    minute: "2-digit",
+    second: "2-digit",
+    hourCycle: "h23",
+    timeZoneName: "longOffset",
+  });
+  for (const part of format.formatToParts(ms)) p[part.type] = part.value;
+  // "GMT+02:00", or "GMT" for a zero offset.
+  const offset = (p.timeZoneName ?? "GMT").slice(3) || "+00:00";
+  const millis = String(new Date(ms).getUTCMilliseconds()).padStart(3, "0");
+  return `${p.year}-${p.month}-${p.day}T${p.hour}:${p.minute}:${p.second}.${millis}${offset}`;
 }

@@ -1,5 +1,8 @@
-import { AxError, isAxError } from "../../shared/errors.js";
-import { flags } from "./args.js";
+import { EXIT, errorText, exitCodeOf } from "../../shared/command-line.js";
+import { AxError } from "../../shared/errors.js";
+import { didYouMean } from "../../shared/suggest.js";
+import { packageJson } from "../package-files.js";
+import { unknownSubcommand } from "./args.js";
 
 const USAGE = `ax — a job scheduler for fleets of edge and IoT devices
 
@@ -8,7 +11,8 @@ Usage:
                                         broker, coordinator and 3 agents on this machine; live
                                         table; the console, API and metrics at the URL it prints
   ax coordinator start --config FILE    run the coordinator (JSON config)
-  ax agent start --config FILE          run an agent (JSON config)
+  ax agent start --config FILE          run an agent (JSON config); the same as a bundle's
+                                        node agent.mjs --config FILE
   ax bundle build --profile NAME [--out DIR] [--native-binding FILE]
                [--signing-key FILE | --config COORD_CONFIG | --unsigned] [--identity FILE]
                                         build the agent bundle of a firmware profile
@@ -27,7 +31,8 @@ Usage:
                                         write Mosquitto 2's password file, ACL and
                                         mosquitto.conf for the enrolled fleet (coordinator
                                         config; DIR defaults to its broker.mosquitto.dir)
-  ax help                               this text
+  ax help | --help | -h                 this text (also after any command)
+  ax version | --version | -v           print the version
 
 Operating a running coordinator (its HTTP API):
   ax job add --file FILE                add jobs (one definition, an array, or { "jobs": [...] })
@@ -35,8 +40,11 @@ Operating a running coordinator (its HTTP API):
   ax job edit ID --file FILE            replace a job's definition (a new version)
   ax job delete | pause | resume ID     delete, pause or resume a job
   ax job trigger ID                     fire a job now
-  ax job preview ID [--count N]         a job's next fire times
-  ax job preview --trigger JSON         a trigger's next fire times
+  ax job preview ID [--count N] [--after T]
+                                        a job's next fire times, in UTC and in a cron
+                                        trigger's tz
+  ax job preview --trigger JSON [--count N] [--after T]
+                                        a trigger's next fire times
   ax exec list [--job ID] [--state S,S] [--agent ID] [--kind job|command]
                [--from T] [--to T] [--limit N] [--cursor C | --all]
   ax exec show | cancel | retry ID      an execution and its timeline; cancel; retry
@@ -49,7 +57,7 @@ Operating a running coordinator (its HTTP API):
   ax token create NAME --role viewer|operator|admin
                                         make an API token (printed once)
   ax token list | revoke NAME           the API's tokens; revoke one
-  ax command send --handler H (--agent ID | --tag K=V ...) [--params JSON]
+  ax command send --handler H (--agent ID [--queue] | --tag K=V ...) [--params JSON]
                [--at T] [--deadline T] [--timeout D] [--priority N]
                                         a device command (T: ISO time, UTC ms or +10s)
 
@@ -58,42 +66,81 @@ Operating a running coordinator (its HTTP API):
   --token-file FILE, AX_TOKEN_FILE, the admin token of --config COORDINATOR_CONFIG (in its
   secrets folder), and ./ax-secrets/admin.token (a coordinator started in this folder).
   fleet enroll | revoke | identities and token need an admin token.
+
+Exit codes (the same for the agent):
+  0   success; a long-running command (demo, coordinator start, agent start) stopped cleanly
+  1   the operation failed: bad config, a refused request, not found (the error's AX_ code)
+  2   usage error: unknown command or flag, missing or bad flag value
+  70  internal error: an unexpected exception, a bug
+
+More: docs/cli.md.
 `;
 
-/** The CLI. Returns the process exit code: 0 ok, 1 failure, 2 usage error. */
+/** The commands, for a did-you-mean on a near miss. */
+const COMMANDS = [
+  "demo",
+  "coordinator",
+  "agent",
+  "bundle",
+  "broker",
+  "job",
+  "exec",
+  "fleet",
+  "token",
+  "command",
+  "help",
+  "version",
+];
+
+/** ax's version, from package.json: `ax --version` loads nothing else. */
+function version(): string {
+  return packageJson().version;
+}
+
+/** True when `--help` or `-h` is among the arguments (before a `--`). */
+function asksForHelp(argv: string[]): boolean {
+  const end = argv.indexOf("--");
+  return (end === -1 ? argv : argv.slice(0, end)).some((a) => a === "--help" || a === "-h");
+}
+
+/**
+ * The CLI. Returns the process exit code (EXIT in shared/command-line.ts): 0 ok, 1 the operation
+ * failed, 2 usage error, 70 internal error. Each command's module is loaded only when it runs, so
+ * `ax --help` and `ax --version` stay fast.
+ */
 export async function main(argv: string[]): Promise<number> {
   try {
     const [command, sub, ...rest] = argv;
+    // `ax agent start --help` is the agent's own usage (agent/command-line.ts).
+    if (asksForHelp(argv) && !(command === "agent" && sub === "start")) {
+      process.stdout.write(USAGE);
+      return EXIT.ok;
+    }
     switch (command) {
       case undefined:
       case "help":
-      case "--help":
-      case "-h":
         process.stdout.write(USAGE);
-        return 0;
+        return EXIT.ok;
+      case "version":
+      case "--version":
+      case "-v":
+        process.stdout.write(`ax ${version()}\n`);
+        return EXIT.ok;
       case "demo":
-        return await (await import("./demo.js")).runDemo(
-          [sub, ...rest].filter((a): a is string => a !== undefined),
-        );
+        return await (await import("./demo.js")).runDemo(argv.slice(1));
       case "coordinator":
-        if (sub !== "start")
-          throw new AxError(
-            "AX_CLI_USAGE",
-            `coordinator: unknown subcommand "${sub ?? ""}" (expected start)`,
-          );
+        if (sub !== "start") throw unknownSubcommand("coordinator", sub, ["start"]);
         return await (await import("./coordinator-start.js")).coordinatorStart(rest);
       case "agent": {
-        if (sub !== "start")
-          throw new AxError(
-            "AX_CLI_USAGE",
-            `agent: unknown subcommand "${sub ?? ""}" (expected start)`,
-          );
-        const f = flags("agent start", rest, { config: { type: "string" } });
-        if (!f.config) throw new AxError("AX_CLI_USAGE", "agent start: --config FILE is required");
-        const { loadAgentConfig } = await import("../../agent/config.js");
-        const { runAgent } = await import("../../agent/main.js");
-        await runAgent(loadAgentConfig(f.config));
-        return 0;
+        if (sub !== "start") throw unknownSubcommand("agent", sub, ["start"]);
+        // The agent's own command line (agent/command-line.ts) prints its errors itself.
+        const { agentCommandLine } = await import("../../agent/command-line.js");
+        return await agentCommandLine(rest, {
+          program: "ax",
+          command: "agent start",
+          invocation: "ax agent start",
+          version: version(),
+        });
       }
       case "job":
         return await (await import("./job.js")).jobCommand(sub, rest);
@@ -109,15 +156,20 @@ export async function main(argv: string[]): Promise<number> {
         return await (await import("./bundle.js")).bundleCommand(sub, rest);
       case "broker":
         return await (await import("./broker.js")).brokerCommand(sub, rest);
-      default:
-        throw new AxError("AX_CLI_USAGE", `unknown command "${command}"; run "ax help"`);
+      default: {
+        if (command.startsWith("-")) {
+          const hint = didYouMean(command.replace(/^-+/, ""), ["help", "version"], (c) => `--${c}`);
+          throw new AxError("AX_CLI_USAGE", `unknown flag ${command}${hint || '; run "ax help"'}`);
+        }
+        const hint = didYouMean(command, COMMANDS);
+        throw new AxError(
+          "AX_CLI_USAGE",
+          `unknown command "${command}"${hint || '; run "ax help"'}`,
+        );
+      }
     }
   } catch (err) {
-    if (isAxError(err)) {
-      process.stderr.write(`ax: ${err.code}: ${err.message}\n`);
-      return err.code === "AX_CLI_USAGE" ? 2 : 1;
-    }
-    process.stderr.write(`ax: ${(err as Error).stack ?? String(err)}\n`);
-    return 1;
+    process.stderr.write(`${errorText("ax", err)}\n`);
+    return exitCodeOf(err);
   }
 }

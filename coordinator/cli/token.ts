@@ -1,6 +1,7 @@
 import { AxError } from "../../shared/errors.js";
 import { API_ROLES } from "../config.js";
 import type { TokenView } from "../http/schemas.js";
+import { unknownSubcommand } from "./args.js";
 import { apiClient, CLIENT_FLAGS, parseCommand, print, printJson } from "./client.js";
 import { isoTime, table } from "./table.js";
 
@@ -68,9 +69,6 @@ export async function tokenCommand(sub: string | undefined, argv: string[]): Pro
       return 0;
     }
     default:
-      throw new AxError(
-        "AX_CLI_USAGE",
-        `token: unknown subcommand "${sub ?? ""}" (expected create, list or revoke)`,
-      );
+      throw unknownSubcommand("token", sub, ["create", "list", "revoke"]);
   }
 }

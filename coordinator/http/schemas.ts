@@ -272,6 +272,10 @@ export const jobListSchema = z.object({
 
 export const previewSchema = z.object({
   times: z.array(z.number()).meta({ description: "Nominal fire times, UTC milliseconds." }),
+  tz: z
+    .string()
+    .optional()
+    .meta({ description: "The IANA time zone the times are reckoned in: a cron trigger's tz." }),
 });
 
 export const executionIdsSchema = z.object({ executionIds: z.array(z.string()) });

@@ -70,7 +70,7 @@ describe("ax and the admin token, API tokens and enrolment", () => {
     expect(there.code).toBe(1);
     expect(there.stderr).toContain("ax: AX_API_UNAUTHORIZED: this route needs a bearer token");
     expect(there.stderr).toContain(
-      `(token: no token (no ${join(elsewhere.dir, "ax-secrets", "admin.token")}))`,
+      "(token: none: no --token, AX_TOKEN, --token-file, AX_TOKEN_FILE or --config, and no ./ax-secrets/admin.token)",
     );
   });
 
@@ -100,10 +100,25 @@ describe("ax and the admin token, API tokens and enrolment", () => {
     writeFileSync(loose, `${admin}\n`);
     chmodSync(loose, 0o644);
     expect(await ok(["--token-file", loose], {})).toContain(
-      `AX_SECURITY_KEY: ${loose}: is readable by others (mode 644)`,
+      `AX_SECURITY_KEY: job list: the token file of --token-file: ${loose}: is readable by others (mode 644)`,
     );
-    expect(await ok(["--token-file", join(elsewhere.dir, "none")], {})).toContain(
-      "AX_CLI_USAGE: job list: cannot read the token file",
+    // Each source's error says which source named the file and where it looked.
+    expect(await ok(["--token-file", "none"], {})).toBe(
+      "ax: AX_SECURITY_KEY: job list: the token file of --token-file: cannot read ./none: ENOENT: no such file or directory",
+    );
+    expect(await ok([], { AX_TOKEN_FILE: "none" })).toBe(
+      "ax: AX_SECURITY_KEY: job list: the token file of AX_TOKEN_FILE: cannot read ./none: ENOENT: no such file or directory",
+    );
+    const bare = join(elsewhere.dir, "bare.json");
+    writeFileSync(
+      bare,
+      JSON.stringify({
+        store: { path: join(elsewhere.dir, "ax.sqlite") },
+        mqtt: { url: broker.url },
+      }),
+    );
+    expect(await ok(["--config", "bare.json"], {})).toBe(
+      "ax: AX_SECURITY_KEY: job list: the admin token of --config bare.json (its secrets folder ./ax-secrets): cannot read ./ax-secrets/admin.token: ENOENT: no such file or directory",
     );
   });
 

@@ -132,7 +132,12 @@ describe("ax operator commands", () => {
     writeFileSync(file, "[ not json");
     const r2 = await ax(["job", "add", "--file", file], env);
     expect(r2.code).toBe(1);
-    expect(r2.stderr).toContain(`ax: AX_CONFIG_READ: ${file}:1:4: not valid JSON: unexpected "o"`);
+    expect(r2.stderr).toContain(`ax: AX_JOB_INVALID: ${file}:1:4: not valid JSON: unexpected "o"`);
+    const r3 = await ax(["job", "add", "--file", join(tmp.dir, "no-such.json")], env);
+    expect(r3.code).toBe(1);
+    expect(r3.stderr).toContain(
+      `ax: AX_JOB_INVALID: ${join(tmp.dir, "no-such.json")}: cannot read: ENOENT: no such file or directory`,
+    );
   });
 
   it("shows, edits, pauses, previews and triggers a job", async () => {
@@ -205,6 +210,43 @@ describe("ax operator commands", () => {
     expect(cron.code, cron.stderr).toBe(0);
     const rows = expectAligned(cron.stdout, ["#", "fire time (UTC)"]);
     expect(rows).toEqual(["1  2026-01-01T12:00:00.000Z", "2  2026-01-02T12:00:00.000Z"]);
+    // A cron trigger in a zone: each time in UTC and in the zone, across the spring change.
+    const berlin = '{"type":"cron","expr":"0 9 * * *","tz":"Europe/Berlin"}';
+    const zoned = await ax(
+      ["job", "preview", "--trigger", berlin, "--after", "2026-03-28T00:00:00Z", "--count", "2"],
+      env,
+    );
+    expect(zoned.code, zoned.stderr).toBe(0);
+    expect(
+      expectAligned(zoned.stdout, ["#", "fire time (UTC)", "fire time (Europe/Berlin)"]),
+    ).toEqual([
+      "1  2026-03-28T08:00:00.000Z  2026-03-28T09:00:00.000+01:00",
+      "2  2026-03-29T07:00:00.000Z  2026-03-29T09:00:00.000+02:00",
+    ]);
+    // A stored job's preview: the API gives its zone too.
+    const stored = await ax(
+      ["job", "preview", "cli-longer-name", "--count", "1", "--after", "2026-01-05T00:00:00Z"],
+      env,
+    );
+    expect(stored.code, stored.stderr).toBe(0);
+    expect(
+      expectAligned(stored.stdout, ["#", "fire time (UTC)", "fire time (Europe/Berlin)"]),
+    ).toEqual(["1  2026-01-05T08:00:00.000Z  2026-01-05T09:00:00.000+01:00"]);
+    const zonedJson = await ax(
+      [
+        "job",
+        "preview",
+        "--trigger",
+        berlin,
+        "--after",
+        "2026-03-28T00:00:00Z",
+        "--count",
+        "1",
+        "--json",
+      ],
+      env,
+    );
+    expect(JSON.parse(zonedJson.stdout)).toEqual({ times: [1774684800000], tz: "Europe/Berlin" });
     const trig = await ax(["job", "trigger", "cli-b", "--json"], env);
     const ids = (JSON.parse(trig.stdout) as { executionIds: string[] }).executionIds;
     expect(ids).toHaveLength(1);
@@ -320,7 +362,10 @@ describe("ax operator commands", () => {
     [["exec", "show", "a", "b"], 'exec show: unexpected argument "b"'],
     [["exec", "stop", "a"], 'exec: unknown subcommand "stop"'],
     [["job", "add"], "job add: --file FILE is required"],
-    [["job", "list", "--colour"], "job list: Unknown option '--colour'"],
+    [
+      ["job", "list", "--colour"],
+      "job list: unknown flag --colour (it takes --url, --token, --token-file, --config, --json)",
+    ],
     [
       ["job", "preview", "x", "--count", "0"],
       "job preview: --count must be a whole number from 1 to 1000",
@@ -332,7 +377,7 @@ describe("ax operator commands", () => {
     ],
     [
       ["command", "send", "--handler", "echo", "--agent", "a", "--params", "[1]"],
-      "command send: --params must be a JSON object",
+      "command send: --params must be a JSON object, got [1]",
     ],
     [
       ["fleet", "list", "--url", "ftp://x"],

@@ -69,7 +69,7 @@ describe("the ax command", () => {
       'demo: --duration must be a positive number of seconds, got "abc"',
     ],
     [["demo", "--duration=-3"], 'demo: --duration must be a positive number of seconds, got "-3"'],
-    [["demo", "--speed", "2"], "demo: Unknown option '--speed'"],
+    [["demo", "--speed", "2"], "demo: unknown flag --speed (it takes --duration, --http-port)"],
     [
       ["demo", "--http-port", "99999"],
       'demo: --http-port must be a port number from 0 to 65535, got "99999"',

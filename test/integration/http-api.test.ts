@@ -327,6 +327,8 @@ describe("HTTP API", () => {
       expect(
         (cron.body as { times: number[] }).times.map((t) => new Date(t).toISOString()),
       ).toEqual(["2026-11-01T05:30:00.000Z", "2026-11-02T06:30:00.000Z"]);
+      // The zone the times are reckoned in, for showing them as local times (the CLI does).
+      expect((cron.body as { tz?: string }).tz).toBe("America/New_York");
       expectError(
         await post("/api/preview", { trigger: { type: "cron", expr: "61 * * * *" }, n: 0 }, READ),
         400,

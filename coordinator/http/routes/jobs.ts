@@ -1,5 +1,5 @@
 import { AxError, isAxError } from "../../../shared/errors.js";
-import { jobDefinitionSchema } from "../../domain/job.js";
+import { jobDefinitionSchema, type Trigger } from "../../domain/job.js";
 import type { StoredJob } from "../../store/port.js";
 import { apiRoute } from "../route.js";
 import {
@@ -29,6 +29,11 @@ export function jobView(job: StoredJob) {
     updatedAt: job.updatedAt,
     updatedBy: job.updatedBy,
   };
+}
+
+/** A preview's answer: the fire times, and the zone a cron trigger reckons them in. */
+function withZone(trigger: Trigger, times: number[]): { times: number[]; tz?: string } {
+  return trigger.type === "cron" ? { times, tz: trigger.tz } : { times };
 }
 
 /**
@@ -198,9 +203,10 @@ export const jobRoutes = [
     query: jobPreviewQuery,
     success: { status: 200, description: "The next n nominal fire times.", schema: previewSchema },
     errors: [404],
-    handle: async ({ coordinator, params, query }) => ({
-      times: await coordinator.jobs.preview(params.id, query),
-    }),
+    handle: async ({ coordinator, params, query }) => {
+      const { trigger } = (await coordinator.jobs.get(params.id)).definition;
+      return withZone(trigger, coordinator.jobs.previewTrigger(trigger, query));
+    },
   }),
   apiRoute({
     method: "POST",
@@ -212,8 +218,7 @@ export const jobRoutes = [
     tag: "jobs",
     body: previewBody,
     success: { status: 200, description: "The next n nominal fire times.", schema: previewSchema },
-    handle: async ({ coordinator, body }) => ({
-      times: coordinator.jobs.previewTrigger(body.trigger, body),
-    }),
+    handle: async ({ coordinator, body }) =>
+      withZone(body.trigger, coordinator.jobs.previewTrigger(body.trigger, body)),
   }),
 ];
