@@ -113,3 +113,16 @@ describe("agent config: paths", () => {
     }
   });
 });
+
+describe("agent config: a file that is not JSON", () => {
+  const tmp = tempDir("ax-agent-config-json-");
+  afterAll(() => tmp.cleanup());
+
+  it("names the file, the line and the column of the syntax error", () => {
+    const file = join(tmp.dir, "agent.json");
+    writeFileSync(file, '{\n  "agentId": "pump-7",\n}\n');
+    expect(axFailure(() => loadAgentConfig(file))).toBe(
+      `AX_CONFIG_READ: ${file}:3:1: not valid JSON: Expected double-quoted property name`,
+    );
+  });
+});

@@ -5,6 +5,7 @@ import { issueLines, unknownKeys } from "../shared/config-issues.js";
 import { AxError } from "../shared/errors.js";
 import { identityFileSchema } from "../shared/identity.js";
 import { ID_PATTERN } from "../shared/ids.js";
+import { parseJsonText } from "../shared/json-text.js";
 import { HANDLER_NAMES } from "../shared/profile-names.js";
 import { describeIssue } from "../shared/protocol/codec.js";
 import { MAX_TAGS, maxKeys } from "../shared/protocol/envelope.js";
@@ -253,9 +254,9 @@ function withIdentity(config: AgentConfig, source: string, base: string | undefi
 
 /** Reads and parses an agent config file. */
 export function loadAgentConfig(path: string, parts: AgentParts = PARTS): AgentConfig {
-  let raw: unknown;
+  let text: string;
   try {
-    raw = JSON.parse(readFileSync(path, "utf8"));
+    text = readFileSync(path, "utf8");
   } catch (err) {
     throw new AxError(
       "AX_CONFIG_READ",
@@ -263,5 +264,14 @@ export function loadAgentConfig(path: string, parts: AgentParts = PARTS): AgentC
       { cause: err },
     );
   }
-  return parseAgentConfig(raw, path, parts, dirname(path));
+  // The same file:line:column form as the coordinator's config errors, for an editor to jump to.
+  const parsed = parseJsonText(text);
+  if (!parsed.ok) {
+    throw new AxError(
+      "AX_CONFIG_READ",
+      `${path}:${parsed.line}:${parsed.column}: not valid JSON: ${parsed.reason}`,
+      { context: { path, line: parsed.line, column: parsed.column } },
+    );
+  }
+  return parseAgentConfig(parsed.value, path, parts, dirname(path));
 }
