@@ -141,7 +141,12 @@ export async function jobCommand(sub: string | undefined, argv: string[]): Promi
         `${path(args[0] as string)}/${sub}`,
       );
       if (flags.json) printJson(job);
-      else print(`job ${job.id}: ${job.paused ? "paused" : "active"} (version ${job.version})`);
+      // Pausing is state, not a definition: the version is unchanged, so it is not shown as news.
+      else if (job.paused) print(`job ${job.id}: paused; it fires nothing until resumed`);
+      else {
+        const next = job.nextFireAt === null ? "none" : isoTime(job.nextFireAt);
+        print(`job ${job.id}: resumed; next fire ${next}`);
+      }
       return 0;
     }
     case "trigger": {

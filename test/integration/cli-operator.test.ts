@@ -164,7 +164,7 @@ describe("ax operator commands", () => {
     expect(edited.stdout.trim()).toBe("job cli-b: version 2");
     // Pausing is state: the version stays, and no next fire time is shown while paused.
     const paused = await ax(["job", "pause", "cli-b"], env);
-    expect(paused.stdout.trim()).toBe("job cli-b: paused (version 2)");
+    expect(paused.stdout.trim()).toBe("job cli-b: paused; it fires nothing until resumed");
     const shown = await ax(["job", "show", "cli-b"], env);
     expect(shown.stdout).toMatch(/^status {2,}paused$/m);
     expect(shown.stdout).toMatch(/^next fire {2,}paused$/m);
@@ -186,7 +186,9 @@ describe("ax operator commands", () => {
       "paused",
     ]);
     const resumed = await ax(["job", "resume", "cli-b"], env);
-    expect(resumed.stdout.trim()).toBe("job cli-b: active (version 2)");
+    expect(resumed.stdout.trim()).toMatch(
+      /^job cli-b: resumed; next fire \d{4}-\d\d-\d\dT[\d:.]+Z$/,
+    );
     const active = await ax(["job", "show", "cli-b"], env);
     expect(active.stdout).toMatch(/^next fire {2,}\d{4}-\d\d-\d\dT/m);
     const preview = await ax(
