@@ -138,6 +138,14 @@ export class CommandOperations {
    * the command, and its agent refuses it if it cannot run it.
    */
   private checkAgent(agentId: string, handler: string, queue: boolean): string {
+    // A revoked agent is sent nothing (docs/security.md): a command for it could only expire.
+    if (this.identities.get(agentId)?.status === "revoked") {
+      throw new AxError(
+        "AX_AUTH_NOT_ENROLLED",
+        `agent "${agentId}"'s enrolment is revoked: the coordinator sends it nothing (enrol it again first: ax fleet enroll ${agentId} --rotate)`,
+        { context: { agentId } },
+      );
+    }
     const agent = this.fleet.get(agentId);
     if (agent === undefined) {
       if (queue || this.identities.get(agentId)?.status === "enrolled") return agentId;
@@ -163,6 +171,8 @@ export class CommandOperations {
     const tagged = this.fleet
       .list()
       .filter((a) => tags.every(([k, v]) => a.tags[k] === v))
+      // A revoked agent is sent nothing, so a selector never picks it.
+      .filter((a) => this.identities.get(a.agentId)?.status !== "revoked")
       .sort((a, b) => (a.agentId < b.agentId ? -1 : a.agentId > b.agentId ? 1 : 0));
     if (tagged.length === 0) {
       throw new AxError("AX_AGENT_NOT_FOUND", `no agent has the tags ${JSON.stringify(selector)}`, {

@@ -202,4 +202,31 @@ describe("HTTP API with a fleet", () => {
     expect(endToEnd).toBeGreaterThan(0);
     expect(endToEnd).toBeLessThan(30);
   });
+
+  // Last: it revokes an agent of the fleet.
+  it("refuses a command for a revoked agent, and a selector skips it", async () => {
+    const before = (await coordinator.store.listExecutions({ limit: 1_000_000 })).length;
+    const south = `${broker.prefix}-s1`;
+    await coordinator.enrollAgent(south, { actor: "test" });
+    await coordinator.access.revokeAgent(south, "test");
+    for (const queue of [false, true]) {
+      const r = await api("POST", "/api/commands", { agentId: south, handler: "echo", queue });
+      expect(r.status, r.text).toBe(409);
+      expect(r.body).toEqual({
+        error: {
+          code: "AX_AUTH_NOT_ENROLLED",
+          message: `agent "${south}"'s enrolment is revoked: the coordinator sends it nothing (enrol it again first: ax fleet enroll ${south} --rotate)`,
+        },
+      });
+    }
+    const r2 = await api("POST", "/api/commands", {
+      selector: { tags: { site: "south" } },
+      handler: "echo",
+    });
+    expect(r2.status, r2.text).toBe(404);
+    expect(r2.body).toEqual({
+      error: { code: "AX_AGENT_NOT_FOUND", message: 'no agent has the tags {"site":"south"}' },
+    });
+    expect((await coordinator.store.listExecutions({ limit: 1_000_000 })).length).toBe(before);
+  });
 });
