@@ -186,6 +186,18 @@ describe.skipIf(CHROMIUM === undefined)("console in headless Chromium", () => {
     expect((await coordinator.store.getExecution(id))?.targetAgentId).toBe("console-agent-1");
   });
 
+  it("refuses a device command for an agent the coordinator does not know, and creates nothing", async () => {
+    const before = (await coordinator.store.listExecutions({ limit: 1_000_000 })).length;
+    await page.goto(`${http.url}/#/command`);
+    await page.locator("#command input[name=agentId]").fill("no-such-agent");
+    await page.locator("#command button[type=submit]").click();
+    await expect
+      .poll(() => page.locator("#status.error").textContent())
+      .toContain('agent "no-such-agent" is not known');
+    expect(await page.locator("#sent a").count()).toBe(0);
+    expect((await coordinator.store.listExecutions({ limit: 1_000_000 })).length).toBe(before);
+  });
+
   it("previews a cron expression in its time zone, and names the problem in a bad one", async () => {
     await page.goto(`${http.url}/#/preview`);
     await page.locator("#preview input[name=expr]").fill("30 9 * * 1-5");

@@ -545,6 +545,8 @@ function commandView() {
   view.querySelector("#command").addEventListener("submit", async (ev) => {
     ev.preventDefault();
     const f = ev.target;
+    // The last command's executions are not this one's: a refused command must not look sent.
+    view.querySelector("#sent").innerHTML = "";
     try {
       const at = Date.now() + Number(f.in.value) * 1000;
       const body = {
