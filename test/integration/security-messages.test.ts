@@ -386,17 +386,27 @@ describe("authenticated messages: forgeries and replays are refused", () => {
       refusedSince(n, "AX_AUTH_NOT_ENROLLED").some((r) => r.source === B) ? true : undefined,
     );
     const from = wire.length;
-    const id = await coordinator.sendCommand({
-      agentId: B,
-      handler: "file.write",
-      params: { path: join(effects, "to-revoked"), value: "x" },
-      deadline: Date.now() + 3_000,
-    });
+    const executions = (await coordinator.store.listExecutions({ limit: 1_000_000 })).length;
+    // A command for it is refused at once (it could only expire), and nothing is written.
+    const refused = await coordinator
+      .sendCommand({
+        agentId: B,
+        handler: "file.write",
+        params: { path: join(effects, "to-revoked"), value: "x" },
+        deadline: Date.now() + 3_000,
+      })
+      .then(
+        () => undefined,
+        (err: unknown) => err as { code?: string; message?: string },
+      );
+    expect(refused?.code).toBe("AX_AUTH_NOT_ENROLLED");
+    expect(refused?.message).toBe(
+      `agent "${B}"'s enrolment is revoked: the coordinator sends it nothing (enrol it again first: ax fleet enroll ${B} --rotate)`,
+    );
+    expect((await coordinator.store.listExecutions({ limit: 1_000_000 })).length).toBe(executions);
     await new Promise((r) => setTimeout(r, 1_500));
     expect(seenOn(topic(B, "down"), from)).toEqual([]);
     expect(existsSync(join(effects, "to-revoked"))).toBe(false);
-    const done = await waitForEnd(coordinator, id, 20_000);
-    expect(done.state).toBe("EXPIRED");
     expect(coordinator.fleet.get(B)?.status).toBe("offline");
   }, 30_000);
 });
