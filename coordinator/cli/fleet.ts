@@ -1,6 +1,7 @@
+import { AxError } from "../../shared/errors.js";
 import type { AgentList, AgentView } from "../http/schemas.js";
 import { unknownSubcommand } from "./args.js";
-import { apiClient, CLIENT_FLAGS, parseCommand, print, printJson } from "./client.js";
+import { apiClient, CLIENT_FLAGS, intFlag, parseCommand, print, printJson } from "./client.js";
 import { fields, isoTime, table } from "./table.js";
 
 const tagsText = (tags: Record<string, string>) =>
@@ -11,37 +12,8 @@ const tagsText = (tags: Record<string, string>) =>
 /** `ax fleet list|show|enroll|revoke|identities`. */
 export async function fleetCommand(sub: string | undefined, argv: string[]): Promise<number> {
   switch (sub) {
-    case "list": {
-      const { flags } = parseCommand("fleet list", argv, CLIENT_FLAGS);
-      const r = await apiClient("fleet list", flags).request<AgentList>("GET", "/api/agents");
-      if (flags.json) printJson(r);
-      else
-        print(
-          table(
-            [
-              "agent",
-              "status",
-              "live",
-              "in flight",
-              "profile",
-              "bundle",
-              "tags",
-              "last seen (UTC)",
-            ],
-            r.items.map((a) => [
-              a.agentId,
-              a.status,
-              a.live ? "yes" : "no",
-              String(a.inFlight),
-              a.profile,
-              a.bundleVersion,
-              tagsText(a.tags),
-              isoTime(a.lastSeenAt),
-            ]),
-          ),
-        );
-      return 0;
-    }
+    case "list":
+      return await fleetList(argv);
     case "show": {
       const { flags, args } = parseCommand("fleet show", argv, CLIENT_FLAGS, ["ID"]);
       const a = await apiClient("fleet show", flags).request<AgentView>(
@@ -82,4 +54,78 @@ export async function fleetCommand(sub: string | undefined, argv: string[]): Pro
     default:
       throw unknownSubcommand("fleet", sub, ["list", "show", "enroll", "revoke", "identities"]);
   }
+}
+
+/**
+ * `ax fleet list [--status S] [--tag K=V[,K=V]] [--profile P] [--bundle-version V] [--handler H]
+ * [--search TEXT] [--limit N] [--cursor C | --all]`: a page of the fleet (by id), or all of it.
+ */
+async function fleetList(argv: string[]): Promise<number> {
+  const c = "fleet list";
+  const { flags } = parseCommand(c, argv, {
+    ...CLIENT_FLAGS,
+    status: { type: "string" },
+    tag: { type: "string" },
+    profile: { type: "string" },
+    "bundle-version": { type: "string" },
+    handler: { type: "string" },
+    search: { type: "string" },
+    limit: { type: "string" },
+    cursor: { type: "string" },
+    all: { type: "boolean" },
+  });
+  const query = new URLSearchParams();
+  if (flags.status !== undefined) {
+    if (flags.status !== "online" && flags.status !== "offline") {
+      throw new AxError(
+        "AX_CLI_USAGE",
+        `${c}: --status must be online or offline, got "${flags.status}"`,
+      );
+    }
+    query.set("status", flags.status);
+  }
+  if (flags.tag !== undefined) query.set("tag", flags.tag);
+  if (flags.profile !== undefined) query.set("profile", flags.profile);
+  if (flags["bundle-version"] !== undefined) query.set("version", flags["bundle-version"]);
+  if (flags.handler !== undefined) query.set("handler", flags.handler);
+  if (flags.search !== undefined) query.set("q", flags.search);
+  const limit = intFlag(c, "limit", flags.limit, { min: 1, max: 1000 });
+  if (limit !== undefined) query.set("limit", String(limit));
+  if (flags.all && flags.cursor !== undefined) {
+    throw new AxError("AX_CLI_USAGE", `${c}: give --cursor or --all, not both`);
+  }
+  if (flags.cursor !== undefined) query.set("cursor", flags.cursor);
+  const api = apiClient(c, flags);
+  const items: AgentView[] = [];
+  let page: AgentList;
+  for (;;) {
+    page = await api.request<AgentList>("GET", `/api/agents?${query}`);
+    items.push(...page.items);
+    if (!flags.all || page.nextCursor === null) break;
+    query.set("cursor", page.nextCursor);
+  }
+  if (flags.json) printJson({ ...page, items, nextCursor: page.nextCursor });
+  else {
+    print(
+      table(
+        ["agent", "status", "live", "in flight", "profile", "bundle", "tags", "last seen (UTC)"],
+        items.map((a) => [
+          a.agentId,
+          a.status,
+          a.live ? "yes" : "no",
+          String(a.inFlight),
+          a.profile,
+          a.bundleVersion,
+          tagsText(a.tags),
+          isoTime(a.lastSeenAt),
+        ]),
+      ),
+    );
+    if (page.nextCursor !== null) {
+      process.stderr.write(
+        `more: ${page.total} agents match; the next page: --cursor ${page.nextCursor}, or --all\n`,
+      );
+    }
+  }
+  return 0;
 }

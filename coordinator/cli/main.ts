@@ -48,7 +48,11 @@ Operating a running coordinator (its HTTP API):
   ax exec list [--job ID] [--state S,S] [--agent ID] [--kind job|command]
                [--from T] [--to T] [--limit N] [--cursor C | --all]
   ax exec show | cancel | retry ID      an execution and its timeline; cancel; retry
-  ax fleet list | show ID               the agents the coordinator knows
+  ax fleet list [--status online|offline] [--tag K=V[,K=V]] [--profile P]
+               [--bundle-version V] [--handler H] [--search TEXT]
+               [--limit N] [--cursor C | --all]
+                                        the agents the coordinator knows, by id, paged
+  ax fleet show ID                      one agent
   ax fleet enroll AGENT_ID [--tag K=V ...] [--rotate] [--out FILE] [--force]
                                         enrol an agent; writes its identity file (0600,
                                         default ./AGENT_ID.identity.json)

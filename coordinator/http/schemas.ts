@@ -304,7 +304,78 @@ export const agentSchema = agentRecordSchema.extend({
   inFlight: z.number().int().meta({ description: "Executions dispatched to it and not ended." }),
 });
 
-export const agentListSchema = z.object({ items: z.array(agentSchema) });
+/** The most agents one page of the fleet listing holds. */
+export const AGENTS_PAGE_MAX = 1000;
+
+/** `site=north,rack=1`: agents whose tags include all of these. */
+const tagFilter = z
+  .string()
+  .max(4096)
+  .transform((value, ctx) => {
+    const tags: Record<string, string> = {};
+    for (const pair of value.split(",")) {
+      const eq = pair.indexOf("=");
+      const key = pair.slice(0, eq).trim();
+      if (eq <= 0 || key === "") {
+        ctx.addIssue({
+          code: "custom",
+          message: `must be KEY=VALUE pairs separated by commas, got "${pair}"`,
+        });
+        return z.NEVER;
+      }
+      tags[key] = pair.slice(eq + 1).trim();
+    }
+    return tags;
+  })
+  .meta({ description: "Agents whose tags include all of these: KEY=VALUE[,KEY=VALUE…]." });
+
+export const agentsQuery = z
+  .object({
+    status: z.enum(["online", "offline"]).optional(),
+    tag: tagFilter.optional(),
+    profile: z.string().min(1).max(128).optional().meta({ description: "The firmware profile." }),
+    version: z
+      .string()
+      .min(1)
+      .max(128)
+      .optional()
+      .meta({ description: "The bundle version the agent runs (`dev` from sources)." }),
+    handler: z
+      .string()
+      .min(1)
+      .max(128)
+      .optional()
+      .meta({ description: "Only agents that offer this handler." }),
+    q: z
+      .string()
+      .min(1)
+      .max(128)
+      .optional()
+      .meta({ description: "A part of the agent id, any case." }),
+    limit: z.coerce
+      .number()
+      .int()
+      .min(1)
+      .max(AGENTS_PAGE_MAX)
+      .default(AGENTS_PAGE_MAX)
+      .meta({ description: `Agents per page (1-${AGENTS_PAGE_MAX}).` }),
+    cursor: idSchema
+      .optional()
+      .meta({ description: "The previous page's nextCursor (the last agent id it held)." }),
+  })
+  .strict();
+
+export const agentListSchema = z.object({
+  items: z.array(agentSchema).meta({ description: "By agent id." }),
+  nextCursor: z
+    .string()
+    .nullable()
+    .meta({ description: "Pass as cursor for the next page; null on the last page." }),
+  total: z.number().int().meta({ description: "Agents matching the filters, on all pages." }),
+  counts: z
+    .object({ online: z.number().int(), offline: z.number().int() })
+    .meta({ description: "Of the agents matching the filters, how many are online and offline." }),
+});
 
 export const commandResultSchema = z.object({
   executionIds: z.array(z.string()),

@@ -347,7 +347,29 @@ describe("ax operator commands", () => {
     expect(page.nextCursor).toBeNull();
 
     const fleet = await ax(["fleet", "list", "--json"], env);
-    expect(JSON.parse(fleet.stdout)).toEqual({ items: [] });
+    expect(JSON.parse(fleet.stdout)).toEqual({
+      items: [],
+      nextCursor: null,
+      total: 0,
+      counts: { online: 0, offline: 0 },
+    });
+    const filtered = await ax(
+      [
+        "fleet",
+        "list",
+        "--status",
+        "online",
+        "--tag",
+        "site=north",
+        "--search",
+        "gw",
+        "--all",
+        "--json",
+      ],
+      env,
+    );
+    expect(filtered.code, filtered.stderr).toBe(0);
+    expect(JSON.parse(filtered.stdout)).toMatchObject({ items: [], total: 0 });
     const ghost = await ax(["fleet", "show", "ghost"], env);
     expect(ghost.code).toBe(1);
     expect(ghost.stderr).toContain('ax: AX_AGENT_NOT_FOUND: agent "ghost" not found');
@@ -360,6 +382,15 @@ describe("ax operator commands", () => {
     ],
     [["exec", "list", "--state", "DONE"], 'exec list: --state "DONE" is not a state'],
     [["exec", "list", "--from", "yesterday"], "exec list: --from must be an ISO time"],
+    [
+      ["fleet", "list", "--status", "gone"],
+      'fleet list: --status must be online or offline, got "gone"',
+    ],
+    [
+      ["fleet", "list", "--limit", "0"],
+      'fleet list: --limit must be a whole number from 1 to 1000, got "0"',
+    ],
+    [["fleet", "list", "--all", "--cursor", "a"], "fleet list: give --cursor or --all, not both"],
     [["exec", "show"], "exec show: give ID (ax exec show ID)"],
     [["exec", "show", "a", "b"], 'exec show: unexpected argument "b"'],
     [["exec", "stop", "a"], 'exec: unknown subcommand "stop"'],

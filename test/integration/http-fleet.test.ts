@@ -203,6 +203,54 @@ describe("HTTP API with a fleet", () => {
     expect(endToEnd).toBeLessThan(30);
   });
 
+  it("pages the fleet by id and filters it, with counts of all that match", async () => {
+    const [n1, n2, s1] = ["n1", "n2", "s1"].map((x) => `${broker.prefix}-${x}`) as [
+      string,
+      string,
+      string,
+    ];
+    const ids = (r: { body: unknown }) =>
+      (r.body as { items: { agentId: string }[] }).items.map((a) => a.agentId);
+    // Other test files share the broker, not this coordinator: its fleet is these three.
+    const all = await api("GET", "/api/agents");
+    expect(all.status, all.text).toBe(200);
+    expect(ids(all)).toEqual([n1, n2, s1]);
+    expect(all.body).toMatchObject({
+      nextCursor: null,
+      total: 3,
+      counts: { online: 3, offline: 0 },
+    });
+
+    const first = await api("GET", "/api/agents?limit=2");
+    expect(ids(first)).toEqual([n1, n2]);
+    expect(first.body).toMatchObject({ nextCursor: n2, total: 3 });
+    const second = await api("GET", `/api/agents?limit=2&cursor=${encodeURIComponent(n2)}`);
+    expect(ids(second)).toEqual([s1]);
+    expect(second.body).toMatchObject({ nextCursor: null, total: 3 });
+
+    const north = await api("GET", "/api/agents?tag=site%3Dnorth");
+    expect(ids(north)).toEqual([n1, n2]);
+    expect(north.body).toMatchObject({ total: 2, counts: { online: 2, offline: 0 } });
+    expect(ids(await api("GET", "/api/agents?tag=site%3Dnorth,rack%3D2"))).toEqual([n2]);
+    expect(ids(await api("GET", "/api/agents?q=S1"))).toEqual([s1]);
+    expect(ids(await api("GET", "/api/agents?status=offline"))).toEqual([]);
+    const profile = (all.body as { items: { profile: string }[] }).items[0]?.profile as string;
+    expect(
+      ids(await api("GET", `/api/agents?handler=echo&profile=${encodeURIComponent(profile)}`)),
+    ).toEqual([n1, n2, s1]);
+    expect(ids(await api("GET", "/api/agents?profile=no-such-profile"))).toEqual([]);
+    expect(ids(await api("GET", "/api/agents?handler=no.such"))).toEqual([]);
+    expect(ids(await api("GET", "/api/agents?version=dev"))).toEqual([n1, n2, s1]);
+
+    const bad = await api("GET", "/api/agents?tag=site&status=gone&limit=0");
+    expect(bad.status).toBe(400);
+    expect(bad.body).toMatchObject({ error: { code: "AX_API_INVALID_REQUEST" } });
+    const message = (bad.body as { error: { message: string } }).error.message;
+    expect(message).toContain('query.tag: must be KEY=VALUE pairs separated by commas, got "site"');
+    expect(message).toContain("query.status:");
+    expect(message).toContain("query.limit:");
+  });
+
   // Last: it revokes an agent of the fleet.
   it("refuses a command for a revoked agent, and a selector skips it", async () => {
     const before = (await coordinator.store.listExecutions({ limit: 1_000_000 })).length;

@@ -2,6 +2,7 @@ import { apiRoute } from "../route.js";
 import {
   agentListSchema,
   agentSchema,
+  agentsQuery,
   commandBody,
   commandResultSchema,
   eventBody,
@@ -19,8 +20,18 @@ export const fleetRoutes = [
     operationId: "listAgents",
     summary: "List the agents the coordinator knows",
     tag: "fleet",
-    success: { status: 200, description: "Every known agent, by id.", schema: agentListSchema },
-    handle: async ({ coordinator }) => ({ items: await coordinator.agents.list() }),
+    description:
+      "The agents the coordinator knows, online or not, by id, filtered by status, tags, profile, " +
+      "bundle version, handler and a part of the id, in pages of up to 1,000 (nextCursor), with " +
+      "how many match on all pages and how many of those are online.",
+    query: agentsQuery,
+    success: {
+      status: 200,
+      description: "A page of the known agents, by id.",
+      schema: agentListSchema,
+    },
+    errors: [400],
+    handle: async ({ coordinator, query }) => coordinator.agents.page(query),
   }),
   apiRoute({
     method: "GET",
