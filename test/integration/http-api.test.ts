@@ -597,7 +597,12 @@ describe("HTTP API", () => {
     it("lists no agents and answers 404 for an unknown one", async () => {
       const r = await get("/api/agents");
       expect(r.status).toBe(200);
-      expect(r.body).toEqual({ items: [] });
+      expect(r.body).toEqual({
+        items: [],
+        nextCursor: null,
+        total: 0,
+        counts: { online: 0, offline: 0 },
+      });
       expectError(await get("/api/agents/ghost"), 404, "AX_AGENT_NOT_FOUND");
     });
   });
