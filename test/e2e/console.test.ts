@@ -476,6 +476,15 @@ describe.skipIf(CHROMIUM === undefined)("console in headless Chromium", () => {
     expect(await page.locator("#fleet-filters input[name=q]").inputValue()).toBe("seed-1");
     expect(page.url()).toMatch(/#\/fleet\?q=SEED-24&tag=site%3Deast$/);
 
+    if (paged) {
+      // A tag that is not K=V is refused by the coordinator, named by the form's label.
+      await page.locator("#fleet-filters input[name=tag]").fill("site");
+      await page.locator("#fleet-filters button").click();
+      await expect
+        .poll(() => page.locator("#status.error").textContent())
+        .toMatch(/^400 \S+: tag: /);
+    }
+
     // The nav link is the whole fleet again.
     await page.locator('nav a[data-nav="fleet"]').click();
     await expect.poll(counts).toEqual({ online: 1, offline: 250, total: 251 });
