@@ -367,6 +367,130 @@ describe.skipIf(CHROMIUM === undefined)("console in headless Chromium", () => {
     await page.setViewportSize({ width: 1280, height: 800 });
   });
 
+  it("counts, filters, searches and pages a fleet of 251 agents, and keeps the filters in the hash", async () => {
+    // 250 offline agents beside the real one, written to the store and read into the fleet as a
+    // coordinator does at start. Their site is not north, so no command by tag reaches them.
+    const real = (await coordinator.store.listAgents()).find(
+      (a) => a.agentId === "console-agent-1",
+    );
+    if (!real) throw new Error("console-agent-1 is not in the store");
+    for (let i = 0; i < 250; i++) {
+      const id = `seed-${String(i).padStart(3, "0")}`;
+      await coordinator.store.putAgent({
+        ...real,
+        agentId: id,
+        instanceId: id,
+        journalId: id,
+        status: "offline",
+        tags: { site: i % 2 === 0 ? "east" : "south" },
+      });
+    }
+    await coordinator.fleet.load();
+    const admin = readFileSync(join(tmp.dir, "ax-secrets", "admin.token"), "utf8").trim();
+    const probe = await fetch(`${http.url}/api/agents?limit=100`, {
+      headers: { authorization: `Bearer ${admin}` },
+    });
+    // Whether the coordinator pages GET /api/agents (else it answers every agent at once).
+    const paged = typeof ((await probe.json()) as { nextCursor?: unknown }).nextCursor === "string";
+
+    const counts = async () =>
+      Object.fromEntries(
+        await Promise.all(
+          ["online", "offline", "total"].map(async (k) => [
+            k,
+            Number(await page.locator(`#fleet-counts [data-count="${k}"]`).textContent()),
+          ]),
+        ),
+      );
+    const rows = page.locator("tr[data-agent]");
+    const ids = () =>
+      page.evaluate(`[...document.querySelectorAll("tr[data-agent]")].map((r) => r.dataset.agent)`);
+    const pager = page.locator("#fleet-page");
+
+    await page.goto(`${http.url}/#/fleet`);
+    await expect.poll(counts).toEqual({ online: 1, offline: 250, total: 251 });
+    await expect.poll(() => rows.count()).toBe(paged ? 100 : 251);
+    expect(await pager.textContent()).toBe(
+      paged ? "page 1 · showing 1–100 of 251" : "page 1 · showing 1–251 of 251",
+    );
+    expect(await page.locator("#fleet-previous").isDisabled()).toBe(true);
+    expect(await page.locator("#fleet-next").isDisabled()).toBe(!paged);
+
+    if (paged) {
+      // Sorted by id: console-agent-1, then seed-000 to seed-249.
+      await page.locator("#fleet-next").click();
+      await expect.poll(() => pager.textContent()).toBe("page 2 · showing 101–200 of 251");
+      expect((await ids()) as string[]).toHaveLength(100);
+      expect(((await ids()) as string[])[0]).toBe("seed-099");
+      await page.locator("#fleet-next").click();
+      await expect.poll(() => pager.textContent()).toBe("page 3 · showing 201–251 of 251");
+      expect(await rows.count()).toBe(51);
+      expect(await page.locator("#fleet-next").isDisabled()).toBe(true);
+      await page.locator("#fleet-previous").click();
+      await expect.poll(() => pager.textContent()).toBe("page 2 · showing 101–200 of 251");
+      // The live refresh keeps the page it is on.
+      await page.waitForTimeout(2_500);
+      expect(await pager.textContent()).toBe("page 2 · showing 101–200 of 251");
+      expect(((await ids()) as string[])[0]).toBe("seed-099");
+    }
+
+    // By status: the real agent goes from the list.
+    await page.locator("#fleet-filters select[name=status]").selectOption("offline");
+    await page.locator("#fleet-filters button").click();
+    await page.waitForURL(/#\/fleet\?status=offline$/);
+    await expect.poll(counts).toEqual({ online: 0, offline: 250, total: 250 });
+    expect(await page.locator('tr[data-agent="console-agent-1"]').count()).toBe(0);
+    expect(await pager.textContent()).toMatch(/^page 1 · showing 1–\d+ of 250$/);
+
+    // By tag: only the real agent is at site=north.
+    await page.locator("#fleet-filters select[name=status]").selectOption("");
+    await page.locator("#fleet-filters input[name=tag]").fill("site=north");
+    await page.locator("#fleet-filters input[name=tag]").press("Enter");
+    await page.waitForURL(/#\/fleet\?tag=site%3Dnorth$/);
+    await expect.poll(ids).toEqual(["console-agent-1"]);
+    expect(await counts()).toEqual({ online: 1, offline: 0, total: 1 });
+
+    // By a piece of the id, in any case, and a tag: seed-240 to seed-249 at site=east.
+    await page.locator("#fleet-filters input[name=q]").fill("SEED-24");
+    await page.locator("#fleet-filters input[name=tag]").fill("site=east");
+    await page.locator("#fleet-filters button").click();
+    await page.waitForURL(/#\/fleet\?q=SEED-24&tag=site%3Deast$/);
+    const east = ["seed-240", "seed-242", "seed-244", "seed-246", "seed-248"];
+    await expect.poll(ids).toEqual(east);
+    expect(await counts()).toEqual({ online: 0, offline: 5, total: 5 });
+
+    // A reload keeps the filters, and so does the live refresh, which leaves a half-typed search.
+    await page.reload();
+    await expect.poll(ids).toEqual(east);
+    expect(await page.locator("#fleet-filters input[name=q]").inputValue()).toBe("SEED-24");
+    expect(await page.locator("#fleet-filters input[name=tag]").inputValue()).toBe("site=east");
+    let refreshes = 0;
+    const count = (r: { url(): string }) => {
+      if (new URL(r.url()).pathname === "/api/agents") refreshes++;
+    };
+    page.on("request", count);
+    await page.locator("#fleet-filters input[name=q]").fill("seed-1");
+    await expect.poll(() => refreshes, { timeout: 10_000 }).toBeGreaterThanOrEqual(2);
+    page.off("request", count);
+    expect(await ids()).toEqual(east);
+    expect(await page.locator("#fleet-filters input[name=q]").inputValue()).toBe("seed-1");
+    expect(page.url()).toMatch(/#\/fleet\?q=SEED-24&tag=site%3Deast$/);
+
+    if (paged) {
+      // A tag that is not K=V is refused by the coordinator, named by the form's label.
+      await page.locator("#fleet-filters input[name=tag]").fill("site");
+      await page.locator("#fleet-filters button").click();
+      await expect
+        .poll(() => page.locator("#status.error").textContent())
+        .toMatch(/^400 \S+: tag: /);
+    }
+
+    // The nav link is the whole fleet again.
+    await page.locator('nav a[data-nav="fleet"]').click();
+    await expect.poll(counts).toEqual({ online: 1, offline: 250, total: 251 });
+    expect(await page.locator("#fleet-filters input[name=q]").inputValue()).toBe("");
+  });
+
   it("has an icon, and the browser met no missing file on any page", async () => {
     await page.goto(`${http.url}/#/fleet`);
     expect(await page.locator('link[rel="icon"]').getAttribute("href")).toBe("/assets/favicon.svg");

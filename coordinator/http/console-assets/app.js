@@ -210,42 +210,200 @@ function triggerText(t) {
 
 // ---------------------------------------------------------------- views
 
+/** Agents a page of the fleet shows; `GET /api/agents` takes up to 1000. */
+const FLEET_PAGE = 100;
+
+const FLEET_HEADERS = [
+  "agent",
+  "status",
+  "profile",
+  "version",
+  "load",
+  "in flight",
+  "clock offset",
+  "journal",
+  "outbox",
+  "last seen",
+];
+
+/**
+ * The fleet page's filters, read from the hash (`#/fleet?q=gw&status=offline&tag=site=north`), so
+ * a reload or a shared link shows the same agents.
+ */
+function fleetFilters() {
+  const query = new URLSearchParams(location.hash.split("?")[1] ?? "");
+  return {
+    q: query.get("q")?.trim() ?? "",
+    status: query.get("status")?.trim() ?? "",
+    tag: query.get("tag")?.trim() ?? "",
+  };
+}
+
+/** The hash that shows the fleet with these filters. */
+function fleetHash(filters) {
+  const query = new URLSearchParams();
+  for (const [k, v] of Object.entries(filters)) if (v) query.set(k, v);
+  const text = query.toString();
+  return text ? `#/fleet?${text}` : "#/fleet";
+}
+
+/**
+ * One page of the fleet, filtered by the coordinator: `{ items, nextCursor, total, counts }`. A
+ * coordinator from before paging answers `{ items }` with every agent and ignores the filters:
+ * that answer is filtered here and is the only page.
+ */
+async function fleetPage(filters, cursor) {
+  const query = new URLSearchParams({ limit: String(FLEET_PAGE) });
+  for (const [k, v] of Object.entries(filters)) if (v) query.set(k, v);
+  if (cursor) query.set("cursor", cursor);
+  const page = await api(`/api/agents?${query}`, {
+    labels: { q: "search", status: "status", tag: "tag" },
+  });
+  if (page.counts !== undefined) return page;
+  const items = page.items.filter(fleetMatcher(filters));
+  const online = items.filter((a) => a.status === "online").length;
+  return {
+    items,
+    nextCursor: null,
+    total: items.length,
+    counts: { online, offline: items.length - online },
+  };
+}
+
+/** The filters as the API applies them: an id substring in any case, the status, every tag. */
+function fleetMatcher({ q, status, tag }) {
+  const needle = q.toLowerCase();
+  const tags = tag
+    .split(",")
+    .map((pair) => pair.trim())
+    .filter(Boolean)
+    .map((pair) => {
+      const at = pair.indexOf("=");
+      return at < 0 ? [pair, ""] : [pair.slice(0, at).trim(), pair.slice(at + 1).trim()];
+    });
+  return (a) =>
+    (!status || a.status === status) &&
+    (!needle || String(a.agentId).toLowerCase().includes(needle)) &&
+    tags.every(([k, v]) => a.tags?.[k] === v);
+}
+
+function fleetRow(a) {
+  return [
+    td(h(a.agentId)),
+    td(state(a.status)),
+    td(h(a.profile)),
+    td(
+      `${h(a.bundleVersion)} <span class="muted">${h(String(a.bundleSha256 ?? "").slice(0, 12))}</span>`,
+    ),
+    td(Number(a.load ?? 0).toFixed(2), "num"),
+    td(h(a.inFlight ?? 0), "num"),
+    td(
+      `${Number(a.clockOffsetMs ?? 0).toFixed(1)} ± ${Number(a.clockUncertaintyMs ?? 0).toFixed(1)} ms`,
+      "num",
+    ),
+    td(h(a.journalDepth), "num"),
+    td(h(a.outboxDepth), "num"),
+    td(ago(a.lastSeenAt)),
+  ];
+}
+
+/**
+ * The fleet, a page at a time, with its counts by status. The form is drawn once; the live
+ * refresh redraws only the counts, the page's rows (at most FLEET_PAGE) and the pager, so what
+ * the operator is typing stays and the page they are on is the page refreshed.
+ */
 async function fleetView(seq) {
-  const { items } = await api("/api/agents");
-  if (seq !== renderSeq) return;
-  view.innerHTML = `<h2>Fleet <span class="muted">(${items.filter((a) => a.status === "online").length} of ${items.length} online)</span></h2>
-  ${table(
-    [
-      "agent",
-      "status",
-      "profile",
-      "version",
-      "load",
-      "in flight",
-      "clock offset",
-      "journal",
-      "outbox",
-      "last seen",
-    ],
-    items.map((a) => [
-      td(h(a.agentId)),
-      td(state(a.status)),
-      td(h(a.profile)),
-      td(
-        `${h(a.bundleVersion)} <span class="muted">${h(String(a.bundleSha256 ?? "").slice(0, 12))}</span>`,
-      ),
-      td(Number(a.load ?? 0).toFixed(2), "num"),
-      td(h(a.inFlight ?? 0), "num"),
-      td(
-        `${Number(a.clockOffsetMs ?? 0).toFixed(1)} ± ${Number(a.clockUncertaintyMs ?? 0).toFixed(1)} ms`,
-        "num",
-      ),
-      td(h(a.journalDepth), "num"),
-      td(h(a.outboxDepth), "num"),
-      td(ago(a.lastSeenAt)),
-    ]),
+  const filters = fleetFilters();
+  const statuses = ["", "online", "offline"];
+  view.innerHTML = `<h2>Fleet <span class="muted">(live)</span></h2>
+  <form class="filters" id="fleet-filters">
+    <label>search <input name="q" type="search" placeholder="agent id" value="${h(filters.q)}" /></label>
+    <label>status <select name="status">${statuses
+      .map(
+        (s) =>
+          `<option value="${s}"${s === filters.status ? " selected" : ""}>${s || "any"}</option>`,
+      )
+      .join("")}</select></label>
+    <label>tag <input name="tag" placeholder="site=north" value="${h(filters.tag)}" /></label>
+    <button type="submit">Filter</button>
+  </form>
+  <p id="fleet-counts"></p>
+  <div id="fleet-agents"></div>
+  <p class="pager"><button id="fleet-previous" disabled>Previous</button>
+    <span id="fleet-page"></span>
+    <button id="fleet-next" disabled>Next</button></p>`;
+  const previous = view.querySelector("#fleet-previous");
+  const next = view.querySelector("#fleet-next");
+  // The cursor of every page from the first to this one: Next pushes, Previous pops.
+  const cursors = [null];
+  let nextCursor = null;
+  let loads = 0;
+  let loading = false;
+
+  const load = async () => {
+    const mine = ++loads;
+    loading = true;
+    try {
+      const page = await fleetPage(filters, cursors.at(-1));
+      if (seq !== renderSeq || mine !== loads) return; // left the view, or a newer load began
+      drawFleetPage(page, cursors.length);
+      nextCursor = page.nextCursor ?? null;
+      previous.disabled = cursors.length === 1;
+      next.disabled = nextCursor === null;
+    } finally {
+      if (mine === loads) loading = false;
+    }
+  };
+
+  view.querySelector("#fleet-filters").addEventListener("submit", (ev) => {
+    ev.preventDefault();
+    const f = ev.target;
+    const hash = fleetHash({
+      q: f.q.value.trim(),
+      status: f.status.value,
+      tag: f.tag.value.trim(),
+    });
+    // The same filters again: no hashchange, so redraw from the first page here.
+    if (hash === location.hash) render();
+    else location.hash = hash;
+  });
+  next.addEventListener("click", () => {
+    if (nextCursor === null) return;
+    cursors.push(nextCursor);
+    nextCursor = null; // a second click before the page comes must not skip one
+    next.disabled = true;
+    load().catch(showError);
+  });
+  previous.addEventListener("click", () => {
+    if (cursors.length === 1) return;
+    cursors.pop();
+    previous.disabled = true;
+    load().catch(showError);
+  });
+
+  await load();
+  if (seq !== renderSeq) return; // another view's timer is not this one's to replace
+  // A tick while a page is still coming is skipped: against a slow coordinator they must not pile up.
+  live(async () => {
+    if (!loading) await load();
+  }, 2000);
+}
+
+/** The counts, the rows and the place in the fleet of one page (number `n`, from 1). */
+function drawFleetPage({ items, total, counts }, n) {
+  view.querySelector("#fleet-counts").innerHTML =
+    `<span class="state online" data-count="online">${h(counts.online)}</span> online · ` +
+    `<span class="state offline" data-count="offline">${h(counts.offline)}</span> offline · ` +
+    `<b data-count="total">${h(total)}</b> total`;
+  view.querySelector("#fleet-agents").innerHTML = table(
+    FLEET_HEADERS,
+    items.map(fleetRow),
     (i) => `data-agent="${h(items[i].agentId)}"`,
-  )}`;
+  );
+  const first = (n - 1) * FLEET_PAGE;
+  view.querySelector("#fleet-page").textContent = items.length
+    ? `page ${n} · showing ${first + 1}–${first + items.length} of ${total}`
+    : `page ${n} · none of ${total}`;
 }
 
 async function jobsView(seq) {
@@ -638,13 +796,15 @@ function showError(e) {
 function render() {
   clearInterval(refresh);
   const seq = ++renderSeq;
-  const [, page = "fleet", id] = location.hash.split("/");
+  // A view's own query (the fleet's filters) follows a "?"; ids in a hash are encoded, so a "?"
+  // is never part of one.
+  const [, page = "fleet", id] = (location.hash.split("?")[0] ?? "").split("/");
   for (const a of document.querySelectorAll("nav a")) {
     a.classList.toggle("active", a.dataset.nav === page);
   }
   say("");
   const views = {
-    fleet: () => fleetView(seq).then(() => live(() => fleetView(renderSeq), 2000)),
+    fleet: () => fleetView(seq),
     jobs: () => (id ? jobView(seq, decodeURIComponent(id)) : jobsView(seq)),
     executions: () =>
       id ? executionView(seq, decodeURIComponent(id)) : executionsView(seq, undefined),
