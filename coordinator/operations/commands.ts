@@ -101,6 +101,7 @@ export class CommandOperations {
         ? [this.checkAgent(req.agentId, req.handler, req.queue === true)]
         : this.selectAgents(req.selector, req.handler);
     const out: CommandTarget[] = [];
+    const executions: NewExecution[] = [];
     for (const agentId of agentIds) {
       const executionId = newExecutionId(now);
       const execution: NewExecution = {
@@ -123,9 +124,11 @@ export class CommandOperations {
         retryCapMs: 60_000,
         createdAt: now,
       };
-      await this.ctx.store.createExecution(execution, now, { actor });
+      executions.push(execution);
       out.push({ agentId, executionId });
     }
+    // One write for the whole fan-out: 10,000 targets in one batch, not 10,000 writes.
+    await this.ctx.store.createExecutions(executions, now, { actor });
     await this.ctx.store.flush();
     this.kick();
     return out;

@@ -286,6 +286,15 @@ export interface Store {
     at: number,
     detail?: Record<string, unknown>,
   ): Promise<void>;
+  /**
+   * Creates several executions at once, all or none (a device command to many agents): one
+   * write for the batch, where a loop of {@link createExecution} pays one per execution.
+   */
+  createExecutions(
+    executions: readonly NewExecution[],
+    at: number,
+    detail?: Record<string, unknown>,
+  ): Promise<void>;
   getExecution(id: string): Promise<ExecutionRecord | undefined>;
   listExecutions(filter?: ExecutionFilter): Promise<ExecutionRecord[]>;
   /** Executions in `states` ordered by priority (high first), then fire time. */

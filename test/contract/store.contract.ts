@@ -529,6 +529,33 @@ export function storeContract(name: string, makeStore: () => Promise<StoreFixtur
         });
       });
 
+      it("creates a batch at once, each with its created entry, or none when one id exists", async () => {
+        const batch = ["cmd-a", "cmd-b", "cmd-c"].map((id, i) =>
+          newExecution(id, {
+            kind: "command",
+            jobId: null,
+            jobVersion: null,
+            targetAgentId: `agent-${i}`,
+          }),
+        );
+        await store.createExecutions(batch, 905, { actor: "ops" });
+        for (const ne of batch) {
+          expect(await mustGet(store, ne.id)).toMatchObject({ ...ne, state: "PENDING", round: 0 });
+          expect(await store.getTimeline(ne.id)).toEqual([
+            expect.objectContaining({ at: 905, event: "created", toState: "PENDING" }),
+          ]);
+        }
+        const clash = [newExecution("cmd-d"), newExecution("cmd-b", { handler: "again" })];
+        await expect(store.createExecutions(clash, 906)).rejects.toMatchObject({
+          name: "AxError",
+          code: "AX_STORE_FAILED",
+          message: expect.stringContaining("createExecutions"),
+        });
+        expect(await store.getExecution("cmd-d")).toBeUndefined();
+        expect((await mustGet(store, "cmd-b")).handler).toBe(batch[1]?.handler);
+        await store.createExecutions([], 907);
+      });
+
       it("refuses an id that exists with AX_STORE_FAILED and leaves the first untouched", async () => {
         await store.createExecution(newExecution("cmd-1", { handler: "first" }), 905);
         await expect(

