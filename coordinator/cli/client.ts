@@ -208,3 +208,27 @@ export function printJson(value: unknown): void {
 export function print(text: string): void {
   process.stdout.write(text.endsWith("\n") ? text : `${text}\n`);
 }
+
+/**
+ * A paged listing (`{ items, nextCursor }`) for `--limit N [--cursor C | --all]`: one page from
+ * `--cursor` (or the first), or every page with `--all`. Returns the items and the last page.
+ */
+export async function listPages<T, P extends { items: T[]; nextCursor: string | null }>(
+  command: string,
+  api: ApiClient,
+  path: string,
+  query: URLSearchParams,
+  flags: { all?: boolean | undefined; cursor?: string | undefined },
+): Promise<{ items: T[]; last: P }> {
+  if (flags.all && flags.cursor !== undefined) {
+    throw new AxError("AX_CLI_USAGE", `${command}: give --cursor or --all, not both`);
+  }
+  if (flags.cursor !== undefined) query.set("cursor", flags.cursor);
+  const items: T[] = [];
+  for (;;) {
+    const page = await api.request<P>("GET", `${path}?${query}`);
+    items.push(...page.items);
+    if (!flags.all || page.nextCursor === null) return { items, last: page };
+    query.set("cursor", page.nextCursor);
+  }
+}

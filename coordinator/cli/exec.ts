@@ -12,6 +12,7 @@ import {
   CLIENT_FLAGS,
   instantFlag,
   intFlag,
+  listPages,
   parseCommand,
   print,
   printJson,
@@ -154,19 +155,13 @@ async function execList(argv: string[]): Promise<number> {
   if (to !== undefined) query.set("to", String(to));
   const limit = intFlag(c, "limit", flags.limit, { min: 1, max: 500 });
   if (limit !== undefined) query.set("limit", String(limit));
-  if (flags.all && flags.cursor !== undefined) {
-    throw new AxError("AX_CLI_USAGE", `${c}: give --cursor or --all, not both`);
-  }
-  if (flags.cursor !== undefined) query.set("cursor", flags.cursor);
-  const api = apiClient(c, flags);
-  const items: ExecutionView[] = [];
-  let page: ExecutionPageView;
-  for (;;) {
-    page = await api.request<ExecutionPageView>("GET", `/api/executions?${query}`);
-    items.push(...page.items);
-    if (!flags.all || page.nextCursor === null) break;
-    query.set("cursor", page.nextCursor);
-  }
+  const { items, last: page } = await listPages<ExecutionView, ExecutionPageView>(
+    c,
+    apiClient(c, flags),
+    "/api/executions",
+    query,
+    flags,
+  );
   if (flags.json) printJson({ items, nextCursor: page.nextCursor });
   else {
     print(table(EXEC_HEADER, items.map(execRow)));

@@ -1,7 +1,15 @@
 import { AxError } from "../../shared/errors.js";
 import type { AgentList, AgentView } from "../http/schemas.js";
 import { unknownSubcommand } from "./args.js";
-import { apiClient, CLIENT_FLAGS, intFlag, parseCommand, print, printJson } from "./client.js";
+import {
+  apiClient,
+  CLIENT_FLAGS,
+  intFlag,
+  listPages,
+  parseCommand,
+  print,
+  printJson,
+} from "./client.js";
 import { fields, isoTime, table } from "./table.js";
 
 const tagsText = (tags: Record<string, string>) =>
@@ -91,19 +99,13 @@ async function fleetList(argv: string[]): Promise<number> {
   if (flags.search !== undefined) query.set("q", flags.search);
   const limit = intFlag(c, "limit", flags.limit, { min: 1, max: 1000 });
   if (limit !== undefined) query.set("limit", String(limit));
-  if (flags.all && flags.cursor !== undefined) {
-    throw new AxError("AX_CLI_USAGE", `${c}: give --cursor or --all, not both`);
-  }
-  if (flags.cursor !== undefined) query.set("cursor", flags.cursor);
-  const api = apiClient(c, flags);
-  const items: AgentView[] = [];
-  let page: AgentList;
-  for (;;) {
-    page = await api.request<AgentList>("GET", `/api/agents?${query}`);
-    items.push(...page.items);
-    if (!flags.all || page.nextCursor === null) break;
-    query.set("cursor", page.nextCursor);
-  }
+  const { items, last: page } = await listPages<AgentView, AgentList>(
+    c,
+    apiClient(c, flags),
+    "/api/agents",
+    query,
+    flags,
+  );
   if (flags.json) printJson({ ...page, items, nextCursor: page.nextCursor });
   else {
     print(

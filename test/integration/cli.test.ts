@@ -1,7 +1,8 @@
-import { spawn, spawnSync } from "node:child_process";
+import { spawnSync } from "node:child_process";
 import { readFileSync, writeFileSync } from "node:fs";
 import { fileURLToPath } from "node:url";
 import { describe, expect, it } from "vitest";
+import { startDemo } from "../helpers/demo.js";
 import { tempDir, waitFor } from "../helpers/env.js";
 
 const AX = fileURLToPath(new URL("../../bin/ax.js", import.meta.url));
@@ -26,28 +27,14 @@ describe("the ax command", () => {
   }, 90_000);
 
   it("serves the console, the API and metrics while the demo runs, at the URL it prints", async () => {
-    const child = spawn(process.execPath, [AX, "demo", "--duration", "8", "--http-port", "0"], {
-      stdio: ["ignore", "pipe", "pipe"],
-    });
-    let out = "";
-    child.stdout.on("data", (c: Buffer) => {
-      out += c.toString("utf8");
-    });
-    const exited = new Promise<number | null>((resolve) => child.on("exit", resolve));
+    const demo = await startDemo(8);
+    const { url, tokenFile } = demo;
     try {
-      const url = await waitFor(
-        "the console URL",
-        () => /console (http:\/\/127\.0\.0\.1:\d+)\//.exec(out)?.[1],
-      );
       const page = await fetch(`${url}/`);
       expect(page.status).toBe(200);
       expect(await page.text()).toContain("/assets/app.js");
       // Auth is on in the demo too: the API needs the admin token whose file the demo prints.
       expect((await fetch(`${url}/api/executions`)).status).toBe(401);
-      const tokenFile = await waitFor(
-        "the admin token line",
-        () => /admin token in (\S+) /.exec(out)?.[1],
-      );
       const headers = { authorization: `Bearer ${readFileSync(tokenFile, "utf8").trim()}` };
       // The demo's job fires every 2 s: its executions show in the API while it runs.
       const items = await waitFor("executions in the API", async () => {
@@ -59,7 +46,7 @@ describe("the ax command", () => {
       expect(items.length).toBeGreaterThan(0);
       expect(await (await fetch(`${url}/metrics`, { headers })).text()).toContain("ax_fires_total");
     } finally {
-      expect(await exited).toBe(0);
+      expect(await demo.exited).toBe(0);
     }
   }, 60_000);
 

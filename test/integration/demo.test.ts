@@ -1,7 +1,8 @@
-import { spawn, spawnSync } from "node:child_process";
+import { spawnSync } from "node:child_process";
 import { existsSync } from "node:fs";
 import { fileURLToPath } from "node:url";
 import { describe, expect, it } from "vitest";
+import { startDemo } from "../helpers/demo.js";
 import { waitFor } from "../helpers/env.js";
 
 const AX = fileURLToPath(new URL("../../bin/ax.js", import.meta.url));
@@ -15,26 +16,15 @@ const REDRAW = new RegExp(`${ESC}\\[\\d+A${ESC}\\[J`);
 
 describe("ax demo's output", () => {
   it("is plain lines with full ids when not a terminal, ids that ax exec show takes", async () => {
-    const child = spawn(process.execPath, [AX, "demo", "--duration", "8", "--http-port", "0"], {
-      stdio: ["ignore", "pipe", "pipe"],
-    });
-    let out = "";
-    child.stdout.on("data", (c: Buffer) => {
-      out += c.toString("utf8");
-    });
-    const exited = new Promise<number | null>((resolve) => child.on("exit", resolve));
+    const demo = await startDemo(8);
+    const { url, tokenFile } = demo;
+    const out = () => demo.output();
     try {
-      const url = await waitFor(
-        "the console URL",
-        () => /console (http:\/\/127\.0\.0\.1:\d+)\//.exec(out)?.[1],
-      );
-      const tokenFile = await waitFor(
-        "the admin token line",
-        () => /admin token in (\S+) /.exec(out)?.[1],
-      );
       // A line for an execution that finished: its id as printed, pasted into ax exec show.
       const line = await waitFor("a finished execution's line", () =>
-        out.split("\n").find((l) => /^ex_\S+ {2}demo-echo {2}SUCCEEDED {2}/.test(l)),
+        out()
+          .split("\n")
+          .find((l) => /^ex_\S+ {2}demo-echo {2}SUCCEEDED {2}/.test(l)),
       );
       const id = line.split(" ")[0] as string;
       const show = spawnSync(process.execPath, [AX, "exec", "show", id], {
@@ -47,18 +37,18 @@ describe("ax demo's output", () => {
       expect(show.stdout).toMatch(new RegExp(`^execution +${id}$`, "m"));
       expect(show.stdout).toMatch(/^state +SUCCEEDED$/m);
     } finally {
-      expect(await exited).toBe(0);
+      expect(await demo.exited).toBe(0);
     }
-    expect(out).not.toContain(ESC);
-    expect(out).not.toContain("…");
-    const lines = out.trim().split("\n");
+    expect(out()).not.toContain(ESC);
+    expect(out()).not.toContain("…");
+    const lines = out().trim().split("\n");
     expect(lines.at(-1)).toMatch(SUMMARY);
     // One line per execution and state seen, each starting with the full id.
     const rows = lines.filter((l) => l.startsWith("ex_"));
     expect(rows.length).toBeGreaterThan(2);
     expect(new Set(rows).size).toBe(rows.length);
     for (const row of rows) expect(row).toMatch(/^ex_[0-9a-z]{21} {2}\S+ {2}[A-Z_]+ {2}agent /);
-    expect(out).toContain("command→demo-agent-2");
+    expect(out()).toContain("command→demo-agent-2");
   }, 60_000);
 
   it.skipIf(SCRIPT === undefined)(
