@@ -8,6 +8,7 @@ import {
   decode,
   decodeAll,
   encode,
+  MAX_BATCH_COMMANDS,
   MAX_BATCH_REPORTS,
 } from "./codec.js";
 import { DEFAULT_MAX_PAYLOAD_BYTES, MAX_OBJECT_KEYS, MAX_TAGS } from "./envelope.js";
@@ -962,10 +963,16 @@ describe("decodeAll: batches of reports on an up topic", () => {
       type: "heartbeat",
     });
     expect(report?.ok).toBe(true);
-    for (const topic of [down, TOPIC.presence, TOPIC.event]) {
+    for (const topic of [TOPIC.presence, TOPIC.event]) {
       const [r] = decodeAll(topic, batch([sample("accepted")]));
       expect(expectError(r as DecodeResult).code).toBe("AX_PROTO_NOT_OBJECT");
     }
+    // A report in a batch on a down topic is a message of the wrong channel, item by item.
+    const [onDown] = decodeAll(down, batch([sample("accepted")]));
+    expect(expectError(onDown as DecodeResult)).toMatchObject({
+      code: "AX_PROTO_UNKNOWN_TYPE",
+      field: "0.type",
+    });
     // decode itself never takes a batch.
     expect(expectError(decode(up, batch([sample("accepted")]))).code).toBe("AX_PROTO_NOT_OBJECT");
   });
@@ -974,6 +981,66 @@ describe("decodeAll: batches of reports on an up topic", () => {
     const items = Array.from({ length: 100 }, () => sample("accepted"));
     const [r] = decodeAll(up, batch(items), { maxBytes: 2048 });
     expect(expectError(r as DecodeResult).code).toBe("AX_PROTO_TOO_LARGE");
+  });
+});
+
+describe("decodeAll: batches of commands on a down topic", () => {
+  const batch = (items: unknown[]) => JSON.stringify(items);
+
+  it("decodes each dispatch, cancel and query of a batch, in order, as decode does alone", () => {
+    const items = [sample("dispatch"), sample("cancel"), sample("query"), sample("dispatch")];
+    const results = decodeAll(down, batch(items));
+    expect(results.map((r) => expectOk(r))).toEqual(
+      items.map((m) => expectOk(decode(down, JSON.stringify(m)))),
+    );
+  });
+
+  it("refuses welcome, time and ack in a batch, and keeps the good commands beside them", () => {
+    const results = decodeAll(
+      down,
+      batch([sample("welcome"), sample("dispatch"), sample("time"), sample("ack")]),
+    );
+    expect(results.map((r) => r.ok)).toEqual([false, true, false, false]);
+    for (const [i, type] of [
+      [0, "welcome"],
+      [2, "time"],
+      [3, "ack"],
+    ] as const) {
+      expect(expectError(results[i] as DecodeResult)).toMatchObject({
+        code: "AX_PROTO_BAD_BATCH",
+        field: `${i}.type`,
+        type,
+      });
+    }
+  });
+
+  it("names the execution of a bad dispatch in a batch, so it can be answered rejected", () => {
+    const [good, bad] = decodeAll(
+      down,
+      batch([
+        sample("dispatch"),
+        broken("dispatch", { executionId: "ex_0002", round: 4, timeoutMs: 0 }),
+      ]),
+    );
+    expect(good?.ok).toBe(true);
+    expect(expectError(bad as DecodeResult)).toMatchObject({
+      code: "AX_PROTO_INVALID_FIELD",
+      field: "1.timeoutMs",
+      executionId: "ex_0002",
+      round: 4,
+    });
+  });
+
+  it("refuses an empty or too long batch whole", () => {
+    expect(expectError(decodeAll(down, "[]")[0] as DecodeResult)).toMatchObject({
+      code: "AX_PROTO_BAD_BATCH",
+    });
+    const many = Array.from({ length: MAX_BATCH_COMMANDS + 1 }, () => sample("cancel"));
+    const tooMany = decodeAll(down, batch(many), { maxBytes: 1 << 24 });
+    expect(tooMany).toHaveLength(1);
+    expect(expectError(tooMany[0] as DecodeResult).message).toBe(
+      `a batch holds 1 to ${MAX_BATCH_COMMANDS} commands, this one ${many.length}`,
+    );
   });
 });
 

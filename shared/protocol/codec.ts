@@ -107,11 +107,23 @@ export function describeIssue(issue: Issue): string {
   }
 }
 
-/** The most reports one batch payload on an `up` topic may hold. */
+/** The most messages one batch payload (reports on `up`, commands on `down`) may hold. */
 export const MAX_BATCH_REPORTS = 256;
 
-/** Up message types that are not reports, so never in a batch. */
-const SESSION_TYPES: ReadonlySet<string> = new Set(["hello", "heartbeat"]);
+/** The most commands one batch payload on a `down` topic may hold (as many as a report batch). */
+export const MAX_BATCH_COMMANDS = MAX_BATCH_REPORTS;
+
+/**
+ * Message types that are never in a batch: on `up` the session messages (not reports), on `down`
+ * the session messages (`welcome` and `time` carry a clock sample, `ack` prunes the outbox).
+ */
+const SESSION_TYPES: ReadonlySet<string> = new Set([
+  "hello",
+  "heartbeat",
+  "welcome",
+  "time",
+  "ack",
+]);
 
 /** A payload's topic and JSON value, or why it has none. */
 type Parsed =
@@ -181,8 +193,10 @@ export function decode(
 
 /**
  * Decodes an MQTT message that may be a batch: on an `up` topic a JSON array of 1 to
- * {@link MAX_BATCH_REPORTS} reports (never `hello` or `heartbeat`), each checked as a message
- * of its own, in order. One result per report, so one bad report does not cost the others;
+ * {@link MAX_BATCH_REPORTS} reports (never `hello` or `heartbeat`), on a `down` topic one of 1 to
+ * {@link MAX_BATCH_COMMANDS} commands (`dispatch`, `cancel`, `query`; never `welcome`, `time` or
+ * `ack`), each checked as a message of its own, in order. One result per item, so one bad one
+ * does not cost the others;
  * a bad item's error names its index (`field` `3.round`). Any other payload: one result, as
  * {@link decode} gives. Never throws.
  */
@@ -194,20 +208,21 @@ export function decodeAll(
   const p = parsePayload(topic, payload, options);
   if (!p.ok) return [p.result];
   if (!Array.isArray(p.raw)) return [decodeValue(p.topic, p.raw)];
-  if (p.topic.kind !== "agent" || p.topic.channel !== "up") {
+  if (p.topic.kind !== "agent" || (p.topic.channel !== "up" && p.topic.channel !== "down")) {
     return [
       fail(
         "AX_PROTO_NOT_OBJECT",
-        "payload must be a JSON object (only an agent's up topic takes a batch)",
+        "payload must be a JSON object (only an agent's up and down topics take a batch)",
       ),
     ];
   }
   const items: unknown[] = p.raw;
+  const what = p.topic.channel === "up" ? "reports" : "commands";
   if (items.length === 0 || items.length > MAX_BATCH_REPORTS) {
     return [
       fail(
         "AX_PROTO_BAD_BATCH",
-        `a batch holds 1 to ${MAX_BATCH_REPORTS} reports, this one ${items.length}`,
+        `a batch holds 1 to ${MAX_BATCH_REPORTS} ${what}, this one ${items.length}`,
       ),
     ];
   }

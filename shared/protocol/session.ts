@@ -43,6 +43,11 @@ export const helloSchema = z.object({
   tags: z
     .record(z.string().check(z.regex(/^[A-Za-z0-9._-]{1,64}$/, "bad tag name")), tagValue)
     .check(maxKeys(MAX_TAGS)),
+  /**
+   * Present when this agent reads batches of commands on its down topic: the largest payload it
+   * reads, in bytes. Absent: send it each command as a message of its own.
+   */
+  batchBytes: z.optional(z.int().check(z.gte(1024))),
 });
 export type Hello = z.infer<typeof helloSchema>;
 
@@ -69,6 +74,12 @@ export const heartbeatSchema = z.object({
    * (or false) otherwise.
    */
   shuttingDown: z.optional(z.boolean()),
+  /**
+   * Whether the agent wants a clock sample (a `time` answer) for this heartbeat. `false`: its
+   * estimate needs none now, and the coordinator sends none. Absent (as from agents before this
+   * field) or `true`: answered with `time`.
+   */
+  time: z.optional(z.boolean()),
 });
 export type Heartbeat = z.infer<typeof heartbeatSchema>;
 
