@@ -197,6 +197,7 @@ export class Coordinator {
     );
     this.ctx = { config, store: this.store, link, clock, log, events: this.events };
     this.fleet = new Fleet(this.ctx);
+    link.batchBytesOf = (agentId) => this.fleet.batchBytesOf(agentId);
     if (config.security.messages === "required") {
       // An enrolled agent is routed by the tags it was enrolled with: a device cannot claim a
       // tag (a site, a role) to be sent another's commands.
@@ -413,6 +414,12 @@ export class Coordinator {
     await this.retention.idle();
     await this.ctx.link.close();
     await this.inbound.drain();
+    // What heartbeats said since the last batch: kept for the next start's fleet page.
+    await this.fleet
+      .persistSeen(this.ctx.clock.wallNow(), Number.POSITIVE_INFINITY)
+      .catch((err: unknown) =>
+        this.ctx.log("warn", `agents' last heartbeats not stored: ${(err as Error).message}`),
+      );
     await this.store.close();
   }
 }

@@ -6,11 +6,32 @@ import type { EngineContext } from "./context.js";
 export const MISSED_HEARTBEATS = 3;
 
 /**
+ * How long a heartbeat's figures (last seen, load, clock, journal) may live in memory only. They
+ * are written in batches, not per heartbeat: at 10,000 agents and a 5 s heartbeat, a write per
+ * heartbeat was 2,000 store writes a second for figures the API reads from memory anyway. A
+ * status change (online, offline) is written at once.
+ */
+export const PRESENCE_PERSIST_MS = 30_000;
+
+/** Agents whose figures one sweep writes at most: a few ms of work, so fires stay on time. */
+export const PRESENCE_PERSIST_CHUNK = 1_000;
+
+/** The least time between two sweeps for silent agents: silence is counted in heartbeats. */
+const SWEEP_INTERVAL_MS = 250;
+
+/**
  * The fleet as the coordinator knows it: a write-through cache over the store's agents table,
  * keyed by agentId and holding the current instanceId.
  */
 export class Fleet {
   private readonly agents = new Map<string, AgentRecord>();
+  /** The largest batch of commands each agent's current instance reads (its hello said so). */
+  private readonly batchBytes = new Map<string, number>();
+  /** Agents whose heartbeat figures are newer in memory than in the store. */
+  private readonly unsaved = new Set<string>();
+  /** When unsaved figures were last written (wall ms), and when silent agents were last looked for. */
+  private persistedAt = 0;
+  private sweptAt = Number.NEGATIVE_INFINITY;
   /** Agents that answered `busy`, passed over until the given wall time. */
   private readonly busyUntil = new Map<string, number>();
   /** `busy` answers in a row per agent, which lengthen its back-off. */
@@ -29,6 +50,11 @@ export class Fleet {
 
   get(agentId: string): AgentRecord | undefined {
     return this.agents.get(agentId);
+  }
+
+  /** The largest batch of commands the agent reads, or undefined: send it each alone. */
+  batchBytesOf(agentId: string): number | undefined {
+    return this.batchBytes.get(agentId);
   }
 
   list(): AgentRecord[] {
@@ -120,6 +146,9 @@ export class Fleet {
       outboxDepth: 0,
     };
     this.agents.set(h.agentId, record);
+    this.unsaved.delete(h.agentId);
+    if (h.batchBytes === undefined) this.batchBytes.delete(h.agentId);
+    else this.batchBytes.set(h.agentId, h.batchBytes);
     this.busyUntil.delete(h.agentId);
     this.busyStreak.delete(h.agentId);
     await this.ctx.store.putAgent(record);
@@ -141,6 +170,7 @@ export class Fleet {
       await this.ctx.store.bumpCounter("superseded_messages");
       return false;
     }
+    const cameBack = a.status !== "online";
     a.lastSeenAt = now;
     a.status = "online";
     a.load = hb.load;
@@ -149,8 +179,33 @@ export class Fleet {
     a.journalDepth = hb.journal.depth;
     a.outboxDepth = hb.journal.outboxDepth;
     if (hb.shuttingDown === true) this.markDraining(agentId);
-    await this.ctx.store.putAgent(a);
+    if (cameBack) {
+      this.unsaved.delete(agentId);
+      await this.ctx.store.putAgent(a);
+    } else {
+      this.unsaved.add(agentId);
+    }
     return true;
+  }
+
+  /**
+   * Writes the heartbeat figures held in memory only, in batches: every {@link
+   * PRESENCE_PERSIST_MS}, at most `chunk` agents per call (the rest at the next), all of them
+   * when `chunk` is Infinity (at shutdown).
+   */
+  async persistSeen(now: number, chunk = PRESENCE_PERSIST_CHUNK): Promise<void> {
+    if (this.unsaved.size === 0) return;
+    if (chunk !== Number.POSITIVE_INFINITY && now - this.persistedAt < PRESENCE_PERSIST_MS) return;
+    const batch: AgentRecord[] = [];
+    for (const agentId of this.unsaved) {
+      if (batch.length >= chunk) break;
+      this.unsaved.delete(agentId);
+      const a = this.agents.get(agentId);
+      if (a) batch.push(a);
+    }
+    // The round is over once every agent of it is written; until then the next call goes on.
+    if (this.unsaved.size === 0) this.persistedAt = now;
+    if (batch.length > 0) await this.ctx.store.putAgents(batch);
   }
 
   /** The tags an agent was enrolled with, which outrank its hello's. */
@@ -165,6 +220,7 @@ export class Fleet {
   /** Marks an online agent offline, stores it, logs it and tells the listeners why. */
   private async takeOffline(a: AgentRecord, reason: string, level: "info" | "warn"): Promise<void> {
     a.status = "offline";
+    this.unsaved.delete(a.agentId);
     await this.ctx.store.putAgent(a);
     this.ctx.log(level, `agent ${a.agentId} offline (${reason})`, { agentId: a.agentId });
     this.ctx.events.emit("agent", {
@@ -235,11 +291,15 @@ export class Fleet {
    * it is down): silence while the coordinator could not hear is not the agent's.
    */
   async sweep(now: number, linkUpSince: number | undefined): Promise<void> {
+    await this.persistSeen(now);
     if (linkUpSince === undefined) return;
+    if (now - this.sweptAt < SWEEP_INTERVAL_MS) return;
+    this.sweptAt = now;
     const limit = this.ctx.config.heartbeatMs * MISSED_HEARTBEATS;
     for (const a of this.agents.values()) {
       if (a.status === "online" && now - Math.max(a.lastSeenAt, linkUpSince) > limit) {
         a.status = "offline";
+        this.unsaved.delete(a.agentId);
         await this.ctx.store.putAgent(a);
         this.ctx.log(
           "info",

@@ -300,6 +300,9 @@ export class Inbound {
           if (m.journal.outboxDepth > 0) this.askReplay(d.agentId);
         }
         for (const ref of m.running) this.leases.renew(ref.executionId, ref.round, receivedAt);
+        // A clock sample only when the agent's estimate needs one (docs/protocol.md, "How often
+        // a sample"): at 10,000 agents an answer to every heartbeat was 2,000 publishes a second.
+        if (m.time === false) return;
         this.publish(
           d.agentId,
           envelope(

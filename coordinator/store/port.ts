@@ -348,6 +348,8 @@ export interface Store {
   getAgent(agentId: string): Promise<AgentRecord | undefined>;
   listAgents(): Promise<AgentRecord[]>;
   putAgent(agent: AgentRecord): Promise<void>;
+  /** Writes several agents at once, all or none (heartbeat figures, persisted in batches). */
+  putAgents(agents: readonly AgentRecord[]): Promise<void>;
   /** Sets the highest contiguous stored seq of the agent's current journal. */
   setAckedSeq(agentId: string, journalId: string, seq: number): Promise<void>;
 

@@ -1138,6 +1138,19 @@ export function storeContract(name: string, makeStore: () => Promise<StoreFixtur
         expect(await store.listAgents()).toHaveLength(2);
       });
 
+      it("putAgents writes several agents in one go, new and known alike", async () => {
+        await store.putAgent(agentRecord("ag-1"));
+        const batch = [
+          agentRecord("ag-1", { lastSeenAt: 7_000, load: 2.5, clockOffsetMs: -3 }),
+          agentRecord("ag-2", { outboxDepth: 4 }),
+          agentRecord("ag-3", { status: "offline" }),
+        ];
+        await store.putAgents(batch);
+        await store.putAgents([]);
+        const listed = await store.listAgents();
+        expect([...listed].sort((x, y) => x.agentId.localeCompare(y.agentId))).toEqual(batch);
+      });
+
       it("setAckedSeq only rises, and only for the agent's current journal", async () => {
         await store.putAgent(agentRecord("ag-1", { journalId: "j1", ackedSeq: 0 }));
         const acked = async () => (await store.getAgent("ag-1"))?.ackedSeq;

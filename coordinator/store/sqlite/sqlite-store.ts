@@ -193,6 +193,12 @@ export interface SqliteStoreOptions {
   readonly?: boolean;
 }
 
+/** Inserts or replaces one agent's record. */
+const PUT_AGENT_SQL = `INSERT INTO agents (agent_id, record, instance_id, journal_id, acked_seq, status)
+   VALUES (@agentId, @record, @instanceId, @journalId, @ackedSeq, @status)
+   ON CONFLICT (agent_id) DO UPDATE SET record = @record, instance_id = @instanceId,
+     journal_id = @journalId, acked_seq = @ackedSeq, status = @status`;
+
 /** A group commit is forced after this many writes, which bounds a transaction's size. */
 export const GROUP_COMMIT_MAX_WRITES = 4096;
 
@@ -1158,12 +1164,17 @@ export class SqliteStore implements Store {
 
   async putAgent(agent: AgentRecord): Promise<void> {
     wrap("putAgent", () =>
-      this.writeOne(
-        `INSERT INTO agents (agent_id, record, instance_id, journal_id, acked_seq, status)
-           VALUES (@agentId, @record, @instanceId, @journalId, @ackedSeq, @status)
-           ON CONFLICT (agent_id) DO UPDATE SET record = @record, instance_id = @instanceId,
-             journal_id = @journalId, acked_seq = @ackedSeq, status = @status`,
-      ).run({ ...agent, record: JSON.stringify(agent) }),
+      this.writeOne(PUT_AGENT_SQL).run({ ...agent, record: JSON.stringify(agent) }),
+    );
+  }
+
+  async putAgents(agents: readonly AgentRecord[]): Promise<void> {
+    if (agents.length === 0) return;
+    wrap("putAgents", () =>
+      this.write(() => {
+        const put = this.prepare(PUT_AGENT_SQL);
+        for (const agent of agents) put.run({ ...agent, record: JSON.stringify(agent) });
+      }),
     );
   }
 
