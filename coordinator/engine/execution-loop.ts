@@ -94,8 +94,18 @@ export class ExecutionLoop {
       commandsBy: horizon,
       skipTargets: this.fleet.unreachable(),
     });
+    // A full batch means more may be due: when this pass moved some of it, the next runs at
+    // once, not a poll later. (A command to 10,000 agents is 20 batches; at one per poll they
+    // took 2 s to leave.) A full batch that nothing could move — work waiting for an agent —
+    // waits for the poll, or the loop would spin on it.
+    const full =
+      due.pending.length >= BATCH ||
+      due.retry.length >= BATCH ||
+      due.dispatchTimedOut.length >= BATCH;
+    let moved = 0;
 
     for (const exec of due.retry) {
+      moved++;
       if (exec.deadline < now) await applyEvent(this.ctx, exec.id, { type: "expire" });
       else {
         // A retry is a new attempt at a new time; it keeps the original start window's length.
@@ -116,6 +126,7 @@ export class ExecutionLoop {
     const jobs = new Map<string, JobDefinition | undefined>();
     for (const exec of due.pending) {
       if (exec.deadline < now) {
+        moved++;
         await applyEvent(
           this.ctx,
           exec.id,
@@ -134,14 +145,18 @@ export class ExecutionLoop {
       if (!(await this.admit(exec, jobs, now))) continue;
       const agentId = await this.route(exec, jobs, now);
       if (agentId === undefined) continue; // waits in PENDING until an agent is live or it expires
-      await applyEvent(
-        this.ctx,
-        exec.id,
-        { type: "dispatch" },
-        () => ({ agentId, dispatchedAt: now }),
-        { agentId },
-        exec,
-      );
+      if (
+        (await applyEvent(
+          this.ctx,
+          exec.id,
+          { type: "dispatch" },
+          () => ({ agentId, dispatchedAt: now }),
+          { agentId },
+          exec,
+        )) === "applied"
+      ) {
+        moved++;
+      }
     }
 
     for (const exec of linkUp === undefined ? [] : due.dispatchTimedOut) {
@@ -180,6 +195,7 @@ export class ExecutionLoop {
           )
           .catch(() => {});
       }
+      moved++;
       await applyEvent(
         this.ctx,
         exec.id,
@@ -189,6 +205,8 @@ export class ExecutionLoop {
         exec,
       );
     }
+
+    if (full && moved > 0) this.again = true;
 
     // Timeouts and leases are measured in seconds: checking them every pass would re-read every
     // execution in flight ten times a second for nothing.

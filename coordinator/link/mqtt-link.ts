@@ -6,11 +6,12 @@ import {
   decode,
   decodeAll,
   encode,
+  MAX_BATCH_COMMANDS,
   type ProtocolError,
   type Topics,
   topics,
 } from "../../shared/protocol/index.js";
-import { type Sealed, unseal } from "../../shared/protocol/mac.js";
+import { MAX_SEAL_BYTES, type Sealed, unseal } from "../../shared/protocol/mac.js";
 import type { LinkAuth, Refusal } from "./auth.js";
 import { type CorkableStream, coalesceWrites } from "./coalesce.js";
 
@@ -65,6 +66,18 @@ export const MAX_INBOUND_BACKLOG = 10_000;
  * CoordinatorLink.congested} says to hold new dispatches back.
  */
 export const MAX_IN_FLIGHT = 5_000;
+
+/** Down messages that may travel in a batch; `welcome`, `time` and `ack` always go alone. */
+const BATCHABLE: ReadonlySet<string> = new Set(["dispatch", "cancel", "query"]);
+
+const COMMA = Buffer.from(",");
+
+/** A command waiting for the end of the loop turn, and its sender's promise. */
+interface HeldCommand {
+  payload: Buffer;
+  resolve: () => void;
+  reject: (err: unknown) => void;
+}
 
 /** The coordinator's MQTT connection: subscribes to every agent's up and presence topics. */
 export class CoordinatorLink {
@@ -212,14 +225,94 @@ export class CoordinatorLink {
     return this.inFlight >= (this.options.maxInFlight ?? MAX_IN_FLIGHT);
   }
 
-  /** Publishes a message on an agent's down topic, QoS 1; resolves once the broker has it. */
+  /**
+   * The largest batch of commands an agent reads on its down topic (its hello's `batchBytes`), or
+   * undefined when it reads none: then each command is a message of its own.
+   */
+  batchBytesOf: (agentId: string) => number | undefined = () => undefined;
+
+  /** Commands held until the end of this turn of the loop, per agent, to leave as batches. */
+  private batches = new Map<string, HeldCommand[]>();
+
+  /**
+   * Publishes a message on an agent's down topic, QoS 1; resolves once the broker has it. A
+   * command (dispatch, cancel, query) to an agent that reads batches waits for the end of this
+   * turn of the event loop and leaves with the others sent it in the same turn, as one message
+   * (docs/protocol.md, "Batches of commands"); it resolves when that message is acknowledged.
+   */
   async send(agentId: string, message: DownMessage): Promise<void> {
+    if (!this.client) throw new AxError("AX_LINK_FAILED", "link not started");
+    const batchBytes = BATCHABLE.has(message.type) ? this.batchBytesOf(agentId) : undefined;
+    if (batchBytes === undefined) {
+      await this.publishOne(agentId, encode(message), "clock" in message);
+      return;
+    }
+    // Counted as in flight once published (below), not while held for the rest of this turn.
+    await new Promise<void>((resolve, reject) => {
+      let held = this.batches.get(agentId);
+      if (held === undefined) {
+        held = [];
+        this.batches.set(agentId, held);
+        if (this.batches.size === 1) setImmediate(() => this.sendBatches());
+      }
+      held.push({ payload: encode(message), resolve, reject });
+    });
+  }
+
+  /** Sends the commands held this turn: per agent, as few messages as its batch size allows. */
+  private sendBatches(): void {
+    const batches = this.batches;
+    this.batches = new Map();
+    for (const [agentId, held] of batches) {
+      // Room for the brackets and commas, and for the seal the auth member adds.
+      const limit = Math.min(
+        this.batchBytesOf(agentId) ?? 0,
+        this.options.maxPayloadBytes ?? 65_536,
+      );
+      const room = limit - MAX_SEAL_BYTES - 2;
+      let start = 0;
+      while (start < held.length) {
+        let end = start;
+        let bytes = 0;
+        while (
+          end < held.length &&
+          end - start < MAX_BATCH_COMMANDS &&
+          (end === start || bytes + (held[end] as HeldCommand).payload.length + 1 <= room)
+        ) {
+          bytes += (held[end] as HeldCommand).payload.length + 1;
+          end++;
+        }
+        const part = held.slice(start, end);
+        start = end;
+        // One command alone is sent as itself; several as a JSON array of them.
+        const payload =
+          part.length === 1
+            ? (part[0] as HeldCommand).payload
+            : Buffer.concat([
+                Buffer.from("["),
+                ...part.flatMap((c, i) => (i === 0 ? [c.payload] : [COMMA, c.payload])),
+                Buffer.from("]"),
+              ]);
+        this.publishOne(agentId, payload, false).then(
+          () => {
+            for (const c of part) c.resolve();
+          },
+          (err: unknown) => {
+            for (const c of part) c.reject(err);
+          },
+        );
+      }
+    }
+  }
+
+  /** Seals (when messages are authenticated) and publishes one payload on an agent's down topic. */
+  private async publishOne(agentId: string, body: Buffer, clock: boolean): Promise<void> {
     const client = this.client;
     if (!client) throw new AxError("AX_LINK_FAILED", "link not started");
     this.inFlight++;
     try {
       const topic = this.topics.down(agentId);
-      let payload = encode(message);
+      let payload = body;
       const auth = this.options.auth;
       if (auth !== undefined) {
         const sealed = auth.seal(agentId, topic, payload, this.now());
@@ -230,7 +323,7 @@ export class CoordinatorLink {
       const published = client.publishAsync(topic, payload, { qos: 1 });
       // A clock sample (welcome, time) is stamped as it is sent: whatever holds it back is
       // counted as round trip, which the agent waits out before every start.
-      if ("clock" in message) this.flushWrites();
+      if (clock) this.flushWrites();
       await published;
     } finally {
       this.inFlight--;

@@ -6,7 +6,7 @@ import { newId } from "../../shared/ids.js";
 import { type BodyOf, envelope } from "../../shared/message.js";
 import {
   type DownMessage,
-  decode,
+  decodeAll,
   encode,
   type Report,
   topics,
@@ -23,16 +23,19 @@ export interface FakeAgent {
   agentId: string;
   instanceId: string;
   journalId: string;
-  /** Every down message received, in order. */
+  /** Every down message received, in order (each command of a batch on its own). */
   received: DownMessage[];
+  /** How many commands each MQTT message on the down topic carried (1 unless a batch). */
+  payloadSizes: number[];
   /** Publishes `body` as a report, with the seq the test picks. */
   report(body: BodyOf<Report>): Promise<void>;
   /** Publishes any up message as is. */
   publish(message: UpMessage): Promise<void>;
-  /** A heartbeat with `outboxDepth` reports in its outbox. */
+  /** A heartbeat with `outboxDepth` reports in its outbox, and `time` when given. */
   heartbeat(
     outboxDepth?: number,
     running?: { executionId: string; round: number }[],
+    extra?: { time?: boolean; load?: number },
   ): Promise<void>;
   /** Waits for a down message that `match` accepts (received since the call or before). */
   waitFor<T extends DownMessage>(what: string, match: (m: DownMessage) => m is T): Promise<T>;
@@ -42,7 +45,7 @@ export interface FakeAgent {
 export async function fakeAgent(
   broker: TestBroker,
   agentId: string,
-  options: { handlers?: string[]; journalId?: string } = {},
+  options: { handlers?: string[]; journalId?: string; batchBytes?: number } = {},
 ): Promise<FakeAgent> {
   const t = topics(broker.prefix);
   const client: MqttClient = await mqtt.connectAsync(broker.url, {
@@ -50,9 +53,11 @@ export async function fakeAgent(
     clean: true,
   });
   const received: DownMessage[] = [];
+  const payloadSizes: number[] = [];
   client.on("message", (topic, payload) => {
-    const d = decode(topic, payload, { prefix: broker.prefix });
-    if (d.ok && d.value.channel === "down") received.push(d.value.message);
+    const all = decodeAll(topic, payload, { prefix: broker.prefix });
+    payloadSizes.push(all.length);
+    for (const d of all) if (d.ok && d.value.channel === "down") received.push(d.value.message);
   });
   await client.subscribeAsync(t.down(agentId), { qos: 1 });
   const instanceId = newId("i");
@@ -65,9 +70,10 @@ export async function fakeAgent(
     instanceId,
     journalId,
     received,
+    payloadSizes,
     report: (body) => publish(envelope(body, Date.now()) as Report),
     publish,
-    heartbeat: (outboxDepth = 0, running = []) =>
+    heartbeat: (outboxDepth = 0, running = [], extra = {}) =>
       publish(
         envelope(
           {
@@ -76,9 +82,10 @@ export async function fakeAgent(
             running,
             queued: 0,
             scheduled: 0,
-            load: 0,
+            load: extra.load ?? 0,
             clockOffset: { offsetMs: 0, uncertaintyMs: 0 },
             journal: { depth: 0, outboxDepth },
+            ...(extra.time === undefined ? {} : { time: extra.time }),
           },
           Date.now(),
         ),
@@ -100,6 +107,7 @@ export async function fakeAgent(
         handlers: options.handlers ?? ["echo"],
         capacity: { concurrency: 4, queue: 4 },
         tags: {},
+        ...(options.batchBytes === undefined ? {} : { batchBytes: options.batchBytes }),
       },
       Date.now(),
     ),
