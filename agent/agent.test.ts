@@ -2,6 +2,7 @@ import { randomBytes } from "node:crypto";
 import { join } from "node:path";
 import mqtt from "mqtt";
 import { afterEach, describe, expect, it } from "vitest";
+import type { ClockSyncOptions } from "../shared/clock-sync.js";
 import { decode, type Heartbeat, type UpMessage } from "../shared/protocol/index.js";
 import { CoordinatorPeer } from "../test/helpers/coordinator-peer.js";
 import { type TestBroker, tempDir, testBroker, waitFor } from "../test/helpers/env.js";
@@ -10,8 +11,8 @@ import { parseAgentConfig } from "./config.js";
 
 /**
  * The agent in this process against a real broker and a stand-in coordinator: what it does with
- * the ack's journalId and replay, batches of commands, and the heartbeat that says it is
- * shutting down.
+ * the ack's journalId and replay, batches of commands, the heartbeat's ask for a clock sample,
+ * and the heartbeat that says it is shutting down.
  */
 
 const cleanups: (() => Promise<void> | void)[] = [];
@@ -32,6 +33,7 @@ interface Rig {
 
 interface RigOptions {
   shutdownGraceMs?: number;
+  clockSync?: ClockSyncOptions;
   /** Give the agent an identity: every message is sealed with its key, both ways. */
   sealed?: boolean;
 }
@@ -81,6 +83,7 @@ async function rig(options: RigOptions = {}): Promise<Rig> {
       log: (level, msg) => {
         if (level === "warn" || level === "error") warnings.push(msg);
       },
+      ...(options.clockSync ? { clockSync: options.clockSync } : {}),
     },
   );
   agent.start();
@@ -278,4 +281,29 @@ describe("agent: batches of commands", () => {
     expect(r.agent.stats.dispatches).toBe(2);
     expect(r.peer.unverified).toEqual([]);
   });
+});
+
+describe("agent: clock samples", () => {
+  it("asks for a sample in every heartbeat until it holds 4, then only once the estimate's sample is old", async () => {
+    // resampleAfterMs stands in for the 20 s of the default, at heartbeats every 500 ms.
+    const r = await rig({ clockSync: { resampleAfterMs: 2_000 } });
+    const asks = () => r.heartbeats.map((h) => h.time);
+    await waitFor(
+      "an ask after a heartbeat that asked for nothing",
+      () => {
+        const a = asks();
+        const quiet = a.indexOf(false);
+        return quiet >= 0 && a.indexOf(true, quiet) > quiet ? true : undefined;
+      },
+      10_000,
+    );
+    const a = asks();
+    expect(a.every((t) => typeof t === "boolean")).toBe(true);
+    // The welcome was one sample; the first three heartbeats' answers make four.
+    expect(a.slice(0, 3)).toEqual([true, true, true]);
+    // No answer to a heartbeat that said time: false.
+    const seen = r.peer.heartbeats;
+    expect(r.peer.timeAnswers).toBe(seen.filter((h) => h.time !== false).length);
+    expect(r.peer.timeAnswers).toBeLessThan(seen.length);
+  }, 20_000);
 });

@@ -1,6 +1,6 @@
 import { existsSync } from "node:fs";
 import { type Clock, systemClock, type TimerHandle } from "../shared/clock.js";
-import { ClockSync } from "../shared/clock-sync.js";
+import { ClockSync, type ClockSyncOptions } from "../shared/clock-sync.js";
 import { newId } from "../shared/ids.js";
 import { envelope } from "../shared/message.js";
 import {
@@ -48,6 +48,8 @@ export interface AgentDeps {
   nativeBinding?: string | undefined;
   /** Where the journal's checkpoint thread imports better-sqlite3 from (a bundle: itself). */
   sqliteModule?: string | undefined;
+  /** Options of the clock estimate (tests: a shorter resampleAfterMs). */
+  clockSync?: ClockSyncOptions;
 }
 
 /** How often hello is repeated until a welcome arrives (the coordinator may start later). */
@@ -138,7 +140,7 @@ export class Agent {
     this.log = deps.log ?? (() => {});
     this.topics = topics(config.mqtt.prefix);
     this.heartbeatMs = config.heartbeatMs;
-    this.sync = new ClockSync();
+    this.sync = new ClockSync(deps.clockSync);
     this.time = new AgentTime(this.clock, this.sync);
     const parts = deps.parts ?? PARTS;
     this.device = buildHandlers(parts.handlers, config.handlers, parts.features);
@@ -594,6 +596,7 @@ export class Agent {
               clockOffset: { offsetMs: this.sync.offsetMs, uncertaintyMs: this.sync.uncertaintyMs },
               journal: { depth: counts.open, outboxDepth: this.journal.outboxDepth },
               ...(this.shuttingDown ? { shuttingDown: true } : {}),
+              time: this.sync.wantsSample(this.time.localNow()),
             },
             sentAt,
           ),

@@ -7,6 +7,7 @@ import {
   type DownMessage,
   decodeAll,
   encode,
+  type Heartbeat,
   type Hello,
   parseTopic,
   type Report,
@@ -42,6 +43,9 @@ export class CoordinatorPeer {
   largestUpPayload = 0;
   /** The messages of each up payload, in the order the payloads came (a batch: several). */
   readonly upBodies: UpMessage[][] = [];
+  readonly heartbeats: Heartbeat[] = [];
+  /** `time` answers sent (a heartbeat that says `time: false` gets none). */
+  timeAnswers = 0;
   /**
    * Agents' message keys (docs/protocol.md, "Authenticated messages"): what is sent to an agent
    * named here is sealed with its key, and what it sends must verify under it, as a coordinator
@@ -137,6 +141,9 @@ export class CoordinatorPeer {
       return;
     }
     if (m.type === "heartbeat") {
+      this.heartbeats.push(m);
+      if (m.time === false) return;
+      this.timeAnswers++;
       this.send(d.agentId, { type: "time", clock: { t0: m.sentAt, t1: now, t2: Date.now() } });
       return;
     }
