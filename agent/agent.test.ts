@@ -1,7 +1,9 @@
+import { randomBytes } from "node:crypto";
 import { join } from "node:path";
 import mqtt from "mqtt";
 import { afterEach, describe, expect, it } from "vitest";
-import { decode, type Heartbeat } from "../shared/protocol/index.js";
+import type { ClockSyncOptions } from "../shared/clock-sync.js";
+import { decode, type Heartbeat, type UpMessage } from "../shared/protocol/index.js";
 import { CoordinatorPeer } from "../test/helpers/coordinator-peer.js";
 import { type TestBroker, tempDir, testBroker, waitFor } from "../test/helpers/env.js";
 import { Agent } from "./agent.js";
@@ -9,7 +11,8 @@ import { parseAgentConfig } from "./config.js";
 
 /**
  * The agent in this process against a real broker and a stand-in coordinator: what it does with
- * the ack's journalId and replay, and the heartbeat that says it is shutting down.
+ * the ack's journalId and replay, batches of commands, the heartbeat's ask for a clock sample,
+ * and the heartbeat that says it is shutting down.
  */
 
 const cleanups: (() => Promise<void> | void)[] = [];
@@ -24,9 +27,18 @@ interface Rig {
   agentId: string;
   journalId: () => string;
   heartbeats: Heartbeat[];
+  /** What the agent logged at warn and above. */
+  warnings: string[];
 }
 
-async function rig(shutdownGraceMs = 5_000): Promise<Rig> {
+interface RigOptions {
+  shutdownGraceMs?: number;
+  clockSync?: ClockSyncOptions;
+  /** Give the agent an identity: every message is sealed with its key, both ways. */
+  sealed?: boolean;
+}
+
+async function rig(options: RigOptions = {}): Promise<Rig> {
   const broker = await testBroker();
   cleanups.push(() => broker.close());
   const tmp = tempDir();
@@ -45,20 +57,40 @@ async function rig(shutdownGraceMs = 5_000): Promise<Rig> {
     }
   });
   const agentId = `${broker.prefix}-a`;
+  const key = randomBytes(32);
+  if (options.sealed) peer.keys.set(agentId, { key, generation: 1 });
+  const warnings: string[] = [];
   const agent = new Agent(
     parseAgentConfig({
       agentId,
       heartbeatMs: 500,
-      shutdownGraceMs,
+      shutdownGraceMs: options.shutdownGraceMs ?? 5_000,
       mqtt: { url: broker.url, prefix: broker.prefix, reconnect: { baseMs: 50, capMs: 200 } },
       journal: { path: join(tmp.dir, "journal.sqlite") },
+      ...(options.sealed
+        ? {
+            identity: {
+              ax: "agent-identity/1",
+              agentId,
+              generation: 1,
+              key: key.toString("base64url"),
+              mqtt: { username: agentId, password: "a-test-password-0123" },
+            },
+          }
+        : {}),
     }),
+    {
+      log: (level, msg) => {
+        if (level === "warn" || level === "error") warnings.push(msg);
+      },
+      ...(options.clockSync ? { clockSync: options.clockSync } : {}),
+    },
   );
   agent.start();
   cleanups.push(() => agent.stop(0));
   await waitFor("the welcome", () => (agent.stats.welcomed ? true : undefined));
   const journalId = () => peer.hellos.at(-1)?.journalId ?? "?";
-  return { broker, peer, agent, agentId, journalId, heartbeats };
+  return { broker, peer, agent, agentId, journalId, heartbeats, warnings };
 }
 
 const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms));
@@ -109,7 +141,7 @@ describe("agent: acks", () => {
 
 describe("agent: shutdown", () => {
   it("sends a heartbeat with shuttingDown at once on stop, and in every heartbeat of the grace period", async () => {
-    const r = await rig(5_000);
+    const r = await rig({ shutdownGraceMs: 5_000 });
     r.peer.dispatch(r.agentId, { executionId: "s-1", handler: "sleep", params: { ms: 1_500 } });
     await waitFor("started", () => (r.peer.of(r.agentId, "started").length ? true : undefined));
     await waitFor("a heartbeat", () => (r.heartbeats.length > 0 ? true : undefined));
@@ -128,4 +160,150 @@ describe("agent: shutdown", () => {
     expect(during.length).toBeGreaterThanOrEqual(2);
     expect(during.every((h) => h.shuttingDown === true)).toBe(true);
   });
+});
+
+/** What each up payload carried, as `type executionId` per message ("hello", "heartbeat" alone). */
+function upShapes(r: Rig): string[][] {
+  return r.peer.upBodies.map((ms) =>
+    ms.map((m: UpMessage) => ("executionId" in m ? `${m.type} ${m.executionId}` : m.type)),
+  );
+}
+
+describe("agent: batches of commands", () => {
+  it("offers batchBytes in its hello: the largest down payload it reads", async () => {
+    const r = await rig();
+    expect(r.peer.hellos.at(-1)?.batchBytes).toBe(65_536);
+  });
+
+  it("answers a batch of dispatches with one batch of accepted, rejects only the invalid one, and runs the rest", async () => {
+    const r = await rig();
+    const ids = ["b-0", "b-1", "b-3", "b-4"];
+    r.peer.sendBatch(r.agentId, [
+      r.peer.dispatchBody({ executionId: "b-0" }),
+      r.peer.dispatchBody({ executionId: "b-1" }),
+      // Invalid, but its id and round can be read: answered `rejected` (rule 6), alone.
+      { ...r.peer.dispatchBody({ executionId: "b-2" }), priority: "high" } as never,
+      r.peer.dispatchBody({ executionId: "b-3" }),
+      r.peer.dispatchBody({ executionId: "b-4" }),
+    ]);
+    await waitFor("4 finished", () =>
+      r.peer.of(r.agentId, "finished").length === 4 ? true : undefined,
+    );
+    await waitFor("the rejection", () =>
+      r.peer.of(r.agentId, "rejected").length === 1 ? true : undefined,
+    );
+    const rejected = r.peer.of(r.agentId, "rejected")[0];
+    expect(rejected?.executionId).toBe("b-2");
+    expect(rejected?.round).toBe(1);
+    expect(rejected?.reason).toBe("invalid_dispatch");
+    expect(rejected?.message).toMatch(
+      /^batch item 2: dispatch message: field priority: expected number, got string/,
+    );
+    expect(
+      r.peer
+        .of(r.agentId, "finished")
+        .map((f) => [f.executionId, f.outcome])
+        .sort(),
+    ).toEqual(ids.map((id) => [id, "succeeded"]));
+    // One journal commit, one message on up, in the batch's order.
+    const withAccepted = upShapes(r).filter((p) => p.some((m) => m.startsWith("accepted")));
+    expect(withAccepted).toEqual([
+      ["accepted b-0", "accepted b-1", "rejected b-2", "accepted b-3", "accepted b-4"],
+    ]);
+    expect(r.agent.stats.invalidMessages).toBe(1);
+    expect(r.agent.stats.dispatches).toBe(4);
+    expect(r.peer.invalid).toEqual([]);
+  });
+
+  it("journals the largest batch, 256 dispatches, in one commit answered by one message", async () => {
+    const r = await rig();
+    const fireAt = Date.now() + 60_000;
+    r.peer.sendBatch(
+      r.agentId,
+      Array.from({ length: 256 }, (_, i) =>
+        r.peer.dispatchBody({ executionId: `w-${i}`, fireAt, deadline: fireAt + 30_000 }),
+      ),
+    );
+    await waitFor("256 accepted", () =>
+      r.peer.of(r.agentId, "accepted").length === 256 ? true : undefined,
+    );
+    // Dispatches sent alone are journaled 16 to a commit; a batch is never split.
+    const batches = upShapes(r).filter((p) => p.some((m) => m.startsWith("accepted")));
+    expect(batches.map((b) => b.length)).toEqual([256]);
+    expect(r.peer.largestUpPayload).toBeLessThanOrEqual(60_000);
+  });
+
+  it("refuses only the welcome and ack items of a batch, and handles the rest in order", async () => {
+    const r = await rig();
+    r.peer.sendBatch(r.agentId, [
+      r.peer.dispatchBody({ executionId: "c-0", fireAt: Date.now() + 60_000 }),
+      { type: "ack", upTo: 0 },
+      { type: "cancel", executionId: "c-0", round: 1 },
+      {
+        type: "welcome",
+        instanceId: r.agent.instanceId,
+        heartbeatMs: 100,
+        clock: { t0: 1, t1: 1, t2: 1 },
+      },
+      { type: "query", executionId: "c-0", round: 1 },
+    ]);
+    await waitFor("the query's answer", () =>
+      r.peer.of(r.agentId, "state", "c-0").length ? true : undefined,
+    );
+    expect(r.agent.stats.invalidMessages).toBe(2);
+    expect(r.warnings.filter((w) => w.startsWith("rejected message"))).toEqual([
+      "rejected message: AX_PROTO_BAD_BATCH: batch item 1: a ack message is never batched",
+      "rejected message: AX_PROTO_BAD_BATCH: batch item 3: a welcome message is never batched",
+    ]);
+    // In order: the cancel found the dispatch before it journaled, and the query its end.
+    const c0 = r.peer.of(r.agentId).filter((m) => "executionId" in m && m.executionId === "c-0");
+    expect(c0.map((m) => m.type)).toEqual(["accepted", "finished", "state"]);
+    expect(r.peer.of(r.agentId, "finished", "c-0")[0]?.outcome).toBe("canceled");
+    expect(r.peer.of(r.agentId, "state", "c-0")[0]?.localState).toBe("canceled");
+  });
+
+  it("reads a sealed batch, refuses the same payload again, and seals its answers", async () => {
+    const r = await rig({ sealed: true });
+    const payload = r.peer.sendBatch(r.agentId, [
+      r.peer.dispatchBody({ executionId: "s-0" }),
+      r.peer.dispatchBody({ executionId: "s-1" }),
+    ]);
+    expect(payload.subarray(0, 9).toString()).toBe('[{"mac":"');
+    await waitFor("2 finished", () =>
+      r.peer.of(r.agentId, "finished").length === 2 ? true : undefined,
+    );
+    await r.peer.sendRaw(r.agentId, payload);
+    await waitFor("the replay refused", () => (r.agent.stats.authRefused === 1 ? true : undefined));
+    expect(r.warnings.some((w) => w.startsWith("refused message: AX_AUTH_STALE: replayed"))).toBe(
+      true,
+    );
+    expect(r.peer.of(r.agentId, "accepted").map((a) => a.executionId)).toEqual(["s-0", "s-1"]);
+    expect(r.agent.stats.dispatches).toBe(2);
+    expect(r.peer.unverified).toEqual([]);
+  });
+});
+
+describe("agent: clock samples", () => {
+  it("asks for a sample in every heartbeat until it holds 4, then only once the estimate's sample is old", async () => {
+    // resampleAfterMs stands in for the 20 s of the default, at heartbeats every 500 ms.
+    const r = await rig({ clockSync: { resampleAfterMs: 2_000 } });
+    const asks = () => r.heartbeats.map((h) => h.time);
+    await waitFor(
+      "an ask after a heartbeat that asked for nothing",
+      () => {
+        const a = asks();
+        const quiet = a.indexOf(false);
+        return quiet >= 0 && a.indexOf(true, quiet) > quiet ? true : undefined;
+      },
+      10_000,
+    );
+    const a = asks();
+    expect(a.every((t) => typeof t === "boolean")).toBe(true);
+    // The welcome was one sample; the first three heartbeats' answers make four.
+    expect(a.slice(0, 3)).toEqual([true, true, true]);
+    // No answer to a heartbeat that said time: false.
+    const seen = r.peer.heartbeats;
+    expect(r.peer.timeAnswers).toBe(seen.filter((h) => h.time !== false).length);
+    expect(r.peer.timeAnswers).toBeLessThan(seen.length);
+  }, 20_000);
 });

@@ -1,13 +1,13 @@
 import { existsSync } from "node:fs";
 import { type Clock, systemClock, type TimerHandle } from "../shared/clock.js";
-import { ClockSync } from "../shared/clock-sync.js";
+import { ClockSync, type ClockSyncOptions } from "../shared/clock-sync.js";
 import { newId } from "../shared/ids.js";
 import { envelope } from "../shared/message.js";
 import {
   DEFAULT_MAX_PAYLOAD_BYTES,
   type Dispatch,
   type DownMessage,
-  decode,
+  decodeAll,
   encode,
   MAX_BATCH_REPORTS,
   type ProtocolError,
@@ -48,18 +48,29 @@ export interface AgentDeps {
   nativeBinding?: string | undefined;
   /** Where the journal's checkpoint thread imports better-sqlite3 from (a bundle: itself). */
   sqliteModule?: string | undefined;
+  /** Options of the clock estimate (tests: a shorter resampleAfterMs). */
+  clockSync?: ClockSyncOptions;
 }
 
 /** How often hello is repeated until a welcome arrives (the coordinator may start later). */
 const HELLO_RETRY_MS = 2_000;
 
 /**
- * Dispatches journaled per commit (per turn of the event loop). A coordinator sends a poll's worth
- * at once (about 100 per agent at 2,000 fires/s); journaling 64 of them held the loop about 8 ms,
- * long enough to make the wheel's starts due meanwhile late. Batches of 16 hold it about 2 ms and
- * cost a few more commits.
+ * Dispatches journaled per commit (per turn of the event loop) when they come as messages of
+ * their own. A coordinator sends a poll's worth at once (about 100 per agent at 2,000 fires/s);
+ * journaling 64 of them held the loop about 8 ms, long enough to make the wheel's starts due
+ * meanwhile late. Batches of 16 hold it about 2 ms and cost a few more commits. A batch of
+ * commands is never split (docs/protocol.md, "Batches of commands"): its dispatches are one
+ * commit, answered by one batch of `accepted`, and the coordinator chose its size.
  */
 const DISPATCH_BATCH = 16;
+
+/**
+ * The largest down payload this agent reads, in bytes, offered in its hello as `batchBytes`: the
+ * protocol's payload limit, which is what the decoder enforces (the link reads packets up to
+ * 1 MiB only so that a larger one is skipped and counted rather than ending the connection).
+ */
+const MAX_DOWN_BYTES = DEFAULT_MAX_PAYLOAD_BYTES;
 
 /** A batch of reports stays under this many bytes whatever the coordinator would read. */
 const MAX_BATCH_BYTES = 60_000;
@@ -77,7 +88,7 @@ export class Agent {
   private readonly clock: Clock;
   private readonly log: AgentLogger;
   private readonly topics: Topics;
-  private readonly sync = new ClockSync();
+  private readonly sync: ClockSync;
   private readonly journal: Journal;
   private readonly link: AgentLink;
   private readonly executor: Executor;
@@ -93,8 +104,11 @@ export class Agent {
   private stopped = false;
   /** See {@link arrivedAt}. */
   private turnArrivedAt: number | undefined;
-  /** Dispatches and the highest ack received since the last batch (see flushBatch). */
-  private pendingDispatches: Dispatch[] = [];
+  /**
+   * Dispatches (and the rejections of invalid ones) received since the last batch, one group
+   * per down payload, and the highest ack (see flushBatch).
+   */
+  private pendingDispatches: (Dispatch | ReportBody)[][] = [];
   private pendingAck = 0;
   /** An ack since the last batch asked for a replay (applied after the ack prunes the outbox). */
   private pendingReplay = false;
@@ -126,6 +140,7 @@ export class Agent {
     this.log = deps.log ?? (() => {});
     this.topics = topics(config.mqtt.prefix);
     this.heartbeatMs = config.heartbeatMs;
+    this.sync = new ClockSync(deps.clockSync);
     this.time = new AgentTime(this.clock, this.sync);
     const parts = deps.parts ?? PARTS;
     this.device = buildHandlers(parts.handlers, config.handlers, parts.features);
@@ -217,6 +232,8 @@ export class Agent {
     dispatches: number;
     /** Acks ignored because they named another journal. */
     foreignAcks: number;
+    /** Down messages refused by authentication (no valid MAC, replayed, outside the window). */
+    authRefused: number;
     /** Outbox replays sent on request, and requests folded into one of them. */
     replays: number;
     replaysCoalesced: number;
@@ -245,7 +262,7 @@ export class Agent {
       tooLarge: (topic, bytes) =>
         this.rejected(topic, {
           code: "AX_PROTO_TOO_LARGE",
-          message: `payload is ${bytes} bytes, more than the limit of ${DEFAULT_MAX_PAYLOAD_BYTES}`,
+          message: `payload is ${bytes} bytes, more than the limit of ${MAX_DOWN_BYTES}`,
         }),
       down: () => {
         this.welcomed = false;
@@ -288,6 +305,7 @@ export class Agent {
             handlers: this.handlers.names(),
             capacity: { concurrency: c.capacity.concurrency, queue: c.capacity.queue },
             tags: c.tags,
+            batchBytes: MAX_DOWN_BYTES,
           },
           sentAt,
         ),
@@ -324,6 +342,10 @@ export class Agent {
     return at;
   }
 
+  /**
+   * One down payload: a message, or a batch of commands handled item by item, in order, each as
+   * if it had come alone. A bad item costs only itself; its dispatches are journaled together.
+   */
   private handleMessage(topic: string, payload: Buffer): void {
     const receivedLocal = this.arrivedAt();
     let body = payload;
@@ -337,39 +359,63 @@ export class Agent {
       body = opened.body;
       signedAt = opened.at;
     }
-    const result = decode(topic, body, { prefix: this.topics.prefix });
-    if (!result.ok) {
-      this.rejected(topic, result.error);
-      const e = result.error;
-      // Rule 6: an invalid dispatch whose id and round can be read is answered `rejected`.
-      if (e.type === "dispatch" && e.executionId !== undefined && e.round !== undefined) {
-        this.report({
-          type: "rejected",
-          executionId: e.executionId,
-          round: e.round,
-          reason: "invalid_dispatch",
-          message: e.message.slice(0, 1024),
-        });
-      }
-      return;
-    }
-    if (result.value.channel !== "down") return;
-    const m = result.value.message;
+    const results = decodeAll(topic, body, {
+      prefix: this.topics.prefix,
+      maxBytes: MAX_DOWN_BYTES,
+    });
+    const [first] = results;
+    const type = first?.ok && results.length === 1 ? first.value.message.type : undefined;
+    // One signing time for the whole payload; a welcome or time (never in a batch) is exempt.
+    // Judged only once a clock sample says what the coordinator's time is.
     if (
-      this.auth !== undefined &&
       signedAt !== undefined &&
-      m.type !== "welcome" &&
-      m.type !== "time"
+      this.sync.sampleCount > 0 &&
+      type !== "welcome" &&
+      type !== "time"
     ) {
-      // Judged only once a clock sample says what the coordinator's time is.
-      const stale =
-        this.sync.sampleCount > 0 ? this.auth.stale(signedAt, this.coordNow()) : undefined;
+      const stale = this.auth?.stale(signedAt, this.coordNow());
       if (stale !== undefined) {
         this.refused(topic, stale);
         return;
       }
     }
-    this.onDown(m, receivedLocal);
+    let group: (Dispatch | ReportBody)[] = [];
+    for (const r of results) {
+      if (!r.ok) {
+        this.rejected(topic, r.error);
+        const e = r.error;
+        // Rule 6: an invalid dispatch whose id and round can be read is answered `rejected`.
+        if (e.type === "dispatch" && e.executionId !== undefined && e.round !== undefined) {
+          group.push({
+            type: "rejected",
+            executionId: e.executionId,
+            round: e.round,
+            reason: "invalid_dispatch",
+            message: e.message.slice(0, 1024),
+          });
+        }
+        continue;
+      }
+      if (r.value.channel !== "down") continue;
+      const m = r.value.message;
+      if (m.type === "dispatch") {
+        this.counters.dispatches++;
+        group.push(m);
+        continue;
+      }
+      if (m.type === "cancel" || m.type === "query") {
+        // In order: the dispatches before it (in this payload or earlier in this turn) are
+        // journaled first, so a cancel right behind its dispatch finds it.
+        if (group.length > 0) this.pendingDispatches.push(group);
+        group = [];
+        if (this.pendingDispatches.length > 0) this.commitPending(true);
+      }
+      this.onDown(m, receivedLocal);
+    }
+    if (group.length > 0) {
+      this.pendingDispatches.push(group);
+      this.scheduleBatch();
+    }
   }
 
   /**
@@ -394,7 +440,8 @@ export class Agent {
     this.log("warn", `rejected message: ${e.code}: ${e.message}`, { topic });
   }
 
-  private onDown(m: DownMessage, receivedLocal: number): void {
+  /** A down message other than a dispatch (those are journaled in batches, see flushBatch). */
+  private onDown(m: Exclude<DownMessage, Dispatch>, receivedLocal: number): void {
     switch (m.type) {
       case "welcome":
         if (m.instanceId !== this.instanceId) return; // an answer to another process's hello
@@ -430,11 +477,6 @@ export class Agent {
         if (m.replay === true) this.pendingReplay = true;
         this.scheduleBatch();
         return;
-      case "dispatch":
-        this.counters.dispatches++;
-        this.pendingDispatches.push(m);
-        this.scheduleBatch();
-        return;
       case "cancel":
         this.executor.cancel(m.executionId, m.round);
         return;
@@ -450,16 +492,28 @@ export class Agent {
     setImmediate(() => this.flushBatch());
   }
 
+  private flushBatch(): void {
+    this.batchScheduled = false;
+    this.commitPending(false);
+  }
+
   /**
    * Group commit: the dispatches that arrived together are journaled in one transaction, and
    * their answers are sent only after it commits (a dispatch is written before it is
-   * acknowledged). Batches are capped so one never holds the loop for long. The executor's
-   * pending changes (commands that finished meanwhile) are written first in the same commit.
+   * acknowledged). Up to DISPATCH_BATCH of them, or one batch of commands whole, unless `all`
+   * (a cancel or query waits behind them). The executor's pending changes (commands that
+   * finished meanwhile) are written first in the same commit.
    */
-  private flushBatch(): void {
-    this.batchScheduled = false;
+  private commitPending(all: boolean): void {
     if (this.stopped) return;
-    const batch = this.pendingDispatches.splice(0, DISPATCH_BATCH);
+    const batch: (Dispatch | ReportBody)[] = [];
+    for (;;) {
+      const next = this.pendingDispatches[0];
+      if (next === undefined) break;
+      if (!all && batch.length > 0 && batch.length + next.length > DISPATCH_BATCH) break;
+      this.pendingDispatches.shift();
+      batch.push(...next);
+    }
     const ack = this.pendingAck;
     this.pendingAck = 0;
     const replay = this.pendingReplay;
@@ -469,7 +523,12 @@ export class Agent {
       // Answers are sent by the executor once this commits.
       this.executor.batch(() => {
         if (ack > 0) this.journal.ack(ack);
-        for (const d of batch) this.dispatchOne(d);
+        for (const d of batch) {
+          if (d.type === "dispatch") this.dispatchOne(d);
+          // An unreadable dispatch's rejection, outboxed in its place among the others, after
+          // what the executor has pending, so seqs follow the order things happened.
+          else this.executor.report(d);
+        }
       });
     } catch (err) {
       // The batch rolled back: nothing in it was answered, so the coordinator redispatches.
@@ -537,6 +596,7 @@ export class Agent {
               clockOffset: { offsetMs: this.sync.offsetMs, uncertaintyMs: this.sync.uncertaintyMs },
               journal: { depth: counts.open, outboxDepth: this.journal.outboxDepth },
               ...(this.shuttingDown ? { shuttingDown: true } : {}),
+              time: this.sync.wantsSample(this.time.localNow()),
             },
             sentAt,
           ),
@@ -557,14 +617,6 @@ export class Agent {
       }
     }
     this.scheduleHeartbeat(this.heartbeatMs);
-  }
-
-  /**
-   * A report outside any command (an unreadable dispatch's rejection): outboxed after what the
-   * executor has pending, so seqs follow the order things happened, then sent.
-   */
-  private report(body: ReportBody): void {
-    this.executor.batch(() => this.executor.report(body));
   }
 
   /** Re-sends every report still in the outbox, in seq order, as the journal wrote it (rule 1). */

@@ -216,4 +216,82 @@ describe("ClockSync", () => {
     expect(sync.uncertaintyMs).toBe(0);
     expect(sync.offsetMs).toBeCloseTo(100.3, 9);
   });
+
+  describe("wantsSample (docs/protocol.md, How often a sample)", () => {
+    /** The local time the answer of a trip sent at `local0` arrives (as roundTrip computes it). */
+    const arrival = (t: Trip) => t.local0 + t.up + (t.proc ?? 0) + t.down;
+
+    it("asks until it holds 4 samples, then not until the estimate's sample is 20 s old", () => {
+      const sync = new ClockSync();
+      expect(sync.wantsSample(0)).toBe(true);
+      // The first sample is the most precise (± 0.5 ms) and stays the estimate: the later ones'
+      // ± 1.5 ms are never smaller than its bound plus its aging (50 ppm of 15 s, 0.75 ms).
+      roundTrip(sync, { local0: 10_000, up: 0.5, down: 0.5 });
+      expect(sync.wantsSample(10_001)).toBe(true);
+      for (let i = 1; i < 3; i++) {
+        roundTrip(sync, { local0: 10_000 + i * 5_000, up: 1.5, down: 1.5 });
+        expect(sync.wantsSample(10_003 + i * 5_000)).toBe(true);
+      }
+      const last: Trip = { local0: 25_000, up: 1.5, down: 1.5 };
+      roundTrip(sync, last);
+      expect(sync.sampleCount).toBe(4);
+      expect(sync.uncertaintyMs).toBeCloseTo(0.5 + 15_002 * 50e-6, 9);
+      expect(sync.wantsSample(arrival(last))).toBe(false);
+      // Its age is what counts, not the newest sample's: it arrived at local 10001.
+      expect(sync.wantsSample(10_001 + 19_999)).toBe(false);
+      expect(sync.wantsSample(10_001 + 20_000)).toBe(true);
+    });
+
+    it("a newer sample with a smaller bound becomes the estimate and restarts its age", () => {
+      const sync = new ClockSync();
+      for (let i = 0; i < 4; i++) roundTrip(sync, { local0: 10_000 + i * 5_000, up: 5, down: 5 });
+      // Equal round trips: the newest has aged least, so it is the estimate.
+      expect(sync.wantsSample(25_010 + 19_999)).toBe(false);
+      expect(sync.wantsSample(25_010 + 20_000)).toBe(true);
+      const better: Trip = { local0: 45_010, up: 1, down: 1 };
+      roundTrip(sync, better);
+      expect(sync.uncertaintyMs).toBe(1);
+      expect(sync.wantsSample(arrival(better))).toBe(false);
+      expect(sync.wantsSample(arrival(better) + 19_999)).toBe(false);
+      expect(sync.wantsSample(arrival(better) + 20_000)).toBe(true);
+    });
+
+    it("asks while a sample set aside waits: a good one refutes it, three in a row confirm a step", () => {
+      const sync = new ClockSync();
+      for (let i = 0; i < 4; i++) roundTrip(sync, { local0: 10_000 + i * 1_000, up: 1, down: 1 });
+      expect(sync.wantsSample(13_002)).toBe(false);
+      /** An answer whose coordinator times are 500 ms later than the clock it is on. */
+      const stepped = (local0: number) => {
+        const t0 = local0 + sync.offsetMs;
+        sync.stamp(t0);
+        const t1 = local0 + 1 + TRUE_OFFSET + 500;
+        return sync.addSample({ t0, t1, t2: t1 }, local0 + 2);
+      };
+      expect(stepped(14_000)).toBe(true);
+      expect(sync.offsetMs).toBe(TRUE_OFFSET);
+      expect(sync.wantsSample(14_002)).toBe(true);
+      // Refuted: the next sample agrees with the estimate, so the one set aside is dropped.
+      roundTrip(sync, { local0: 15_000, up: 1, down: 1 });
+      expect(sync.wantsSample(15_002)).toBe(false);
+      // Confirmed: three in a row replace the estimate, and three samples are fewer than four.
+      for (const at of [16_000, 17_000]) {
+        expect(stepped(at)).toBe(true);
+        expect(sync.wantsSample(at + 2)).toBe(true);
+      }
+      expect(stepped(18_000)).toBe(true);
+      expect(sync.offsetMs).toBe(TRUE_OFFSET + 500);
+      expect(sync.sampleCount).toBe(3);
+      expect(sync.wantsSample(18_002)).toBe(true);
+      expect(stepped(19_000)).toBe(true);
+      expect(sync.sampleCount).toBe(4);
+      expect(sync.wantsSample(19_002)).toBe(false);
+    });
+
+    it("resampleAfterMs sets the age", () => {
+      const sync = new ClockSync({ resampleAfterMs: 1_000 });
+      for (let i = 0; i < 4; i++) roundTrip(sync, { local0: 10_000 + i * 100, up: 1, down: 1 });
+      expect(sync.wantsSample(10_302 + 999)).toBe(false);
+      expect(sync.wantsSample(10_302 + 1_000)).toBe(true);
+    });
+  });
 });

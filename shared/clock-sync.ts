@@ -17,6 +17,11 @@ export interface ClockSyncOptions {
    * the coordinator's clocks may differ in rate. @default 50e-6 (50 ppm, a free-running crystal)
    */
   driftRate?: number;
+  /**
+   * Age of the estimate's sample, in local ms, from which {@link ClockSync.wantsSample} asks for a
+   * new one. @default 20_000 (its bound has aged by 1 ms at 50 ppm)
+   */
+  resampleAfterMs?: number;
 }
 
 /**
@@ -28,6 +33,9 @@ const RESOLUTION_MS = 1;
 
 /** Consecutive samples that must disagree with the one in use before they replace it. */
 const STEP_SAMPLES = 3;
+
+/** Samples held before the estimate is trusted to need no more for a while (wantsSample). */
+const WARM_SAMPLES = 4;
 
 /**
  * Estimates the offset from the agent's local timeline to the coordinator's clock from the four
@@ -55,10 +63,12 @@ export class ClockSync {
   private latestAt = 0;
   private readonly windowSize: number;
   private readonly driftRate: number;
+  private readonly resampleAfterMs: number;
 
   constructor(options: ClockSyncOptions = {}) {
     this.windowSize = options.windowSize ?? 8;
     this.driftRate = options.driftRate ?? 50e-6;
+    this.resampleAfterMs = options.resampleAfterMs ?? 20_000;
   }
 
   /** The current offset estimate (coordinator time = local time + offset). */
@@ -77,6 +87,23 @@ export class ClockSync {
   /** Samples accepted and kept (0 until the first one). */
   get sampleCount(): number {
     return this.window.length;
+  }
+
+  /**
+   * Whether a message sent at local time `localNow` should ask for a clock sample (heartbeat
+   * `time`, docs/protocol.md "How often a sample"): while fewer than 4 are held, while a sample
+   * set aside waits for the next ones to confirm it (a step) or refute it, and once the
+   * estimate's sample is `resampleAfterMs` old. Otherwise an answer would cost the coordinator a
+   * message and improve nothing the starts wait for.
+   */
+  wantsSample(localNow: number): boolean {
+    const best = this.best;
+    return (
+      best === undefined ||
+      this.window.length < WARM_SAMPLES ||
+      this.disagreeing.length > 0 ||
+      localNow - best.atMs >= this.resampleAfterMs
+    );
   }
 
   /** Notes that a message stamped `sentAt` (coordinator time) was sent with the current offset. */

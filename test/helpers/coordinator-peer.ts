@@ -7,11 +7,13 @@ import {
   type DownMessage,
   decodeAll,
   encode,
+  type Heartbeat,
   type Hello,
   parseTopic,
   type Report,
   type Topics,
   topics,
+  type UpMessage,
 } from "../../shared/protocol/index.js";
 import { seal, unseal, verifyTag } from "../../shared/protocol/mac.js";
 
@@ -39,6 +41,11 @@ export class CoordinatorPeer {
   readonly upPayloads = { single: 0, batch: 0 };
   /** The largest batch payload received, in bytes. */
   largestUpPayload = 0;
+  /** The messages of each up payload, in the order the payloads came (a batch: several). */
+  readonly upBodies: UpMessage[][] = [];
+  readonly heartbeats: Heartbeat[] = [];
+  /** `time` answers sent (a heartbeat that says `time: false` gets none). */
+  timeAnswers = 0;
   /**
    * Agents' message keys (docs/protocol.md, "Authenticated messages"): what is sent to an agent
    * named here is sealed with its key, and what it sends must verify under it, as a coordinator
@@ -76,7 +83,11 @@ export class CoordinatorPeer {
       }
       const body = this.open(topic, payload);
       if (body === undefined) return;
-      for (const r of decodeAll(topic, body, { prefix: this.topics.prefix })) {
+      const results = decodeAll(topic, body, { prefix: this.topics.prefix });
+      const ups: UpMessage[] = [];
+      for (const r of results) if (r.ok && r.value.channel === "up") ups.push(r.value.message);
+      if (ups.length > 0) this.upBodies.push(ups);
+      for (const r of results) {
         if (r.ok) this.onMessage(r.value);
         else this.invalid.push(`${r.error.code}: ${r.error.message}`);
       }
@@ -130,6 +141,9 @@ export class CoordinatorPeer {
       return;
     }
     if (m.type === "heartbeat") {
+      this.heartbeats.push(m);
+      if (m.time === false) return;
+      this.timeAnswers++;
       this.send(d.agentId, { type: "time", clock: { t0: m.sentAt, t1: now, t2: Date.now() } });
       return;
     }
@@ -156,8 +170,39 @@ export class CoordinatorPeer {
       .catch(() => {});
   }
 
+  /**
+   * Sends message bodies as one batch of commands (each with its envelope), sealed as one payload
+   * when the agent has a key. Items given as strings are sent as they are (a malformed one).
+   */
+  sendBatch(agentId: string, items: readonly (BodyOf<DownMessage> | string)[]): Buffer {
+    const topic = this.topics.down(agentId);
+    const now = Date.now();
+    const text = `[${items.map((b) => (typeof b === "string" ? b : JSON.stringify(envelope(b, now)))).join(",")}]`;
+    const k = this.keys.get(agentId);
+    const payload = k ? seal(text, topic, k.key, k.generation, now) : Buffer.from(text);
+    this.client?.publishAsync(topic, payload, { qos: 1 }).catch(() => {});
+    return payload;
+  }
+
+  /** A dispatch body with sensible defaults (echo, now, 30 s deadline). */
+  dispatchBody(d: Partial<Dispatch> & { executionId: string }): BodyOf<Dispatch> {
+    const now = Date.now();
+    return {
+      type: "dispatch",
+      round: 1,
+      attempt: 1,
+      handler: "echo",
+      params: {},
+      fireAt: now,
+      deadline: now + 30_000,
+      timeoutMs: 30_000,
+      priority: 0,
+      ...d,
+    };
+  }
+
   /** Sends raw bytes on the agent's down topic. */
-  async sendRaw(agentId: string, payload: string): Promise<void> {
+  async sendRaw(agentId: string, payload: string | Buffer): Promise<void> {
     await this.client?.publishAsync(this.topics.down(agentId), payload, { qos: 1 });
   }
 
