@@ -572,7 +572,10 @@ export class SqliteStore implements Store {
     return wrap("listLeadFires", () =>
       (
         this.prepare(
-          `SELECT id, next_fire_at, json_extract(definition, '$.dispatchLead') AS lead FROM jobs
+          // INDEXED BY: left to itself the planner walked jobs_next_fire, every active job, and
+          // parsed each definition: about 100 ms of the event loop per scan at 100,000 jobs.
+          `SELECT id, next_fire_at, json_extract(definition, '$.dispatchLead') AS lead
+             FROM jobs INDEXED BY jobs_lead
              WHERE json_extract(definition, '$.dispatchLead') IS NOT NULL
                AND paused = 0 AND next_fire_at IS NOT NULL`,
         ).all() as { id: string; next_fire_at: number; lead: number }[]
