@@ -6,7 +6,6 @@ import type { Coordinator } from "../../coordinator/coordinator.js";
 import { TERMINAL_STATES } from "../../shared/fsm.js";
 import {
   DEFAULT_MAX_PAYLOAD_BYTES,
-  decode,
   decodeAll,
   type Topics,
   topics,
