@@ -30,7 +30,7 @@ export class Fleet {
   /** Agents whose heartbeat figures are newer in memory than in the store. */
   private readonly unsaved = new Set<string>();
   /** When unsaved figures were last written (wall ms), and when silent agents were last looked for. */
-  private persistedAt = 0;
+  private persistedAt: number;
   private sweptAt = Number.NEGATIVE_INFINITY;
   /** Agents that answered `busy`, passed over until the given wall time. */
   private readonly busyUntil = new Map<string, number>();
@@ -42,7 +42,10 @@ export class Fleet {
    */
   private readonly draining = new Map<string, string>();
 
-  constructor(private readonly ctx: EngineContext) {}
+  constructor(private readonly ctx: EngineContext) {
+    // The first batch a full period after the start, not at the first sweep.
+    this.persistedAt = ctx.clock.wallNow();
+  }
 
   async load(): Promise<void> {
     for (const a of await this.ctx.store.listAgents()) this.agents.set(a.agentId, a);
@@ -161,6 +164,26 @@ export class Fleet {
       });
     }
     return record;
+  }
+
+  /**
+   * The common heartbeat — from the current instance of an agent online — taken in memory, at
+   * once: true when it was. Anything else (a superseded instance, an agent coming back online)
+   * is for {@link heartbeat}, which may write to the store.
+   */
+  heartbeatInMemory(agentId: string, hb: Heartbeat, now: number): boolean {
+    const a = this.agents.get(agentId);
+    if (!a || a.instanceId !== hb.instanceId || a.status !== "online") return false;
+    this.heardFrom(agentId, hb.sentAt);
+    a.lastSeenAt = now;
+    a.load = hb.load;
+    a.clockOffsetMs = hb.clockOffset.offsetMs;
+    a.clockUncertaintyMs = hb.clockOffset.uncertaintyMs;
+    a.journalDepth = hb.journal.depth;
+    a.outboxDepth = hb.journal.outboxDepth;
+    if (hb.shuttingDown === true) this.markDraining(agentId);
+    this.unsaved.add(agentId);
+    return true;
   }
 
   /** A heartbeat from the current instance; false (and counted) when it is from a superseded one. */

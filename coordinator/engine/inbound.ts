@@ -3,6 +3,7 @@ import { envelope } from "../../shared/message.js";
 import type {
   Decoded,
   DownMessage,
+  Heartbeat,
   ProtocolError,
   Report,
   UpMessage,
@@ -93,9 +94,21 @@ export class Inbound {
   }
 
   handle(decoded: Decoded, receivedAt: number): void {
-    this.waiting++;
     const key = decoded.channel === "event" ? `event:${decoded.name}` : decoded.agentId;
     const queued = this.queues.get(key);
+    // A heartbeat with nothing ahead of it from its agent is handled at once, in memory: at
+    // 10,000 agents these are 2,000 messages a second, and a queue, a turn of the loop and a
+    // chain of promises each were most of what one cost.
+    if (
+      queued === undefined &&
+      decoded.channel === "up" &&
+      decoded.message.type === "heartbeat" &&
+      this.fleet.heartbeatInMemory(decoded.agentId, decoded.message, receivedAt)
+    ) {
+      this.heartbeatHandled(decoded.agentId, decoded.message, receivedAt);
+      return;
+    }
+    this.waiting++;
     if (queued) {
       queued.items.push({ decoded, receivedAt });
       return;
@@ -295,26 +308,31 @@ export class Inbound {
       }
       case "heartbeat": {
         if (!(await this.fleet.heartbeat(d.agentId, m, receivedAt))) return;
-        if (!this.heardSinceUp.has(d.agentId)) {
-          this.heardSinceUp.add(d.agentId);
-          if (m.journal.outboxDepth > 0) this.askReplay(d.agentId);
-        }
-        for (const ref of m.running) this.leases.renew(ref.executionId, ref.round, receivedAt);
-        // A clock sample only when the agent's estimate needs one (docs/protocol.md, "How often
-        // a sample"): at 10,000 agents an answer to every heartbeat was 2,000 publishes a second.
-        if (m.time === false) return;
-        this.publish(
-          d.agentId,
-          envelope(
-            { type: "time", clock: { t0: m.sentAt, t1: receivedAt, t2: this.ctx.clock.wallNow() } },
-            this.ctx.clock.wallNow(),
-          ),
-        );
+        this.heartbeatHandled(d.agentId, m, receivedAt);
         return;
       }
       default:
         await this.reports(d.agentId, [m]);
     }
+  }
+
+  /** What follows a heartbeat the fleet took: replay, leases, and a clock sample if asked. */
+  private heartbeatHandled(agentId: string, m: Heartbeat, receivedAt: number): void {
+    if (!this.heardSinceUp.has(agentId)) {
+      this.heardSinceUp.add(agentId);
+      if (m.journal.outboxDepth > 0) this.askReplay(agentId);
+    }
+    for (const ref of m.running) this.leases.renew(ref.executionId, ref.round, receivedAt);
+    // A clock sample only when the agent's estimate needs one (docs/protocol.md, "How often a
+    // sample"): at 10,000 agents an answer to every heartbeat was 2,000 publishes a second.
+    if (m.time === false) return;
+    this.publish(
+      agentId,
+      envelope(
+        { type: "time", clock: { t0: m.sentAt, t1: receivedAt, t2: this.ctx.clock.wallNow() } },
+        this.ctx.clock.wallNow(),
+      ),
+    );
   }
 
   /**

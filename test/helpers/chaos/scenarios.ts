@@ -301,11 +301,20 @@ export const duplicateDispatch: Scenario = {
       try {
         const copies: Buffer[] = [];
         const msgIds = new Set<string>();
+        let dispatches = 0;
         spy.on("message", (_topic, payload) => {
-          // The spy gets its own copies back from the broker: keep each message once.
-          const m = JSON.parse(payload.toString("utf8")) as { type?: string; msgId?: string };
-          if (m.type !== "dispatch" || typeof m.msgId !== "string" || msgIds.has(m.msgId)) return;
-          msgIds.add(m.msgId);
+          // The spy gets its own copies back from the broker: keep each message once. A batch
+          // of commands (an array) is copied whole, so each of its dispatches is delivered again.
+          const parsed = JSON.parse(payload.toString("utf8")) as unknown;
+          const items = (Array.isArray(parsed) ? parsed : [parsed]) as {
+            type?: string;
+            msgId?: string;
+          }[];
+          const found = items.filter((m) => m.type === "dispatch" && typeof m.msgId === "string");
+          const key = found.map((m) => m.msgId).join(",");
+          if (found.length === 0 || msgIds.has(key)) return;
+          msgIds.add(key);
+          dispatches += found.length;
           copies.push(Buffer.from(payload));
         });
         await spy.subscribeAsync(down, { qos: 1 });
@@ -331,7 +340,7 @@ export const duplicateDispatch: Scenario = {
               seen.add(i);
               await redeliver(i);
             }
-            return seen.size >= specs.length ? true : undefined;
+            return dispatches >= specs.length ? true : undefined;
           },
           20_000,
         );
