@@ -169,9 +169,10 @@ export function mosquittoConf(o: MosquittoListenOptions): string {
     // Rule 10: without it a small publish waits on the peer's delayed ACK.
     "set_tcp_nodelay true",
     "max_inflight_messages 100",
-    // The coordinator's session queues what agents report while it restarts; it must not
-    // overflow, nor vanish with a broker restart.
-    "max_queued_messages 10000",
+    // The coordinator's session queues what agents report while it restarts, and the wills of a
+    // whole fleet cut off at once (10,000 at a time): it must not overflow, nor vanish with a
+    // broker restart. Mosquitto's default (1,000) dropped most of a 10,000-agent fleet's wills.
+    "max_queued_messages 100000",
     "persistence true",
     `persistence_location ${o.dir}/`,
     "persistent_client_expiration 7d",
