@@ -175,15 +175,21 @@ export class Fleet {
     const a = this.agents.get(agentId);
     if (!a || a.instanceId !== hb.instanceId || a.status !== "online") return false;
     this.heardFrom(agentId, hb.sentAt);
+    this.takeFigures(a, hb, now);
+    this.unsaved.add(agentId);
+    return true;
+  }
+
+  /** What a heartbeat says of its agent, into its record (memory only). */
+  private takeFigures(a: AgentRecord, hb: Heartbeat, now: number): void {
     a.lastSeenAt = now;
+    a.status = "online";
     a.load = hb.load;
     a.clockOffsetMs = hb.clockOffset.offsetMs;
     a.clockUncertaintyMs = hb.clockOffset.uncertaintyMs;
     a.journalDepth = hb.journal.depth;
     a.outboxDepth = hb.journal.outboxDepth;
-    if (hb.shuttingDown === true) this.markDraining(agentId);
-    this.unsaved.add(agentId);
-    return true;
+    if (hb.shuttingDown === true) this.markDraining(a.agentId);
   }
 
   /** A heartbeat from the current instance; false (and counted) when it is from a superseded one. */
@@ -194,14 +200,7 @@ export class Fleet {
       return false;
     }
     const cameBack = a.status !== "online";
-    a.lastSeenAt = now;
-    a.status = "online";
-    a.load = hb.load;
-    a.clockOffsetMs = hb.clockOffset.offsetMs;
-    a.clockUncertaintyMs = hb.clockOffset.uncertaintyMs;
-    a.journalDepth = hb.journal.depth;
-    a.outboxDepth = hb.journal.outboxDepth;
-    if (hb.shuttingDown === true) this.markDraining(agentId);
+    this.takeFigures(a, hb, now);
     if (cameBack) {
       this.unsaved.delete(agentId);
       await this.ctx.store.putAgent(a);

@@ -208,20 +208,10 @@ export class CoordinatorPeer {
 
   /** Sends a dispatch with sensible defaults (echo, now, 30 s deadline). */
   dispatch(agentId: string, d: Partial<Dispatch> & { executionId: string }): Dispatch {
-    const now = Date.now();
-    const full = {
-      round: 1,
-      attempt: 1,
-      handler: "echo",
-      params: {},
-      fireAt: now,
-      deadline: now + 30_000,
-      timeoutMs: 30_000,
-      priority: 0,
-      ...d,
-    };
-    this.send(agentId, { type: "dispatch", ...full });
-    return { v: 1, msgId: "-", sentAt: now, type: "dispatch", ...full };
+    const sentAt = Date.now();
+    const body = this.dispatchBody(d);
+    this.send(agentId, body);
+    return { v: 1, msgId: "-", sentAt, ...body };
   }
 
   /** Stored reports of one agent, optionally of one type and execution. */
