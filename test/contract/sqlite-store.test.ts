@@ -147,6 +147,42 @@ describe("SqliteStore (SQLite specifics)", () => {
       expect(seenAtCallback).toBe(2);
     });
 
+    it("reads every execution as written once its cache of them has turned over", async () => {
+      const store = grouped();
+      // More than the cache holds (20,000), in batches, with writes to old and new in between.
+      const ids = Array.from({ length: 26_000 }, (_, i) => `ex-${i}`);
+      for (let i = 0; i < ids.length; i += 2_000) {
+        await store.createExecutions(
+          ids.slice(i, i + 2_000).map((id) => newExecution(id)),
+          1_000,
+        );
+      }
+      for (const id of ["ex-0", "ex-25999"]) {
+        await store.applyTransition({
+          executionId: id,
+          expected: { state: "PENDING", round: 0 },
+          next: {
+            state: "CANCELED",
+            round: 0,
+            attempt: 1,
+            maxAttempts: 1,
+            dispatches: 0,
+            maxDispatches: 3,
+          },
+          patch: {},
+          at: 2_000,
+          event: "cancel",
+        });
+      }
+      await store.flush();
+      for (const id of ["ex-0", "ex-1", "ex-12999", "ex-25998"]) {
+        expect((await store.getExecution(id))?.state, id).toBe(
+          id === "ex-0" ? "CANCELED" : "PENDING",
+        );
+      }
+      expect((await store.getExecution("ex-25999"))?.state).toBe("CANCELED");
+    });
+
     it("checkpoints on its thread, as the coordinator opens it, and loses nothing", async () => {
       const s = new SqliteStore({ path, groupCommit: true, checkpoint: "thread" });
       stores.push(s);

@@ -516,13 +516,16 @@ export class SqliteStore implements Store {
    * before. Updated on every write, dropped on any failed one. Callers share the records and
    * never change them.
    */
-  private readonly executions = new Map<string, ExecutionRecord>();
+  private executions = new Map<string, ExecutionRecord>();
 
   private cacheExecution(e: ExecutionRecord): void {
     if (!this.groupCommit) return;
     if (this.executions.size >= EXECUTION_CACHE_SIZE && !this.executions.has(e.id)) {
-      const oldest = this.executions.keys().next().value;
-      if (oldest !== undefined) this.executions.delete(oldest);
+      // The oldest quarter goes at once, into a new map. Deleting the oldest entry one at a time
+      // left the map's deleted slots at its front for every later lookup of "the oldest" to step
+      // over: creating 10,000 executions took three times as long once the cache was full.
+      const keep = [...this.executions].slice(EXECUTION_CACHE_SIZE / 4);
+      this.executions = new Map(keep);
     }
     this.executions.set(e.id, e);
   }
