@@ -300,4 +300,19 @@ export const SQLITE_MIGRATIONS: readonly Migration[] = [
       ALTER TABLE jobs ADD COLUMN updated_by TEXT;
     `,
   },
+  {
+    version: 13,
+    name: "job indexes without device commands",
+    sql: `
+      -- A device command has no job: its rows in the two indexes by job were never read (every
+      -- query through them names a job, which implies job_id IS NOT NULL), yet a command to
+      -- 10,000 agents paid 20,000 index inserts for them.
+      DROP INDEX executions_job;
+      DROP INDEX executions_open_job;
+      CREATE INDEX executions_job ON executions (job_id, created_at) WHERE job_id IS NOT NULL;
+      CREATE INDEX executions_open_job ON executions (job_id, created_at, id)
+        WHERE (state = 'PENDING' OR state = 'DISPATCHED' OR state = 'SCHEDULED'
+          OR state = 'RUNNING' OR state = 'RETRY_WAITING') AND job_id IS NOT NULL;
+    `,
+  },
 ];
