@@ -33,6 +33,13 @@ export interface SimCommand {
   /** Wheel handle of its fire while scheduled. */
   handle: number;
   startedAt?: number;
+  /** The estimate's uncertainty when it started: the start waits this long past fireAt (rule 12). */
+  uncertaintyAtStart?: number;
+  /**
+   * How far past fireAt the estimate less its uncertainty was when it started: the simulator's
+   * own lateness (its timer and its loop), the rest of the skew being the uncertainty.
+   */
+  timerLateMs?: number;
   /** How many times its handler ran: the test checks it is 1. */
   runs: number;
 }
@@ -650,6 +657,8 @@ export class SimAgent {
     }
     c.state = "running";
     c.startedAt = now;
+    c.uncertaintyAtStart = this.clock.uncertaintyMs;
+    c.timerLateMs = now - this.clock.uncertaintyMs - c.fireAt;
     c.runs++;
     this.ctx.counters.starts++;
     this.startedUnreported.push(c);

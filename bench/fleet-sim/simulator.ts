@@ -21,6 +21,8 @@ export interface SimulatorOptions {
   keepaliveS?: number;
   /** The batchBytes said in hello. @default 65536 */
   batchBytes?: number;
+  /** Called once, when the last agent is welcomed for the first time, with the wall time. */
+  onAllWelcomed?: (at: number) => void;
 }
 
 /**
@@ -100,7 +102,10 @@ export class Simulator {
         if (this.welcomedSet.has(agent)) return;
         this.welcomedSet.add(agent);
         this.welcomedOnce++;
-        if (this.welcomedOnce === this.agents.length) this.allWelcomedAt = ctx.localNow();
+        if (this.welcomedOnce === this.agents.length) {
+          this.allWelcomedAt = ctx.localNow();
+          options.onAllWelcomed?.(this.allWelcomedAt);
+        }
       },
       started: (agent) => {
         this.toReport.add(agent);
