@@ -47,7 +47,13 @@ async function main(args: FleetWorkerArgs): Promise<void> {
     {
       store: { path: args.storePath },
       // No broker session left behind on a shared broker once the run is over.
-      mqtt: { url: args.mqttUrl, prefix: args.prefix, persistentSession: false },
+      // A client id of the run's own, so the broker's log can be searched for what it dropped.
+      mqtt: {
+        url: args.mqttUrl,
+        prefix: args.prefix,
+        clientId: `ax-bench-${args.prefix}`,
+        persistentSession: false,
+      },
       security: { messages: "required" },
     },
     "bench",

@@ -8,7 +8,16 @@
  * all SUCCEEDED → SIGKILL the simulator → all N offline → clear the retained presences.
  */
 import { type ChildProcess, spawn } from "node:child_process";
-import { mkdtempSync, readFileSync, rmSync } from "node:fs";
+import {
+  closeSync,
+  fstatSync,
+  mkdtempSync,
+  openSync,
+  readFileSync,
+  readSync,
+  rmSync,
+  statSync,
+} from "node:fs";
 import { connect } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -33,6 +42,11 @@ export interface ScaleOptions {
   /** How far ahead of the POST the command's fireAt is, ms. */
   leadMs: number;
   connectConcurrency: number;
+  /**
+   * Mosquitto's log file, when it can be read: the run counts its notices that it is dropping
+   * messages for the coordinator's connection (its queue for one client is full), by phase.
+   */
+  brokerLog?: string | undefined;
 }
 
 export interface ScaleResult {
@@ -75,6 +89,47 @@ export interface ScaleResult {
   /** SIGKILL of the simulator → the coordinator's agent events say all N offline. */
   offlineMs: number | null;
   coordinatorLogs: { warn: number; error: number; samples: string[] } | null;
+  /**
+   * Episodes of the broker dropping messages for the coordinator (Mosquitto logs one notice when
+   * it starts dropping for a client), by phase; null without a broker log to read.
+   */
+  brokerDrops: Record<"connect" | "idle" | "command" | "death", number> | null;
+}
+
+/** The broker log's size now, to read only what this run adds to it. */
+function logSize(path: string | undefined): number {
+  if (path === undefined) return 0;
+  try {
+    return statSync(path).size;
+  } catch {
+    return 0;
+  }
+}
+
+/** Times (ms) of the broker's "dropped for client" notices about `clientId` since `from` bytes. */
+function dropNotices(path: string, from: number, clientId: string): number[] {
+  let text: string;
+  try {
+    const fd = openSync(path, "r");
+    try {
+      const size = fstatSync(fd).size;
+      const buf = Buffer.alloc(Math.max(0, size - from));
+      readSync(fd, buf, 0, buf.length, from);
+      text = buf.toString("utf8");
+    } finally {
+      closeSync(fd);
+    }
+  } catch {
+    return [];
+  }
+  const out: number[] = [];
+  for (const line of text.split("\n")) {
+    // "1796147575: Outgoing messages are being dropped for client ax-c-946c413be4267364."
+    if (!line.includes(`dropped for client ${clientId}.`)) continue;
+    const at = Number(line.slice(0, line.indexOf(":")));
+    if (Number.isFinite(at)) out.push(at * 1000);
+  }
+  return out;
 }
 
 const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms));
@@ -145,6 +200,7 @@ export async function runScale(o: ScaleOptions): Promise<ScaleResult> {
   const children: ChildProcess[] = [];
   const storePath = join(dir, "ax.sqlite");
   let db: Database.Database | undefined;
+  const logFrom = logSize(o.brokerLog);
   try {
     const workerArgs: FleetWorkerArgs = {
       storePath,
@@ -240,6 +296,7 @@ export async function runScale(o: ScaleOptions): Promise<ScaleResult> {
       return seen.allOnlineAt !== undefined;
     });
     const onlineMs = (seen.allOnlineAt as number) - simStart;
+    const idleFrom = Date.now();
     console.log(`  ${o.agents} online in ${(onlineMs / 1000).toFixed(1)} s`);
 
     // Idle: every agent heartbeating, nothing else.
@@ -344,12 +401,30 @@ export async function runScale(o: ScaleOptions): Promise<ScaleResult> {
       console.log(`  ${(err as Error).message.slice(0, 200)}`);
     }
     console.log(`  all offline ${offlineMs ?? "—"} ms after SIGKILL`);
+    await stopProcess(worker, 10_000);
+    // After the coordinator is gone: it would refuse each empty message as unsigned.
     await clearRetained(
       o.host,
       o.port,
       agentIds.map((id) => `${prefix}/v1/agents/${id}/presence`),
     );
-    await stopProcess(worker, 10_000);
+    let brokerDrops: ScaleResult["brokerDrops"] = null;
+    if (o.brokerLog !== undefined) {
+      brokerDrops = { connect: 0, idle: 0, command: 0, death: 0 };
+      // The log's times are whole seconds: a notice is put in the phase its second began in.
+      for (const at of dropNotices(o.brokerLog, logFrom, `ax-bench-${prefix}`)) {
+        const phase =
+          at < idleFrom - 1000
+            ? "connect"
+            : at < postStart - 1000
+              ? "idle"
+              : at < killAt - 1000
+                ? "command"
+                : "death";
+        brokerDrops[phase]++;
+      }
+      console.log(`  broker dropped messages for the coordinator: ${JSON.stringify(brokerDrops)}`);
+    }
     return {
       agents: o.agents,
       prefix,
@@ -374,6 +449,7 @@ export async function runScale(o: ScaleOptions): Promise<ScaleResult> {
       simCommands: status.commands,
       offlineMs,
       coordinatorLogs: seen.logs ?? null,
+      brokerDrops,
     };
   } finally {
     db?.close();

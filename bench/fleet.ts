@@ -8,8 +8,10 @@
  * after the simulator is killed with SIGKILL, and the simulator's own event-loop lag and CPU.
  *
  *   npm run bench:fleet                               # 1,000, 5,000 and 10,000; several minutes
- *   options: --agents 1000,5000  --idle 20 (s)  --settle 10 (s)  --lead 10000 (ms)
+ *   options: --agents 1000,5000  --idle 20 (s)  --settle 15 (s)  --lead 10000 (ms)
  *            --host 127.0.0.1 --port 1883  --concurrency 200 (connects awaiting CONNACK)
+ *            --broker-log FILE (Mosquitto's log, if readable: its notices that it dropped
+ *            messages for the coordinator's connection are counted by phase)
  *            --death-trials 10 (also the per-agent death trials of bench/fleet-death.ts;
  *            --agents 0 runs those alone)  --keepalive 2 (their agents' keepalive, s)
  *
@@ -49,13 +51,14 @@ const { values } = parseArgs({
   options: {
     agents: { type: "string", default: "1000,5000,10000" },
     idle: { type: "string", default: "20" },
-    settle: { type: "string", default: "10" },
+    settle: { type: "string", default: "15" },
     lead: { type: "string", default: "10000" },
     host: { type: "string", default: "127.0.0.1" },
     port: { type: "string", default: "1883" },
     concurrency: { type: "string", default: "200" },
     "death-trials": { type: "string", default: "0" },
     keepalive: { type: "string", default: "2" },
+    "broker-log": { type: "string" },
   },
   strict: true,
 });
@@ -108,6 +111,9 @@ function rowsOf(results: ScaleResult[]): (string | number)[][] {
     `${fmt(r.simStarts.uncertainty.p50)} / ${fmt(r.simStarts.uncertainty.p99)}`,
     `${fmt(r.simStarts.timerLate.p50)} / ${fmt(r.simStarts.timerLate.p99)}`,
     `${fmt(r.idle.simCpuPct)} / ${fmt(r.simFanout.cpuPct)}`,
+    r.brokerDrops === null
+      ? "—"
+      : `${r.brokerDrops.connect} / ${r.brokerDrops.idle} / ${r.brokerDrops.command} / ${r.brokerDrops.death}`,
   ]);
 }
 
@@ -126,6 +132,7 @@ const HEADER = [
   "uncertainty p50 / p99 ms",
   "sim late p50 / p99 ms",
   "sim CPU % idle / fan-out",
+  "broker drops connect / idle / command / death",
 ];
 
 function verdicts(r: ScaleResult) {
@@ -175,6 +182,7 @@ Reproduce with \`npm run bench:fleet\` (\`bench/fleet.ts\`; \`--agents 1000,5000
 - **the command**: \`POST /api/commands\` with \`selector: { tags: { fleet: "sim" } }\`, handler \`echo\`, \`at\` ${fmt(Number(machine.leadMs) / 1000)} s after the POST. *All accepted*: from the POST until no execution is PENDING or DISPATCHED (the store, read-only, every 100 ms). *Skew*: \`startedAt − fireAt\` of every execution as stored (the simulator's start, on its estimate of the coordinator's clock). *Dispatched after fireAt*: executions whose stored \`dispatchedAt\` is after their \`fireAt\`. *All SUCCEEDED*: from the POST.
 - **all offline**: from \`kill -9\` of the simulator (the kernel closes every socket, Mosquitto publishes every will) to the coordinator's event for the last agent.
 - **sim lag, sim CPU**: the simulator's event-loop delay (\`monitorEventLoopDelay\`) from the POST to all SUCCEEDED, and its CPU in the idle window and in that fan-out.
+- **broker drops**: how many times Mosquitto's log said it began dropping messages for the coordinator's connection (its queue for one client, \`max_queued_messages\`, 1,000 by default, was full), in each phase (\`--broker-log\`; — when not read). A dropped report is re-sent by its agent when acks stall (three heartbeats, 15 s); a dropped will leaves the agent to the heartbeat rule (three missed, 15 s).
 - **uncertainty, sim late**: the skew taken apart, per start, as the simulator saw it. An agent starts once its estimate of the coordinator's clock less the estimate's uncertainty reaches \`fireAt\` (rule 12), so a start is late by the uncertainty (half the round trip of its best clock sample, plus its age × 50 ppm) by design; *sim late* is how far past that moment the simulator's timer and loop actually started it. A skew made of these two is the clock exchange's and the simulator's, not the coordinator's; a dispatch that arrives after \`fireAt\` adds its own lateness to *sim late*.
 
 ${mdTable(HEADER, rowsOf(results))}
@@ -229,6 +237,7 @@ async function main(): Promise<void> {
           settleS: machine.settleS,
           leadMs: machine.leadMs,
           connectConcurrency: machine.connectConcurrency,
+          brokerLog: values["broker-log"],
         }),
       );
     }

@@ -623,13 +623,16 @@ export class SimAgent {
     this.scheduleFire(c);
   }
 
-  /** The monotonic time at which the estimate, less its uncertainty, reaches fireAt (rule 12). */
-  private scheduleFire(c: SimCommand): void {
+  /**
+   * Schedules the fire for when the estimate reaches fireAt, less the uncertainty it has now
+   * (rule 12), or, when `late` is false, for when the estimate alone reaches it: the fire then
+   * looks again with the uncertainty of that moment, which a better sample since the dispatch
+   * may have shrunk, so the start waits for the estimate as it is then, not as it was.
+   */
+  private scheduleFire(c: SimCommand, late = false): void {
+    const wait = late ? this.clock.uncertaintyMs : 0;
     const dueMono =
-      c.fireAt -
-      this.clock.offsetMs +
-      this.clock.uncertaintyMs -
-      (this.ctx.localNow() - this.ctx.monoNow());
+      c.fireAt - this.clock.offsetMs + wait - (this.ctx.localNow() - this.ctx.monoNow());
     c.handle = this.ctx.schedule(dueMono, { kind: "fire", agent: this, command: c });
   }
 
@@ -637,8 +640,7 @@ export class SimAgent {
     if (c.state !== "scheduled") return;
     const now = this.coordNow();
     if (now - this.clock.uncertaintyMs < c.fireAt) {
-      // The estimate moved since it was scheduled: never early.
-      this.scheduleFire(c);
+      this.scheduleFire(c, true); // never early
       return;
     }
     if (now > c.deadline) {
