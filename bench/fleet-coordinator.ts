@@ -33,8 +33,8 @@ export type FleetWorkerLine =
   | { t: "started"; pid: number; httpUrl: string; enrollMs: number }
   /** Every time the count of online agents reaches a tenth more of the fleet, and all of it. */
   | { t: "online"; online: number; at: number }
-  /** The last agent went offline. */
-  | { t: "offline"; online: number; at: number }
+  /** The last agent went offline; `reasons` counts why each went, since all were online. */
+  | { t: "offline"; online: number; at: number; reasons: Record<string, number> }
   | { t: "logs"; warn: number; error: number; samples: string[] };
 
 function emit(line: FleetWorkerLine): void {
@@ -96,16 +96,23 @@ async function main(args: FleetWorkerArgs): Promise<void> {
   const online = new Set<string>();
   let next = step;
   let wasFull = false;
+  let reasons: Record<string, number> = {};
   coordinator.events.on("agent", (e) => {
     if (e.status === "online") online.add(e.agentId);
-    else online.delete(e.agentId);
+    else {
+      online.delete(e.agentId);
+      if (wasFull) reasons[e.reason] = (reasons[e.reason] ?? 0) + 1;
+    }
     if (online.size >= Math.min(next, n)) {
       emit({ t: "online", online: online.size, at: e.at });
       next = online.size + step;
-      if (online.size === n) wasFull = true;
+      if (online.size === n) {
+        wasFull = true;
+        reasons = {};
+      }
     }
     if (wasFull && online.size === 0) {
-      emit({ t: "offline", online: 0, at: e.at });
+      emit({ t: "offline", online: 0, at: e.at, reasons });
       wasFull = false;
     }
   });

@@ -88,10 +88,13 @@ export interface ScaleResult {
   simCommands: { held: number; runs: number; runTwice: number };
   /** SIGKILL of the simulator → the coordinator's agent events say all N offline. */
   offlineMs: number | null;
+  /** Why the coordinator took each agent offline after the kill (its agent events' reason). */
+  offlineReasons: Record<string, number> | null;
   coordinatorLogs: { warn: number; error: number; samples: string[] } | null;
   /**
-   * Episodes of the broker dropping messages for the coordinator (Mosquitto logs one notice when
-   * it starts dropping for a client), by phase; null without a broker log to read.
+   * The broker's notices that it is dropping messages for the coordinator, by phase; null without
+   * a broker log to read. Mosquitto logs the first drop of a connection, not every one, so after
+   * the first phase with a notice the others may have had drops it did not log.
    */
   brokerDrops: Record<"connect" | "idle" | "command" | "death", number> | null;
 }
@@ -219,13 +222,16 @@ export async function runScale(o: ScaleOptions): Promise<ScaleResult> {
       started?: Extract<FleetWorkerLine, { t: "started" }>;
       allOnlineAt?: number;
       allOfflineAt?: number;
+      offlineReasons?: Record<string, number>;
       logs?: Extract<FleetWorkerLine, { t: "logs" }>;
     } = {};
     lines<FleetWorkerLine>(worker, (line) => {
       if (line.t === "started") seen.started = line;
       else if (line.t === "online" && line.online === o.agents) seen.allOnlineAt = line.at;
-      else if (line.t === "offline") seen.allOfflineAt = line.at;
-      else if (line.t === "logs") seen.logs = line;
+      else if (line.t === "offline") {
+        seen.allOfflineAt = line.at;
+        seen.offlineReasons = line.reasons;
+      } else if (line.t === "logs") seen.logs = line;
     });
     const until = async (what: string, timeoutMs: number, cond: () => boolean) => {
       const end = Date.now() + timeoutMs;
@@ -400,7 +406,9 @@ export async function runScale(o: ScaleOptions): Promise<ScaleResult> {
     } catch (err) {
       console.log(`  ${(err as Error).message.slice(0, 200)}`);
     }
-    console.log(`  all offline ${offlineMs ?? "—"} ms after SIGKILL`);
+    console.log(
+      `  all offline ${offlineMs ?? "—"} ms after SIGKILL (${JSON.stringify(seen.offlineReasons ?? {})})`,
+    );
     await stopProcess(worker, 10_000);
     // After the coordinator is gone: it would refuse each empty message as unsigned.
     await clearRetained(
@@ -448,6 +456,7 @@ export async function runScale(o: ScaleOptions): Promise<ScaleResult> {
       simCounters: { ...status.counters },
       simCommands: status.commands,
       offlineMs,
+      offlineReasons: seen.offlineReasons ?? null,
       coordinatorLogs: seen.logs ?? null,
       brokerDrops,
     };

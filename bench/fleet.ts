@@ -106,7 +106,13 @@ function rowsOf(results: ScaleResult[]): (string | number)[][] {
     `${fmt(r.command.skew.p50)} / ${fmt(r.command.skew.p99)} / ${fmt(r.command.skew.max)}`,
     `${r.command.dispatchedAfterFireAt} (${fmt(100 * r.command.dispatchedAfterFireAtShare)} %)`,
     s(r.command.succeededMs),
-    ms(r.offlineMs),
+    `${ms(r.offlineMs)}${
+      r.offlineReasons
+        ? ` (${Object.entries(r.offlineReasons)
+            .map(([k, n]) => `${k} ×${n}`)
+            .join(", ")})`
+        : ""
+    }`,
     `${fmt(r.simFanout.lag.p99)} / ${fmt(r.simFanout.lag.max)}`,
     `${fmt(r.simStarts.uncertainty.p50)} / ${fmt(r.simStarts.uncertainty.p99)}`,
     `${fmt(r.simStarts.timerLate.p50)} / ${fmt(r.simStarts.timerLate.p99)}`,
@@ -127,7 +133,7 @@ const HEADER = [
   "skew p50 / p99 / max ms",
   "dispatched after fireAt",
   "all SUCCEEDED s",
-  "all offline ms",
+  "all offline ms (why)",
   "sim lag p99 / max ms",
   "uncertainty p50 / p99 ms",
   "sim late p50 / p99 ms",
@@ -182,7 +188,8 @@ Reproduce with \`npm run bench:fleet\` (\`bench/fleet.ts\`; \`--agents 1000,5000
 - **the command**: \`POST /api/commands\` with \`selector: { tags: { fleet: "sim" } }\`, handler \`echo\`, \`at\` ${fmt(Number(machine.leadMs) / 1000)} s after the POST. *All accepted*: from the POST until no execution is PENDING or DISPATCHED (the store, read-only, every 100 ms). *Skew*: \`startedAt − fireAt\` of every execution as stored (the simulator's start, on its estimate of the coordinator's clock). *Dispatched after fireAt*: executions whose stored \`dispatchedAt\` is after their \`fireAt\`. *All SUCCEEDED*: from the POST.
 - **all offline**: from \`kill -9\` of the simulator (the kernel closes every socket, Mosquitto publishes every will) to the coordinator's event for the last agent.
 - **sim lag, sim CPU**: the simulator's event-loop delay (\`monitorEventLoopDelay\`) from the POST to all SUCCEEDED, and its CPU in the idle window and in that fan-out.
-- **broker drops**: how many times Mosquitto's log said it began dropping messages for the coordinator's connection (its queue for one client, \`max_queued_messages\`, 1,000 by default, was full), in each phase (\`--broker-log\`; — when not read). A dropped report is re-sent by its agent when acks stall (three heartbeats, 15 s); a dropped will leaves the agent to the heartbeat rule (three missed, 15 s).
+- **all offline (why)**: with the reason of the coordinator's agent events: \`presence\` (the will) or the heartbeat rule (three missed, 15 s).
+- **broker drops**: Mosquitto's notices (\`--broker-log\`; — when not read) that it began dropping messages for the coordinator's connection (its queue for one client, \`max_queued_messages\`, 1,000 by default, was full), by the phase the notice fell in. Mosquitto logs the first drop of a connection only, so a phase after the first with a notice may have dropped without one. A dropped report is re-sent by its agent when acks stall (three heartbeats, 15 s); a dropped hello, after 2 s; a dropped will leaves the agent to the heartbeat rule.
 - **uncertainty, sim late**: the skew taken apart, per start, as the simulator saw it. An agent starts once its estimate of the coordinator's clock less the estimate's uncertainty reaches \`fireAt\` (rule 12), so a start is late by the uncertainty (half the round trip of its best clock sample, plus its age × 50 ppm) by design; *sim late* is how far past that moment the simulator's timer and loop actually started it. A skew made of these two is the clock exchange's and the simulator's, not the coordinator's; a dispatch that arrives after \`fireAt\` adds its own lateness to *sim late*.
 
 ${mdTable(HEADER, rowsOf(results))}

@@ -85,8 +85,8 @@ export interface SimCounters {
   helloRetries: number;
 }
 
-/** How long without a welcome before hello is sent again. */
-const HELLO_RETRY_MS = 5_000;
+/** How long without a welcome before hello is sent again (as the reference agent). */
+const HELLO_RETRY_MS = 2_000;
 /** The reference agent's floor between two replays on request. */
 const REPLAY_GAP_MS = 500;
 /** The coordinator's freshness window (security.freshnessMs default). */
