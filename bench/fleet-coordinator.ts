@@ -99,9 +99,9 @@ async function main(args: FleetWorkerArgs): Promise<void> {
   let reasons: Record<string, number> = {};
   coordinator.events.on("agent", (e) => {
     if (e.status === "online") online.add(e.agentId);
-    else {
-      online.delete(e.agentId);
-      if (wasFull) reasons[e.reason] = (reasons[e.reason] ?? 0) + 1;
+    // Counted once per agent: a late will after the heartbeat rule took it is no second death.
+    else if (online.delete(e.agentId) && wasFull) {
+      reasons[e.reason] = (reasons[e.reason] ?? 0) + 1;
     }
     if (online.size >= Math.min(next, n)) {
       emit({ t: "online", online: online.size, at: e.at });

@@ -40,6 +40,8 @@ export async function runDeathTrials(TRIALS: number, KEEPALIVE_S: number): Promi
       store: { path: join(tmp.dir, "ax.sqlite") },
       mqtt: { url: broker.url, prefix: "axbench" },
       heartbeatMs: 10_000,
+      // Its agents hold no identity: what is measured is how a death is noticed, not sealing.
+      security: { messages: "off" },
     }),
   );
   await coordinator.start();

@@ -24,6 +24,10 @@
  * - a `cancel` of a scheduled command is reported `canceled`; a running one cannot be cancelled
  *   (it has already finished);
  * - it remembers 64 down MAC tags per agent against replays, not 4,096;
+ * - plain TCP only (no TLS), clean sessions, and it publishes and subscribes with QoS 1 only;
+ * - a fire is looked at when the estimate reaches fireAt and then started once the estimate less
+ *   the uncertainty of that moment has (the reference agent schedules it once, with the
+ *   uncertainty it had when the dispatch came), so a better sample since shortens the wait;
  * - every agent shares this process's clock (all on one machine): each still keeps its own
  *   offset estimate from its own samples;
  * - starts due in one turn of the loop are all stamped in that turn before any of their reports

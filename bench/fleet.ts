@@ -12,6 +12,9 @@
  *            --host 127.0.0.1 --port 1883  --concurrency 200 (connects awaiting CONNACK)
  *            --broker-log FILE (Mosquitto's log, if readable: its notices that it dropped
  *            messages for the coordinator's connection are counted by phase)
+ *            --broker own (instead of the broker at --host/--port, a Mosquitto of the bench's
+ *            own on a free port, configured as the chaos suite's: set_tcp_nodelay, 100 in
+ *            flight and 100,000 queued per client; its results go to fleet-own-mosquitto)
  *            --death-trials 10 (also the per-agent death trials of bench/fleet-death.ts;
  *            --agents 0 runs those alone)  --keepalive 2 (their agents' keepalive, s)
  *
@@ -24,6 +27,8 @@ import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { parseArgs } from "node:util";
 import { build } from "esbuild";
+import { type BrokerProcess, brokerProcess } from "../test/helpers/chaos/broker-process.js";
+import { tempDir } from "../test/helpers/env.js";
 import { runDeathTrials } from "./fleet-death.js";
 import { runScale, type ScaleResult } from "./fleet-scale.js";
 import { fmt, mdTable, printTable, writeResults } from "./lib.js";
@@ -59,6 +64,7 @@ const { values } = parseArgs({
     "death-trials": { type: "string", default: "0" },
     keepalive: { type: "string", default: "2" },
     "broker-log": { type: "string" },
+    broker: { type: "string", default: "machine" },
   },
   strict: true,
 });
@@ -72,6 +78,11 @@ const sizes = values.agents
   .map((a) => num("agents", a, 0))
   .filter((n) => n > 0);
 const deathTrials = num("death-trials", values["death-trials"], 0);
+const ownBroker = ((b: string) => {
+  if (b !== "machine" && b !== "own")
+    throw new Error(`--broker must be machine or own, not "${b}"`);
+  return b === "own";
+})(values.broker);
 
 async function buildAll(): Promise<void> {
   mkdirSync(DIST, { recursive: true });
@@ -176,12 +187,16 @@ function markdown(
   results: ScaleResult[],
   judged: ScaleResult | undefined,
   machine: Record<string, unknown>,
+  own: boolean,
 ): string {
   const v = judged ? verdicts(judged) : [];
   const sim = results[results.length - 1];
-  return `## Fleet at scale: a coordinator and up to ${Math.max(...results.map((r) => r.agents)).toLocaleString("en-US")} simulated agents
+  const broker = own
+    ? "a Mosquitto of the bench's own on a free port, configured as the chaos suite's (`set_tcp_nodelay true`, `max_inflight_messages 100`, `max_queued_messages 100000`: the settings docs/operations.md asks for, with a larger queue)"
+    : `the broker at ${machine.broker} (the machine's Mosquitto 2, with its default settings: no \`set_tcp_nodelay\`, 20 messages in flight and 1,000 queued per client, where docs/operations.md asks for \`set_tcp_nodelay true\`, 100 and 10,000)`;
+  return `## Fleet at scale: a coordinator and up to ${Math.max(...results.map((r) => r.agents)).toLocaleString("en-US")} simulated agents${own ? ", on a broker configured as docs/operations.md says" : ""}
 
-Reproduce with \`npm run bench:fleet\` (\`bench/fleet.ts\`; \`--agents 1000,5000,10000\` is the default). For each fleet size, one fresh coordinator process (\`bench/fleet-coordinator.ts\`: the real \`Coordinator\` and HTTP API, a fresh SQLite store, \`security.messages: "required"\`, the default heartbeat of 5 s) with every agent enrolled in bulk before it starts (tag \`fleet=sim\`), and one simulator process (\`bench/fleet-sim.ts\`) running all the agents, each on its own MQTT connection to the machine's Mosquitto (127.0.0.1:1883, default settings) under a topic prefix of the run's own. The simulator speaks protocol v1 as an agent does (sealed messages, clock exchange with \`heartbeat.time\`, outbox and acks, batches both ways) but keeps its journal in memory and has one instant handler, \`echo\`; its header comment lists what it simplifies. It opens at most ${machine.connectConcurrency} connections awaiting CONNACK at once. Measured on ${machine.cpus} cores (${machine.cpuModel}), load average ${(machine.loadavgAtStart as number[]).join(" / ")} at start and ${(machine.loadavgAtEnd as number[]).join(" / ")} at the end, **shared with other work** (Mosquitto, the simulator and the coordinator are on the same 2 cores, and other processes ran meanwhile): the figures are rough.
+Reproduce with \`npm run bench:fleet${own ? " -- --broker own" : ""}\` (\`bench/fleet.ts\`; \`--agents 1000,5000,10000\` is the default). For each fleet size, one fresh coordinator process (\`bench/fleet-coordinator.ts\`: the real \`Coordinator\` and HTTP API, a fresh SQLite store, \`security.messages: "required"\`, the default heartbeat of 5 s) with every agent enrolled in bulk before it starts (tag \`fleet=sim\`), and one simulator process (\`bench/fleet-sim.ts\`) running all the agents, each on its own MQTT connection to ${broker}, under a topic prefix of the run's own. The simulator speaks protocol v1 as an agent does (sealed messages, clock exchange with \`heartbeat.time\`, outbox and acks, batches both ways) but keeps its journal in memory and has one instant handler, \`echo\`; its header comment lists what it simplifies. It opens at most ${machine.connectConcurrency} connections awaiting CONNACK at once. Measured on ${machine.cpus} cores (${machine.cpuModel}), load average ${(machine.loadavgAtStart as number[]).join(" / ")} at start and ${(machine.loadavgAtEnd as number[]).join(" / ")} at the end, **shared with other work** (Mosquitto, the simulator and the coordinator are on the same 2 cores, and other processes ran meanwhile): the figures are rough.
 
 - **all online**: from spawning the simulator to the coordinator's agent events saying all N are online.
 - **idle**: ${results[0]?.idle.windowS.toFixed(0) ?? "?"} s, ${machine.settleS} s after the last came online, every agent heartbeating every 5 s and nothing else; the coordinator's CPU (user + system, \`/proc/PID/stat\`, % of one core) and RSS (\`VmRSS\`, MB of 10^6 bytes).
@@ -224,6 +239,7 @@ async function main(): Promise<void> {
     loadavgAtEnd: [] as number[],
     runSeconds: 0,
     connectConcurrency: num("concurrency", values.concurrency, 1),
+    broker: ownBroker ? "own" : `${values.host}:${values.port}`,
     settleS: num("settle", values.settle, 0),
     idleS: num("idle", values.idle, 1),
     leadMs: num("lead", values.lead, 1000),
@@ -231,22 +247,36 @@ async function main(): Promise<void> {
   if (sizes.length > 0) {
     await buildAll();
     const results: ScaleResult[] = [];
-    for (const agents of sizes) {
-      console.log(`\n${agents.toLocaleString("en-US")} simulated agents …`);
-      results.push(
-        await runScale({
-          agents,
-          host: values.host,
-          port: num("port", values.port, 1),
-          workerFile: WORKER,
-          simFile: SIM,
-          idleS: machine.idleS,
-          settleS: machine.settleS,
-          leadMs: machine.leadMs,
-          connectConcurrency: machine.connectConcurrency,
-          brokerLog: values["broker-log"],
-        }),
-      );
+    const brokerDir = ownBroker ? tempDir("ax-bench-fleet-broker-") : undefined;
+    let broker: BrokerProcess | undefined;
+    try {
+      if (brokerDir) {
+        broker = await brokerProcess(brokerDir.dir, "mosquitto");
+        await broker.start();
+      }
+      for (const agents of sizes) {
+        console.log(`\n${agents.toLocaleString("en-US")} simulated agents …`);
+        results.push(
+          await runScale({
+            agents,
+            host: broker ? "127.0.0.1" : values.host,
+            port: broker ? broker.port : num("port", values.port, 1),
+            workerFile: WORKER,
+            simFile: SIM,
+            idleS: machine.idleS,
+            settleS: machine.settleS,
+            leadMs: machine.leadMs,
+            connectConcurrency: machine.connectConcurrency,
+            brokerLog:
+              brokerDir !== undefined
+                ? join(brokerDir.dir, "mosquitto-broker.log")
+                : values["broker-log"],
+          }),
+        );
+      }
+    } finally {
+      await broker?.stop();
+      brokerDir?.cleanup();
     }
     console.log("");
     printTable(HEADER, rowsOf(results));
@@ -261,7 +291,7 @@ async function main(): Promise<void> {
     machine.loadavgAtEnd = loadavg().map(round);
     machine.runSeconds = Math.round((performance.now() - started) / 1000);
     writeResults(
-      "fleet",
+      ownBroker ? "fleet-own-mosquitto" : "fleet",
       {
         machine,
         targets: TARGETS,
@@ -273,7 +303,7 @@ async function main(): Promise<void> {
           : null,
         runs: results,
       },
-      markdown(results, judged, machine),
+      markdown(results, judged, machine, ownBroker),
     );
   }
   if (deathTrials > 0) await runDeathTrials(deathTrials, num("keepalive", values.keepalive, 1));
