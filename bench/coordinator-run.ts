@@ -115,7 +115,7 @@ const agentIdOf = (n: number) => `bench-agent-${n}`;
 const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms));
 
 /** CPU time (user + system) of a process, ms, from /proc/PID/stat (USER_HZ 100). */
-function cpuMs(pid: number): number {
+export function cpuMs(pid: number): number {
   try {
     const fields = (readFileSync(`/proc/${pid}/stat`, "utf8").split(") ")[1] ?? "").split(" ");
     return (Number(fields[11]) + Number(fields[12])) * 10;
@@ -134,7 +134,7 @@ function schedNs(pid: number): [number, number] {
   }
 }
 
-function statusKb(pid: number, field: "VmRSS" | "VmHWM"): number {
+export function statusKb(pid: number, field: "VmRSS" | "VmHWM"): number {
   try {
     const m = new RegExp(`^${field}:\\s+(\\d+) kB`, "m").exec(
       readFileSync(`/proc/${pid}/status`, "utf8"),

@@ -1,0 +1,669 @@
+import { connect, type Socket } from "node:net";
+import {
+  encodeAck,
+  encodeConnect,
+  encodePublish,
+  encodeSubscribe,
+  type IncomingPacket,
+  PacketReader,
+  PINGREQ_PACKET,
+} from "../../agent/link/mqtt-codec.js";
+import { type Dispatch, type DownMessage, decodeAll } from "../../shared/protocol/index.js";
+import { MAX_SEAL_BYTES, seal, unseal, verifyTag } from "../../shared/protocol/mac.js";
+import { SimClock } from "./clock-rule.js";
+
+/** What one simulated agent needs to know about itself: its id and its enrolled key. */
+export interface SimAgentSpec {
+  agentId: string;
+  /** The 32-byte message key of its identity. */
+  key: Buffer;
+  generation: number;
+  username?: string | undefined;
+  password?: string | undefined;
+}
+
+/** One command in an agent's in-memory journal. */
+export interface SimCommand {
+  executionId: string;
+  round: number;
+  fireAt: number;
+  deadline: number;
+  params: Record<string, unknown>;
+  state: "scheduled" | "running" | "succeeded" | "expired";
+  /** Wheel handle of its fire while scheduled. */
+  handle: number;
+  startedAt?: number;
+  /** The estimate's uncertainty when it started: the start waits this long past fireAt (rule 12). */
+  uncertaintyAtStart?: number;
+  /**
+   * How far past fireAt the estimate less its uncertainty was when it started: the simulator's
+   * own lateness (its timer and its loop), the rest of the skew being the uncertainty.
+   */
+  timerLateMs?: number;
+  /** How many times its handler ran: the test checks it is 1. */
+  runs: number;
+}
+
+/** A task on the simulator's one timing wheel. */
+export type SimTask =
+  | { kind: "heartbeat" | "hello" | "replay" | "connect"; agent: SimAgent; generation: number }
+  | { kind: "fire"; agent: SimAgent; command: SimCommand };
+
+/** What the agents share: the simulator's clock, wheel, ids and counters. */
+export interface SimContext {
+  readonly host: string;
+  readonly port: number;
+  readonly prefix: string;
+  readonly keepaliveS: number;
+  /** Said in hello: the agent reads batches of commands up to this many bytes. */
+  readonly batchBytes: number;
+  readonly handlers: readonly string[];
+  readonly tags: Record<string, string>;
+  /** Wall-clock ms of this process, advancing monotonically (one anchor for every agent). */
+  localNow(): number;
+  monoNow(): number;
+  schedule(dueMono: number, task: SimTask): number;
+  cancel(handle: number): void;
+  msgId(): string;
+  /** The connection got its CONNACK, or failed before it: the ramp may open another. */
+  connectSettled(agent: SimAgent): void;
+  welcomed(agent: SimAgent): void;
+  /** A start was stamped: its reports are sent once every start due now has been stamped. */
+  started(agent: SimAgent): void;
+  readonly counters: SimCounters;
+}
+
+export interface SimCounters {
+  connects: number;
+  disconnects: number;
+  refused: number;
+  invalid: number;
+  dispatches: number;
+  duplicates: number;
+  starts: number;
+  replays: number;
+  helloRetries: number;
+}
+
+/** How long without a welcome before hello is sent again (as the reference agent). */
+const HELLO_RETRY_MS = 2_000;
+/** The reference agent's floor between two replays on request. */
+const REPLAY_GAP_MS = 500;
+/** The coordinator's freshness window (security.freshnessMs default). */
+const FRESHNESS_MS = 300_000;
+/** Down tags remembered against replays (the reference agent keeps 4,096). */
+const REMEMBERED_TAGS = 64;
+const MAX_BATCH_ITEMS = 256;
+
+/**
+ * One simulated protocol-v1 agent on its own MQTT connection: the session, the clock exchange,
+ * the outbox, and an in-memory journal whose only handler is an instant `echo`. It owns no timer:
+ * everything timed is a task on the simulator's wheel, which calls {@link run}.
+ */
+export class SimAgent {
+  readonly topicUp: string;
+  readonly topicDown: string;
+  readonly topicPresence: string;
+  readonly instanceId: string;
+  readonly journalId: string;
+  /** Every command it was dispatched, by execution id. */
+  readonly journal = new Map<string, SimCommand>();
+  /** Starts stamped and not yet reported. */
+  readonly startedUnreported: SimCommand[] = [];
+  readonly clock = new SimClock();
+  private socket: Socket | undefined;
+  private reader = new PacketReader(1024 * 1024);
+  /** Bumped per connection, so a task of an old connection does nothing. */
+  private generation = 0;
+  private packetId = 0;
+  connected = false;
+  isWelcomed = false;
+  private stopped = false;
+  private seq = 0;
+  private readonly outbox: { seq: number; body: string }[] = [];
+  private pendingReports: string[] = [];
+  private upBatchBytes = 0;
+  private heartbeatMs = 5_000;
+  private heartbeatHandle = 0;
+  private helloHandle = 0;
+  private lastSignedAt = 0;
+  private readonly seenTags = new Set<string>();
+  private lastReplayAt = Number.NEGATIVE_INFINITY;
+  private replayQueued = false;
+  private lastWriteMono = 0;
+  /** Oldest unacknowledged seq at the last heartbeat, and since when it has not moved. */
+  private stallSeq: number | undefined;
+  private stallSince = 0;
+
+  constructor(
+    readonly spec: SimAgentSpec,
+    private readonly ctx: SimContext,
+  ) {
+    const base = `${ctx.prefix}/v1/agents/${spec.agentId}`;
+    this.topicUp = `${base}/up`;
+    this.topicDown = `${base}/down`;
+    this.topicPresence = `${base}/presence`;
+    this.instanceId = `i${ctx.msgId()}`;
+    this.journalId = `j${ctx.msgId()}`;
+  }
+
+  /** Coordinator time as this agent estimates it (rule 4). */
+  coordNow(): number {
+    return this.ctx.localNow() + this.clock.offsetMs;
+  }
+
+  /** Opens the connection: CONNECT with the sealed offline presence as its will. */
+  connect(): void {
+    if (this.stopped || this.socket !== undefined) return;
+    const generation = ++this.generation;
+    this.reader = new PacketReader(1024 * 1024);
+    const connAt = Math.floor(this.coordNow());
+    // The will and the online presence are signed at the same time, the connection's opening, so
+    // the coordinator accepts this connection's will and no older one.
+    const presence = (status: "online" | "offline") =>
+      seal(
+        JSON.stringify({
+          v: 1,
+          type: "presence",
+          msgId: this.ctx.msgId(),
+          sentAt: connAt,
+          status,
+          instanceId: this.instanceId,
+        }),
+        this.topicPresence,
+        this.spec.key,
+        this.spec.generation,
+        connAt,
+      );
+    const socket = connect({ host: this.ctx.host, port: this.ctx.port });
+    this.socket = socket;
+    socket.setNoDelay(true);
+    let settled = false;
+    const settle = () => {
+      if (settled) return;
+      settled = true;
+      this.ctx.connectSettled(this);
+    };
+    socket.on("connect", () => {
+      this.write(
+        encodeConnect({
+          clientId: this.spec.agentId,
+          keepaliveS: this.ctx.keepaliveS,
+          clean: true,
+          will: { topic: this.topicPresence, payload: presence("offline"), qos: 1, retain: true },
+          username: this.spec.username,
+          password: this.spec.password,
+        }),
+      );
+    });
+    socket.on("data", (chunk: Buffer) => {
+      const t3 = this.ctx.localNow();
+      let packets: IncomingPacket[];
+      try {
+        packets = this.reader.push(chunk);
+      } catch {
+        socket.destroy();
+        return;
+      }
+      for (const p of packets) {
+        if (generation !== this.generation) return;
+        if (p.type === "connack") {
+          settle();
+          if (p.returnCode !== 0) {
+            socket.destroy();
+            return;
+          }
+          this.ctx.counters.connects++;
+          this.write(encodeSubscribe(this.nextPacketId(), this.topicDown, 1));
+        } else if (p.type === "suback") {
+          this.connected = true;
+          // Retained online presence, then hello, after the subscription: no answer is missed.
+          this.publish(this.topicPresence, presence("online"), true);
+          this.sendHello();
+        } else if (p.type === "publish") {
+          if (p.qos > 0) this.write(encodeAck("puback", p.packetId));
+          if (p.topic === this.topicDown) this.onDown(p.payload, t3);
+        }
+      }
+    });
+    socket.on("error", () => {});
+    socket.on("close", () => {
+      settle();
+      if (this.socket !== socket) return;
+      this.socket = undefined;
+      if (this.connected) this.ctx.counters.disconnects++;
+      this.connected = false;
+      this.isWelcomed = false;
+      this.generation++;
+      this.ctx.cancel(this.heartbeatHandle);
+      this.ctx.cancel(this.helloHandle);
+      if (!this.stopped) {
+        // Back again after a second or two, spread so a broker restart is not met by all at once.
+        this.ctx.schedule(this.ctx.monoNow() + 1_000 + Math.random() * 1_000, {
+          kind: "connect",
+          agent: this,
+          generation: this.generation,
+        });
+      }
+    });
+  }
+
+  /** Closes the connection without DISCONNECT (the broker publishes the will) and stays down. */
+  stop(): void {
+    this.stopped = true;
+    this.socket?.destroy();
+  }
+
+  /** A wheel task of this agent is due. */
+  run(task: SimTask): void {
+    if (task.kind === "fire") {
+      this.fire(task.command);
+      return;
+    }
+    if (task.generation !== this.generation) return;
+    if (task.kind === "heartbeat") this.heartbeat();
+    else if (task.kind === "hello") {
+      if (this.isWelcomed || !this.connected) return;
+      this.ctx.counters.helloRetries++;
+      this.sendHello();
+    } else {
+      this.replayQueued = false;
+      this.replay();
+    }
+  }
+
+  /** The reports of the starts stamped since the last call: started and finished, together. */
+  reportStarted(): void {
+    for (const c of this.startedUnreported.splice(0)) {
+      const startedAt = c.startedAt as number;
+      this.report({
+        type: "started",
+        executionId: c.executionId,
+        round: c.round,
+        startedAt,
+        lateMs: Math.max(0, startedAt - c.fireAt),
+      });
+      c.state = "succeeded";
+      this.report({
+        type: "finished",
+        executionId: c.executionId,
+        round: c.round,
+        outcome: "succeeded",
+        retryable: false,
+        message: "",
+        result: { echo: c.params },
+        startedAt,
+        finishedAt: Math.max(startedAt, this.coordNow()),
+      });
+    }
+    this.flushReports();
+  }
+
+  // --- sending ------------------------------------------------------------------------------
+
+  private nextPacketId(): number {
+    this.packetId = (this.packetId % 0xffff) + 1;
+    return this.packetId;
+  }
+
+  private write(bytes: Buffer): void {
+    const socket = this.socket;
+    if (socket === undefined || socket.destroyed) return;
+    this.lastWriteMono = this.ctx.monoNow();
+    socket.write(bytes);
+  }
+
+  private publish(topic: string, payload: Buffer, retain = false): void {
+    this.write(encodePublish({ topic, payload, qos: 1, retain, packetId: this.nextPacketId() }));
+  }
+
+  /** Seals a body for the up topic at a strictly rising time, and publishes it. */
+  private publishUp(body: string): void {
+    const at = Math.max(Math.floor(this.coordNow()), this.lastSignedAt + 1);
+    this.lastSignedAt = at;
+    this.publish(this.topicUp, seal(body, this.topicUp, this.spec.key, this.spec.generation, at));
+  }
+
+  private envelope(body: Record<string, unknown>, sentAt = this.coordNow()): string {
+    return JSON.stringify({ v: 1, msgId: this.ctx.msgId(), sentAt, ...body });
+  }
+
+  private sendHello(): void {
+    const sentAt = this.coordNow();
+    this.clock.stamp(sentAt);
+    this.publishUp(
+      this.envelope(
+        {
+          type: "hello",
+          agentId: this.spec.agentId,
+          instanceId: this.instanceId,
+          journalId: this.journalId,
+          lastSeq: this.seq,
+          profile: "fleet-sim",
+          bundle: { version: "0.1.0", sha256: "dev" },
+          handlers: this.ctx.handlers,
+          capacity: { concurrency: 1, queue: 16 },
+          tags: this.ctx.tags,
+          batchBytes: this.ctx.batchBytes,
+        },
+        sentAt,
+      ),
+    );
+    this.helloHandle = this.ctx.schedule(this.ctx.monoNow() + HELLO_RETRY_MS, {
+      kind: "hello",
+      agent: this,
+      generation: this.generation,
+    });
+  }
+
+  private heartbeat(): void {
+    if (!this.isWelcomed) return;
+    const now = this.ctx.monoNow();
+    let scheduled = 0;
+    for (const c of this.journal.values()) if (c.state === "scheduled") scheduled++;
+    const sentAt = this.coordNow();
+    this.clock.stamp(sentAt);
+    this.publishUp(
+      this.envelope(
+        {
+          type: "heartbeat",
+          instanceId: this.instanceId,
+          running: [],
+          queued: 0,
+          scheduled,
+          load: 0,
+          clockOffset: { offsetMs: this.clock.offsetMs, uncertaintyMs: this.clock.uncertaintyMs },
+          journal: { depth: scheduled, outboxDepth: this.outbox.length },
+          time: this.clock.wantsSample(this.ctx.localNow()),
+        },
+        sentAt,
+      ),
+    );
+    // As the reference agent: acknowledgements that stopped moving for three heartbeats (5 s at
+    // least) mean a report was lost beyond a gap, or the coordinator restarted; re-send.
+    const oldest = this.outbox[0]?.seq;
+    if (oldest !== this.stallSeq) {
+      this.stallSeq = oldest;
+      this.stallSince = now;
+    } else if (
+      oldest !== undefined &&
+      now - this.stallSince >= Math.max(3 * this.heartbeatMs, 5_000)
+    ) {
+      this.requestReplay();
+      this.stallSince = now;
+    }
+    // Heartbeats are traffic enough for the keepalive unless they are further apart than half of it.
+    if (now - this.lastWriteMono > (this.ctx.keepaliveS * 1000) / 2) this.write(PINGREQ_PACKET);
+    this.heartbeatHandle = this.ctx.schedule(now + this.heartbeatMs, {
+      kind: "heartbeat",
+      agent: this,
+      generation: this.generation,
+    });
+  }
+
+  /** Gives a report the next seq, keeps it in the outbox, and queues it for sending. */
+  private report(body: Record<string, unknown>): void {
+    const seq = ++this.seq;
+    const text = this.envelope({ ...body, seq });
+    this.outbox.push({ seq, body: text });
+    this.pendingReports.push(text);
+  }
+
+  /** Sends the queued reports: as batches when the welcome carried batchBytes, else one by one. */
+  private flushReports(): void {
+    const reports = this.pendingReports;
+    this.pendingReports = [];
+    if (this.isWelcomed) this.sendReports(reports);
+  }
+
+  private sendReports(reports: readonly string[]): void {
+    if (reports.length === 0 || !this.connected) return;
+    if (this.upBatchBytes === 0) {
+      for (const r of reports) this.publishUp(r);
+      return;
+    }
+    const limit = this.upBatchBytes - MAX_SEAL_BYTES;
+    let batch: string[] = [];
+    let bytes = 2;
+    for (const r of reports) {
+      const size = Buffer.byteLength(r) + 1;
+      if (batch.length > 0 && (bytes + size > limit || batch.length >= MAX_BATCH_ITEMS)) {
+        this.publishUp(`[${batch.join(",")}]`);
+        batch = [];
+        bytes = 2;
+      }
+      batch.push(r);
+      bytes += size;
+    }
+    if (batch.length > 0) this.publishUp(`[${batch.join(",")}]`);
+  }
+
+  /** Re-sends the outbox unchanged, in seq order (rule 1); each is sealed anew. */
+  private replay(): void {
+    this.lastReplayAt = this.ctx.monoNow();
+    if (this.outbox.length === 0) return;
+    this.ctx.counters.replays++;
+    this.sendReports(this.outbox.map((r) => r.body));
+  }
+
+  /** An ack's replay: at once, or at the end of the 500 ms after the last one, merged. */
+  private requestReplay(): void {
+    const now = this.ctx.monoNow();
+    if (now - this.lastReplayAt >= REPLAY_GAP_MS) {
+      this.replay();
+      return;
+    }
+    if (this.replayQueued) return;
+    this.replayQueued = true;
+    this.ctx.schedule(this.lastReplayAt + REPLAY_GAP_MS, {
+      kind: "replay",
+      agent: this,
+      generation: this.generation,
+    });
+  }
+
+  // --- receiving ----------------------------------------------------------------------------
+
+  private onDown(payload: Buffer, t3: number): void {
+    const s = unseal(payload);
+    if (
+      typeof s === "string" ||
+      s.kid !== this.spec.generation ||
+      !verifyTag(s, this.topicDown, this.spec.key) ||
+      this.seenTags.has(s.tagText)
+    ) {
+      this.ctx.counters.refused++;
+      return;
+    }
+    this.seenTags.add(s.tagText);
+    if (this.seenTags.size > REMEMBERED_TAGS) {
+      const oldest = this.seenTags.values().next().value;
+      if (oldest !== undefined) this.seenTags.delete(oldest);
+    }
+    for (const r of decodeAll(this.topicDown, s.body, { prefix: this.ctx.prefix })) {
+      if (!r.ok) {
+        this.ctx.counters.invalid++;
+        const { executionId, round, type } = r.error;
+        if (type === "dispatch" && executionId !== undefined && round !== undefined) {
+          this.report({
+            type: "rejected",
+            executionId,
+            round,
+            reason: "invalid_dispatch",
+            message: r.error.message.slice(0, 1024),
+          });
+        }
+        continue;
+      }
+      const m = r.value.message as DownMessage;
+      if (
+        m.type !== "welcome" &&
+        m.type !== "time" &&
+        this.clock.sync.sampleCount > 0 &&
+        Math.abs(this.coordNow() - s.at) > FRESHNESS_MS
+      ) {
+        this.ctx.counters.refused++;
+        continue;
+      }
+      this.onMessage(m, t3);
+    }
+    this.flushReports();
+  }
+
+  private onMessage(m: DownMessage, t3: number): void {
+    switch (m.type) {
+      case "welcome":
+        if (m.instanceId !== this.instanceId) return;
+        this.clock.addSample(m.clock, t3);
+        this.heartbeatMs = m.heartbeatMs;
+        this.upBatchBytes = m.batchBytes ?? 0;
+        this.ctx.cancel(this.helloHandle);
+        this.ctx.cancel(this.heartbeatHandle);
+        this.isWelcomed = true;
+        this.replay();
+        this.heartbeatHandle = this.ctx.schedule(this.ctx.monoNow(), {
+          kind: "heartbeat",
+          agent: this,
+          generation: this.generation,
+        });
+        this.ctx.welcomed(this);
+        return;
+      case "time":
+        this.clock.addSample(m.clock, t3);
+        return;
+      case "ack": {
+        if (m.journalId !== undefined && m.journalId !== this.journalId) return;
+        let n = 0;
+        while (n < this.outbox.length && (this.outbox[n] as { seq: number }).seq <= m.upTo) n++;
+        if (n > 0) this.outbox.splice(0, n);
+        if (m.replay === true) this.requestReplay();
+        return;
+      }
+      case "dispatch":
+        this.onDispatch(m);
+        return;
+      case "cancel": {
+        const c = this.journal.get(m.executionId);
+        if (c === undefined || c.round !== m.round) return;
+        if (c.state === "scheduled") {
+          // Not simulated beyond this: a cancelled command is reported as such and forgotten.
+          this.ctx.cancel(c.handle);
+          c.state = "expired";
+          this.report({
+            type: "finished",
+            executionId: c.executionId,
+            round: c.round,
+            outcome: "canceled",
+            retryable: false,
+            message: "canceled",
+            finishedAt: this.coordNow(),
+          });
+        } else {
+          this.stateOf(c, "too_late");
+        }
+        return;
+      }
+      case "query": {
+        const c = this.journal.get(m.executionId);
+        if (c === undefined) {
+          this.report({
+            type: "state",
+            executionId: m.executionId,
+            round: m.round,
+            localState: "unknown",
+          });
+        } else this.stateOf(c);
+        return;
+      }
+    }
+  }
+
+  private stateOf(c: SimCommand, reason?: string): void {
+    this.report({
+      type: "state",
+      executionId: c.executionId,
+      round: c.round,
+      localState: c.state,
+      ...(reason === undefined ? {} : { reason }),
+    });
+  }
+
+  private onDispatch(d: Dispatch): void {
+    this.ctx.counters.dispatches++;
+    const held = this.journal.get(d.executionId);
+    // Rule 3: a duplicate is answered with what the agent knows; a higher round replaces a
+    // command not started yet.
+    if (held !== undefined && (held.round >= d.round || held.state !== "scheduled")) {
+      this.ctx.counters.duplicates++;
+      this.stateOf(held);
+      return;
+    }
+    if (held !== undefined) this.ctx.cancel(held.handle);
+    if (!this.ctx.handlers.includes(d.handler)) {
+      this.report({
+        type: "rejected",
+        executionId: d.executionId,
+        round: d.round,
+        reason: "unknown_handler",
+      });
+      return;
+    }
+    const c: SimCommand = {
+      executionId: d.executionId,
+      round: d.round,
+      fireAt: d.fireAt,
+      deadline: d.deadline,
+      params: d.params,
+      state: "scheduled",
+      handle: 0,
+      runs: 0,
+    };
+    this.journal.set(d.executionId, c);
+    this.report({ type: "accepted", executionId: d.executionId, round: d.round });
+    this.scheduleFire(c);
+  }
+
+  /**
+   * Schedules the fire for when the estimate reaches fireAt, less the uncertainty it has now
+   * (rule 12), or, when `late` is false, for when the estimate alone reaches it: the fire then
+   * looks again with the uncertainty of that moment, which a better sample since the dispatch
+   * may have shrunk, so the start waits for the estimate as it is then, not as it was.
+   */
+  private scheduleFire(c: SimCommand, late = false): void {
+    const wait = late ? this.clock.uncertaintyMs : 0;
+    const dueMono =
+      c.fireAt - this.clock.offsetMs + wait - (this.ctx.localNow() - this.ctx.monoNow());
+    c.handle = this.ctx.schedule(dueMono, { kind: "fire", agent: this, command: c });
+  }
+
+  private fire(c: SimCommand): void {
+    if (c.state !== "scheduled") return;
+    const now = this.coordNow();
+    if (now - this.clock.uncertaintyMs < c.fireAt) {
+      this.scheduleFire(c, true); // never early
+      return;
+    }
+    if (now > c.deadline) {
+      c.state = "expired";
+      this.report({
+        type: "finished",
+        executionId: c.executionId,
+        round: c.round,
+        outcome: "expired",
+        retryable: false,
+        message: "deadline passed before it could start",
+        finishedAt: now,
+      });
+      this.flushReports();
+      return;
+    }
+    c.state = "running";
+    c.startedAt = now;
+    c.uncertaintyAtStart = this.clock.uncertaintyMs;
+    c.timerLateMs = now - this.clock.uncertaintyMs - c.fireAt;
+    c.runs++;
+    this.ctx.counters.starts++;
+    this.startedUnreported.push(c);
+    this.ctx.started(this);
+  }
+}
