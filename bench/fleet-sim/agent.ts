@@ -8,9 +8,9 @@ import {
   PacketReader,
   PINGREQ_PACKET,
 } from "../../agent/link/mqtt-codec.js";
+import { ClockSync } from "../../shared/clock-sync.js";
 import { type Dispatch, type DownMessage, decodeAll } from "../../shared/protocol/index.js";
 import { MAX_SEAL_BYTES, seal, unseal, verifyTag } from "../../shared/protocol/mac.js";
-import { SimClock } from "./clock-rule.js";
 
 /** What one simulated agent needs to know about itself: its id and its enrolled key. */
 export interface SimAgentSpec {
@@ -110,7 +110,7 @@ export class SimAgent {
   readonly journal = new Map<string, SimCommand>();
   /** Starts stamped and not yet reported. */
   readonly startedUnreported: SimCommand[] = [];
-  readonly clock = new SimClock();
+  readonly clock = new ClockSync();
   private socket: Socket | undefined;
   private reader = new PacketReader(1024 * 1024);
   /** Bumped per connection, so a task of an old connection does nothing. */
@@ -499,7 +499,7 @@ export class SimAgent {
       if (
         m.type !== "welcome" &&
         m.type !== "time" &&
-        this.clock.sync.sampleCount > 0 &&
+        this.clock.sampleCount > 0 &&
         Math.abs(this.coordNow() - s.at) > FRESHNESS_MS
       ) {
         this.ctx.counters.refused++;
