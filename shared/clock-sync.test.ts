@@ -225,17 +225,17 @@ describe("ClockSync", () => {
       const sync = new ClockSync();
       expect(sync.wantsSample(0)).toBe(true);
       // The first sample is the most precise (± 0.5 ms) and stays the estimate: the later ones'
-      // ± 1.5 ms are never smaller than its bound plus its aging (50 ppm of 15 s, 0.75 ms).
+      // ± 1.5 ms are never smaller than its bound plus its aging (50 ppm of 3 s, 0.15 ms).
       roundTrip(sync, { local0: 10_000, up: 0.5, down: 0.5 });
       expect(sync.wantsSample(10_001)).toBe(true);
       for (let i = 1; i < 3; i++) {
-        roundTrip(sync, { local0: 10_000 + i * 5_000, up: 1.5, down: 1.5 });
-        expect(sync.wantsSample(10_003 + i * 5_000)).toBe(true);
+        roundTrip(sync, { local0: 10_000 + i * 1_000, up: 1.5, down: 1.5 });
+        expect(sync.wantsSample(10_003 + i * 1_000)).toBe(true);
       }
-      const last: Trip = { local0: 25_000, up: 1.5, down: 1.5 };
+      const last: Trip = { local0: 13_000, up: 1.5, down: 1.5 };
       roundTrip(sync, last);
       expect(sync.sampleCount).toBe(4);
-      expect(sync.uncertaintyMs).toBeCloseTo(0.5 + 15_002 * 50e-6, 9);
+      expect(sync.uncertaintyMs).toBeCloseTo(0.5 + 3_002 * 50e-6, 9);
       expect(sync.wantsSample(arrival(last))).toBe(false);
       // Its age is what counts, not the newest sample's: it arrived at local 10001.
       expect(sync.wantsSample(10_001 + 19_999)).toBe(false);
@@ -244,16 +244,37 @@ describe("ClockSync", () => {
 
     it("a newer sample with a smaller bound becomes the estimate and restarts its age", () => {
       const sync = new ClockSync();
-      for (let i = 0; i < 4; i++) roundTrip(sync, { local0: 10_000 + i * 5_000, up: 5, down: 5 });
+      for (let i = 0; i < 8; i++) roundTrip(sync, { local0: 10_000 + i * 5_000, up: 5, down: 5 });
       // Equal round trips: the newest has aged least, so it is the estimate.
-      expect(sync.wantsSample(25_010 + 19_999)).toBe(false);
-      expect(sync.wantsSample(25_010 + 20_000)).toBe(true);
-      const better: Trip = { local0: 45_010, up: 1, down: 1 };
+      expect(sync.wantsSample(45_010 + 19_999)).toBe(false);
+      expect(sync.wantsSample(45_010 + 20_000)).toBe(true);
+      const better: Trip = { local0: 65_010, up: 0.5, down: 0.5 };
       roundTrip(sync, better);
-      expect(sync.uncertaintyMs).toBe(1);
+      expect(sync.uncertaintyMs).toBe(0.5);
       expect(sync.wantsSample(arrival(better))).toBe(false);
       expect(sync.wantsSample(arrival(better) + 19_999)).toBe(false);
       expect(sync.wantsSample(arrival(better) + 20_000)).toBe(true);
+    });
+
+    it("asks while its bound is over 1 ms, until it holds a full window of 8", () => {
+      const sync = new ClockSync();
+      // A connection's first answers, slow (± 20 ms): it goes on asking past the fourth.
+      for (let i = 0; i < 4; i++) roundTrip(sync, { local0: 10_000 + i * 5_000, up: 20, down: 20 });
+      expect(sync.wantsSample(25_040)).toBe(true);
+      // A good one (± 0.4 ms) is enough: it stops asking at once.
+      roundTrip(sync, { local0: 30_000, up: 0.4, down: 0.4 });
+      expect(sync.uncertaintyMs).toBeCloseTo(0.4, 9);
+      expect(sync.wantsSample(30_001)).toBe(false);
+      // A link that never does better (± 20 ms, a slow WAN) stops once the window is full.
+      const wan = new ClockSync();
+      for (let i = 0; i < 7; i++) {
+        roundTrip(wan, { local0: 10_000 + i * 5_000, up: 20, down: 20 });
+        expect(wan.wantsSample(10_040 + i * 5_000)).toBe(true);
+      }
+      roundTrip(wan, { local0: 45_000, up: 20, down: 20 });
+      expect(wan.sampleCount).toBe(8);
+      expect(wan.wantsSample(45_040)).toBe(false);
+      expect(wan.wantsSample(45_040 + 20_000)).toBe(true);
     });
 
     it("asks while a sample set aside waits: a good one refutes it, three in a row confirm a step", () => {

@@ -38,6 +38,12 @@ const STEP_SAMPLES = 3;
 const WARM_SAMPLES = 4;
 
 /**
+ * A bound this small needs no better sample (wantsSample): on a LAN a start then waits out about
+ * a millisecond. A larger one asks for more until the window is full.
+ */
+const GOOD_ENOUGH_MS = 1;
+
+/**
  * Estimates the offset from the agent's local timeline to the coordinator's clock from the four
  * NTP timestamps, in the manner of NTP's clock filter. Each sample bounds the true offset within
  * ± half its round trip; that bound grows with the sample's age at the drift rate. The estimate
@@ -92,8 +98,9 @@ export class ClockSync {
   /**
    * Whether a message sent at local time `localNow` should ask for a clock sample (heartbeat
    * `time`, docs/protocol.md "How often a sample"): while fewer than 4 are held, while a sample
-   * set aside waits for the next ones to confirm it (a step) or refute it, and once the
-   * estimate's sample is `resampleAfterMs` old. Otherwise an answer would cost the coordinator a
+   * set aside waits for the next ones to confirm it (a step) or refute it, while the bound is
+   * over 1 ms and the window is not yet full, and once the estimate's sample is
+   * `resampleAfterMs` old. Otherwise an answer would cost the coordinator a
    * message and improve nothing the starts wait for.
    */
   wantsSample(localNow: number): boolean {
@@ -102,7 +109,10 @@ export class ClockSync {
       best === undefined ||
       this.window.length < WARM_SAMPLES ||
       this.disagreeing.length > 0 ||
-      localNow - best.atMs >= this.resampleAfterMs
+      localNow - best.atMs >= this.resampleAfterMs ||
+      // Still learning: the first samples of a connection are often its worst (taken while the
+      // coordinator answered a whole fleet's hellos), and a later one may do far better.
+      (this.uncertaintyMs > GOOD_ENOUGH_MS && this.window.length < this.windowSize)
     );
   }
 
