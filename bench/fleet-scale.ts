@@ -24,6 +24,7 @@ import { join } from "node:path";
 import Database from "better-sqlite3";
 import { DISCONNECT_PACKET, encodeConnect, encodePublish } from "../agent/link/mqtt-codec.js";
 import { stopProcess } from "../test/helpers/device.js";
+import { COORDINATOR_HEAP_MB } from "./coordinator-params.js";
 import { cpuMs, statusKb } from "./coordinator-run.js";
 import type { FleetWorkerArgs, FleetWorkerLine } from "./fleet-coordinator.js";
 import type { FleetSimArgs, LagFigures, SimLine, Spread } from "./fleet-sim.js";
@@ -213,9 +214,18 @@ export async function runScale(o: ScaleOptions): Promise<ScaleResult> {
       tags,
       keysFile: join(dir, "keys.json"),
     };
-    const worker = spawn(process.execPath, [o.workerFile, JSON.stringify(workerArgs)], {
-      stdio: ["ignore", "pipe", "pipe"],
-    });
+    // AX_BENCH_PROFILE_DIR: a CPU profile of the coordinator's whole run, written as it exits.
+    const profileDir = process.env.AX_BENCH_PROFILE_DIR;
+    const profile = profileDir ? ["--cpu-prof", `--cpu-prof-dir=${profileDir}`] : [];
+    // The heap cap docs/operations.md's systemd unit starts the coordinator with.
+    const heap = [`--max-old-space-size=${COORDINATOR_HEAP_MB}`];
+    const worker = spawn(
+      process.execPath,
+      [...heap, ...profile, o.workerFile, JSON.stringify(workerArgs)],
+      {
+        stdio: ["ignore", "pipe", "pipe"],
+      },
+    );
     children.push(worker);
     const workerErr = tail(worker);
     const seen: {

@@ -250,7 +250,14 @@ export class CoordinatorLink {
     if (!this.client) throw new AxError("AX_LINK_FAILED", "link not started");
     const batchBytes = BATCHABLE.has(message.type) ? this.batchBytesOf(agentId) : undefined;
     if (batchBytes === undefined) {
-      await this.publishOne(agentId, encode(message), "clock" in message);
+      // A `time` may be lost: the agent asks again in its next heartbeat (it matches answers by
+      // t0). QoS 0 spares the broker and this process a PUBACK to track for each.
+      await this.publishOne(
+        agentId,
+        encode(message),
+        "clock" in message,
+        message.type === "time" ? 0 : 1,
+      );
       return;
     }
     // Counted as in flight once published (below), not while held for the rest of this turn.
@@ -312,7 +319,12 @@ export class CoordinatorLink {
   }
 
   /** Seals (when messages are authenticated) and publishes one payload on an agent's down topic. */
-  private async publishOne(agentId: string, body: Buffer, clock: boolean): Promise<void> {
+  private async publishOne(
+    agentId: string,
+    body: Buffer,
+    clock: boolean,
+    qos: 0 | 1 = 1,
+  ): Promise<void> {
     const client = this.client;
     if (!client) throw new AxError("AX_LINK_FAILED", "link not started");
     this.inFlight++;
@@ -326,7 +338,7 @@ export class CoordinatorLink {
         if (sealed === undefined) return;
         payload = sealed;
       }
-      const published = client.publishAsync(topic, payload, { qos: 1 });
+      const published = client.publishAsync(topic, payload, { qos });
       // A clock sample (welcome, time) is stamped as it is sent: whatever holds it back is
       // counted as round trip, which the agent waits out before every start.
       if (clock) this.flushWrites();
