@@ -16,8 +16,8 @@
  *            --broker-log FILE (Mosquitto's log, if readable: its notices that it dropped
  *            messages for the coordinator's connection are counted by phase)
  *            --broker own (instead of the broker at --host/--port, a Mosquitto of the bench's
- *            own on a free port, configured as the chaos suite's: set_tcp_nodelay, 100 in
- *            flight and 100,000 queued per client; its results go to fleet-own-mosquitto)
+ *            own on a free port, configured as docs/operations.md asks: set_tcp_nodelay, 100
+ *            in flight and 100,000 queued per client; its results go to fleet-own-mosquitto)
  *            --death-trials 10 (also the per-agent death trials of bench/fleet-death.ts;
  *            --agents 0 runs those alone)  --keepalive 2 (their agents' keepalive, s)
  *
@@ -195,11 +195,11 @@ function markdown(
   const v = judged ? verdicts(judged) : [];
   const sim = results[results.length - 1];
   const broker = own
-    ? "a Mosquitto of the bench's own on a free port, configured as the chaos suite's (`set_tcp_nodelay true`, `max_inflight_messages 100`, `max_queued_messages 100000`: the settings docs/operations.md asks for, with a larger queue)"
-    : `the broker at ${machine.broker} (the machine's Mosquitto 2, with its default settings: no \`set_tcp_nodelay\`, 20 messages in flight and 1,000 queued per client, where docs/operations.md asks for \`set_tcp_nodelay true\`, 100 and 10,000)`;
+    ? "a Mosquitto of the bench's own on a free port, configured as docs/operations.md asks (`set_tcp_nodelay true`, `max_inflight_messages 100`, `max_queued_messages 100000`)"
+    : `the broker at ${machine.broker} (the machine's Mosquitto 2, with its default settings: no \`set_tcp_nodelay\`, 20 messages in flight and 1,000 queued per client, where docs/operations.md asks for \`set_tcp_nodelay true\`, 100 and 100,000)`;
   return `## Fleet at scale: a coordinator and up to ${Math.max(...results.map((r) => r.agents)).toLocaleString("en-US")} simulated agents${own ? ", on a broker configured as docs/operations.md says" : ""}
 
-Reproduce with \`npm run bench:fleet${own ? " -- --broker own" : ""}\` (\`bench/fleet.ts\`; \`--agents 1000,5000,10000\` is the default). For each fleet size, one fresh coordinator process (\`bench/fleet-coordinator.ts\`: the real \`Coordinator\` and HTTP API, a fresh SQLite store, \`security.messages: "required"\`, the default heartbeat of 5 s) with every agent enrolled in bulk before it starts (tag \`fleet=sim\`), and one simulator process (\`bench/fleet-sim.ts\`) running all the agents, each on its own MQTT connection to ${broker}, under a topic prefix of the run's own. The simulator speaks protocol v1 as an agent does (sealed messages, clock exchange with \`heartbeat.time\`, outbox and acks, batches both ways) but keeps its journal in memory and has one instant handler, \`echo\`; its header comment lists what it simplifies. It opens at most ${machine.connectConcurrency} connections awaiting CONNACK at once. Measured on ${machine.cpus} cores (${machine.cpuModel}), load average ${(machine.loadavgAtStart as number[]).join(" / ")} at start and ${(machine.loadavgAtEnd as number[]).join(" / ")} at the end, **shared with other work** (Mosquitto, the simulator and the coordinator are on the same 2 cores, and other processes ran meanwhile): the figures are rough.
+Reproduce with \`npm run bench:fleet${own ? " -- --broker own" : ""}\` (\`bench/fleet.ts\`; \`--agents 1000,5000,10000\` is the default). For each fleet size, one fresh coordinator process (\`bench/fleet-coordinator.ts\`: the real \`Coordinator\` and HTTP API, a fresh SQLite store, \`security.messages: "required"\`, the default heartbeat of 5 s, \`--max-old-space-size=256\` as the systemd unit of docs/operations.md starts it) with every agent enrolled in bulk before it starts (tag \`fleet=sim\`), and one simulator process (\`bench/fleet-sim.ts\`) running all the agents, each on its own MQTT connection to ${broker}, under a topic prefix of the run's own. The simulator speaks protocol v1 as an agent does (sealed messages, clock exchange with \`heartbeat.time\`, outbox and acks, batches both ways) but keeps its journal in memory and has one instant handler, \`echo\`; its header comment lists what it simplifies. It opens at most ${machine.connectConcurrency} connections awaiting CONNACK at once. Measured on ${machine.cpus} cores (${machine.cpuModel}), load average ${(machine.loadavgAtStart as number[]).join(" / ")} at start and ${(machine.loadavgAtEnd as number[]).join(" / ")} at the end, **shared with other work** (Mosquitto, the simulator and the coordinator are on the same 2 cores, and other processes ran meanwhile): the figures are rough.
 
 - **all online**: from spawning the simulator to the coordinator's agent events saying all N are online.
 - **idle**: ${results[0]?.idle.windowS.toFixed(0) ?? "?"} s, ${machine.settleS} s after the last came online, every agent heartbeating every 5 s and nothing else; the coordinator's CPU (user + system, \`/proc/PID/stat\`, % of one core) and RSS (\`VmRSS\`, MB of 10^6 bytes).
