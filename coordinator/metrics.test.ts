@@ -1,4 +1,5 @@
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
+import { systemClock } from "../shared/clock.js";
 import type { ExecState } from "../shared/fsm.js";
 import { newExecution } from "../test/contract/store.contract.js";
 import { series } from "../test/helpers/http.js";
@@ -65,7 +66,7 @@ describe("CoordinatorMetrics", () => {
     events = new EngineEventBus((err) => {
       throw err;
     });
-    fleet = new Fleet({ store, events } as unknown as EngineContext);
+    fleet = new Fleet({ store, events, clock: systemClock } as unknown as EngineContext);
     metrics = new CoordinatorMetrics({ events, fleet, store });
   });
 
