@@ -11,6 +11,18 @@ import { applyEvent } from "./transitions.js";
 const BATCH = 500;
 
 /**
+ * Dispatches sent in the last dispatch timeout and not yet answered (accepted, rejected, busy),
+ * beyond which new ones wait for answers. Each answer is a message the broker queues for this
+ * coordinator: a command to 10,000 agents sent at once came back as 10,000 `accepted` in a
+ * second, and a broker that queues 1,000 messages per client (Mosquitto's default) dropped most
+ * of them, which their agents re-sent only 15 s later.
+ */
+export const MAX_UNANSWERED_DISPATCHES = 1_000;
+
+/** How long a dispatch counts as awaiting its answer: the default dispatch timeout. */
+const ANSWER_WAIT_MS = 5_000;
+
+/**
  * The loop that moves executions along on the coordinator's own clock: dispatches what is due,
  * redispatches what was not accepted in time, starts retries, expires what missed its deadline,
  * and times out runs the agent never finished.
@@ -29,11 +41,36 @@ export class ExecutionLoop {
   private lastSlowScan = 0;
   private armedNow = false;
 
+  /** Executions dispatched and not yet answered, with when (wall ms), oldest first. */
+  private readonly unanswered = new Map<string, number>();
+
   constructor(
     private readonly ctx: EngineContext,
     private readonly fleet: Fleet,
     private readonly leases: Leases,
-  ) {}
+  ) {
+    ctx.events.on("transition", (e) => {
+      if (e.to === "DISPATCHED") {
+        this.unanswered.delete(e.executionId);
+        this.unanswered.set(e.executionId, e.at);
+      } else if (e.from === "DISPATCHED") {
+        this.unanswered.delete(e.executionId);
+      }
+    });
+  }
+
+  /**
+   * Dispatches awaiting an answer: those older than the dispatch timeout (an agent gone, an
+   * answer lost) no longer count, the dispatch timeout deals with them.
+   */
+  private awaitingAnswers(now: number): number {
+    const since = now - ANSWER_WAIT_MS;
+    for (const [id, at] of this.unanswered) {
+      if (at >= since) break;
+      this.unanswered.delete(id);
+    }
+    return this.unanswered.size;
+  }
 
   start(): void {
     this.arm(0);
@@ -142,6 +179,9 @@ export class ExecutionLoop {
       // The broker has not yet acknowledged thousands of publishes: sending more would only grow
       // this process's buffers. The rest waits PENDING for a later pass (expiry above still runs).
       if (this.ctx.link.congested) continue;
+      // Answers pace the fan-out: the rest waits for a later pass (one runs after every burst
+      // of reports).
+      if (this.awaitingAnswers(now) >= MAX_UNANSWERED_DISPATCHES) continue;
       if (!(await this.admit(exec, jobs, now))) continue;
       const agentId = await this.route(exec, jobs, now);
       if (agentId === undefined) continue; // waits in PENDING until an agent is live or it expires

@@ -1,4 +1,5 @@
 import { afterEach, describe, expect, it } from "vitest";
+import { MAX_UNANSWERED_DISPATCHES } from "../../coordinator/engine/execution-loop.js";
 import type { Dispatch, DownMessage, Time } from "../../shared/protocol/index.js";
 import { waitFor } from "../helpers/env.js";
 import { type Cleanups, coordinatorSetup, fakeAgent } from "../helpers/fake-agent.js";
@@ -41,6 +42,37 @@ describe("fleet at scale", () => {
     // Fewer messages than commands: at least one carried several (the welcome came alone).
     expect(agent.payloadSizes.length).toBeLessThan(21);
     expect(Math.max(...agent.payloadSizes)).toBeGreaterThan(1);
+  });
+
+  it("holds dispatches back while 1,000 await their answers, and sends more as answers come", async () => {
+    const { broker, coordinator } = await setup();
+    const agent = await fakeAgent(broker, `${broker.prefix}-w`, { batchBytes: 65_536 });
+    cleanups.push(() => agent.close());
+    const at = Date.now() + 600_000;
+    await coordinator.sendCommands({ agentId: agent.agentId, handler: "echo", at });
+    const total = MAX_UNANSWERED_DISPATCHES + 50;
+    await Promise.all(
+      Array.from({ length: total - 1 }, () =>
+        coordinator.sendCommand({ agentId: agent.agentId, handler: "echo", at }),
+      ),
+    );
+    const dispatches = () => agent.received.filter(isDispatch);
+    await waitFor("the first 1,000 dispatches", () =>
+      dispatches().length >= MAX_UNANSWERED_DISPATCHES ? true : undefined,
+    );
+    await new Promise((r) => setTimeout(r, 500));
+    expect(dispatches()).toHaveLength(MAX_UNANSWERED_DISPATCHES);
+    // Answering 100 of them lets the rest go.
+    for (const [i, d] of dispatches().slice(0, 100).entries()) {
+      await agent.report({
+        type: "accepted",
+        executionId: d.executionId,
+        round: d.round,
+        seq: i + 1,
+      });
+    }
+    await waitFor("the other 50", () => (dispatches().length >= total ? true : undefined));
+    expect(new Set(dispatches().map((d) => d.executionId)).size).toBe(total);
   });
 
   it("keeps each batch within the agent's batchBytes", async () => {
