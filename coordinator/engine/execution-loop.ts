@@ -11,7 +11,7 @@ import { applyEvent } from "./transitions.js";
 const BATCH = 500;
 
 /**
- * Dispatches sent in the last dispatch timeout and not yet answered (accepted, rejected, busy),
+ * Dispatches sent in the last second and not yet answered (accepted, rejected, busy),
  * beyond which new ones wait for answers. Each answer is a message the broker queues for this
  * coordinator: a command to 10,000 agents sent at once came back as 10,000 `accepted` in a
  * second, and a broker that queues 1,000 messages per client (Mosquitto's default) dropped most
@@ -19,8 +19,12 @@ const BATCH = 500;
  */
 export const MAX_UNANSWERED_DISPATCHES = 1_000;
 
-/** How long a dispatch counts as awaiting its answer: the default dispatch timeout. */
-const ANSWER_WAIT_MS = 5_000;
+/**
+ * How long a dispatch counts as awaiting its answer. A live agent answers within milliseconds;
+ * one that does not answer in a second stops holding the others back (silent agents could
+ * otherwise slow a fan-out to 1,000 dispatches per dispatch timeout).
+ */
+const ANSWER_WAIT_MS = 1_000;
 
 /**
  * The loop that moves executions along on the coordinator's own clock: dispatches what is due,
@@ -60,8 +64,8 @@ export class ExecutionLoop {
   }
 
   /**
-   * Dispatches awaiting an answer: those older than the dispatch timeout (an agent gone, an
-   * answer lost) no longer count, the dispatch timeout deals with them.
+   * Dispatches awaiting an answer: those older than {@link ANSWER_WAIT_MS} (an agent gone, an
+   * answer lost) no longer count; the dispatch timeout deals with them.
    */
   private awaitingAnswers(now: number): number {
     const since = now - ANSWER_WAIT_MS;

@@ -44,15 +44,14 @@ describe("fleet at scale", () => {
     expect(Math.max(...agent.payloadSizes)).toBeGreaterThan(1);
   });
 
-  it("holds dispatches back while 1,000 await their answers, and sends more as answers come", async () => {
+  it("holds dispatches back while 1,000 await their answers, for a second at most", async () => {
     const { broker, coordinator } = await setup();
     const agent = await fakeAgent(broker, `${broker.prefix}-w`, { batchBytes: 65_536 });
     cleanups.push(() => agent.close());
     const at = Date.now() + 600_000;
-    await coordinator.sendCommands({ agentId: agent.agentId, handler: "echo", at });
     const total = MAX_UNANSWERED_DISPATCHES + 50;
     await Promise.all(
-      Array.from({ length: total - 1 }, () =>
+      Array.from({ length: total }, () =>
         coordinator.sendCommand({ agentId: agent.agentId, handler: "echo", at }),
       ),
     );
@@ -60,18 +59,12 @@ describe("fleet at scale", () => {
     await waitFor("the first 1,000 dispatches", () =>
       dispatches().length >= MAX_UNANSWERED_DISPATCHES ? true : undefined,
     );
-    await new Promise((r) => setTimeout(r, 500));
+    const capped = Date.now();
+    await new Promise((r) => setTimeout(r, 300));
     expect(dispatches()).toHaveLength(MAX_UNANSWERED_DISPATCHES);
-    // Answering 100 of them lets the rest go.
-    for (const [i, d] of dispatches().slice(0, 100).entries()) {
-      await agent.report({
-        type: "accepted",
-        executionId: d.executionId,
-        round: d.round,
-        seq: i + 1,
-      });
-    }
+    // Nobody answers: a second after they went, they stop holding the rest back.
     await waitFor("the other 50", () => (dispatches().length >= total ? true : undefined));
+    expect(Date.now() - capped).toBeGreaterThanOrEqual(500);
     expect(new Set(dispatches().map((d) => d.executionId)).size).toBe(total);
   });
 
