@@ -20,7 +20,6 @@
  */
 import { execFileSync } from "node:child_process";
 import { mkdirSync } from "node:fs";
-import { cpus, loadavg } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { parseArgs } from "node:util";
@@ -37,7 +36,7 @@ import {
   targetRows,
 } from "./coordinator-report.js";
 import { type RateResult, runRate } from "./coordinator-run.js";
-import { printTable, writeResults } from "./lib.js";
+import { finishRun, machineAtStart, printTable, writeResults } from "./lib.js";
 
 /**
  * The issue's rates, and two lower ones that show where the coordinator stops keeping up (it is
@@ -148,13 +147,8 @@ function options() {
 async function main(): Promise<void> {
   const o = options();
   const started = performance.now();
-  const round = (v: number) => Math.round(v * 100) / 100;
   const machine = {
-    cpus: cpus().length,
-    cpuModel: cpus()[0]?.model ?? "?",
-    loadavgAtStart: loadavg().map(round),
-    loadavgAtEnd: [] as number[],
-    runSeconds: 0,
+    ...machineAtStart(),
     source: source(),
   };
   console.log(
@@ -235,8 +229,7 @@ async function main(): Promise<void> {
 
   console.log("\nall rates");
   printRates(results);
-  machine.loadavgAtEnd = loadavg().map(round);
-  machine.runSeconds = Math.round((performance.now() - started) / 1000);
+  finishRun(machine, started);
   const onRuns = auth ? [...results.filter((r) => r.rate === TARGET_RATE), ...repeats] : [];
   const authComparison = compareAuth(onRuns, offRuns);
   printAuth(authComparison);

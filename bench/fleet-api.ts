@@ -17,7 +17,7 @@ import { startHttpServer } from "../coordinator/http/server.js";
 import type { AgentRecord } from "../coordinator/store/port.js";
 import { envelope } from "../shared/message.js";
 import { decodeAll, encode, topics } from "../shared/protocol/index.js";
-import { fmt, mdTable, percentile, printTable, writeResults } from "./lib.js";
+import { callApi, fmt, mdTable, percentile, printTable, writeResults } from "./lib.js";
 
 const arg = (name: string, fallback: number) => {
   const i = process.argv.indexOf(`--${name}`);
@@ -70,18 +70,7 @@ await coordinator.store.flush();
 await coordinator.fleet.load();
 
 async function call(method: string, path: string, body?: unknown) {
-  const started = performance.now();
-  const r = await fetch(`${http.url}${path}`, {
-    method,
-    headers: {
-      authorization: `Bearer ${token}`,
-      ...(body === undefined ? {} : { "content-type": "application/json" }),
-    },
-    ...(body === undefined ? {} : { body: JSON.stringify(body) }),
-  });
-  const text = await r.text();
-  const ms = performance.now() - started;
-  if (!r.ok) throw new Error(`${method} ${path}: ${r.status} ${text}`);
+  const { ms, text } = await callApi(http.url, token, method, path, body);
   return { ms, bytes: Buffer.byteLength(text), json: JSON.parse(text) as Record<string, unknown> };
 }
 

@@ -28,7 +28,7 @@ import { COORDINATOR_HEAP_MB } from "./coordinator-params.js";
 import { cpuMs, statusKb } from "./coordinator-run.js";
 import type { FleetWorkerArgs, FleetWorkerLine } from "./fleet-coordinator.js";
 import type { FleetSimArgs, LagFigures, SimLine, Spread } from "./fleet-sim.js";
-import { percentile } from "./lib.js";
+import { callApi, percentile } from "./lib.js";
 
 export interface ScaleOptions {
   agents: number;
@@ -257,19 +257,11 @@ export async function runScale(o: ScaleOptions): Promise<ScaleResult> {
     const started = seen.started as Extract<FleetWorkerLine, { t: "started" }>;
     const coordPid = started.pid;
     const token = readFileSync(join(dir, "ax-secrets", "admin.token"), "utf8").trim();
-    const api = async (method: string, path: string, body?: unknown) => {
-      const r = await fetch(`${started.httpUrl}${path}`, {
-        method,
-        headers: {
-          authorization: `Bearer ${token}`,
-          ...(body === undefined ? {} : { "content-type": "application/json" }),
-        },
-        ...(body === undefined ? {} : { body: JSON.stringify(body) }),
-      });
-      const text = await r.text();
-      if (!r.ok) throw new Error(`${method} ${path}: ${r.status} ${text.slice(0, 500)}`);
-      return JSON.parse(text) as Record<string, unknown>;
-    };
+    const api = async (method: string, path: string, body?: unknown) =>
+      JSON.parse((await callApi(started.httpUrl, token, method, path, body)).text) as Record<
+        string,
+        unknown
+      >;
 
     // The simulator.
     const simArgs: FleetSimArgs = {

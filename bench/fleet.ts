@@ -25,7 +25,6 @@
  * need 10,000 sockets in the simulator.
  */
 import { mkdirSync } from "node:fs";
-import { cpus, loadavg } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { parseArgs } from "node:util";
@@ -34,7 +33,7 @@ import { type BrokerProcess, brokerProcess } from "../test/helpers/chaos/broker-
 import { tempDir } from "../test/helpers/env.js";
 import { runDeathTrials } from "./fleet-death.js";
 import { runScale, type ScaleResult } from "./fleet-scale.js";
-import { fmt, mdTable, printTable, writeResults } from "./lib.js";
+import { finishRun, fmt, machineAtStart, mdTable, printTable, writeResults } from "./lib.js";
 
 const ROOT = fileURLToPath(new URL("..", import.meta.url));
 const DIST = join(ROOT, "dist", "bench");
@@ -234,13 +233,8 @@ At ${sim.agents.toLocaleString("en-US")} the simulator held ${sim.simCommands.he
 
 async function main(): Promise<void> {
   const started = performance.now();
-  const round = (x: number) => Math.round(x * 100) / 100;
   const machine = {
-    cpus: cpus().length,
-    cpuModel: cpus()[0]?.model ?? "?",
-    loadavgAtStart: loadavg().map(round),
-    loadavgAtEnd: [] as number[],
-    runSeconds: 0,
+    ...machineAtStart(),
     connectConcurrency: num("concurrency", values.concurrency, 1),
     broker: ownBroker ? "own" : `${values.host}:${values.port}`,
     settleS: num("settle", values.settle, 0),
@@ -291,8 +285,7 @@ async function main(): Promise<void> {
         verdicts(judged).map((t) => [t.target, t.figure, t.met ? "met" : "NOT MET"]),
       );
     }
-    machine.loadavgAtEnd = loadavg().map(round);
-    machine.runSeconds = Math.round((performance.now() - started) / 1000);
+    finishRun(machine, started);
     writeResults(
       ownBroker ? "fleet-own-mosquitto" : "fleet",
       {

@@ -1,4 +1,5 @@
 import { readFileSync, writeFileSync } from "node:fs";
+import { cpus, loadavg } from "node:os";
 import { fileURLToPath } from "node:url";
 
 const ROOT = new URL("..", import.meta.url);
@@ -62,4 +63,55 @@ export function mdTable(header: string[], rows: (string | number)[][]): string {
     `|${header.map(() => "---").join("|")}|`,
     ...cells.map((r) => `| ${r.join(" | ")} |`),
   ].join("\n");
+}
+
+const round2 = (v: number) => Math.round(v * 100) / 100;
+
+/**
+ * What a results file says of the machine a run had: its cores and their model, and the load
+ * average at the start; {@link finishRun} fills in the load at the end and the run's length.
+ */
+export function machineAtStart() {
+  return {
+    cpus: cpus().length,
+    cpuModel: cpus()[0]?.model ?? "?",
+    loadavgAtStart: loadavg().map(round2),
+    loadavgAtEnd: [] as number[],
+    runSeconds: 0,
+  };
+}
+
+/** Notes the load average at the end and the run's length, from `started` (performance.now()). */
+export function finishRun(
+  machine: { loadavgAtEnd: number[]; runSeconds: number },
+  started: number,
+): void {
+  machine.loadavgAtEnd = loadavg().map(round2);
+  machine.runSeconds = Math.round((performance.now() - started) / 1000);
+}
+
+/**
+ * Calls the coordinator's HTTP API with a bearer token: the answer's text and how long it took
+ * (ms, including reading the body). Throws on a status other than 2xx, with its start.
+ */
+export async function callApi(
+  baseUrl: string,
+  token: string,
+  method: string,
+  path: string,
+  body?: unknown,
+): Promise<{ ms: number; text: string }> {
+  const started = performance.now();
+  const r = await fetch(`${baseUrl}${path}`, {
+    method,
+    headers: {
+      authorization: `Bearer ${token}`,
+      ...(body === undefined ? {} : { "content-type": "application/json" }),
+    },
+    ...(body === undefined ? {} : { body: JSON.stringify(body) }),
+  });
+  const text = await r.text();
+  const ms = performance.now() - started;
+  if (!r.ok) throw new Error(`${method} ${path}: ${r.status} ${text.slice(0, 500)}`);
+  return { ms, text };
 }
