@@ -36,7 +36,7 @@ import {
   targetRows,
 } from "./coordinator-report.js";
 import { type RateResult, runRate } from "./coordinator-run.js";
-import { finishRun, machineAtStart, printTable, writeResults } from "./lib.js";
+import { bundleBenchEntry, finishRun, machineAtStart, printTable, writeResults } from "./lib.js";
 
 /**
  * The issue's rates, and two lower ones that show where the coordinator stops keeping up (it is
@@ -55,16 +55,7 @@ async function buildAll(): Promise<void> {
   mkdirSync(DIST, { recursive: true });
   // The coordinator: packages stay imports (resolved from node_modules), and the bundle is not
   // minified, so the profile keeps function names and esbuild's `// file` marks.
-  await build({
-    entryPoints: [join(ROOT, "bench", "coordinator-worker.ts")],
-    outfile: WORKER,
-    bundle: true,
-    packages: "external",
-    platform: "node",
-    format: "esm",
-    target: "node20",
-    logLevel: "silent",
-  });
+  await bundleBenchEntry(join(ROOT, "bench", "coordinator-worker.ts"), WORKER);
   // The agent: as buildAgentBundle builds agent/cli.ts.
   await build({
     entryPoints: [join(ROOT, "bench", "coordinator-agent.ts")],

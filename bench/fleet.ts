@@ -28,12 +28,19 @@ import { mkdirSync } from "node:fs";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { parseArgs } from "node:util";
-import { build } from "esbuild";
 import { type BrokerProcess, brokerProcess } from "../test/helpers/chaos/broker-process.js";
 import { tempDir } from "../test/helpers/env.js";
 import { runDeathTrials } from "./fleet-death.js";
 import { runScale, type ScaleResult } from "./fleet-scale.js";
-import { finishRun, fmt, machineAtStart, mdTable, printTable, writeResults } from "./lib.js";
+import {
+  bundleBenchEntry,
+  finishRun,
+  fmt,
+  machineAtStart,
+  mdTable,
+  printTable,
+  writeResults,
+} from "./lib.js";
 
 const ROOT = fileURLToPath(new URL("..", import.meta.url));
 const DIST = join(ROOT, "dist", "bench");
@@ -92,16 +99,7 @@ async function buildAll(): Promise<void> {
     ["fleet-coordinator.ts", WORKER],
     ["fleet-sim.ts", SIM],
   ] as const) {
-    await build({
-      entryPoints: [join(ROOT, "bench", entry)],
-      outfile,
-      bundle: true,
-      packages: "external",
-      platform: "node",
-      format: "esm",
-      target: "node20",
-      logLevel: "silent",
-    });
+    await bundleBenchEntry(join(ROOT, "bench", entry), outfile);
   }
 }
 

@@ -115,3 +115,21 @@ export async function callApi(
   if (!r.ok) throw new Error(`${method} ${path}: ${r.status} ${text.slice(0, 500)}`);
   return { ms, text };
 }
+
+/**
+ * Bundles one bench entry into one ESM file for Node 20 with esbuild: packages stay imports
+ * (resolved from node_modules), and nothing is minified, so a CPU profile keeps function names.
+ */
+export async function bundleBenchEntry(entry: string, outfile: string): Promise<void> {
+  const { build } = await import("esbuild");
+  await build({
+    entryPoints: [entry],
+    outfile,
+    bundle: true,
+    packages: "external",
+    platform: "node",
+    format: "esm",
+    target: "node20",
+    logLevel: "silent",
+  });
+}

@@ -144,3 +144,11 @@ export async function coordinatorSetup(cleanups: Cleanups, over: Record<string, 
   };
   return { broker, start };
 }
+
+/** {@link coordinatorSetup} with its coordinator started (and closed through `cleanups`). */
+export async function startedCoordinator(cleanups: Cleanups, over: Record<string, unknown> = {}) {
+  const { broker, start } = await coordinatorSetup(cleanups, over);
+  const coordinator = await start();
+  cleanups.push(() => coordinator.close());
+  return { broker, coordinator, start };
+}

@@ -1,7 +1,7 @@
 import { afterEach, describe, expect, it } from "vitest";
 import type { Dispatch, DownMessage } from "../../shared/protocol/index.js";
 import { waitFor } from "../helpers/env.js";
-import { type Cleanups, coordinatorSetup, fakeAgent } from "../helpers/fake-agent.js";
+import { type Cleanups, fakeAgent, startedCoordinator } from "../helpers/fake-agent.js";
 
 /**
  * Dispatch early, hold locally (issue 15, item 3): a device command reaches its agent as soon as it
@@ -13,12 +13,7 @@ describe("early dispatch", () => {
     for (const c of cleanups.splice(0).reverse()) await c();
   });
 
-  async function setup(over: Record<string, unknown> = {}) {
-    const { broker, start } = await coordinatorSetup(cleanups, over);
-    const coordinator = await start();
-    cleanups.push(() => coordinator.close());
-    return { broker, coordinator };
-  }
+  const setup = (over: Record<string, unknown> = {}) => startedCoordinator(cleanups, over);
   const isDispatch = (m: DownMessage): m is Dispatch => m.type === "dispatch";
 
   it("dispatches a command an hour ahead at once, to an agent that is online", async () => {

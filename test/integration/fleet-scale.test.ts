@@ -2,7 +2,7 @@ import { afterEach, describe, expect, it } from "vitest";
 import { MAX_UNANSWERED_DISPATCHES } from "../../coordinator/engine/execution-loop.js";
 import type { Dispatch, DownMessage, Time } from "../../shared/protocol/index.js";
 import { waitFor } from "../helpers/env.js";
-import { type Cleanups, coordinatorSetup, fakeAgent } from "../helpers/fake-agent.js";
+import { type Cleanups, fakeAgent, startedCoordinator } from "../helpers/fake-agent.js";
 
 /**
  * What lets one coordinator carry a large fleet (issue 18): commands to one agent leave as
@@ -15,12 +15,7 @@ describe("fleet at scale", () => {
     for (const c of cleanups.splice(0).reverse()) await c();
   });
 
-  async function setup(over: Record<string, unknown> = {}) {
-    const { broker, start } = await coordinatorSetup(cleanups, over);
-    const coordinator = await start();
-    cleanups.push(() => coordinator.close());
-    return { broker, coordinator, start };
-  }
+  const setup = (over: Record<string, unknown> = {}) => startedCoordinator(cleanups, over);
   const isDispatch = (m: DownMessage): m is Dispatch => m.type === "dispatch";
   const isTime = (m: DownMessage): m is Time => m.type === "time";
 
