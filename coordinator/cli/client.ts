@@ -211,19 +211,25 @@ export function print(text: string): void {
 
 /**
  * A paged listing (`{ items, nextCursor }`) for `--limit N [--cursor C | --all]`: one page from
- * `--cursor` (or the first), or every page with `--all`. Returns the items and the last page.
+ * `--cursor` (or the first), or every page with `--all`, of at most `--limit` items (1 to
+ * `maxLimit`). Calls the API `flags` name. Returns the items and the last page.
  */
 export async function listPages<T, P extends { items: T[]; nextCursor: string | null }>(
   command: string,
-  api: ApiClient,
+  flags: { all?: boolean | undefined; cursor?: string | undefined; limit?: string | undefined } & {
+    url?: string | undefined;
+  } & TokenFlags,
   path: string,
   query: URLSearchParams,
-  flags: { all?: boolean | undefined; cursor?: string | undefined },
+  maxLimit: number,
 ): Promise<{ items: T[]; last: P }> {
   if (flags.all && flags.cursor !== undefined) {
     throw new AxError("AX_CLI_USAGE", `${command}: give --cursor or --all, not both`);
   }
+  const limit = intFlag(command, "limit", flags.limit, { min: 1, max: maxLimit });
+  if (limit !== undefined) query.set("limit", String(limit));
   if (flags.cursor !== undefined) query.set("cursor", flags.cursor);
+  const api = apiClient(command, flags);
   const items: T[] = [];
   for (;;) {
     const page = await api.request<P>("GET", `${path}?${query}`);

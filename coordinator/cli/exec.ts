@@ -11,7 +11,6 @@ import {
   apiClient,
   CLIENT_FLAGS,
   instantFlag,
-  intFlag,
   listPages,
   parseCommand,
   print,
@@ -153,14 +152,12 @@ async function execList(argv: string[]): Promise<number> {
   const to = instantFlag(c, "to", flags.to);
   if (from !== undefined) query.set("from", String(from));
   if (to !== undefined) query.set("to", String(to));
-  const limit = intFlag(c, "limit", flags.limit, { min: 1, max: 500 });
-  if (limit !== undefined) query.set("limit", String(limit));
   const { items, last: page } = await listPages<ExecutionView, ExecutionPageView>(
     c,
-    apiClient(c, flags),
+    flags,
     "/api/executions",
     query,
-    flags,
+    500,
   );
   if (flags.json) printJson({ items, nextCursor: page.nextCursor });
   else {

@@ -1,15 +1,7 @@
 import { AxError } from "../../shared/errors.js";
 import type { AgentList, AgentView } from "../http/schemas.js";
 import { unknownSubcommand } from "./args.js";
-import {
-  apiClient,
-  CLIENT_FLAGS,
-  intFlag,
-  listPages,
-  parseCommand,
-  print,
-  printJson,
-} from "./client.js";
+import { apiClient, CLIENT_FLAGS, listPages, parseCommand, print, printJson } from "./client.js";
 import { fields, isoTime, table } from "./table.js";
 
 const tagsText = (tags: Record<string, string>) =>
@@ -97,14 +89,12 @@ async function fleetList(argv: string[]): Promise<number> {
   if (flags["bundle-version"] !== undefined) query.set("version", flags["bundle-version"]);
   if (flags.handler !== undefined) query.set("handler", flags.handler);
   if (flags.search !== undefined) query.set("q", flags.search);
-  const limit = intFlag(c, "limit", flags.limit, { min: 1, max: 1000 });
-  if (limit !== undefined) query.set("limit", String(limit));
   const { items, last: page } = await listPages<AgentView, AgentList>(
     c,
-    apiClient(c, flags),
+    flags,
     "/api/agents",
     query,
-    flags,
+    1_000,
   );
   if (flags.json) printJson({ ...page, items, nextCursor: page.nextCursor });
   else {

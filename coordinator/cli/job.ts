@@ -1,4 +1,5 @@
 import { AxError } from "../../shared/errors.js";
+import { utcOffsetMs } from "../domain/dst.js";
 import type { Trigger } from "../domain/job.js";
 import type { JobView } from "../http/schemas.js";
 // The one parser of job files, shared with the coordinator config's jobsFile.
@@ -226,21 +227,10 @@ async function jobPreview(argv: string[]): Promise<number> {
 
 /** UTC milliseconds as an ISO 8601 time in `tz`, with its offset: `2026-03-29T03:00:00.000+02:00`. */
 export function zonedTime(ms: number, tz: string): string {
-  const p: Record<string, string> = {};
-  const format = new Intl.DateTimeFormat("en-US", {
-    timeZone: tz,
-    year: "numeric",
-    month: "2-digit",
-    day: "2-digit",
-    hour: "2-digit",
-    minute: "2-digit",
-    second: "2-digit",
-    hourCycle: "h23",
-    timeZoneName: "longOffset",
-  });
-  for (const part of format.formatToParts(ms)) p[part.type] = part.value;
-  // "GMT+02:00", or "GMT" for a zero offset.
-  const offset = (p.timeZoneName ?? "GMT").slice(3) || "+00:00";
-  const millis = String(new Date(ms).getUTCMilliseconds()).padStart(3, "0");
-  return `${p.year}-${p.month}-${p.day}T${p.hour}:${p.minute}:${p.second}.${millis}${offset}`;
+  // The offset the schedule itself uses (domain/dst.ts), so what is shown is what fires.
+  const offset = utcOffsetMs(tz, ms);
+  const minutes = Math.round(Math.abs(offset) / 60_000);
+  const hh = String(Math.floor(minutes / 60)).padStart(2, "0");
+  const mm = String(minutes % 60).padStart(2, "0");
+  return `${new Date(ms + offset).toISOString().slice(0, -1)}${offset < 0 ? "-" : "+"}${hh}:${mm}`;
 }
