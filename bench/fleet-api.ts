@@ -27,16 +27,22 @@ const AGENTS = arg("agents", 10_000);
 const RUNS = arg("runs", 5);
 const TARGET_POST_MS = 100;
 
-const dir = mkdtempSync(join(tmpdir(), "ax-bench-fleet-api-"));
-const broker = await startEmbeddedBroker(0);
-const coordinator = new Coordinator(
-  parseCoordinatorConfig({
-    store: { path: join(dir, "ax.sqlite") },
-    mqtt: { url: `mqtt://127.0.0.1:${broker.port}`, persistentSession: false },
-    security: { messages: "off" },
-  }),
-);
-await coordinator.start();
+/** A started coordinator on a fresh store in a temp folder, and an embedded broker of its own. */
+async function freshCoordinator(name: string) {
+  const dir = mkdtempSync(join(tmpdir(), `ax-bench-${name}-`));
+  const broker = await startEmbeddedBroker(0);
+  const coordinator = new Coordinator(
+    parseCoordinatorConfig({
+      store: { path: join(dir, "ax.sqlite") },
+      mqtt: { url: `mqtt://127.0.0.1:${broker.port}`, persistentSession: false },
+      security: { messages: "off" },
+    }),
+  );
+  await coordinator.start();
+  return { dir, broker, coordinator };
+}
+
+const { dir, broker, coordinator } = await freshCoordinator("fleet-api");
 const http = await startHttpServer(coordinator, { port: 0 });
 const token = readFileSync(join(dir, "ax-secrets", "admin.token"), "utf8").trim();
 
@@ -115,16 +121,7 @@ try {
  * executions created above do not join in.
  */
 async function fanOut(): Promise<number[]> {
-  const fanDir = mkdtempSync(join(tmpdir(), "ax-bench-fan-out-"));
-  const fanBroker = await startEmbeddedBroker(0);
-  const c = new Coordinator(
-    parseCoordinatorConfig({
-      store: { path: join(fanDir, "ax.sqlite") },
-      mqtt: { url: `mqtt://127.0.0.1:${fanBroker.port}`, persistentSession: false },
-      security: { messages: "off" },
-    }),
-  );
-  await c.start();
+  const { dir: fanDir, broker: fanBroker, coordinator: c } = await freshCoordinator("fan-out");
   const out: number[] = [];
   let answerer: MqttClient | undefined;
   try {

@@ -5,7 +5,6 @@ import { PREFIX_RULE, topics } from "../shared/protocol/topics.js";
 import { axFailure } from "../test/helpers/ax-error.js";
 import { tempDir } from "../test/helpers/env.js";
 import {
-  COORDINATOR_PATH_FIELDS,
   DEPRECATED_KEYS,
   loadCoordinatorConfig,
   parseCoordinatorConfig,
@@ -157,19 +156,6 @@ describe("coordinator config: paths", () => {
       },
     },
   };
-
-  it("lists every field that names a file or folder", () => {
-    expect([...COORDINATOR_PATH_FIELDS].sort()).toEqual(
-      [
-        "store.path",
-        "jobsFile",
-        "security.dir",
-        "broker.mosquitto.dir",
-        "broker.mosquitto.pidFile",
-        "http.auth.tokens[].tokenFile",
-      ].sort(),
-    );
-  });
 
   it("reads each relative path from the config file's folder, whatever the working folder", () => {
     const dir = join(tmp.dir, "etc");

@@ -19,6 +19,15 @@ const job = (id: string, over: Record<string, unknown> = {}) => ({
   ...over,
 });
 
+/** `ax coordinator start` on a config it must refuse: it exits at once, so it is run to the end. */
+function startRefused(file: string, cwd: string) {
+  return spawnSync(process.execPath, [AX, "coordinator", "start", "--config", file], {
+    cwd,
+    encoding: "utf8",
+    timeout: 60_000,
+  });
+}
+
 describe("the jobs file, applied by id at each start", () => {
   let broker: TestBroker;
   let tmp: ReturnType<typeof tempDir>;
@@ -259,11 +268,7 @@ describe("ax coordinator start with a jobsFile", () => {
   it("refuses to start on a jobsFile that does not exist, naming the path it looked at", () => {
     const { etc, cwd, file } = layout({ jobsFile: "jobz.json" });
     writeFileSync(join(etc, "jobs.json"), JSON.stringify([job("a")]));
-    const r = spawnSync(process.execPath, [AX, "coordinator", "start", "--config", file], {
-      cwd,
-      encoding: "utf8",
-      timeout: 60_000,
-    });
+    const r = startRefused(file, cwd);
     expect(r.status).toBe(1);
     expect(r.stderr).toBe(
       `ax: AX_CONFIG_INVALID: ${file}: jobsFile: ${join(etc, "jobz.json")}: no such file (a relative jobsFile is read from the config file's folder); fix jobsFile or create the file\n`,
@@ -278,11 +283,7 @@ describe("ax coordinator start with a jobsFile", () => {
       jobs,
       JSON.stringify([job("a"), { id: "b", handler: "echo", triger: { type: "manual" } }]),
     );
-    const r = spawnSync(process.execPath, [AX, "coordinator", "start", "--config", file], {
-      cwd,
-      encoding: "utf8",
-      timeout: 60_000,
-    });
+    const r = startRefused(file, cwd);
     expect(r.status).toBe(1);
     expect(r.stderr).toBe(
       `ax: AX_JOB_INVALID: ${jobs}: invalid job definitions\n[1].triger: unknown key; did you mean "trigger"? ([1].trigger is required)\n`,
