@@ -2,7 +2,7 @@ import { join } from "node:path";
 import { afterEach, describe, expect, it } from "vitest";
 import { envelope } from "../../shared/message.js";
 import type { Heartbeat, Hello } from "../../shared/protocol/index.js";
-import { idleHeartbeat, tempDir } from "../../test/helpers/env.js";
+import { helloBody, idleHeartbeat, tempDir } from "../../test/helpers/env.js";
 import { parseCoordinatorConfig } from "../config.js";
 import { CoordinatorLink } from "../link/mqtt-link.js";
 import { SqliteStore } from "../store/sqlite/sqlite-store.js";
@@ -54,22 +54,7 @@ function fleet() {
   };
 }
 
-const hello = (agentId: string, at: number): Hello =>
-  envelope(
-    {
-      type: "hello",
-      agentId,
-      instanceId: `i-${agentId}`,
-      journalId: `j-${agentId}`,
-      lastSeq: 0,
-      profile: "server",
-      bundle: { version: "dev", sha256: "dev" },
-      handlers: ["echo"],
-      capacity: { concurrency: 1, queue: 1 },
-      tags: {},
-    },
-    at,
-  ) as Hello;
+const hello = (agentId: string, at: number): Hello => envelope(helloBody(agentId), at) as Hello;
 
 const beat = (agentId: string, at: number, load: number): Heartbeat =>
   envelope(idleHeartbeat(`i-${agentId}`, load), at) as Heartbeat;

@@ -4,6 +4,7 @@ import type { Coordinator } from "../../coordinator/coordinator.js";
 import { envelope } from "../../shared/message.js";
 import { type Dispatch, decode, encode, topics } from "../../shared/protocol/index.js";
 import {
+  helloBody,
   idleHeartbeat,
   startTestCoordinator,
   type TestBroker,
@@ -36,18 +37,7 @@ describe("redispatch after a missing answer", () => {
       if (r.ok && r.value.message.type === "dispatch") got.push(r.value.message);
     });
     await client.subscribeAsync(t.down(id), { qos: 1 });
-    const hello = {
-      type: "hello" as const,
-      agentId: id,
-      instanceId: `i-${id}`,
-      journalId: `j-${id}`,
-      lastSeq: 0,
-      profile: "test",
-      bundle: { version: "test", sha256: "dev" },
-      handlers: ["echo"],
-      capacity: { concurrency: 4, queue: 4 },
-      tags: {},
-    };
+    const hello = helloBody(id);
     await client.publishAsync(t.up(id), encode(envelope(hello, Date.now())), { qos: 1 });
     const beat = setInterval(() => {
       const hb = idleHeartbeat(`i-${id}`);
