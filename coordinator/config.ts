@@ -246,10 +246,73 @@ export const coordinatorConfigSchema = z
               "The SQLite file of the store. Created by `ax coordinator start`; the commands that only read it (`ax bundle fleet`, `ax broker config`) refuse a missing one.",
             ),
           ),
+        url: z
+          .string()
+          .regex(
+            /^postgres(ql)?:\/\/.+/,
+            "must be a postgres:// or postgresql:// URL (user, host, port, database)",
+          )
+          .optional()
+          .meta(
+            doc(
+              "A PostgreSQL database for the store instead of the SQLite file, for several coordinators sharing one store (docs/operations.md#several-coordinators). Its tables are created and migrated at start. A password may be given here or in the standard `PGPASSWORD` variable.",
+              "none (the SQLite file `path`)",
+            ),
+          ),
+        schema: z
+          .string()
+          .regex(
+            /^[a-z_][a-z0-9_]{0,54}$/,
+            "must be a lower-case SQL name: letters, digits and '_', at most 55",
+          )
+          .default("public")
+          .meta(
+            doc(
+              "The PostgreSQL schema that holds ax's tables (`url`), created if missing: several ax installations, or a test, can share one database.",
+            ),
+          ),
+        poolMax: z
+          .number()
+          .int()
+          .min(1)
+          .max(100)
+          .default(10)
+          .meta(doc("At most this many connections to PostgreSQL (`url`).")),
       })
       .strict()
-      .default({ path: "ax.sqlite" })
+      .default({ path: "ax.sqlite", schema: "public", poolMax: 10 })
       .meta(doc("Where the coordinator keeps jobs, executions, agents and enrolments.")),
+    cluster: z
+      .object({
+        id: z
+          .string()
+          .regex(/^[A-Za-z0-9._:-]{1,64}$/, "must be 1 to 64 letters, digits, '.', '_', ':' or '-'")
+          .optional()
+          .meta(
+            doc(
+              "This coordinator's name among the coordinators sharing a PostgreSQL store. Each needs its own; a second start under the same id fences the first (its writes are refused).",
+              "the MQTT client id",
+            ),
+          ),
+        leaseMs: z
+          .number()
+          .int()
+          .min(1_000)
+          .max(60_000)
+          .default(3_000)
+          .meta(
+            doc(
+              "How long this coordinator's membership holds without a renewal, by the database's clock; it renews every third of it. When it lapses, a standby takes over, and this one stops dispatching and exits (code 75) so that its supervisor restarts it as a standby.",
+            ),
+          ),
+      })
+      .strict()
+      .default({ leaseMs: 3_000 })
+      .meta(
+        doc(
+          "Several coordinators on one PostgreSQL store (`store.url`): one is active, the others stand by and take over when its lease lapses. Ignored with the SQLite store.",
+        ),
+      ),
     mqtt: z
       .object({
         url: z
@@ -694,11 +757,12 @@ export function secretsDir(config: CoordinatorConfig): string {
 
 /**
  * For a command that only reads the store: throws AX_STORE_MISSING, naming the path and the config
- * `source`, when the store's file does not exist (opening it would create an empty one).
+ * `source`, when the store's file does not exist (opening it would create an empty one). A
+ * PostgreSQL store (`store.url`) has no file to check.
  */
 export function requireStore(config: CoordinatorConfig, source: string, command: string): void {
   const path = config.store.path;
-  if (path === ":memory:" || existsSync(path)) return;
+  if (config.store.url !== undefined || path === ":memory:" || existsSync(path)) return;
   const where = isAbsolute(path) ? path : resolve(path);
   throw new AxError(
     "AX_STORE_MISSING",

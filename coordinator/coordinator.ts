@@ -1,6 +1,8 @@
 import { createHash } from "node:crypto";
+import { hostname } from "node:os";
 import { resolve } from "node:path";
 import { type Clock, systemClock } from "../shared/clock.js";
+import { AxError } from "../shared/errors.js";
 import { TERMINAL_STATES } from "../shared/fsm.js";
 import type { IdentityFile } from "../shared/identity.js";
 import { requireLogin } from "./broker/mosquitto.js";
@@ -15,6 +17,7 @@ import { FiringLoop } from "./engine/firing.js";
 import { Fleet } from "./engine/fleet.js";
 import { Inbound } from "./engine/inbound.js";
 import { Leases } from "./engine/leases.js";
+import { Membership, type MembershipView, offsetClock, type Role } from "./engine/membership.js";
 import { RetentionLoop } from "./engine/retention.js";
 import { EventTriggers } from "./engine/triggers.js";
 import { LinkAuth } from "./link/auth.js";
@@ -30,10 +33,12 @@ import {
 } from "./operations/commands.js";
 import { ExecutionOperations } from "./operations/executions.js";
 import { type FiringOutcome, JobOperations } from "./operations/jobs.js";
+import { packageJson } from "./package-files.js";
 import { ApiTokens } from "./security/api-tokens.js";
 import { Identities } from "./security/identities.js";
 import { loadOrCreateSecrets, mqttPassword, type Secrets } from "./security/secrets.js";
 import type { ExecutionRecord, IdentityRecord, Store, StoredJob } from "./store/port.js";
+import { PgStore } from "./store/postgres/pg-store.js";
 import { SqliteStore } from "./store/sqlite/sqlite-store.js";
 
 /** What the coordinator can serve right now (readiness). */
@@ -43,6 +48,8 @@ export interface Readiness {
   store: boolean;
   /** The MQTT link is connected. */
   mqtt: boolean;
+  /** `active`, or (several coordinators on one store) `standby` or `fenced`, which are not ready. */
+  role: Role;
 }
 
 export interface CoordinatorDeps {
@@ -51,8 +58,30 @@ export interface CoordinatorDeps {
   store?: Store;
 }
 
-/** The store a coordinator opens from its config: SQLite, with group commit. */
-export function openStore(config: CoordinatorConfig, clock: Clock = systemClock): SqliteStore {
+/**
+ * The store a coordinator opens from its config: PostgreSQL (`store.url`; connected and migrated
+ * before this resolves), or the SQLite file with group commit.
+ */
+export async function openStore(
+  config: CoordinatorConfig,
+  clock: Clock = systemClock,
+): Promise<Store> {
+  if (config.store.url === undefined) return openSqliteStore(config, clock);
+  return PgStore.open({
+    url: config.store.url,
+    schema: config.store.schema,
+    poolMax: config.store.poolMax,
+    now: () => clock.wallNow(),
+    maxErrorTextBytes: config.maxErrorTextBytes,
+    membershipTimeoutMs: Math.ceil(config.cluster.leaseMs / 3),
+  });
+}
+
+/** The SQLite store of a config (`store.path`), opened at once. */
+export function openSqliteStore(
+  config: CoordinatorConfig,
+  clock: Clock = systemClock,
+): SqliteStore {
   return new SqliteStore({
     path: config.store.path,
     now: () => clock.wallNow(),
@@ -71,11 +100,32 @@ export function openStore(config: CoordinatorConfig, clock: Clock = systemClock)
 /**
  * The client id a coordinator keeps across restarts when its config names none: one per topic
  * prefix and store file, so a restarted coordinator finds its broker session again while two
- * coordinators (other stores, or other prefixes) never take each other's.
+ * coordinators (other stores, or other prefixes) never take each other's. On a PostgreSQL store,
+ * which several coordinators share, the host and the HTTP port are part of it too.
  */
 export function defaultClientId(config: CoordinatorConfig): string {
-  const key = `${config.mqtt.prefix}\u0000${resolve(config.store.path)}`;
+  const store =
+    config.store.url === undefined
+      ? resolve(config.store.path)
+      : `${withoutPassword(config.store.url)}\u0000${hostname()}\u0000${config.http.port}`;
+  const key = `${config.mqtt.prefix}\u0000${store}`;
   return `ax-c-${createHash("sha256").update(key).digest("hex").slice(0, 16)}`;
+}
+
+/** A database URL with its password left out, for ids and logs. */
+export function withoutPassword(url: string): string {
+  try {
+    const u = new URL(url);
+    u.password = "";
+    return u.toString();
+  } catch {
+    return url.replace(/:[^:@/]*@/, "@");
+  }
+}
+
+/** This coordinator's name among those sharing a store: `cluster.id`, else its MQTT client id. */
+export function coordinatorId(config: CoordinatorConfig): string {
+  return config.cluster.id ?? config.mqtt.clientId ?? defaultClientId(config);
 }
 
 // Lives in config.ts, so `ax bundle` and the CLI find the secrets without loading the store and the link.
@@ -141,11 +191,44 @@ export class Coordinator {
   /** API tokens and agent enrolments. */
   readonly access: AccessOperations;
   private readonly startedAtMono: number;
+  /** With a store that several coordinators share: this one's membership; else undefined. */
+  private readonly membership: Membership | undefined;
+  private activated = false;
+  private activating: Promise<void> | undefined;
+  /**
+   * Told when this coordinator was fenced (its membership lapsed or was taken over): it has
+   * stopped dispatching and taking reports, and must be closed and started again.
+   */
+  onFenced: ((reason: string) => void) | undefined;
 
   constructor(config: CoordinatorConfig, deps: CoordinatorDeps = {}) {
-    const clock = deps.clock ?? systemClock;
+    const baseClock = deps.clock ?? systemClock;
     const log: Logger = deps.log ?? (() => {});
-    this.store = deps.store ?? openStore(config, clock);
+    if (deps.store === undefined && config.store.url !== undefined) {
+      // Connecting and migrating take round trips: the caller opens it (openStore) and passes it.
+      throw new AxError(
+        "AX_STORE_FAILED",
+        "a PostgreSQL store (store.url) is opened with openStore() and passed in deps.store",
+      );
+    }
+    this.store = deps.store ?? openSqliteStore(config, baseClock);
+    let clock = baseClock;
+    if (config.store.url !== undefined) {
+      const membership = new Membership(
+        this.store,
+        baseClock,
+        {
+          id: coordinatorId(config),
+          leaseMs: config.cluster.leaseMs,
+          info: () => this.membershipInfo(),
+        },
+        log,
+      );
+      this.membership = membership;
+      // The engine reads the store's clock: dispatch timeouts and leases mean the same on every
+      // coordinator, whatever their own clocks say.
+      clock = offsetClock(baseClock, () => membership.clockOffsetMs);
+    }
     // The writes of a failed commit were undone: what the fleet caches of them (acked seqs)
     // is re-read, and the agents, never acked, re-send those reports.
     this.store.onCommitError = (err) => {
@@ -185,6 +268,7 @@ export class Coordinator {
         ...(config.mqtt.sharedGroup === undefined ? {} : { sharedGroup: config.mqtt.sharedGroup }),
         clientId: config.mqtt.clientId ?? defaultClientId(config),
         persistentSession: config.mqtt.persistentSession,
+        freshSession: config.store.url !== undefined,
         auth:
           config.security.messages === "required"
             ? new LinkAuth(this.identities, config.security.freshnessMs, config.mqtt.prefix)
@@ -195,7 +279,15 @@ export class Coordinator {
     this.events = new EngineEventBus((err) =>
       log("error", `event listener failed: ${(err as Error).message}`),
     );
-    this.ctx = { config, store: this.store, link, clock, log, events: this.events };
+    this.ctx = {
+      config,
+      store: this.store,
+      link,
+      clock,
+      log,
+      events: this.events,
+      ...(this.membership === undefined ? {} : { coordinatorId: coordinatorId(config) }),
+    };
     this.fleet = new Fleet(this.ctx);
     link.batchBytesOf = (agentId) => this.fleet.batchBytesOf(agentId);
     if (config.security.messages === "required") {
@@ -219,6 +311,7 @@ export class Coordinator {
       events: this.events,
       fleet: this.fleet,
       store: this.store,
+      membership: () => this.membership?.view(),
     });
     // A lease lapses after three silent heartbeats; a query gets two heartbeats (2 s at least).
     const leases = new Leases(config.heartbeatMs * 3, Math.max(2_000, config.heartbeatMs * 2));
@@ -261,7 +354,78 @@ export class Coordinator {
     this.startedAtMono = clock.monoNow();
   }
 
+  /**
+   * Starts the coordinator. With a store several coordinators share, it joins them first, and
+   * only the active one (the oldest live member) runs the loops and the MQTT link; a standby
+   * answers the API and takes over when the active one's lease lapses.
+   */
   async start(): Promise<void> {
+    const membership = this.membership;
+    if (membership === undefined) {
+      await this.activate();
+      return;
+    }
+    membership.onFenced = (reason) => this.fenced(reason);
+    membership.onActive = () => {
+      this.activating = this.activate().catch((err: unknown) => {
+        this.ctx.log(
+          "error",
+          `taking over as the active coordinator failed: ${(err as Error).message}`,
+        );
+        membership.fence(`taking over failed: ${(err as Error).message}`);
+      });
+    };
+    await membership.join();
+    await this.activating;
+    if (membership.role === "standby") {
+      this.ctx.log("info", "coordinator started as a standby", { mqtt: this.ctx.config.mqtt.url });
+    }
+    this.watchStop = this.store.watchWork((what) => {
+      if (!this.activated) return;
+      if (what === "executions") this.executionLoop.kick();
+      else
+        this.firing.rescan().catch((err: unknown) => {
+          this.ctx.log("error", `firing scan failed: ${(err as Error).message}`);
+        });
+    });
+  }
+
+  private watchStop: (() => void) | undefined;
+
+  /** This coordinator's membership and the others', for /api/health; undefined on a store of its own. */
+  membershipView(): MembershipView | undefined {
+    return this.membership?.view();
+  }
+
+  /** What this coordinator reports of itself to the others at each renewal. */
+  private membershipInfo(): Record<string, unknown> {
+    return {
+      version: packageJson().version,
+      host: hostname(),
+      role: this.membership?.role ?? "active",
+      agentsOnline: this.activated
+        ? this.fleet.list().filter((a) => a.status === "online").length
+        : 0,
+      // What it holds: the leases of executions its agents run; and its lag to the database.
+      leasesHeld: this.activated ? this.leases.size : 0,
+      storeRoundTripMs: this.membership?.storeRoundTripMs ?? 0,
+    };
+  }
+
+  /** Fenced: stops at once what acts on the world (no drain: another coordinator owns it now). */
+  private fenced(reason: string): void {
+    this.firing.close();
+    this.executionLoop.close();
+    this.retention.close();
+    this.alerts.close();
+    this.ctx.link.close().catch(() => {});
+    this.onFenced?.(reason);
+  }
+
+  /** Runs the loops and the MQTT link: at start, or when a standby takes over. */
+  private async activate(): Promise<void> {
+    if (this.activated) return;
+    this.activated = true;
     await this.fleet.load();
     await this.identities.load();
     // Enrolments changed while the coordinator was down (another process on the store) reach
@@ -378,7 +542,8 @@ export class Coordinator {
       () => true,
       () => false,
     );
-    return { ready: mqtt && store, store, mqtt };
+    const role = this.membership?.role ?? "active";
+    return { ready: mqtt && store && role === "active", store, mqtt, role };
   }
 
   /**
@@ -389,11 +554,10 @@ export class Coordinator {
     this.firing.close();
     const until = this.ctx.clock.monoNow() + timeoutMs;
     for (;;) {
-      const open = await this.store.listExecutionsInStates(
-        ["PENDING", "DISPATCHED", "SCHEDULED", "RUNNING", "RETRY_WAITING"],
-        1_000_000,
-      );
-      if (open.length === 0 || this.ctx.clock.monoNow() >= until) return open.length;
+      // Counted, not listed: a store with a million open executions answers with one number.
+      const counts = await this.store.countOpenExecutions();
+      const open = Object.values(counts).reduce((a, b) => a + b, 0);
+      if (open === 0 || this.ctx.clock.monoNow() >= until) return open;
       await new Promise<void>((resolve) => this.ctx.clock.setTimer(resolve, 50));
     }
   }
@@ -405,6 +569,8 @@ export class Coordinator {
   }
 
   async close(): Promise<void> {
+    this.watchStop?.();
+    this.membership?.close();
     this.alerts.close();
     this.metrics.close();
     this.firing.close();
@@ -414,12 +580,17 @@ export class Coordinator {
     await this.retention.idle();
     await this.ctx.link.close();
     await this.inbound.drain();
-    // What heartbeats said since the last batch: kept for the next start's fleet page.
-    await this.fleet
-      .persistSeen(this.ctx.clock.wallNow(), Number.POSITIVE_INFINITY)
-      .catch((err: unknown) =>
-        this.ctx.log("warn", `agents' last heartbeats not stored: ${(err as Error).message}`),
-      );
+    // What heartbeats said since the last batch: kept for the next start's fleet page (by the
+    // active coordinator only: a standby's view of the fleet is not current).
+    if (this.activated && this.membership?.role !== "fenced") {
+      await this.fleet
+        .persistSeen(this.ctx.clock.wallNow(), Number.POSITIVE_INFINITY)
+        .catch((err: unknown) =>
+          this.ctx.log("warn", `agents' last heartbeats not stored: ${(err as Error).message}`),
+        );
+    }
+    // A clean stop hands over at once: the standby need not wait for the lease to lapse.
+    await this.membership?.leave();
     await this.store.close();
   }
 }

@@ -2,6 +2,7 @@ import { Counter, Gauge, Histogram, Registry } from "prom-client";
 import { type ExecState, TERMINAL_STATES } from "../shared/fsm.js";
 import type { EngineEventBus } from "./engine/events.js";
 import type { Fleet } from "./engine/fleet.js";
+import type { MembershipView } from "./engine/membership.js";
 import type { Store } from "./store/port.js";
 
 /** The open states, each always exported (0 when none), so a series never vanishes. */
@@ -36,6 +37,8 @@ export interface MetricsSources {
   events: EngineEventBus;
   fleet: Fleet;
   store: Store;
+  /** Several coordinators on one store: this one's membership, when it has one. */
+  membership?: () => MembershipView | undefined;
 }
 
 /**
@@ -64,6 +67,11 @@ export class CoordinatorMetrics {
   private readonly agentsKnown: Gauge;
   private readonly journalDepth: Gauge<"agent">;
   private readonly outboxDepth: Gauge<"agent">;
+  private readonly clusterEpoch: Gauge;
+  private readonly clusterRole: Gauge<"role">;
+  private readonly clusterMembers: Gauge;
+  private readonly clusterClockOffset: Gauge;
+  private readonly clusterLeaseLeft: Gauge<"coordinator">;
 
   constructor(private readonly sources: MetricsSources) {
     const registers = [this.registry];
@@ -160,6 +168,33 @@ export class CoordinatorMetrics {
       labelNames: ["agent"],
       registers,
     });
+    this.clusterEpoch = new Gauge({
+      name: "ax_cluster_epoch",
+      help: "This coordinator's epoch on a store several coordinators share (0: a store of its own).",
+      registers,
+    });
+    this.clusterRole = new Gauge({
+      name: "ax_cluster_role",
+      help: "1 for this coordinator's role (active, standby, fenced), 0 for the others.",
+      labelNames: ["role"],
+      registers,
+    });
+    this.clusterMembers = new Gauge({
+      name: "ax_cluster_members",
+      help: "Live coordinators on the store, this one included (1 on a store of its own).",
+      registers,
+    });
+    this.clusterClockOffset = new Gauge({
+      name: "ax_cluster_clock_offset_seconds",
+      help: "The database's clock minus this coordinator's, as last measured.",
+      registers,
+    });
+    this.clusterLeaseLeft = new Gauge({
+      name: "ax_cluster_lease_remaining_seconds",
+      help: "Per live coordinator: how long its lease still holds, by the database's clock, at the last renewal (a falling value is a coordinator that stopped renewing).",
+      labelNames: ["coordinator"],
+      registers,
+    });
     for (const outcome of ["on_time", "late"]) this.fires.inc({ outcome }, 0);
     for (const by of ["policy", "operator"]) this.retries.inc({ by }, 0);
 
@@ -220,6 +255,20 @@ export class CoordinatorMetrics {
     for (const a of online) {
       this.journalDepth.set({ agent: a.agentId }, a.journalDepth);
       this.outboxDepth.set({ agent: a.agentId }, a.outboxDepth);
+    }
+    const cluster = this.sources.membership?.();
+    this.clusterEpoch.set(cluster?.epoch ?? 0);
+    for (const role of ["active", "standby", "fenced"]) {
+      this.clusterRole.set({ role }, (cluster?.role ?? "active") === role ? 1 : 0);
+    }
+    this.clusterMembers.set(cluster?.coordinators.length ?? 1);
+    this.clusterClockOffset.set((cluster?.clockOffsetMs ?? 0) / 1000);
+    this.clusterLeaseLeft.reset();
+    if (cluster !== undefined) {
+      const now = Date.now() + cluster.clockOffsetMs;
+      for (const c of cluster.coordinators) {
+        this.clusterLeaseLeft.set({ coordinator: c.id }, (c.leaseUntil - now) / 1000);
+      }
     }
     return this.registry.metrics();
   }

@@ -56,7 +56,7 @@ describe("exit codes", () => {
     expect(exitCodeOf(new AxError("AX_CONFIG_INVALID", "x"))).toBe(EXIT.failed);
     expect(exitCodeOf(new TypeError("x is undefined"))).toBe(EXIT.internal);
     expect(exitCodeOf("thrown text")).toBe(EXIT.internal);
-    expect(EXIT).toEqual({ ok: 0, failed: 1, usage: 2, internal: 70 });
+    expect(EXIT).toEqual({ ok: 0, failed: 1, usage: 2, internal: 70, fenced: 75 });
   });
 
   it("prints an AxError as its code and message, anything else as a bug with its stack", () => {

@@ -19,6 +19,11 @@ export const EXIT = {
   usage: 2,
   /** An unexpected exception: a bug. */
   internal: 70,
+  /**
+   * `coordinator start` only: the coordinator was fenced (its membership of a shared store
+   * lapsed or was taken over) and stopped; start it again (sysexits' `EX_TEMPFAIL`).
+   */
+  fenced: 75,
 } as const;
 
 /** The exit code for an error that ended a command. */

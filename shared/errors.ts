@@ -51,6 +51,12 @@ export const ERROR_CODES = {
   AX_AGENT_JOURNAL_LOCKED: "An agent's journal is held by another live agent process.",
   AX_AGENT_JOURNAL_FOREIGN: "An agent's journal was created by an agent with another agentId.",
   AX_STORE_BAD_CURSOR: "A paging cursor is malformed: it is not one a listing returned.",
+  AX_STORE_CONFLICT:
+    "A write was based on a version that is no longer current: another writer changed it first.",
+  AX_STORE_FENCED:
+    "A coordinator's membership of the store lapsed or was taken over: its writes are refused.",
+  AX_STORE_BUSY:
+    "The database kept failing a transaction with a retryable error (serialization, deadlock).",
   AX_API_INVALID_REQUEST: "An HTTP request's path, query or body failed validation.",
   AX_API_UNAUTHORIZED:
     "An HTTP request carries no bearer token, or one the coordinator does not know.",

@@ -96,7 +96,7 @@ async function config(argv: string[]): Promise<number> {
   const dir = resolve(outDir);
   const secrets = loadOrCreateSecrets(secretsDir(coordinatorConfig));
   const login = requireLogin(coordinatorMqttLogin(coordinatorConfig, secrets));
-  const store = openStore(coordinatorConfig);
+  const store = await openStore(coordinatorConfig);
   let identities: Awaited<ReturnType<typeof store.listIdentities>>;
   try {
     identities = await store.listIdentities();

@@ -185,8 +185,8 @@ async function fleet(argv: string[]): Promise<number> {
   const config = loadCoordinatorConfig(f.config);
   // Opening a missing store would create an empty one, and show an empty fleet.
   requireStore(config, f.config, "bundle fleet");
-  const { SqliteStore } = await import("../store/sqlite/sqlite-store.js");
-  const store = new SqliteStore({ path: config.store.path });
+  const { openStore } = await import("../coordinator.js");
+  const store = await openStore(config);
   try {
     const known = knownBuilds(resolve(f.bundles ?? join("dist", "bundles")));
     const agents = await store.listAgents();

@@ -1,8 +1,9 @@
 import { existsSync } from "node:fs";
 import { dirname, isAbsolute, resolve } from "node:path";
+import { EXIT } from "../../shared/command-line.js";
 import { AxError } from "../../shared/errors.js";
 import { type CoordinatorConfig, parseCoordinatorConfig, readJsonFile } from "../config.js";
-import { Coordinator } from "../coordinator.js";
+import { Coordinator, openStore } from "../coordinator.js";
 import { type HttpServer, startHttpServer } from "../http/server.js";
 import { applyJobsFile, readJobsFile } from "../jobs-file.js";
 import { flags } from "./args.js";
@@ -28,7 +29,18 @@ export async function coordinatorStart(argv: string[]): Promise<number> {
   const jobs = jobsFile === undefined ? undefined : readJobsFile(jobsFile, f.config);
   const log = jsonLogger();
   for (const w of warnings) log("warn", w);
-  const coordinator = new Coordinator(config, { log });
+  // Listened for from the first moment: a SIGTERM while the store opens or the jobs file applies
+  // stops the coordinator cleanly once it is up, instead of killing it halfway.
+  const stopSignal = new Promise<undefined>((resolve) => {
+    process.once("SIGTERM", () => resolve(undefined));
+    process.once("SIGINT", () => resolve(undefined));
+  });
+  const coordinator = new Coordinator(config, { log, store: await openStore(config) });
+  let fenced: ((reason: string) => void) | undefined;
+  const fencedReason = new Promise<string>((resolve) => {
+    fenced = resolve;
+  });
+  coordinator.onFenced = (reason) => fenced?.(reason);
   await coordinator.start();
   let http: HttpServer;
   try {
@@ -41,15 +53,25 @@ export async function coordinatorStart(argv: string[]): Promise<number> {
     await coordinator.close();
     throw err;
   }
-  await new Promise<void>((resolve) => {
-    process.once("SIGTERM", () => resolve());
-    process.once("SIGINT", () => resolve());
-  });
-  log("info", "stopping");
+  const stop = await Promise.race([stopSignal, fencedReason]);
+  log(
+    stop === undefined ? "info" : "error",
+    stop === undefined ? "stopping" : `stopping: fenced: ${stop}`,
+  );
+  if (stop !== undefined) {
+    // Cut off from the database, a clean close can wait on it for ever: give it a moment, then
+    // exit whatever still hangs (nothing of it acts on the world: the loops stopped at the fence).
+    setTimeout(() => process.exit(EXIT.fenced), FENCED_CLOSE_MS).unref();
+  }
   await http.close();
   await coordinator.close();
-  return 0;
+  // Fenced (several coordinators on one store): another one holds the work now. Exit 75
+  // (EX_TEMPFAIL) so that the supervisor starts this one again, as a standby with a new epoch.
+  return stop === undefined ? EXIT.ok : EXIT.fenced;
 }
+
+/** How long a fenced coordinator's close may take before the process exits anyway. */
+const FENCED_CLOSE_MS = 2_000;
 
 /** The string at `path` in the config file as written, if there is one. */
 function given(raw: unknown, path: string): string | undefined {

@@ -11,6 +11,8 @@ Usage:
                                         broker, coordinator and 3 agents on this machine; live
                                         table; the console, API and metrics at the URL it prints
   ax coordinator start --config FILE    run the coordinator (JSON config)
+  ax store migrate --config FILE        bring the coordinator's store (SQLite file or
+                                        PostgreSQL) to this build's schema, as a start would
   ax agent start --config FILE          run an agent (JSON config); the same as a bundle's
                                         node agent.mjs --config FILE
   ax bundle build --profile NAME [--out DIR] [--native-binding FILE]
@@ -76,6 +78,7 @@ Exit codes (the same for the agent):
   1   the operation failed: bad config, a refused request, not found (the error's AX_ code)
   2   usage error: unknown command or flag, missing or bad flag value
   70  internal error: an unexpected exception, a bug
+  75  coordinator start: fenced by another coordinator on a shared store; start it again
 
 More: docs/cli.md.
 `;
@@ -84,6 +87,7 @@ More: docs/cli.md.
 const COMMANDS = [
   "demo",
   "coordinator",
+  "store",
   "agent",
   "bundle",
   "broker",
@@ -132,6 +136,11 @@ export async function main(argv: string[]): Promise<number> {
         return EXIT.ok;
       case "demo":
         return await (await import("./demo.js")).runDemo(argv.slice(1));
+      case "store":
+        if (sub !== "migrate") throw unknownSubcommand("store", sub, ["migrate"]);
+        return await (await import("./store.js")).storeMigrate(rest, (line) =>
+          process.stdout.write(`${line}\n`),
+        );
       case "coordinator":
         if (sub !== "start") throw unknownSubcommand("coordinator", sub, ["start"]);
         return await (await import("./coordinator-start.js")).coordinatorStart(rest);

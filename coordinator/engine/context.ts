@@ -19,4 +19,9 @@ export interface EngineContext {
   clock: Clock;
   log: Logger;
   events: EngineEventBus;
+  /**
+   * Several coordinators on one store: this one's `cluster.id`, written into the detail of every
+   * timeline entry it writes (`coordinator`), so an execution shows who handled each step.
+   */
+  coordinatorId?: string;
 }

@@ -49,11 +49,22 @@ export class ExecutionLoop {
   /** Executions dispatched and not yet answered, with when (wall ms), oldest first. */
   private readonly unanswered = new Map<string, number>();
 
+  /**
+   * How many pending executions one pass dispatches at once. 1 on SQLite, whose writes cost
+   * microseconds and join one group commit: the pass is the loop it always was. On PostgreSQL
+   * each write is milliseconds of round trips and a commit, and one after the other capped the
+   * dispatcher near 100 a second: there, up to the pool's size at once, each lane (a group, a
+   * job, an agent's commands) still in order on its own, so overlap, group and concurrency rules
+   * see their peers' dispatches.
+   */
+  private readonly lanes: number;
+
   constructor(
     private readonly ctx: EngineContext,
     private readonly fleet: Fleet,
     private readonly leases: Leases,
   ) {
+    this.lanes = storeLanes(ctx.config);
     ctx.events.on("transition", (e) => {
       if (e.to === "DISPATCHED") {
         this.unanswered.delete(e.executionId);
@@ -166,7 +177,7 @@ export class ExecutionLoop {
     }
 
     const jobs = new Map<string, JobDefinition | undefined>();
-    for (const exec of due.pending) {
+    const dispatchOne = async (exec: ExecutionRecord): Promise<void> => {
       if (exec.deadline < now) {
         moved++;
         await applyEvent(
@@ -179,17 +190,17 @@ export class ExecutionLoop {
           },
           exec,
         );
-        continue;
+        return;
       }
       // The broker has not yet acknowledged thousands of publishes: sending more would only grow
       // this process's buffers. The rest waits PENDING for a later pass (expiry above still runs).
-      if (this.ctx.link.congested) continue;
+      if (this.ctx.link.congested) return;
       // Answers pace the fan-out: the rest waits for a later pass (one runs after every burst
       // of reports).
-      if (this.awaitingAnswers(now) >= MAX_UNANSWERED_DISPATCHES) continue;
-      if (!(await this.admit(exec, jobs, now))) continue;
+      if (this.awaitingAnswers(now) >= MAX_UNANSWERED_DISPATCHES) return;
+      if (!(await this.admit(exec, jobs, now))) return;
       const agentId = await this.route(exec, jobs, now);
-      if (agentId === undefined) continue; // waits in PENDING until an agent is live or it expires
+      if (agentId === undefined) return; // waits in PENDING until an agent is live or it expires
       if (
         (await applyEvent(
           this.ctx,
@@ -202,6 +213,11 @@ export class ExecutionLoop {
       ) {
         moved++;
       }
+    };
+    if (this.lanes <= 1) {
+      for (const exec of due.pending) await dispatchOne(exec);
+    } else {
+      await inLanes(due.pending, dispatchLane, this.lanes, dispatchOne);
     }
 
     for (const exec of linkUp === undefined ? [] : due.dispatchTimedOut) {
@@ -496,4 +512,47 @@ export class ExecutionLoop {
     this.closed = true;
     if (this.timer !== undefined) this.ctx.clock.clearTimer(this.timer);
   }
+}
+
+/**
+ * How many independent writes the engine runs side by side: 1 on SQLite (its writes cost
+ * microseconds and join one group commit), the pool's size on PostgreSQL (each write is round
+ * trips, and concurrent ones share transactions).
+ */
+export function storeLanes(config: EngineContext["config"]): number {
+  return config.store.url === undefined ? 1 : config.store.poolMax;
+}
+
+/** The lane of a pending execution: its group, else its job, else the agent a command is for. */
+function dispatchLane(e: ExecutionRecord): string {
+  if (e.groupKey !== null) return `g\u0000${e.groupKey}`;
+  if (e.jobId !== null) return `j\u0000${e.jobId}`;
+  return `a\u0000${e.targetAgentId ?? e.id}`;
+}
+
+/**
+ * Runs `fn` over `items` with up to `width` lanes at once: items of one lane (by `laneOf`) one
+ * after the other in their order, lanes in the order their first item came.
+ */
+export async function inLanes<T>(
+  items: readonly T[],
+  laneOf: (item: T) => string,
+  width: number,
+  fn: (item: T) => Promise<void>,
+): Promise<void> {
+  const lanes = new Map<string, T[]>();
+  for (const item of items) {
+    const key = laneOf(item);
+    const lane = lanes.get(key);
+    if (lane) lane.push(item);
+    else lanes.set(key, [item]);
+  }
+  const queue = [...lanes.values()];
+  let next = 0;
+  const worker = async () => {
+    for (let lane = queue[next++]; lane !== undefined; lane = queue[next++]) {
+      for (const item of lane) await fn(item);
+    }
+  };
+  await Promise.all(Array.from({ length: Math.min(width, queue.length) }, worker));
 }

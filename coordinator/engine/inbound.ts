@@ -11,6 +11,7 @@ import type {
 import type { Refusal } from "../link/auth.js";
 import { MAX_INBOUND_BACKLOG } from "../link/mqtt-link.js";
 import type { EngineContext } from "./context.js";
+import { inLanes, storeLanes } from "./execution-loop.js";
 import { recordFact } from "./facts.js";
 import type { Fleet } from "./fleet.js";
 import type { Leases } from "./leases.js";
@@ -72,11 +73,16 @@ export class Inbound {
   /** When each agent was last sent a clock sample for a stale message. */
   private readonly resyncAt = new Map<string, number>();
 
+  /** Executions of one burst of reports applied side by side (see {@link storeLanes}). */
+  private readonly lanes: number;
+
   constructor(
     private readonly ctx: EngineContext,
     private readonly fleet: Fleet,
     private readonly leases: Leases,
-  ) {}
+  ) {
+    this.lanes = storeLanes(ctx.config);
+  }
 
   /**
    * The link (re)connected. What agents published while it was down may be lost (a broker that
@@ -382,19 +388,27 @@ export class Inbound {
     if (byExecution.size === 0) return;
     // Acknowledged up to the report before the first that could not be applied (the agent
     // re-sends from there; what was applied after it is then known and changes nothing).
+    // The executions are independent: on PostgreSQL they are applied side by side (each one's
+    // reports still in order, as one write), so that their writes share transactions rather than
+    // queue one round trip after the other behind a single agent's burst.
     let ackTo = next - 1;
-    for (const group of byExecution.values()) {
-      try {
-        await this.applyReports(agentId, group);
-      } catch (err) {
-        ackTo = Math.min(ackTo, (group[0] as Report).seq - 1);
-        this.ctx.log(
-          "error",
-          `applying ${group.length} report(s) about ${(group[0] as Report).executionId} failed: ${(err as Error).message}`,
-          { agentId, executionId: (group[0] as Report).executionId },
-        );
-      }
-    }
+    await inLanes(
+      [...byExecution.values()],
+      (group) => (group[0] as Report).executionId,
+      this.lanes,
+      async (group) => {
+        try {
+          await this.applyReports(agentId, group);
+        } catch (err) {
+          ackTo = Math.min(ackTo, (group[0] as Report).seq - 1);
+          this.ctx.log(
+            "error",
+            `applying ${group.length} report(s) about ${(group[0] as Report).executionId} failed: ${(err as Error).message}`,
+            { agentId, executionId: (group[0] as Report).executionId },
+          );
+        }
+      },
+    );
     if (ackTo < next - 1) {
       // What was held beyond the failure is dropped with it; the replay brings it all again.
       this.ahead.delete(agentId);

@@ -58,6 +58,7 @@ export async function applyEvents(
     const applied: (TimelineStep & { effects: Effect[] })[] = [];
     const merged: ExecutionPatch = {};
     let cur = exec;
+    const by = ctx.coordinatorId;
     for (const step of steps) {
       const result = transition(cur, step.event);
       if (!result.ok) {
@@ -84,7 +85,11 @@ export async function applyEvents(
         round: result.next.round,
         agentId: patch.agentId ?? cur.agentId,
         at: now,
-        ...(step.detail === undefined ? {} : { detail: step.detail }),
+        ...(by !== undefined
+          ? { detail: { ...step.detail, coordinator: by } }
+          : step.detail === undefined
+            ? {}
+            : { detail: step.detail }),
         effects: result.effects,
       });
       cur = { ...cur, ...result.next, ...patch };

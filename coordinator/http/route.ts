@@ -1,4 +1,4 @@
-import type { IncomingMessage, ServerResponse } from "node:http";
+import type { IncomingHttpHeaders, IncomingMessage, ServerResponse } from "node:http";
 import type { z } from "zod";
 import type { ApiRole } from "../config.js";
 import type { Coordinator } from "../coordinator.js";
@@ -23,6 +23,8 @@ export interface RouteInput<P, Q, B> {
   params: P;
   query: Q;
   body: B;
+  /** The request's headers (lower-case names), for the few routes that read one (`if-match`). */
+  headers: IncomingHttpHeaders;
   coordinator: Coordinator;
   /** The caller; `anonymous` (role admin) with auth off. */
   principal: Principal;

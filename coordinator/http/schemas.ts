@@ -225,16 +225,48 @@ export const eventBody = z
 
 // --- responses ---------------------------------------------------------------------------------
 
+const coordinatorMemberSchema = z.object({
+  id: z.string(),
+  epoch: z.number().int(),
+  joinedAt: z.number(),
+  renewedAt: z.number(),
+  leaseUntil: z.number().meta({
+    description: "Its membership lapses then (the store's clock, UTC ms) unless renewed.",
+  }),
+  info: z.record(z.string(), z.unknown()).meta({
+    description:
+      "What it reports of itself: version, host, role, agentsOnline, leasesHeld (executions its agents hold), storeRoundTripMs (its lag to the database).",
+  }),
+});
+
 export const healthSchema = z.object({
   status: z.literal("ok"),
   version: z.string(),
   uptimeS: z.number(),
+  cluster: z
+    .object({
+      id: z.string().meta({ description: "This coordinator's `cluster.id`." }),
+      epoch: z.number().int().meta({ description: "Its epoch: one more at each start." }),
+      role: z.enum(["active", "standby", "fenced"]),
+      clockOffsetMs: z.number().meta({
+        description: "The database's clock minus this process's, as last measured.",
+      }),
+      coordinators: z.array(coordinatorMemberSchema).meta({
+        description:
+          "Every live coordinator on the store, oldest first: the first is the active one.",
+      }),
+    })
+    .optional()
+    .meta({ description: "Only on a PostgreSQL store that several coordinators share." }),
 });
 
 export const readinessSchema = z.object({
   ready: z.boolean(),
   store: z.boolean(),
   mqtt: z.boolean(),
+  role: z.enum(["active", "standby", "fenced"]).meta({
+    description: "Ready only when active: a standby or fenced coordinator answers 503.",
+  }),
 });
 
 /**

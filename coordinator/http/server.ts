@@ -64,6 +64,7 @@ const STATUS: Partial<Record<ErrorCode, number>> = {
   AX_API_METHOD_NOT_ALLOWED: 405,
   AX_JOB_EXISTS: 409,
   AX_EXEC_CONFLICT: 409,
+  AX_STORE_CONFLICT: 409,
   AX_AGENT_ENROLLED: 409,
   AX_AGENT_NO_HANDLER: 409,
   AX_AUTH_NOT_ENROLLED: 409,
@@ -305,6 +306,7 @@ async function handle(req: IncomingMessage, res: ServerResponse, s: ServerState)
   }
   const result = await route.handle({
     ...input,
+    headers: req.headers,
     coordinator: s.coordinator,
     principal,
   } as Parameters<ApiRoute["handle"]>[0]);

@@ -32,6 +32,14 @@ export interface CoordinatorLinkOptions {
   persistentSession?: boolean;
   /** Message authentication (docs/protocol.md, "Authenticated messages"). @default none */
   auth?: LinkAuth | undefined;
+  /**
+   * Start with an empty session: what the broker queued for this client id earlier is dropped
+   * first. A coordinator taking over from another (several on one store) sets it: what was queued
+   * for it during an earlier life was handled by the others since, and an old `hello` read now
+   * would be news from the past. Reports are not lost by it: they wait in the agents' outboxes
+   * until acknowledged, and the new active coordinator asks for them. @default false
+   */
+  freshSession?: boolean;
 }
 
 export interface LinkHandlers {
@@ -105,8 +113,36 @@ export class CoordinatorLink {
     this.topics = topics(options.prefix ?? "ax");
   }
 
+  /** Connects once with `clean: true` under the client id, which ends its stored session. */
+  private async dropSession(): Promise<void> {
+    const { url } = this.options;
+    const client = mqtt.connect(url, {
+      clientId: this.options.clientId,
+      clean: true,
+      reconnectPeriod: 0,
+      connectTimeout: 10_000,
+      ...(this.options.username === undefined ? {} : { username: this.options.username }),
+      ...(this.options.password === undefined ? {} : { password: this.options.password }),
+    });
+    try {
+      await new Promise<void>((resolve, reject) => {
+        client.once("connect", () => resolve());
+        client.once("error", (err) =>
+          reject(
+            new AxError("AX_LINK_FAILED", `cannot connect to MQTT broker ${url}: ${err.message}`, {
+              cause: err,
+            }),
+          ),
+        );
+      });
+    } finally {
+      await client.endAsync();
+    }
+  }
+
   async start(handlers: LinkHandlers): Promise<void> {
     const { url, sharedGroup } = this.options;
+    if (this.options.freshSession) await this.dropSession();
     const client = mqtt.connect(url, {
       // A fixed client id and `clean: false` keep the session (and its QoS 1 subscriptions) on the
       // broker across restarts: reports published while the coordinator is down are queued for it

@@ -91,17 +91,29 @@ export class JobOperations {
     jobId: string,
     input: Record<string, unknown>,
     actor = "system",
+    ifVersion?: number,
   ): Promise<StoredJob> {
     if (!(await this.ctx.store.getJob(jobId))) throw jobNotFound(jobId);
-    return this.put({ ...input, id: jobId }, actor);
+    return this.put({ ...input, id: jobId }, actor, ifVersion);
   }
 
   /**
    * Validates a job definition and stores it: the job, or a new version when it changed, with
    * `actor` (an API token's name) in its history. A new job starts paused when its definition
    * says so; a stored one keeps its state (pause and resume change it).
+   *
+   * With `ifVersion` (HTTP `If-Match`: the version the operator read), the job must still be at
+   * that version (0: must not exist), else AX_STORE_CONFLICT and nothing is written: of two
+   * operators editing one job, the second is told. Without it the last write wins, but each
+   * write is still checked against the version it was computed from (another coordinator's
+   * write in between makes it read again), so a next fire time is never derived from a
+   * definition that was no longer current.
    */
-  async put(input: JobDefinitionInput | unknown, actor = "system"): Promise<StoredJob> {
+  async put(
+    input: JobDefinitionInput | unknown,
+    actor = "system",
+    ifVersion?: number,
+  ): Promise<StoredJob> {
     const parsed = jobDefinitionSchema.safeParse(input);
     if (!parsed.success) {
       const id = (input as { id?: unknown } | null)?.id;
@@ -122,18 +134,29 @@ export class JobOperations {
     if (def.trigger.type === "after" && def.trigger.job === def.id) {
       throw invalidJob(def.id, "a job cannot fire after itself", ["trigger", "job"]);
     }
-    const now = this.ctx.clock.wallNow();
-    const existing = await this.ctx.store.getJob(def.id);
-    const sameTrigger =
-      existing && JSON.stringify(existing.definition.trigger) === JSON.stringify(def.trigger);
-    // An unchanged trigger keeps its next fire time, so re-loading a jobs file fires nothing twice.
-    const nextFireAt = sameTrigger ? existing.nextFireAt : firstFireAt(def.trigger, now);
-    const job = await this.ctx.store.putJob(
-      existing ? { ...def, paused: existing.paused } : def,
-      nextFireAt,
-      now,
-      { actor },
-    );
+    let job: StoredJob | undefined;
+    for (let attempt = 1; job === undefined; attempt++) {
+      const now = this.ctx.clock.wallNow();
+      const existing = await this.ctx.store.getJob(def.id);
+      const current = existing?.version ?? 0;
+      if (ifVersion !== undefined && current !== ifVersion)
+        throw versionConflict(def.id, ifVersion, current);
+      const sameTrigger =
+        existing && JSON.stringify(existing.definition.trigger) === JSON.stringify(def.trigger);
+      // An unchanged trigger keeps its next fire time, so re-loading a jobs file fires nothing twice.
+      const nextFireAt = sameTrigger ? existing.nextFireAt : firstFireAt(def.trigger, now);
+      try {
+        job = await this.ctx.store.putJob(
+          existing ? { ...def, paused: existing.paused } : def,
+          nextFireAt,
+          now,
+          { actor, expectedVersion: current },
+        );
+      } catch (err) {
+        const raced = err instanceof AxError && err.code === "AX_STORE_CONFLICT";
+        if (!raced || ifVersion !== undefined || attempt >= 3) throw err;
+      }
+    }
     this.triggers.invalidate();
     await this.firing.rescan();
     await this.ctx.store.flush();
@@ -244,4 +267,15 @@ export class JobOperations {
         : "FAILED";
     return { state, shards: execs.length, byState };
   }
+}
+
+/** AX_STORE_CONFLICT for a job write based on a version that is no longer the stored one. */
+function versionConflict(jobId: string, expected: number, actual: number): AxError {
+  return new AxError(
+    "AX_STORE_CONFLICT",
+    expected === 0
+      ? `job "${jobId}" already exists (version ${actual}); it was created by another write`
+      : `job "${jobId}" is at version ${actual}, not ${expected}: it was changed by another write since it was read; read it again and repeat the change`,
+    { context: { jobId, expected, actual } },
+  );
 }

@@ -33,6 +33,36 @@ export interface JobPage {
 /** Who changes a job, for its history. */
 export interface JobChange {
   actor: string;
+  /**
+   * The version the writer read (0: the job must not exist yet). When given and the stored job is
+   * at another version, nothing is written and the call fails with AX_STORE_CONFLICT: of two
+   * operators editing one job, one wins and the other is told.
+   */
+  expectedVersion?: number;
+}
+
+/**
+ * A coordinator sharing the store, as the store records it. Times are the store's clock
+ * ({@link Store.clockNow}), so coordinator clocks may disagree without effect.
+ */
+export interface CoordinatorRecord {
+  id: string;
+  /** One more each time this id joins: it fences the writes of the coordinator's earlier lives. */
+  epoch: number;
+  joinedAt: number;
+  renewedAt: number;
+  /** Its membership lapses at this time unless renewed; then others take over its claims. */
+  leaseUntil: number;
+  /** What it reports of itself (version, host, what it holds), shown by /api/health. */
+  info: Record<string, unknown>;
+}
+
+/** Claims for one coordinator among several: see {@link DueOptions.claim}. */
+export interface DueClaim {
+  /** The claiming coordinator's id (its membership, {@link Store.joinCoordinators}). */
+  holder: string;
+  /** How long the claim holds, by the store's clock. */
+  ttlMs: number;
 }
 
 /** Fields a new execution may leave out (they default to null / {}). */
@@ -82,6 +112,14 @@ export interface DueOptions {
   commandsBy?: number;
   /** Commands aimed at these agents are left out of `pending` (offline, or shutting down), unless past their deadline (to be expired). */
   skipTargets?: readonly string[];
+  /**
+   * Several coordinators on one store: every row returned is claimed for `holder` until the
+   * store's clock plus `ttlMs`, and rows another holder claims (claim not expired) are passed
+   * over, so one row is never handed to two coordinators at once (PostgreSQL: `FOR UPDATE SKIP
+   * LOCKED`). A claim only saves duplicate work: the compare-and-set of
+   * {@link Store.applyTransition} stays what makes a dispatch happen once.
+   */
+  claim?: DueClaim;
 }
 
 /** What overlap, group and concurrency rules need of an execution. */
@@ -188,6 +226,40 @@ export interface ExecutionPage {
  * operator — waits for that commit, through {@link Store.afterCommit} or {@link Store.flush}.
  */
 export interface Store {
+  /**
+   * The store's clock, UTC ms: the database server's for PostgreSQL, the process's for SQLite.
+   * Membership leases and claims are measured by it.
+   */
+  clockNow(): Promise<number>;
+  /**
+   * Joins the coordinators that share this store as `id`: a new epoch (one more than any earlier
+   * one of that id) and a lease of `leaseMs` by the store's clock. From then on every write made
+   * through this store object is fenced: it fails with AX_STORE_FENCED, writing nothing, once
+   * the lease has lapsed unrenewed or a newer epoch of the same id has joined. Before joining,
+   * writes are not fenced (one coordinator, the CLI's own commands).
+   */
+  joinCoordinators(
+    id: string,
+    leaseMs: number,
+    info?: Record<string, unknown>,
+  ): Promise<CoordinatorRecord>;
+  /**
+   * Renews the membership's lease (and its `info`, when given). False when it could not be: the
+   * lease had lapsed or a newer epoch joined, and this store's writes are fenced for good (join
+   * again for a new epoch).
+   */
+  renewMembership(info?: Record<string, unknown>): Promise<boolean>;
+  /** Ends the membership now (a clean stop), so the others take over its claims at once. */
+  leaveCoordinators(): Promise<void>;
+  /** The coordinators whose lease has not lapsed by the store's clock, oldest joined first. */
+  listCoordinators(): Promise<CoordinatorRecord[]>;
+  /**
+   * Calls `fn` soon after another writer (another coordinator, the CLI) created executions or
+   * changed jobs, so the loops need not wait for their next pass (PostgreSQL: LISTEN/NOTIFY).
+   * Returns the function that stops it. A store with one writer may never call it.
+   */
+  watchWork(fn: (what: "executions" | "jobs") => void): () => void;
+
   /** Runs `fn` once every write made so far is committed; never, if that commit fails. */
   afterCommit(fn: () => void): void;
   /** Resolves when every write made so far is committed; rejects if that commit fails. */

@@ -36,6 +36,7 @@ import { migrate } from "../../shared/migrate.js";
 import { axFailure } from "../helpers/ax-error.js";
 import { waitFor } from "../helpers/env.js";
 import { agentRecord, jobDef, newExecution, storeContract } from "./store.contract.js";
+import { storeClusterContract } from "./store-cluster.contract.js";
 
 /** A fresh temp folder; realpath so that /proc fd links compare equal. */
 function freshDir(): string {
@@ -74,6 +75,53 @@ storeContract("sqlite, group commit", async () => {
   });
   return {
     store,
+    cleanup: async () => {
+      await store.close();
+      rmSync(dir, { recursive: true, force: true });
+    },
+  };
+});
+
+// The cluster contract, on stores whose clock the fixture moves: the process's clock plus an
+// offset, shared by every store of one fixture (as one database server's clock would be).
+storeClusterContract("sqlite", async () => {
+  const dir = freshDir();
+  const path = join(dir, "ax.sqlite");
+  let offset = 0;
+  const now = () => Date.now() + offset;
+  const opened: SqliteStore[] = [];
+  const open = () => {
+    const s = new SqliteStore({ path, now });
+    opened.push(s);
+    return s;
+  };
+  return {
+    store: open(),
+    openAnother: async () => open(),
+    advanceClock: (ms) => {
+      offset += ms;
+    },
+    cleanup: async () => {
+      for (const s of opened) await s.close();
+      rmSync(dir, { recursive: true, force: true });
+    },
+  };
+});
+
+storeClusterContract("sqlite, group commit", async () => {
+  const dir = freshDir();
+  let offset = 0;
+  const store = new SqliteStore({
+    path: join(dir, "ax.sqlite"),
+    now: () => Date.now() + offset,
+    groupCommit: true,
+    commitIntervalMs: 10,
+  });
+  return {
+    store,
+    advanceClock: (ms) => {
+      offset += ms;
+    },
     cleanup: async () => {
       await store.close();
       rmSync(dir, { recursive: true, force: true });
@@ -498,6 +546,95 @@ describe("SqliteStore (SQLite specifics)", () => {
     expect(strict(jobHistoryEntrySchema, (await store.listJobHistory("shape"))[0]).action).toBe(
       "created",
     );
+  });
+
+  describe("several coordinators", () => {
+    /** A group-commit store on `path` whose clock is `clock.now`. */
+    const groupedAt = (clock: { now: number }) => {
+      const s = new SqliteStore({ path, groupCommit: true, now: () => clock.now });
+      stores.push(s);
+      return s;
+    };
+
+    it("a fenced write fails alone: the writes before it in its group commit", async () => {
+      const clock = { now: 10_000 };
+      const store = groupedAt(clock);
+      const errors: Error[] = [];
+      store.onCommitError = (err) => errors.push(err);
+      await store.joinCoordinators("c1", 1_000);
+      await store.flush();
+      // One group: two writes inside the lease, then one after it, before the commit.
+      await store.bumpCounter("before");
+      await store.putJob(jobDef("job-a"), 20_000, 10_100);
+      clock.now = 11_000;
+      await expect(store.bumpCounter("after")).rejects.toMatchObject({ code: "AX_STORE_FENCED" });
+      await expect(store.createExecution(newExecution("ex-1"), 11_000)).rejects.toMatchObject({
+        code: "AX_STORE_FENCED",
+      });
+      await store.flush();
+      expect(errors).toEqual([]);
+      const db = raw();
+      expect(db.prepare("SELECT name, value FROM counters").all()).toEqual([
+        { name: "before", value: 1 },
+      ]);
+      expect(db.prepare("SELECT id FROM jobs").pluck().all()).toEqual(["job-a"]);
+      expect(db.prepare("SELECT COUNT(*) FROM executions").pluck().get()).toBe(0);
+    });
+
+    it("under group commit a newer epoch written between groups fences the next group's first write", async () => {
+      const clock = { now: 10_000 };
+      const store = groupedAt(clock);
+      await store.joinCoordinators("c1", 60_000);
+      await store.bumpCounter("n");
+      await store.flush();
+      // Another process's join of the same id, between two groups.
+      raw().prepare("UPDATE coordinators SET epoch = epoch + 1 WHERE id = 'c1'").run();
+      await expect(store.bumpCounter("n")).rejects.toMatchObject({ code: "AX_STORE_FENCED" });
+      await store.flush();
+      expect(await store.counters()).toEqual({ n: 1 });
+      expect(await store.renewMembership()).toBe(false);
+    });
+
+    it("a fenced write names the coordinator, its epoch and why", async () => {
+      const store = open(10_000);
+      await store.joinCoordinators("c1", 60_000);
+      raw().prepare("UPDATE coordinators SET epoch = 5 WHERE id = 'c1'").run();
+      const err = await store.bumpCounter("n").catch((e: unknown) => e);
+      expect(err).toMatchObject({
+        code: "AX_STORE_FENCED",
+        retryable: true,
+        context: { coordinatorId: "c1", epoch: 1 },
+        message:
+          'store: coordinator "c1" (epoch 1) may not write: epoch 5 of it joined since; join again for a new epoch',
+      });
+    });
+
+    it("stores claims in claimed_by and claim_until, by the store's clock", async () => {
+      const store = open(50_000);
+      await store.createExecution(newExecution("ex-1"), 10);
+      await store.createExecution(newExecution("ex-2", { fireAt: 900_000 }), 10);
+      const due = await store.listDue(2_000, 2_000, 10, { claim: { holder: "A", ttlMs: 500 } });
+      expect(due.pending.map((e) => e.id)).toEqual(["ex-1"]);
+      expect(
+        raw().prepare("SELECT id, claimed_by, claim_until FROM executions ORDER BY id").all(),
+      ).toEqual([
+        { id: "ex-1", claimed_by: "A", claim_until: 50_500 },
+        { id: "ex-2", claimed_by: null, claim_until: null },
+      ]);
+    });
+
+    it("putJob's conflict message names the job and both versions", async () => {
+      const store = open();
+      await store.putJob(jobDef("job-a"), 1_000, 10);
+      const err = await store
+        .putJob(jobDef("job-a"), 1_000, 20, { actor: "op", expectedVersion: 3 })
+        .catch((e: unknown) => e);
+      expect(err).toMatchObject({
+        code: "AX_STORE_CONFLICT",
+        message:
+          'store: job "job-a" is at version 1, but the change expected version 3: another writer changed it first',
+      });
+    });
   });
 
   describe("read-only", () => {

@@ -1118,6 +1118,19 @@ export function storeContract(name: string, makeStore: () => Promise<StoreFixtur
           "b1",
         ]);
         expect(await store.listOpenPeers({ jobId: "none" })).toEqual([]);
+        // Asked side by side (a store may answer them with one read), each gets its own.
+        const side = await Promise.all([
+          store.listOpenPeers({ jobId: "ja" }),
+          store.listOpenPeers({ jobId: "jb" }),
+          store.listOpenPeers({ groupKey: "g" }),
+          store.listOpenPeers({ jobId: "none" }),
+        ]);
+        expect(side.map((l) => l.map((p) => p.id))).toEqual([
+          ["a1", "a2"],
+          ["b1"],
+          ["a1", "b1"],
+          [],
+        ]);
       });
     });
 

@@ -408,7 +408,7 @@ describe.skipIf(CHROMIUM === undefined)("console in headless Chromium", () => {
     const pager = page.locator("#fleet-page");
 
     await page.goto(`${http.url}/#/fleet`);
-    await expect.poll(counts).toEqual({ online: 1, offline: 250, total: 251 });
+    await expect.poll(counts, { timeout: 10_000 }).toEqual({ online: 1, offline: 250, total: 251 });
     await expect.poll(() => rows.count()).toBe(paged ? 100 : 251);
     expect(await pager.textContent()).toBe(
       paged ? "page 1 · showing 1–100 of 251" : "page 1 · showing 1–251 of 251",
@@ -438,7 +438,7 @@ describe.skipIf(CHROMIUM === undefined)("console in headless Chromium", () => {
     await page.locator("#fleet-filters select[name=status]").selectOption("offline");
     await page.locator("#fleet-filters button").click();
     await page.waitForURL(/#\/fleet\?status=offline$/);
-    await expect.poll(counts).toEqual({ online: 0, offline: 250, total: 250 });
+    await expect.poll(counts, { timeout: 10_000 }).toEqual({ online: 0, offline: 250, total: 250 });
     expect(await page.locator('tr[data-agent="console-agent-1"]').count()).toBe(0);
     expect(await pager.textContent()).toMatch(/^page 1 · showing 1–\d+ of 250$/);
 
@@ -487,7 +487,7 @@ describe.skipIf(CHROMIUM === undefined)("console in headless Chromium", () => {
 
     // The nav link is the whole fleet again.
     await page.locator('nav a[data-nav="fleet"]').click();
-    await expect.poll(counts).toEqual({ online: 1, offline: 250, total: 251 });
+    await expect.poll(counts, { timeout: 10_000 }).toEqual({ online: 1, offline: 250, total: 251 });
     expect(await page.locator("#fleet-filters input[name=q]").inputValue()).toBe("");
   });
 

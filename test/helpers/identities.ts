@@ -17,7 +17,7 @@ export async function enrollBeforeStart(
   tags: Record<string, string> = {},
 ): Promise<Record<string, string>> {
   const config = parseCoordinatorConfig(input);
-  const store = openStore(config);
+  const store = await openStore(config);
   try {
     const identities = new Identities(store, loadOrCreateSecrets(secretsDir(config)), Date.now);
     await identities.load();

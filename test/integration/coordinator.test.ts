@@ -112,10 +112,13 @@ describe("coordinator: control and leases", () => {
   }, 30_000);
 
   it("triggers a manual run, and pauses and resumes a job", async () => {
+    // PARALLEL: with the default SKIP, a scheduled run still in flight when the manual one was
+    // dispatched skipped it (a race a loaded machine lost once in CI).
     await coordinator.putJob({
       id: "pausable",
       handler: "echo",
       trigger: { type: "every", every: "1s" },
+      overlap: { policy: "PARALLEL" },
     });
     const manual = await coordinator.triggerJob("pausable");
     expect((await ended(manual)).state).toBe("SUCCEEDED");

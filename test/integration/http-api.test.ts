@@ -76,7 +76,12 @@ describe("HTTP API", () => {
       expect(health.body).toMatchObject({ status: "ok", version: expect.any(String) });
       const ready = await get("/api/ready", null);
       expect(ready.status).toBe(200);
-      expect(readinessSchema.parse(ready.body)).toEqual({ ready: true, store: true, mqtt: true });
+      expect(readinessSchema.parse(ready.body)).toEqual({
+        ready: true,
+        store: true,
+        mqtt: true,
+        role: "active",
+      });
     });
 
     it("needs a known token: 401 without one or with a bad one, 403 for read on a change", async () => {

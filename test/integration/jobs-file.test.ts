@@ -176,7 +176,7 @@ describe("ax coordinator start with a jobsFile", () => {
     await broker.close();
   });
   afterEach(async () => {
-    if (child && child.exitCode === null) {
+    if (child && child.exitCode === null && child.signalCode === null) {
       const exited = new Promise((r) => child?.once("exit", r));
       child.kill("SIGKILL");
       await exited;

@@ -646,10 +646,14 @@ async function executionView(seq, id) {
   const { execution: e, timeline } = await api(`/api/executions/${encodeURIComponent(id)}`);
   if (seq !== renderSeq) return;
   const open = OPEN_STATES.has(e.state);
+  // Several coordinators on one store: each entry names the one that wrote it.
+  const by = (t) => t.detail?.coordinator ?? null;
+  const coordinators = timeline.some((t) => by(t) !== null);
+  const lastBy = [...timeline].reverse().find((t) => by(t) !== null);
   view.innerHTML = `<h2>Execution ${h(e.id)} ${state(e.state)}</h2>
   <div class="card">
     <div>${e.jobId ? `job ${jobLink(e.jobId)} v${h(e.jobVersion)}` : `command for ${h(e.targetAgentId)}`} · handler <b>${h(e.handler)}</b> · attempt ${h(e.attempt)}/${h(e.maxAttempts)} · round ${h(e.round)}</div>
-    <div>fire at ${time(e.fireAt)} · deadline ${time(e.deadline)} · agent ${h(e.agentId ?? "–")}</div>
+    <div>fire at ${time(e.fireAt)} · deadline ${time(e.deadline)} · agent ${h(e.agentId ?? "–")}${lastBy ? ` · coordinator <b class="coordinator">${h(by(lastBy))}</b>` : ""}</div>
     <div>started ${time(e.startedAt)} · finished ${time(e.finishedAt)}${e.lateMs !== null ? ` · started ${h(Number(e.lateMs).toFixed(1))} ms late` : ""}</div>
     ${e.message ? `<div>message: ${h(e.message)}</div>` : ""}
     <p>${open ? `<button data-act="cancel">Cancel</button>` : ""}
@@ -657,7 +661,17 @@ async function executionView(seq, id) {
   </div>
   <h2>Timeline</h2>
   ${table(
-    ["#", "at", "event", "from", "to", "round", "agent", "reason"],
+    [
+      "#",
+      "at",
+      "event",
+      "from",
+      "to",
+      "round",
+      "agent",
+      ...(coordinators ? ["coordinator"] : []),
+      "reason",
+    ],
     timeline.map((t) => [
       td(h(t.seq), "num"),
       td(time(t.at)),
@@ -666,6 +680,7 @@ async function executionView(seq, id) {
       td(state(t.toState)),
       td(h(t.round), "num"),
       td(h(t.agentId ?? "–")),
+      ...(coordinators ? [td(h(by(t) ?? "–"))] : []),
       td(h(t.reason ?? "")),
     ]),
     () => `class="timeline-entry"`,

@@ -14,18 +14,23 @@ export const healthRoutes = [
     summary: "Liveness: the process answers",
     tag: "health",
     success: { status: 200, description: "The coordinator process is up.", schema: healthSchema },
-    handle: async ({ coordinator }) => ({
-      status: "ok",
-      version: VERSION,
-      uptimeS: Math.round(coordinator.uptimeMs() / 1000),
-    }),
+    handle: async ({ coordinator }) => {
+      const cluster = coordinator.membershipView();
+      return {
+        status: "ok",
+        version: VERSION,
+        uptimeS: Math.round(coordinator.uptimeMs() / 1000),
+        ...(cluster === undefined ? {} : { cluster }),
+      };
+    },
   }),
   apiRoute({
     method: "GET",
     path: "/api/ready",
     role: "public",
     operationId: "ready",
-    summary: "Readiness: the store answers and the MQTT link is up",
+    summary:
+      "Readiness: the store answers, the MQTT link is up, and this coordinator is the active one",
     description: "200 when ready; 503 with the same body when not.",
     tag: "health",
     success: { status: 200, description: "Ready (503 when not).", schema: readinessSchema },

@@ -110,13 +110,15 @@ export const jobRoutes = [
     summary: "Update a job (a new version)",
     description:
       "Replaces the definition; a changed one becomes a new version, an identical one changes nothing. " +
-      "Executions keep the version they fired under.",
+      "Executions keep the version they fired under. With `If-Match: N` (the `version` read), " +
+      "the job must still be at version N, else 409 AX_STORE_CONFLICT and nothing is written.",
     tag: "jobs",
     params: idParams,
     body: jobUpdateBody,
     success: { status: 200, description: "The job as stored now.", schema: jobSchema },
-    errors: [404],
-    handle: async ({ coordinator, params, body, principal }) => {
+    errors: [404, 409],
+    handle: async ({ coordinator, params, body, principal, headers }) => {
+      const ifVersion = ifMatchVersion(headers["if-match"]);
       if (body.id !== undefined && body.id !== params.id) {
         throw new AxError("AX_API_INVALID_REQUEST", "the body's id is not the job in the path", {
           context: {
@@ -124,7 +126,9 @@ export const jobRoutes = [
           },
         });
       }
-      return jobView(await inBody(coordinator.jobs.update(params.id, body, principal.name)));
+      return jobView(
+        await inBody(coordinator.jobs.update(params.id, body, principal.name, ifVersion)),
+      );
     },
   }),
   apiRoute({
@@ -222,3 +226,28 @@ export const jobRoutes = [
       withZone(body.trigger, coordinator.jobs.previewTrigger(body.trigger, body)),
   }),
 ];
+
+/**
+ * The version an `If-Match` header names: `3` or `"3"` (an entity tag of the job's version).
+ * Undefined without the header; AX_API_INVALID_REQUEST naming the header for anything else.
+ */
+export function ifMatchVersion(header: string | string[] | undefined): number | undefined {
+  if (header === undefined) return undefined;
+  const text = (Array.isArray(header) ? header.join(",") : header).trim();
+  const m = /^(?:"([1-9][0-9]{0,15})"|([1-9][0-9]{0,15}))$/.exec(text);
+  const version = m === null ? Number.NaN : Number(m[1] ?? m[2]);
+  if (!Number.isSafeInteger(version)) {
+    throw new AxError(
+      "AX_API_INVALID_REQUEST",
+      `If-Match: must be the job's version, such as "3"`,
+      {
+        context: {
+          issues: [
+            { path: ["headers", "if-match"], message: 'must be a job version, such as "3"' },
+          ],
+        },
+      },
+    );
+  }
+  return version;
+}

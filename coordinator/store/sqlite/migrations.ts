@@ -315,4 +315,25 @@ export const SQLITE_MIGRATIONS: readonly Migration[] = [
           OR state = 'RUNNING' OR state = 'RETRY_WAITING') AND job_id IS NOT NULL;
     `,
   },
+  {
+    version: 14,
+    name: "coordinators sharing the store, claims on executions",
+    sql: `
+      -- One row per coordinator id that ever joined (Store.joinCoordinators). Its epoch grows by
+      -- one at each join and fences the writes of the id's earlier lives; times are the store's
+      -- clock. A member is live while lease_until is ahead of that clock.
+      CREATE TABLE coordinators (
+        id TEXT PRIMARY KEY,
+        epoch INTEGER NOT NULL,
+        joined_at REAL NOT NULL,
+        renewed_at REAL NOT NULL,
+        lease_until REAL NOT NULL,
+        info TEXT NOT NULL DEFAULT '{}'
+      );
+      -- Who listed an execution as due last (DueOptions.claim), and until when the others pass it
+      -- over. Null for a store no two coordinators share.
+      ALTER TABLE executions ADD COLUMN claimed_by TEXT;
+      ALTER TABLE executions ADD COLUMN claim_until REAL;
+    `,
+  },
 ];

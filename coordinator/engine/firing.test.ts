@@ -1,0 +1,156 @@
+import { describe, expect, it } from "vitest";
+import { FakeClock } from "../../shared/clock.js";
+import { jobDef } from "../../test/contract/store.contract.js";
+import { parseCoordinatorConfig } from "../config.js";
+import { CoordinatorLink } from "../link/mqtt-link.js";
+import type { Store, StoredJob } from "../store/port.js";
+import type { EngineContext } from "./context.js";
+import { EngineEventBus } from "./events.js";
+import { FiringLoop, MAX_FIRES_IN_FLIGHT } from "./firing.js";
+
+/** A store answering only the firing scan's two reads, with `listDueFires` as given. */
+function scanStore(listDueFires: Store["listDueFires"]): Store {
+  return { listDueFires, listLeadFires: async () => [] } as unknown as Store;
+}
+
+function context(store: Store, clock: FakeClock): EngineContext {
+  const config = parseCoordinatorConfig({ mqtt: { url: "mqtt://127.0.0.1:1" } });
+  // The loop never talks to agents here; the link is built but never started.
+  const link = new CoordinatorLink(
+    { url: config.mqtt.url, clientId: `ax-c-${Math.random().toString(36).slice(2)}` },
+    () => clock.wallNow(),
+  );
+  return { config, store, link, clock, log: () => {}, events: new EngineEventBus() };
+}
+
+/** A job as the store returns it, due at `at`. */
+function storedJob(id: string, at: number): StoredJob {
+  return {
+    id,
+    version: 1,
+    definition: jobDef(id),
+    nextFireAt: at,
+    paused: false,
+    createdAt: 0,
+    updatedAt: 0,
+  } as StoredJob;
+}
+
+/** Lets the promises the loop chained settle (the stores here answer without I/O). */
+async function settle(): Promise<void> {
+  for (let i = 0; i < 20; i++) await Promise.resolve();
+}
+
+describe("FiringLoop scans", () => {
+  it("a failed scan tells its caller alone: the next scan runs, and nothing is left unhandled", async () => {
+    let calls = 0;
+    const loop = new FiringLoop(
+      context(
+        scanStore(async () => {
+          calls++;
+          if (calls === 1) throw new Error("store unreachable");
+          return [];
+        }),
+        new FakeClock(),
+      ),
+    );
+    await expect(loop.rescan()).rejects.toThrow("store unreachable");
+    await expect(loop.rescan()).resolves.toBeUndefined();
+    expect(calls).toBe(2);
+    loop.close();
+  });
+
+  it("a scan whose read returns after the loop closed plans nothing (its wheel is closed)", async () => {
+    const clock = new FakeClock();
+    let answer: (rows: Awaited<ReturnType<Store["listDueFires"]>>) => void = () => {};
+    const loop = new FiringLoop(
+      context(
+        scanStore(
+          () =>
+            new Promise((resolve) => {
+              answer = resolve;
+            }),
+        ),
+        clock,
+      ),
+    );
+    const scan = loop.rescan();
+    await Promise.resolve();
+    loop.close();
+    answer([{ jobId: "j1", nextFireAt: clock.wallNow() + 1_000 }]);
+    await expect(scan).resolves.toBeUndefined();
+  });
+
+  it("a scan while a fire is being recorded does not fire that time again", async () => {
+    const clock = new FakeClock();
+    const at = clock.wallNow() + 1_000;
+    // The store as a scan sees it before the fire committed: the time still unfired.
+    const job = storedJob("j1", at);
+    let recording = 0;
+    let commit: (ok: boolean) => void = () => {};
+    const store = {
+      listDueFires: async () => [{ jobId: "j1", nextFireAt: at }],
+      listLeadFires: async () => [],
+      getJob: async () => job,
+      recordFires: () => {
+        recording++;
+        return new Promise<boolean>((resolve) => {
+          commit = resolve;
+        });
+      },
+    } as unknown as Store;
+    const loop = new FiringLoop(context(store, clock));
+    await loop.rescan();
+    clock.advance(1_000);
+    await settle();
+    expect(recording).toBe(1);
+    await loop.rescan();
+    clock.advance(200);
+    await settle();
+    expect(recording).toBe(1);
+    commit(true);
+    loop.close();
+  });
+
+  it("records at most MAX_FIRES_IN_FLIGHT fires at once; the others wait their turn, in order", async () => {
+    const clock = new FakeClock();
+    const at = clock.wallNow() + 1_000;
+    const n = MAX_FIRES_IN_FLIGHT + 100;
+    const ids = Array.from({ length: n }, (_, i) => `j${String(i).padStart(4, "0")}`);
+    const recording: string[] = [];
+    const commits: ((ok: boolean) => void)[] = [];
+    const store = {
+      listDueFires: async () => ids.map((jobId) => ({ jobId, nextFireAt: at })),
+      listLeadFires: async () => [],
+      getJob: async (id: string) => storedJob(id, at),
+      recordFires: (b: { jobId: string }) => {
+        recording.push(b.jobId);
+        return new Promise<boolean>((resolve) => commits.push(resolve));
+      },
+      bumpCounter: async () => {},
+    } as unknown as Store;
+    const loop = new FiringLoop(context(store, clock));
+    await loop.rescan();
+    clock.advance(1_000);
+    await settle();
+    expect(recording).toHaveLength(MAX_FIRES_IN_FLIGHT);
+    expect(loop.queuedFires).toBe(100);
+    // A scan meanwhile plans none of them again.
+    await loop.rescan();
+    clock.advance(200);
+    await settle();
+    expect(recording).toHaveLength(MAX_FIRES_IN_FLIGHT);
+    // Each fire recorded lets one more start, the oldest waiting first.
+    for (const c of commits.splice(0, 10)) c(true);
+    await settle();
+    expect(recording).toHaveLength(MAX_FIRES_IN_FLIGHT + 10);
+    for (const c of commits.splice(0)) c(true);
+    await settle();
+    for (const c of commits.splice(0)) c(true);
+    await settle();
+    expect(loop.queuedFires).toBe(0);
+    // Each once, and in the order they came due (here, the scan's).
+    expect(recording).toEqual(ids);
+    loop.close();
+  });
+});

@@ -1,0 +1,180 @@
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { afterEach, describe, expect, it } from "vitest";
+import { FakeClock } from "../../shared/clock.js";
+import type { Store } from "../store/port.js";
+import { SqliteStore } from "../store/sqlite/sqlite-store.js";
+import { Membership, offsetClock } from "./membership.js";
+
+/**
+ * Membership on a real store (one SQLite file, a store object per coordinator, as each process
+ * would open it) whose clock is the fake clock's wall time, so leases lapse when the test says.
+ */
+const stores: Store[] = [];
+const dirs: string[] = [];
+afterEach(async () => {
+  for (const s of stores.splice(0)) await s.close();
+  for (const d of dirs.splice(0)) rmSync(d, { recursive: true, force: true });
+});
+
+function setUp() {
+  const clock = new FakeClock();
+  const dir = mkdtempSync(join(tmpdir(), "ax-membership-"));
+  dirs.push(dir);
+  const open = () => {
+    const s = new SqliteStore({ path: join(dir, "ax.sqlite"), now: () => clock.wallNow() });
+    stores.push(s);
+    return s;
+  };
+  const logs: string[] = [];
+  const member = (store: Store, id: string, leaseMs = 3_000) => {
+    const m = new Membership(store, clock, { id, leaseMs, info: () => ({ id }) }, (_l, msg) =>
+      logs.push(msg),
+    );
+    const events: string[] = [];
+    m.onActive = () => events.push("active");
+    m.onFenced = (reason) => events.push(`fenced: ${reason}`);
+    return { m, events };
+  };
+  return { clock, open, member, logs };
+}
+
+/** Lets the promises a timer started settle (the store's calls are async). */
+async function advance(clock: FakeClock, ms: number): Promise<void> {
+  for (let t = 0; t < ms; t += 100) {
+    clock.advance(100);
+    for (let i = 0; i < 5; i++) await new Promise<void>((r) => setImmediate(r));
+  }
+}
+
+describe("Membership", () => {
+  it("the first member is active, a second stands by, and renews keep both", async () => {
+    const { clock, open, member } = setUp();
+    const a = member(open(), "a");
+    await a.m.join();
+    expect(a.m.role).toBe("active");
+    expect(a.events).toEqual(["active"]);
+    expect(a.m.epoch).toBe(1);
+    const b = member(open(), "b");
+    await b.m.join();
+    expect(b.m.role).toBe("standby");
+    await advance(clock, 10_000);
+    expect(a.m.role).toBe("active");
+    expect(b.m.role).toBe("standby");
+    expect(a.m.view().coordinators.map((c) => c.id)).toEqual(["a", "b"]);
+    a.m.close();
+    b.m.close();
+  });
+
+  it("a standby takes over once the active one's lease lapsed, not before", async () => {
+    const { clock, open, member } = setUp();
+    const a = member(open(), "a");
+    await a.m.join();
+    const b = member(open(), "b");
+    await b.m.join();
+    expect(b.m.role).toBe("standby");
+    // a's process dies: its renewals stop.
+    a.m.close();
+    const stoppedAt = clock.monoNow();
+    let activeAt: number | undefined;
+    b.m.onActive = () => {
+      activeAt = clock.monoNow();
+    };
+    for (let i = 0; i < 60 && activeAt === undefined; i++) await advance(clock, 100);
+    expect(activeAt).toBeDefined();
+    // a's last renewal was at most 1 s before it stopped; its lease is 3 s; b renews every 1 s.
+    expect((activeAt as number) - stoppedAt).toBeGreaterThanOrEqual(2_000);
+    expect((activeAt as number) - stoppedAt).toBeLessThanOrEqual(4_200);
+    expect(b.m.role).toBe("active");
+    expect(b.m.view().coordinators.map((c) => c.id)).toEqual(["b"]);
+    b.m.close();
+  });
+
+  it("fences itself when no renewal reaches the store, before its lease can lapse there", async () => {
+    const { clock, open, member } = setUp();
+    const store = open();
+    const a = member(store, "a");
+    await a.m.join();
+    const b = member(open(), "b");
+    await b.m.join();
+    let bActiveAt: number | undefined;
+    b.m.onActive = () => {
+      bActiveAt = clock.monoNow();
+    };
+    // The store stops answering (a partition): every call hangs.
+    const hang = new Promise<never>(() => {});
+    const stuck = store as unknown as Record<string, unknown>;
+    stuck.renewMembership = () => hang;
+    stuck.listCoordinators = () => hang;
+    stuck.clockNow = () => hang;
+    let fencedAt: number | undefined;
+    a.m.onFenced = () => {
+      fencedAt = clock.monoNow();
+    };
+    for (let i = 0; i < 60 && bActiveAt === undefined; i++) await advance(clock, 100);
+    expect(a.m.role).toBe("fenced");
+    expect(fencedAt).toBeDefined();
+    expect(bActiveAt).toBeDefined();
+    // The cut-off one stopped before the other took over: never two active at once.
+    expect(fencedAt as number).toBeLessThan(bActiveAt as number);
+    b.m.close();
+  });
+
+  it("a second start under the same id fences the first", async () => {
+    const { clock, open, member } = setUp();
+    const first = member(open(), "a");
+    await first.m.join();
+    const again = member(open(), "a");
+    await again.m.join();
+    expect(again.m.epoch).toBe(2);
+    await advance(clock, 1_200);
+    expect(first.m.role).toBe("fenced");
+    expect(first.events.at(-1)).toMatch(/^fenced: /);
+    // The newer start is the active one: the older epoch is not among the live members.
+    expect(again.m.view().coordinators.map((c) => [c.id, c.epoch])).toEqual([["a", 2]]);
+    again.m.close();
+  });
+
+  it("a standby the store lost for longer than its lease joins again instead of stopping", async () => {
+    const { clock, open, member } = setUp();
+    const a = member(open(), "a");
+    await a.m.join();
+    const bStore = open();
+    const b = member(bStore, "b");
+    await b.m.join();
+    const stuck = bStore as unknown as Record<string, unknown>;
+    const real = {
+      renew: stuck.renewMembership,
+      list: stuck.listCoordinators,
+      now: stuck.clockNow,
+    };
+    const hang = new Promise<never>(() => {});
+    stuck.renewMembership = () => hang;
+    stuck.listCoordinators = () => hang;
+    stuck.clockNow = () => hang;
+    await advance(clock, 5_000);
+    expect(b.m.role).toBe("standby");
+    // The store is back: b's next renewal finds its lease lapsed, and b joins as epoch 2.
+    stuck.renewMembership = real.renew;
+    stuck.listCoordinators = real.list;
+    stuck.clockNow = real.now;
+    await advance(clock, 2_000);
+    expect(b.m.role).toBe("standby");
+    expect(b.m.epoch).toBe(2);
+    expect(b.events.some((e) => e.startsWith("fenced"))).toBe(false);
+    expect(a.m.role).toBe("active");
+    a.m.close();
+    b.m.close();
+  });
+
+  it("offsetClock reads the store's time", () => {
+    const clock = new FakeClock({ wall: 1_000_000 });
+    let offset = 250;
+    const c = offsetClock(clock, () => offset);
+    expect(c.wallNow()).toBe(clock.wallNow() + 250);
+    offset = -40;
+    expect(c.wallNow()).toBe(clock.wallNow() - 40);
+    expect(c.monoNow()).toBe(clock.monoNow());
+  });
+});

@@ -1,0 +1,285 @@
+import type { Clock, TimerHandle } from "../../shared/clock.js";
+import { AxError } from "../../shared/errors.js";
+import type { CoordinatorRecord, Store } from "../store/port.js";
+import type { Logger } from "./context.js";
+
+/** What a coordinator sharing a store is doing. */
+export type Role = "standby" | "active" | "fenced";
+
+/** This coordinator's membership, as /api/health shows it. */
+export interface MembershipView {
+  id: string;
+  epoch: number;
+  role: Role;
+  /** The store's clock minus this process's wall clock, ms (measured at each renewal). */
+  clockOffsetMs: number;
+  /** Every live coordinator on the store, oldest joined first (the active one is the first). */
+  coordinators: CoordinatorRecord[];
+}
+
+export interface MembershipOptions {
+  id: string;
+  /** How long a membership holds without renewal, by the store's clock. */
+  leaseMs: number;
+  /** What this coordinator reports of itself at each renewal. */
+  info: () => Record<string, unknown>;
+}
+
+/**
+ * A coordinator's membership of a store that several coordinators share (PostgreSQL).
+ *
+ * One coordinator is active, the others stand by: the active one is the oldest live member (by
+ * the time it joined, on the store's clock), so every member derives the same answer from the
+ * same rows, with no election of its own. The active one fires, dispatches and takes the agents'
+ * reports; a standby renews its lease and waits.
+ *
+ * Losing the active one: its lease lapses (no renewal for `leaseMs`, by the store's clock), the
+ * oldest standby finds itself first at its next renewal and becomes active. Two never act at
+ * once, by two fences: the store refuses every write of a lapsed membership (AX_STORE_FENCED),
+ * and, because a cut-off coordinator cannot learn that, each one also fences itself when its own
+ * last renewal is `leaseMs` minus a margin old on its monotonic clock, which is before the store
+ * can consider it lapsed (the store started the lease after this process sent the renewal).
+ * A fenced coordinator stays fenced: it must stop (`onFenced`) and start again as a new epoch.
+ */
+export class Membership {
+  private role_: Role = "standby";
+  private epoch_ = 0;
+  private offsetMs = 0;
+  private roundTripMs = 0;
+  private members: CoordinatorRecord[] = [];
+  private tickTimer: TimerHandle | undefined;
+  private deadlineTimer: TimerHandle | undefined;
+  private ticking = false;
+  private closed = false;
+  /** Called once when this coordinator becomes the active one. */
+  onActive: (() => void) | undefined;
+  /** Called once when the membership is fenced; the coordinator must stop. */
+  onFenced: ((reason: string) => void) | undefined;
+
+  constructor(
+    private readonly store: Store,
+    private readonly clock: Clock,
+    private readonly options: MembershipOptions,
+    private readonly log: Logger,
+  ) {}
+
+  get role(): Role {
+    return this.role_;
+  }
+
+  get epoch(): number {
+    return this.epoch_;
+  }
+
+  /** How long the last reading of the members took: this coordinator's lag to the store, ms. */
+  get storeRoundTripMs(): number {
+    return this.roundTripMs;
+  }
+
+  /** The store's clock minus this process's wall clock, ms. */
+  get clockOffsetMs(): number {
+    return this.offsetMs;
+  }
+
+  view(): MembershipView {
+    return {
+      id: this.options.id,
+      epoch: this.epoch_,
+      role: this.role_,
+      clockOffsetMs: this.offsetMs,
+      coordinators: this.members,
+    };
+  }
+
+  /** Joins the store's coordinators and decides the role; renews every third of the lease. */
+  async join(): Promise<void> {
+    const sent = this.clock.monoNow();
+    const record = await this.store.joinCoordinators(
+      this.options.id,
+      this.options.leaseMs,
+      this.options.info(),
+    );
+    this.epoch_ = record.epoch;
+    this.armDeadline(sent);
+    await this.refresh();
+    this.log(
+      "info",
+      `joined the store's coordinators as ${this.options.id}, epoch ${record.epoch}`,
+      {
+        epoch: record.epoch,
+        role: this.role_,
+      },
+    );
+    this.schedule();
+  }
+
+  /** Ends the membership (a clean stop): a standby takes over at its next renewal. */
+  async leave(): Promise<void> {
+    this.close();
+    if (this.role_ === "fenced" || this.epoch_ === 0) return;
+    await this.store.leaveCoordinators().catch((err: unknown) => {
+      this.log("warn", `leaving the store's coordinators failed: ${(err as Error).message}`);
+    });
+  }
+
+  close(): void {
+    this.closed = true;
+    if (this.tickTimer !== undefined) this.clock.clearTimer(this.tickTimer);
+    if (this.deadlineTimer !== undefined) this.clock.clearTimer(this.deadlineTimer);
+    this.tickTimer = undefined;
+    this.deadlineTimer = undefined;
+  }
+
+  /** Fences this coordinator for good (also called when a write came back AX_STORE_FENCED). */
+  fence(reason: string): void {
+    if (this.role_ === "fenced") return;
+    this.role_ = "fenced";
+    this.close();
+    this.log("error", `coordinator ${this.options.id} (epoch ${this.epoch_}) fenced: ${reason}`, {
+      epoch: this.epoch_,
+    });
+    this.onFenced?.(reason);
+  }
+
+  private schedule(): void {
+    if (this.closed) return;
+    this.tickTimer = this.clock.setTimer(() => {
+      this.tickTimer = undefined;
+      this.tick().finally(() => this.schedule());
+    }, this.options.leaseMs / 3);
+  }
+
+  private async tick(): Promise<void> {
+    if (this.ticking || this.closed) return;
+    this.ticking = true;
+    const sent = this.clock.monoNow();
+    try {
+      // A store cut off by a partition may never answer: a renewal gets a third of the lease,
+      // then counts as failed, so the next one is sent (and the deadline still acts).
+      const renewed = await this.bounded(
+        this.store.renewMembership(this.options.info()),
+        "renewing the membership",
+      );
+      if (this.closed) return;
+      if (!renewed) {
+        // A standby holds nothing: it joins again, as a new epoch (the database was away longer
+        // than its lease). The active one holds work another may be taking over: it stops.
+        if (this.role_ === "standby") await this.rejoin(sent);
+        else this.fence("its lease lapsed, or another start of the same id joined");
+        return;
+      }
+      this.armDeadline(sent);
+      await this.refresh();
+    } catch (err) {
+      if (err instanceof AxError && err.code === "AX_STORE_FENCED" && this.role_ !== "standby") {
+        this.fence(err.message);
+      }
+      // Otherwise the store could not be reached: the deadline acts if it lasts.
+      else this.log("warn", `renewing the membership failed: ${(err as Error).message}`);
+    } finally {
+      this.ticking = false;
+    }
+  }
+
+  /** `p`, or a rejection once a third of the lease passed without an answer. */
+  private bounded<T>(p: Promise<T>, what: string): Promise<T> {
+    return new Promise<T>((resolve, reject) => {
+      const timer = this.clock.setTimer(
+        () =>
+          reject(
+            new Error(
+              `${what}: no answer from the store within ${Math.round(this.options.leaseMs / 3)} ms`,
+            ),
+          ),
+        this.options.leaseMs / 3,
+      );
+      p.then(
+        (v) => {
+          this.clock.clearTimer(timer);
+          resolve(v);
+        },
+        (err: unknown) => {
+          this.clock.clearTimer(timer);
+          reject(err);
+        },
+      );
+    });
+  }
+
+  /** A standby whose lease lapsed joins again, as a new epoch. */
+  private async rejoin(sentMono: number): Promise<void> {
+    const record = await this.store.joinCoordinators(
+      this.options.id,
+      this.options.leaseMs,
+      this.options.info(),
+    );
+    this.log("info", `standby ${this.options.id} joined again as epoch ${record.epoch}`, {
+      epoch: record.epoch,
+    });
+    this.epoch_ = record.epoch;
+    this.armDeadline(sentMono);
+    await this.refresh();
+  }
+
+  /**
+   * The self-fence: fires when the renewal sent at `sentMono` is about to lapse unrenewed. The
+   * active coordinator stops there; a standby, which holds nothing, only notes it and joins
+   * again at its next renewal that reaches the store.
+   */
+  private armDeadline(sentMono: number): void {
+    if (this.deadlineTimer !== undefined) this.clock.clearTimer(this.deadlineTimer);
+    const margin = Math.min(500, this.options.leaseMs / 10);
+    const at = sentMono + this.options.leaseMs - margin;
+    this.deadlineTimer = this.clock.setTimer(
+      () => {
+        this.deadlineTimer = undefined;
+        if (this.role_ === "standby") {
+          this.log(
+            "warn",
+            `standby ${this.options.id}: no renewal reached the store for ${this.options.leaseMs} ms`,
+          );
+        } else this.fence(`no renewal reached the store for ${this.options.leaseMs} ms`);
+      },
+      Math.max(0, at - this.clock.monoNow()),
+    );
+  }
+
+  /** Reads the live members and the store's clock; becomes active when first among them. */
+  private async refresh(): Promise<void> {
+    const before = this.clock.wallNow();
+    const [members, storeNow] = await this.bounded(
+      Promise.all([this.store.listCoordinators(), this.store.clockNow()]),
+      "reading the coordinators",
+    );
+    const after = this.clock.wallNow();
+    this.roundTripMs = after - before;
+    // Each reading carries the round trip's noise: a small change is smoothed, so the wall
+    // clock the engine reads moves by fractions of a millisecond; a large one (a clock was set) is
+    // taken at once.
+    const measured = storeNow - (before + after) / 2;
+    const first = this.members.length === 0;
+    this.offsetMs =
+      first || Math.abs(measured - this.offsetMs) > 1_000
+        ? measured
+        : this.offsetMs + (measured - this.offsetMs) / 8;
+    this.members = members;
+    if (this.role_ !== "standby" || this.closed) return;
+    if (members[0]?.id === this.options.id && members[0].epoch === this.epoch_) {
+      this.role_ = "active";
+      this.log("info", `coordinator ${this.options.id} is now the active one`, {
+        epoch: this.epoch_,
+      });
+      this.onActive?.();
+    }
+  }
+}
+
+/** A clock whose wall time is the store's (`offset()` added): leases and timeouts agree across coordinators. */
+export function offsetClock(base: Clock, offset: () => number): Clock {
+  return {
+    monoNow: () => base.monoNow(),
+    wallNow: () => base.wallNow() + offset(),
+    setTimer: (callback, delayMs) => base.setTimer(callback, delayMs),
+    clearTimer: (timer) => base.clearTimer(timer),
+  };
+}

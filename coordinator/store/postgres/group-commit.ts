@@ -1,0 +1,165 @@
+import { AxError } from "../../../shared/errors.js";
+import {
+  isConnectionError,
+  type Queryable,
+  type TransactionOptions,
+  translatePgError,
+} from "./tx.js";
+
+/**
+ * True when a transaction failed on its connection (translated: AX_STORE_FAILED, retryable):
+ * whether it committed is unknown.
+ */
+function isConnectionFailure(err: unknown): boolean {
+  if (err instanceof AxError) {
+    return err.code === "AX_STORE_FAILED" && err.retryable === true;
+  }
+  return isConnectionError(err);
+}
+
+/** A write waiting for its group. */
+interface Queued {
+  what: string;
+  fn: (q: Queryable) => Promise<unknown>;
+  options: TransactionOptions;
+  resolve: (value: unknown) => void;
+  reject: (err: unknown) => void;
+}
+
+/** How {@link GroupCommit} runs a transaction: tx.ts's `transaction` on the store's pool. */
+export type RunTransaction = <T>(
+  what: string,
+  fn: (q: Queryable) => Promise<T>,
+  options: TransactionOptions,
+) => Promise<T>;
+
+export interface GroupCommitOptions {
+  /** Transactions in flight at once; the rest of the pool is left to reads. */
+  maxGroups: number;
+  /** Writes in one transaction, at most. @default 64 */
+  maxWrites?: number;
+  /** Options of a group's own transaction (its fence). */
+  groupOptions: () => TransactionOptions;
+}
+
+/**
+ * Group commit for PostgreSQL: the writes issued while every group slot is busy (or in the same
+ * turn of the event loop) share one transaction. A write's own statements are unchanged; what
+ * the group saves is its BEGIN, its fence check and its COMMIT (and the server's WAL flush),
+ * which were most of a small write's round trips: each of thousands of transitions a second was
+ * four round trips, three of them this overhead.
+ *
+ * Writes marked `later` (new work: fires) fill a group's room after the others (work under way:
+ * transitions, reports), so that when the database is slower than the rate, it is new fires that
+ * wait, not the dispatches and reports of the executions already made.
+ *
+ * Each write keeps its own outcome. If anything in a group fails (a conflict a write reports by
+ * throwing, a constraint), the group's transaction rolls back whole and each of its writes runs
+ * again alone, as it would have without grouping, so one write's failure is never another's.
+ * A lost connection is the exception: the group may have committed before its reply was lost,
+ * so nothing runs again and every write of the group gets the (retryable) error, as a write
+ * alone would have. Writes are functions of the transaction and may run more than once already
+ * (tx.ts retries serialization failures), so running one again after a rollback is safe.
+ */
+export class GroupCommit {
+  /** Writes about work already under way (transitions, reports): served first. */
+  private readonly queue: Queued[] = [];
+  /** New work (fires): a group's room after the others. */
+  private readonly later: Queued[] = [];
+  private running = 0;
+  private pumpScheduled = false;
+  private readonly maxWrites: number;
+
+  constructor(
+    private readonly run: RunTransaction,
+    private readonly options: GroupCommitOptions,
+  ) {
+    this.maxWrites = options.maxWrites ?? 64;
+  }
+
+  /** Queues a write; resolves with its result once its transaction committed. */
+  write<T>(
+    what: string,
+    fn: (q: Queryable) => Promise<T>,
+    options: TransactionOptions,
+    later = false,
+  ): Promise<T> {
+    return new Promise<T>((resolve, reject) => {
+      (later ? this.later : this.queue).push({
+        what,
+        fn,
+        options,
+        resolve: resolve as (value: unknown) => void,
+        reject,
+      });
+      if (!this.pumpScheduled) {
+        this.pumpScheduled = true;
+        // The writes issued in this same synchronous run join the first group.
+        queueMicrotask(() => {
+          this.pumpScheduled = false;
+          this.pump();
+        });
+      }
+    });
+  }
+
+  /** Writes waiting for a slot. */
+  get waiting(): number {
+    return this.queue.length + this.later.length;
+  }
+
+  private pump(): void {
+    while (this.waiting > 0 && this.running < this.options.maxGroups) {
+      const group = this.queue.splice(0, this.maxWrites);
+      if (group.length < this.maxWrites) {
+        group.push(...this.later.splice(0, this.maxWrites - group.length));
+      }
+      this.running++;
+      void this.runGroup(group).finally(() => {
+        this.running--;
+        this.pump();
+      });
+    }
+  }
+
+  private async runGroup(group: Queued[]): Promise<void> {
+    if (group.length === 1) {
+      await this.alone(group[0] as Queued);
+      return;
+    }
+    let results: unknown[];
+    try {
+      results = await this.run(
+        `${group.length} writes`,
+        async (q) => {
+          const out: unknown[] = [];
+          for (const w of group) out.push(await w.fn(q));
+          return out;
+        },
+        this.options.groupOptions(),
+      );
+    } catch (err) {
+      // The connection failed: the group may have committed (a reply lost during COMMIT), so
+      // nothing runs again; each write is told, as its own transaction would have been.
+      if (isConnectionFailure(err)) {
+        const cause = err instanceof AxError && err.cause !== undefined ? err.cause : err;
+        for (const w of group) w.reject(translatePgError(w.what, cause));
+        return;
+      }
+      // Rolled back whole: each write alone, with its own outcome and error.
+      await Promise.all(group.map((w) => this.alone(w)));
+      return;
+    }
+    group.forEach((w, i) => {
+      w.resolve(results[i]);
+    });
+  }
+
+  private async alone(w: Queued): Promise<void> {
+    try {
+      w.resolve(await this.run(w.what, w.fn, w.options));
+    } catch (err) {
+      w.reject(err);
+    }
+  }
+}

@@ -1,0 +1,337 @@
+import type { ExecState } from "../../../shared/fsm.js";
+import type { ExecutionRecord, NewExecution, TransitionWrite } from "../port.js";
+import type { StoreContext } from "./context.js";
+import { PATCH_COLUMNS } from "./rows.js";
+import { applyTransitionSqlFor } from "./statements.js";
+import { capUtf8, detailJson, wrap } from "./values.js";
+
+/*
+ * The SQLite store's writes of executions: firings (with the fires ledger that makes them
+ * exactly-once), new executions, and transitions with their timeline. Functions of the store's
+ * context (context.ts), called by SqliteStore.
+ */
+
+/** Store.recordFire. */
+export function recordFire(
+  ctx: StoreContext,
+  fire: {
+    jobId: string;
+    scheduledFor: number;
+    nextFireAt: number | null;
+    execution: NewExecution;
+    at: number;
+  },
+): boolean {
+  const { statements: sql } = ctx;
+  return wrap("recordFire", () =>
+    ctx.writer.write(() => {
+      // Compare-and-set on the job's next fire time: only one writer advances it.
+      const advanced = sql
+        .prepare(
+          "UPDATE jobs SET next_fire_at = ?, updated_at = ? WHERE id = ? AND next_fire_at = ?",
+        )
+        .run(fire.nextFireAt, fire.at, fire.jobId, fire.scheduledFor);
+      if (advanced.changes !== 1) return false;
+      const inserted = sql
+        .prepare(
+          "INSERT OR IGNORE INTO fires (job_id, scheduled_for, fired_at, execution_id) VALUES (?, ?, ?, ?)",
+        )
+        .run(fire.jobId, fire.scheduledFor, fire.at, fire.execution.id);
+      if (inserted.changes !== 1) return false;
+      insertExecution(ctx, fire.execution, fire.at, { scheduledFor: fire.scheduledFor });
+      return true;
+    }),
+  );
+}
+
+/** Store.recordFires. */
+export function recordFires(
+  ctx: StoreContext,
+  batch: {
+    jobId: string;
+    expectedNext: number;
+    nextFireAt: number | null;
+    fires: { scheduledFor: number; executions: NewExecution[] }[];
+    missed: number[];
+    at: number;
+  },
+): boolean {
+  const { statements: sql } = ctx;
+  return wrap("recordFires", () =>
+    ctx.writer.write(() => {
+      // Compare-and-set on the job's next fire time: only one writer advances it.
+      const advanced = sql
+        .prepare(
+          "UPDATE jobs SET next_fire_at = ?, updated_at = ? WHERE id = ? AND next_fire_at = ?",
+        )
+        .run(batch.nextFireAt, batch.at, batch.jobId, batch.expectedNext);
+      if (advanced.changes !== 1) return false;
+      const insertFire = sql.prepare(
+        "INSERT OR IGNORE INTO fires (job_id, scheduled_for, fired_at, execution_id, status) VALUES (?, ?, ?, ?, ?)",
+      );
+      for (const t of batch.missed) insertFire.run(batch.jobId, t, batch.at, "", "missed");
+      for (const fire of batch.fires) {
+        const first = fire.executions[0];
+        if (!first) continue;
+        // A nominal time already in the ledger is never fired again.
+        if (
+          insertFire.run(batch.jobId, fire.scheduledFor, batch.at, first.id, "fired").changes !== 1
+        )
+          continue;
+        for (const e of fire.executions) {
+          insertExecution(ctx, { ...e, scheduledFor: fire.scheduledFor }, batch.at, {
+            scheduledFor: fire.scheduledFor,
+            ...(e.shardTotal ? { shard: `${e.shardIndex}/${e.shardTotal}` } : {}),
+          });
+        }
+      }
+      return true;
+    }),
+  );
+}
+
+/** Store.createExecution. */
+export function createExecution(
+  ctx: StoreContext,
+  execution: NewExecution,
+  at: number,
+  detail: Record<string, unknown> | undefined,
+): void {
+  wrap("createExecution", () =>
+    ctx.writer.write(() => insertExecution(ctx, execution, at, detail ?? null)),
+  );
+}
+
+/** Store.createExecutions. */
+export function createExecutions(
+  ctx: StoreContext,
+  executions: readonly NewExecution[],
+  at: number,
+  detail: Record<string, unknown> | undefined,
+): void {
+  if (executions.length === 0) return;
+  wrap("createExecutions", () =>
+    ctx.writer.write(() => {
+      // One detail for the batch, serialised once; each execution is new, so its first
+      // timeline entry is seq 1 without looking.
+      const json = detailJson(detail ?? null, ctx.maxErrorTextBytes);
+      for (const e of executions) insertExecution(ctx, e, at, detail ?? null, json);
+    }),
+  );
+}
+
+/** Inserts a new execution and its first timeline entry inside the caller's write; caches it. */
+function insertExecution(
+  ctx: StoreContext,
+  e: NewExecution,
+  at: number,
+  detail: Record<string, unknown> | null,
+  detailText: string | null = detailJson(detail, ctx.maxErrorTextBytes),
+): void {
+  const params = JSON.stringify(e.params);
+  const tags = e.tags && Object.keys(e.tags).length > 0 ? JSON.stringify(e.tags) : null;
+  // The row as toExecution would read it back (JSON values parsed from what is stored).
+  const r: ExecutionRecord = {
+    id: e.id,
+    kind: e.kind,
+    jobId: e.jobId,
+    jobVersion: e.jobVersion,
+    handler: e.handler,
+    params: JSON.parse(params) as Record<string, unknown>,
+    targetAgentId: e.targetAgentId,
+    agentId: null,
+    state: "PENDING",
+    round: 0,
+    attempt: 1,
+    maxAttempts: e.maxAttempts,
+    dispatches: 0,
+    maxDispatches: e.maxDispatches,
+    fireAt: e.fireAt,
+    deadline: e.deadline,
+    timeoutMs: e.timeoutMs,
+    dispatchTimeoutMs: e.dispatchTimeoutMs,
+    priority: e.priority,
+    retryBaseMs: e.retryBaseMs,
+    retryCapMs: e.retryCapMs,
+    createdAt: e.createdAt,
+    updatedAt: e.createdAt,
+    dispatchedAt: null,
+    startedAt: null,
+    finishedAt: null,
+    lateMs: null,
+    nextAttemptAt: null,
+    result: null,
+    message: null,
+    messageBytes: null,
+    scheduledFor: e.scheduledFor ?? null,
+    shardIndex: e.shardIndex ?? null,
+    shardTotal: e.shardTotal ?? null,
+    groupKey: e.groupKey ?? null,
+    tags: tags === null ? {} : (JSON.parse(tags) as Record<string, string>),
+  };
+  // Positional parameters: binding named ones cost a property lookup each, per row.
+  ctx.statements
+    .prepare(
+      `INSERT INTO executions (id, kind, job_id, job_version, handler, params, target_agent_id, agent_id,
+           state, round, attempt, max_attempts, dispatches, max_dispatches, fire_at, deadline, timeout_ms,
+           dispatch_timeout_ms, priority, retry_base_ms, retry_cap_ms, created_at, updated_at,
+           scheduled_for, shard_index, shard_total, group_key, tags)
+         VALUES (?, ?, ?, ?, ?, ?, ?, NULL, 'PENDING', 0, 1, ?, 0, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+    )
+    .run(
+      r.id,
+      r.kind,
+      r.jobId,
+      r.jobVersion,
+      r.handler,
+      params,
+      r.targetAgentId,
+      r.maxAttempts,
+      r.maxDispatches,
+      r.fireAt,
+      r.deadline,
+      r.timeoutMs,
+      r.dispatchTimeoutMs,
+      r.priority,
+      r.retryBaseMs,
+      r.retryCapMs,
+      r.createdAt,
+      r.createdAt,
+      r.scheduledFor,
+      r.shardIndex,
+      r.shardTotal,
+      r.groupKey,
+      tags,
+    );
+  // A new execution's first entry: seq 1, with no look at the timeline.
+  ctx.statements
+    .prepare(
+      `INSERT INTO timeline (execution_id, seq, at, event, from_state, to_state, round, agent_id, detail)
+         VALUES (?, 1, ?, 'created', NULL, 'PENDING', 0, NULL, ?)`,
+    )
+    .run(e.id, at, detailText);
+  ctx.executions.add(r);
+}
+
+/** Store.applyTransition: compare-and-set on (state, round), then the timeline entries. */
+export function applyTransition(ctx: StoreContext, w: TransitionWrite): boolean {
+  const { statements: sql, executions } = ctx;
+  return wrap("applyTransition", () =>
+    ctx.writer.write(() => {
+      const p = w.patch;
+      const args: unknown[] = [
+        w.next.state,
+        w.next.round,
+        w.next.attempt,
+        w.next.maxAttempts,
+        w.next.dispatches,
+        w.next.maxDispatches,
+        w.at,
+      ];
+      const cached = executions.get(w.executionId);
+      const updated: Record<string, unknown> | undefined = cached && {
+        ...cached,
+        ...w.next,
+        updatedAt: w.at,
+      };
+      let shape = 0;
+      for (let i = 0; i < PATCH_COLUMNS.length; i++) {
+        const key = (PATCH_COLUMNS[i] as (typeof PATCH_COLUMNS)[number])[0];
+        if (!(key in p)) continue;
+        shape |= 1 << i;
+        let value: unknown = p[key] ?? null;
+        if (key === "result" && value !== null) {
+          value = JSON.stringify(value);
+          if (updated) updated.result = JSON.parse(value as string);
+        } else if (key === "message") {
+          const capped = typeof value === "string" ? capUtf8(value, ctx.maxErrorTextBytes) : null;
+          args.push(capped?.text ?? null, capped?.bytes ?? null);
+          if (updated) {
+            updated.message = capped?.text ?? null;
+            updated.messageBytes = capped?.bytes ?? null;
+          }
+          continue;
+        } else if (updated) {
+          updated[key] = value;
+        }
+        args.push(value);
+      }
+      args.push(w.executionId, w.expected.state, w.expected.round);
+      const res = sql.prepare(applyTransitionSqlFor(shape)).run(...args);
+      if (res.changes !== 1) {
+        // Not as the caller read it: whatever is cached is not to be trusted either.
+        executions.delete(w.executionId);
+        return false;
+      }
+      if (updated) executions.set(w.executionId, updated as unknown as ExecutionRecord);
+      if (w.steps) {
+        for (const st of w.steps) {
+          appendTimeline(
+            ctx,
+            w.executionId,
+            st.at,
+            st.event,
+            st.from,
+            st.to,
+            st.round,
+            st.agentId,
+            st.detail ?? null,
+          );
+        }
+        return true;
+      }
+      const agentId =
+        p.agentId ??
+        (w.agentId !== undefined
+          ? w.agentId
+          : (
+              sql.prepare("SELECT agent_id FROM executions WHERE id = ?").get(w.executionId) as {
+                agent_id: string | null;
+              }
+            ).agent_id);
+      appendTimeline(
+        ctx,
+        w.executionId,
+        w.at,
+        w.event,
+        w.expected.state,
+        w.next.state,
+        w.next.round,
+        agentId,
+        w.detail ?? null,
+      );
+      return true;
+      // An UPDATE by key and timeline rows numbered in the same statement break no constraint.
+    }, "none"),
+  );
+}
+
+/** Appends a timeline entry inside the caller's write, numbered after the execution's last. */
+function appendTimeline(
+  ctx: StoreContext,
+  executionId: string,
+  at: number,
+  event: string,
+  from: ExecState | null,
+  to: ExecState,
+  round: number,
+  agentId: string | null,
+  detail: Record<string, unknown> | null,
+): void {
+  ctx.statements
+    .prepare(
+      `INSERT INTO timeline (execution_id, seq, at, event, from_state, to_state, round, agent_id, detail)
+         VALUES (?, (SELECT COALESCE(MAX(seq), 0) + 1 FROM timeline WHERE execution_id = ?), ?, ?, ?, ?, ?, ?, ?)`,
+    )
+    .run(
+      executionId,
+      executionId,
+      at,
+      event,
+      from,
+      to,
+      round,
+      agentId,
+      detailJson(detail, ctx.maxErrorTextBytes),
+    );
+}
