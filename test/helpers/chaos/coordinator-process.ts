@@ -20,10 +20,19 @@ export interface CoordinatorProcess {
   url: string;
   storePath: string;
   configFile: string;
+  /** Its log (JSON lines). */
+  logFile: string;
   /** The config written to `configFile`. */
   config: CoordinatorConfigInput;
-  /** Starts it and waits until `/api/ready` says ready. */
-  start(): Promise<void>;
+  /**
+   * Starts it and waits until `/api/ready` says ready; with `standby`, until it answers as a
+   * standby (several coordinators on one store).
+   */
+  start(options?: { standby?: boolean }): Promise<void>;
+  /** Its exit code once it exited by itself (75: fenced); null while it runs or after a kill. */
+  exitCode(): number | null;
+  /** Resolves when the process exits, with its code (null when killed by a signal). */
+  exited(): Promise<number | null>;
   /** kill -9. */
   kill(): Promise<void>;
   /** SIGTERM, then SIGKILL after 5 s. */
@@ -35,6 +44,17 @@ export interface CoordinatorProcess {
   raw<T>(method: string, path: string, body?: unknown): Promise<Answer<T>>;
 }
 
+/** A coordinator among several on one PostgreSQL store: its name, the store, the shared secrets. */
+export interface SharedStore {
+  /** Its `cluster.id`, and the name of its files in `dir`. */
+  name: string;
+  url: string;
+  schema: string;
+  /** Every coordinator of a fleet holds the same fleet key and tokens. */
+  securityDir: string;
+  leaseMs?: number;
+}
+
 /**
  * A coordinator process on `brokerUrl` and `prefix`. `settings` are laid over the store, MQTT and
  * HTTP sections (heartbeat, poll, misfire threshold …).
@@ -44,19 +64,38 @@ export async function coordinatorProcess(
   brokerUrl: string,
   prefix: string,
   settings: Omit<CoordinatorConfigInput, "store" | "mqtt" | "http"> = {},
+  shared?: SharedStore,
 ): Promise<CoordinatorProcess> {
   const port = await freePort();
-  const storePath = join(dir, "coordinator.sqlite");
-  const configFile = join(dir, "coordinator.json");
+  const name = shared?.name ?? "coordinator";
+  const storePath = join(dir, `${name}.sqlite`);
+  const configFile = join(dir, `${name}.json`);
   const config: CoordinatorConfigInput = {
-    store: { path: storePath },
-    mqtt: { url: brokerUrl, prefix },
+    store:
+      shared === undefined
+        ? { path: storePath }
+        : { url: shared.url, schema: shared.schema, path: storePath },
+    mqtt: {
+      url: brokerUrl,
+      prefix,
+      ...(shared === undefined ? {} : { clientId: `${prefix}-${name}` }),
+    },
     http: { host: "127.0.0.1", port, auth: { tokens: [{ token: CHAOS_TOKEN, role: "operator" }] } },
     ...settings,
+    ...(shared === undefined
+      ? {}
+      : {
+          cluster: {
+            id: name,
+            ...(shared.leaseMs === undefined ? {} : { leaseMs: shared.leaseMs }),
+          },
+          security: { ...settings.security, dir: shared.securityDir },
+        }),
   };
   writeFileSync(configFile, JSON.stringify(config, null, 2));
   const url = `http://127.0.0.1:${port}`;
-  const logFile = join(dir, "coordinator.log");
+  const logFile = join(dir, `${name}.log`);
+  let lastExit: Promise<number | null> = Promise.resolve(null);
   let child: ChildProcess | undefined;
   const raw = <T>(method: string, path: string, body?: unknown) =>
     call<T>(url, method, path, { token: CHAOS_TOKEN, ...(body === undefined ? {} : { body }) });
@@ -64,8 +103,9 @@ export async function coordinatorProcess(
     url,
     storePath,
     configFile,
+    logFile,
     config,
-    async start() {
+    async start(options = {}) {
       if (alive(child)) return;
       const fd = openSync(logFile, "a");
       child = spawn(process.execPath, [AX_BIN, "coordinator", "start", "--config", configFile], {
@@ -73,6 +113,7 @@ export async function coordinatorProcess(
       });
       closeSync(fd);
       const started: ChildProcess = child;
+      lastExit = new Promise((resolve) => started.once("exit", (code) => resolve(code)));
       const until = Date.now() + 20_000;
       for (;;) {
         if (started.exitCode !== null || started.signalCode !== null) {
@@ -80,8 +121,11 @@ export async function coordinatorProcess(
             `the coordinator exited with ${started.exitCode} at start; see ${logFile}`,
           );
         }
-        const ready = await raw<{ ready: boolean }>("GET", "/api/ready").catch(() => undefined);
-        if (ready?.status === 200 && ready.body.ready) return;
+        const ready = await raw<{ ready: boolean; role?: string }>("GET", "/api/ready").catch(
+          () => undefined,
+        );
+        if (!options.standby && ready?.status === 200 && ready.body.ready) return;
+        if (options.standby && ready?.body.role === "standby") return;
         if (Date.now() > until)
           throw new Error(`the coordinator was not ready within 20 s; see ${logFile}`);
         await new Promise((r) => setTimeout(r, 50));
@@ -99,6 +143,8 @@ export async function coordinatorProcess(
       child = undefined;
     },
     running: () => alive(child),
+    exitCode: () => child?.exitCode ?? null,
+    exited: () => lastExit,
     raw,
     async api<T>(method: string, path: string, body?: unknown): Promise<T> {
       const a = await raw<T>(method, path, body);

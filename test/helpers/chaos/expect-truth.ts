@@ -33,7 +33,7 @@ export const ON_TIME_ALLOWANCE_MS = 1_000;
  * is part of "truthful"), nothing open, and nothing late that the issue holds to time (within
  * {@link ON_TIME_ALLOWANCE_MS}).
  */
-export function expectTruth(scenario: Scenario, r: TruthResult): void {
+export function expectTruth(scenario: Pick<Scenario, "allowsTwoRounds">, r: TruthResult): void {
   const why = describeTruth(r);
   console.log(why);
   expect(r.total, why).toBeGreaterThan(0);

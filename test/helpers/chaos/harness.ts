@@ -39,6 +39,18 @@ export interface HarnessOptions {
   agent?: Partial<ChaosAgentSettings>;
   /** @default {@link chaosBrokerKind} */
   broker?: BrokerKind;
+  /**
+   * Several coordinators on one PostgreSQL store (a schema of its own): the first starts active,
+   * the others as standbys. Without it, one coordinator on a SQLite file.
+   */
+  cluster?: {
+    coordinators: number;
+    url: string;
+    schema: string;
+    leaseMs?: number;
+    /** The store URL of coordinator `i` (0-based) when it differs (a proxy in front of one). */
+    urlOf?: (i: number) => string;
+  };
 }
 
 /** What a device command of a scenario does. */
@@ -77,8 +89,11 @@ export class ChaosHarness {
     private readonly cleanup: () => void,
     readonly fx: Effects,
     readonly broker: BrokerProcess,
-    readonly coordinator: CoordinatorProcess,
+    /** The coordinator the run talks to: the active one (see {@link ChaosHarness.findActive}). */
+    public coordinator: CoordinatorProcess,
     readonly prefix: string,
+    /** Every coordinator of the run (one, unless `cluster`). */
+    readonly coordinators: CoordinatorProcess[] = [coordinator],
   ) {}
 
   /** Starts the broker, the coordinator and the agents, and waits until the agents are online. */
@@ -88,10 +103,23 @@ export class ChaosHarness {
     mkdirSync(fx.dir);
     const broker = await brokerProcess(tmp.dir, options.broker);
     const prefix = `chaos${newId().slice(-8)}`;
-    const coordinator = await coordinatorProcess(tmp.dir, broker.url, prefix, {
-      ...CHAOS_COORDINATOR,
-      ...options.coordinator,
-    });
+    const settings = { ...CHAOS_COORDINATOR, ...options.coordinator };
+    const cluster = options.cluster;
+    const coordinators =
+      cluster === undefined
+        ? [await coordinatorProcess(tmp.dir, broker.url, prefix, settings)]
+        : await Promise.all(
+            Array.from({ length: cluster.coordinators }, (_, i) =>
+              coordinatorProcess(tmp.dir, broker.url, prefix, settings, {
+                name: `c${i + 1}`,
+                url: cluster.urlOf?.(i) ?? cluster.url,
+                schema: cluster.schema,
+                securityDir: join(tmp.dir, "ax-secrets"),
+                ...(cluster.leaseMs === undefined ? {} : { leaseMs: cluster.leaseMs }),
+              }),
+            ),
+          );
+    const coordinator = coordinators[0] as CoordinatorProcess;
     const h = new ChaosHarness(
       options.scenario,
       tmp.dir,
@@ -100,6 +128,7 @@ export class ChaosHarness {
       broker,
       coordinator,
       prefix,
+      coordinators,
     );
     OPEN.add(h);
     try {
@@ -109,10 +138,11 @@ export class ChaosHarness {
       const ids = Array.from({ length: options.agents ?? 2 }, (_, i) => `${prefix}-a${i + 1}`);
       const identities = await enrollBeforeStart(coordinator.config, ids, tmp.dir);
       await coordinator.start();
-      const settings = { ...CHAOS_AGENT, ...options.agent };
+      for (const standby of coordinators.slice(1)) await standby.start({ standby: true });
+      const agentSettings = { ...CHAOS_AGENT, ...options.agent };
       for (const id of ids) {
         const agent = new ChaosAgent(id, tmp.dir, {
-          ...chaosAgentConfig(id, broker.url, prefix, fx.script, fx.dir, settings),
+          ...chaosAgentConfig(id, broker.url, prefix, fx.script, fx.dir, agentSettings),
           identityFile: identities[id] as string,
         });
         h.agents.push(agent);
@@ -124,6 +154,27 @@ export class ChaosHarness {
       throw err;
     }
     return h;
+  }
+
+  /**
+   * Waits until one of the running coordinators answers ready (the active one), makes it the
+   * one the run talks to, and returns it.
+   */
+  async findActive(timeoutMs = 15_000): Promise<CoordinatorProcess> {
+    const active = await poll(
+      "an active coordinator",
+      async () => {
+        for (const c of this.coordinators) {
+          if (!c.running()) continue;
+          const r = await c.raw<{ ready: boolean }>("GET", "/api/ready").catch(() => undefined);
+          if (r?.status === 200 && r.body.ready) return c;
+        }
+        return undefined;
+      },
+      timeoutMs,
+    );
+    this.coordinator = active;
+    return active;
   }
 
   /** The agent `n` (1-based). */
@@ -284,7 +335,7 @@ export class ChaosHarness {
   async close(): Promise<void> {
     OPEN.delete(this);
     await Promise.allSettled(this.agents.map((a) => a.close()));
-    await this.coordinator.stop().catch(() => {});
+    await Promise.allSettled(this.coordinators.map((c) => c.stop()));
     await this.broker.stop().catch(() => {});
     // AX_CHAOS_KEEP=1 keeps the run's folder (logs, journals, store, truth.json) to look into.
     if (process.env.AX_CHAOS_KEEP) console.log(`chaos run kept in ${this.dir}`);

@@ -27,7 +27,7 @@ export interface RunOptions {
 }
 
 /** A job that runs the effect script every second on either agent. */
-function tickJob(h: ChaosHarness, id = "tick"): Record<string, unknown> {
+export function tickJob(h: ChaosHarness, id = "tick"): Record<string, unknown> {
   return {
     id,
     ...h.params({ kind: "exec" }, `job-${id}`),
@@ -55,7 +55,7 @@ async function withHarness(
 }
 
 /** Commands with a lead longer than `outageMs` (fireAt − createdAt) must start on time. */
-const leadBeyond =
+export const leadBeyond =
   (outageMs: number) =>
   (e: ExecutionRecord): boolean =>
     e.kind === "command" && e.fireAt - e.createdAt > outageMs;
@@ -88,6 +88,61 @@ export const brokerOutage: Scenario = {
     }),
 };
 
+/**
+ * Work in every state for a coordinator fault: a 1 s cron job, 3 failing executions retried after
+ * 6 s (RETRY_WAITING), 6 commands running 3 s (RUNNING), 20 due over the next 14 s (SCHEDULED or
+ * PENDING), 10 due now (PENDING, DISPATCHED) and 4 runs of a job whose group runs one at a time
+ * (PENDING). Returns when the running ones were due.
+ */
+export async function workInEveryState(h: ChaosHarness): Promise<number> {
+  await h.job(tickJob(h));
+  await h.job({
+    id: "flaky",
+    handler: "fail",
+    params: { retryable: true, message: "flaky on purpose" },
+    trigger: { type: "manual" },
+    overlap: { policy: "PARALLEL" },
+    retry: { maxAttempts: 3, baseMs: 6_000, capMs: 6_000 },
+  });
+  for (let i = 0; i < 3; i++) await h.trigger("flaky");
+  // Pending at the fault: one group runs one execution at a time, the rest wait.
+  await h.job({
+    id: "serial",
+    ...h.params({ kind: "exec", seconds: 2 }, "job-serial"),
+    trigger: { type: "manual" },
+    overlap: { policy: "PARALLEL" },
+    group: "valve-7",
+  });
+  const t0 = Date.now();
+  // Running at the fault: 3 s runs that start now.
+  for (let i = 0; i < 6; i++) {
+    await h.command({
+      agentId: h.agent((i % 2) + 1).agentId,
+      at: t0,
+      effect: { kind: "exec", seconds: 3 },
+    });
+  }
+  // Scheduled (or still pending) at the fault: due over the next 14 s.
+  for (let i = 0; i < 20; i++) {
+    await h.command({
+      agentId: h.agent((i % 2) + 1).agentId,
+      at: t0 + 2_000 + i * 600,
+      effect: i % 2 === 0 ? { kind: "exec", seconds: 0.2 } : { kind: "file" },
+    });
+  }
+  await sleep(1_500);
+  // Pending and dispatched at the fault: due now, created right before it.
+  for (let i = 0; i < 10; i++) {
+    await h.command({
+      agentId: h.agent((i % 2) + 1).agentId,
+      at: Date.now(),
+      effect: { kind: "file" },
+    });
+  }
+  for (let i = 0; i < 4; i++) await h.trigger("serial");
+  return t0;
+}
+
 /** 2. kill -9 of the coordinator with work in every state, restarted after 5 s. */
 export const coordinatorKill: Scenario = {
   name: "coordinator-kill",
@@ -96,51 +151,7 @@ export const coordinatorKill: Scenario = {
   run: (options) =>
     withHarness("coordinator-kill", options, async (h) => {
       const downMs = 5_000;
-      await h.job(tickJob(h));
-      await h.job({
-        id: "flaky",
-        handler: "fail",
-        params: { retryable: true, message: "flaky on purpose" },
-        trigger: { type: "manual" },
-        overlap: { policy: "PARALLEL" },
-        retry: { maxAttempts: 3, baseMs: 6_000, capMs: 6_000 },
-      });
-      for (let i = 0; i < 3; i++) await h.trigger("flaky");
-      // Pending at the kill: one group runs one execution at a time, the rest wait.
-      await h.job({
-        id: "serial",
-        ...h.params({ kind: "exec", seconds: 2 }, "job-serial"),
-        trigger: { type: "manual" },
-        overlap: { policy: "PARALLEL" },
-        group: "valve-7",
-      });
-      const t0 = Date.now();
-      // Running at the kill: 3 s runs that start now.
-      for (let i = 0; i < 6; i++) {
-        await h.command({
-          agentId: h.agent((i % 2) + 1).agentId,
-          at: t0,
-          effect: { kind: "exec", seconds: 3 },
-        });
-      }
-      // Scheduled (or still pending) at the kill: due over the next 14 s.
-      for (let i = 0; i < 20; i++) {
-        await h.command({
-          agentId: h.agent((i % 2) + 1).agentId,
-          at: t0 + 2_000 + i * 600,
-          effect: i % 2 === 0 ? { kind: "exec", seconds: 0.2 } : { kind: "file" },
-        });
-      }
-      await sleep(1_500);
-      // Pending and dispatched at the kill: due now, created right before it.
-      for (let i = 0; i < 10; i++) {
-        await h.command({
-          agentId: h.agent((i % 2) + 1).agentId,
-          at: Date.now(),
-          effect: { kind: "file" },
-        });
-      }
-      for (let i = 0; i < 4; i++) await h.trigger("serial");
+      const t0 = await workInEveryState(h);
       await h.coordinator.kill();
       const atKill = statesInStore(h.coordinator.storePath);
       await sleep(downMs);

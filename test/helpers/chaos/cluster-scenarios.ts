@@ -1,0 +1,266 @@
+import { readFileSync } from "node:fs";
+import { tcpProxy } from "../tcp-proxy.js";
+import type { BrokerKind } from "./broker-process.js";
+import type { CoordinatorProcess } from "./coordinator-process.js";
+import { ChaosHarness, sleep } from "./harness.js";
+import { listExecutions } from "./record.js";
+import { leadBeyond, workInEveryState } from "./scenarios.js";
+import type { TruthResult } from "./truth.js";
+
+/**
+ * Chaos scenarios of several coordinators on one PostgreSQL store (issue "Several coordinators on
+ * PostgreSQL"): the active one is lost, by kill -9 or by a partition from the database, under
+ * load; a standby takes over; the lost one comes back as a standby. Each ends with the same
+ * truth check as the single-coordinator scenarios (test/helpers/chaos/truth.ts).
+ */
+export interface ClusterScenario {
+  name: string;
+  title: string;
+  allowsTwoRounds: boolean;
+  run(pg: ClusterRunOptions): Promise<ClusterResult>;
+}
+
+export interface ClusterRunOptions {
+  /** A PostgreSQL server and a schema of the run's own (dropped by the caller). */
+  url: string;
+  schema: string;
+  broker?: BrokerKind;
+  /** The store URL of coordinator `i` (0-based), when one reaches it another way (a proxy). */
+  urlOf?: (i: number) => string;
+}
+
+export interface ClusterResult {
+  truth: TruthResult;
+  /** From the loss of the active coordinator to another one answering ready. */
+  takeoverMs: number;
+  /** The coordinator that took over, and the one that was lost. */
+  lost: string;
+  tookOver: string;
+  /**
+   * Executions whose timeline names the lost coordinator and another one (work it held when lost,
+   * finished by the one that took over), and transition entries that name none.
+   */
+  handledByTwo: number;
+  unnamedEntries: number;
+  /** What the lost coordinator did by itself: its exit code (75: fenced), null if killed. */
+  lostExitCode: number | null;
+  /** How long before the takeover the lost one's process ended (negative: after it). */
+  lostEndedBeforeTakeoverMs: number | null;
+  /**
+   * How long before the takeover the lost one logged that it was fenced (it stops dispatching
+   * there); null when it logged no fence (killed).
+   */
+  fencedBeforeTakeoverMs: number | null;
+}
+
+/** When a coordinator's log last said it was fenced (UTC ms), or null. */
+function fenceLoggedAt(logFile: string): number | null {
+  let at: number | null = null;
+  for (const line of readFileSync(logFile, "utf8").split("\n")) {
+    if (!line.includes("fenced")) continue;
+    try {
+      const rec = JSON.parse(line) as { time?: string | number; msg?: string };
+      if (!String(rec.msg).includes("fenced")) continue;
+      const t = typeof rec.time === "number" ? rec.time : Date.parse(String(rec.time));
+      if (Number.isFinite(t)) at = t;
+    } catch {
+      // not a JSON line
+    }
+  }
+  return at;
+}
+
+/** Leases short enough for a test; takeover then waits about 2 s plus one renewal. */
+const LEASE_MS = 2_000;
+
+async function withCluster(
+  scenario: string,
+  pg: ClusterRunOptions,
+  body: (h: ChaosHarness) => Promise<ClusterResult>,
+  leaseMs = LEASE_MS,
+): Promise<ClusterResult> {
+  const h = await ChaosHarness.start({
+    scenario,
+    cluster: {
+      coordinators: 3,
+      url: pg.url,
+      schema: pg.schema,
+      leaseMs,
+      ...(pg.urlOf === undefined ? {} : { urlOf: pg.urlOf }),
+    },
+    ...(pg.broker === undefined ? {} : { broker: pg.broker }),
+  });
+  try {
+    return await body(h);
+  } finally {
+    await h.close();
+  }
+}
+
+/** Ends the run: the lost one back as a standby, the record settled and checked. */
+async function finish(
+  h: ChaosHarness,
+  lost: CoordinatorProcess,
+  t0: number,
+  outageMs: number,
+): Promise<{ truth: TruthResult; handledByTwo: number; unnamedEntries: number }> {
+  const faultEnd = Date.now();
+  const converge = h.convergence(faultEnd);
+  await lost.start({ standby: true });
+  await sleep(Math.max(0, t0 + 18_000 - Date.now()));
+  // The run talks to whichever coordinator is active now: if the one found after the fault
+  // fenced itself since, another took over, and the record is read from that one.
+  await h.findActive(20_000);
+  const truth = await h.truth({ convergeMs: await converge, mustBeOnTime: leadBeyond(outageMs) });
+  const health = await h.coordinator.api<{
+    cluster?: { coordinators: { id: string; info: { role?: string } }[] };
+  }>("GET", "/api/health");
+  for (const c of h.coordinators) {
+    const fenced = fenceLoggedAt(c.logFile);
+    if (fenced !== null || c.exitCode() !== null) {
+      truth.notes.push(
+        `${c.config.cluster?.id}: exit code ${c.exitCode()}, fenced at ${fenced === null ? "-" : new Date(fenced).toISOString()}`,
+      );
+    }
+  }
+  truth.notes.push(
+    `members at the end: ${(health.cluster?.coordinators ?? [])
+      .map((c) => `${c.id} (${c.info.role ?? "?"})`)
+      .join(", ")}`,
+  );
+  // Who handled what: every transition's timeline entry names the coordinator that wrote it.
+  const lostId = lost.config.cluster?.id;
+  let handledByTwo = 0;
+  let unnamedEntries = 0;
+  for (const e of await listExecutions(h.coordinator)) {
+    const { timeline } = await h.coordinator.api<{
+      timeline: { fromState: string | null; detail: { coordinator?: string } | null }[];
+    }>("GET", `/api/executions/${e.id}`);
+    const names = new Set<string>();
+    for (const t of timeline) {
+      if (t.fromState === null) continue; // its creation, not a transition
+      if (t.detail?.coordinator === undefined) unnamedEntries++;
+      else names.add(t.detail.coordinator);
+    }
+    if (lostId !== undefined && names.has(lostId) && names.size > 1) handledByTwo++;
+  }
+  truth.notes.push(`executions handled by ${lostId} and another: ${handledByTwo}`);
+  return { truth, handledByTwo, unnamedEntries };
+}
+
+/** kill -9 of the active coordinator under load; a standby takes over; the killed one rejoins. */
+export const coordinatorFailover: ClusterScenario = {
+  name: "coordinator-failover",
+  title:
+    "3 coordinators on PostgreSQL: kill -9 of the active one under load, restarted as a standby",
+  allowsTwoRounds: false,
+  run: (pg) =>
+    withCluster("coordinator-failover", pg, async (h) => {
+      const t0 = await workInEveryState(h);
+      const lost = h.coordinator;
+      await lost.kill();
+      const lostAt = Date.now();
+      const active = await h.findActive(20_000);
+      const takeoverMs = Date.now() - lostAt;
+      const end = await finish(h, lost, t0, takeoverMs + 1_000);
+      return {
+        ...end,
+        takeoverMs,
+        lost: lost.config.cluster?.id ?? "?",
+        tookOver: active.config.cluster?.id ?? "?",
+        lostExitCode: null,
+        lostEndedBeforeTakeoverMs: 0,
+        fencedBeforeTakeoverMs: null,
+      };
+    }),
+};
+
+/**
+ * The active coordinator cut off from the database, not from the broker: it must fence itself
+ * (stop dispatching, exit 75) before a standby takes its work over.
+ */
+export const databasePartition: ClusterScenario = {
+  name: "database-partition",
+  title:
+    "3 coordinators on PostgreSQL: the active one cut off from the database (not the broker) under load",
+  allowsTwoRounds: false,
+  run: async (pg) => {
+    const target = new URL(pg.url);
+    const proxy = await tcpProxy(Number(target.port || 5432), target.hostname);
+    const viaProxy = new URL(pg.url);
+    viaProxy.hostname = "127.0.0.1";
+    viaProxy.port = String(proxy.port);
+    try {
+      // The active one (c1) reaches the database through the proxy, the standbys directly.
+      return await withCluster(
+        "database-partition",
+        { ...pg, urlOf: (i) => (i === 0 ? viaProxy.toString() : pg.url) },
+        async (h) => {
+          const lost = h.coordinator;
+          const t0 = await workInEveryState(h);
+          const ended = lost.exited().then(() => Date.now());
+          proxy.blackhole();
+          const cutAt = Date.now();
+          const active = await h.findActive(20_000);
+          const takeoverAt = Date.now();
+          const endedAt = await Promise.race([ended, sleep(15_000).then(() => null)]);
+          const lostExitCode = lost.exitCode();
+          const fencedAt = fenceLoggedAt(lost.logFile);
+          proxy.heal();
+          const end = await finish(h, lost, t0, takeoverAt - cutAt + 1_000);
+          return {
+            ...end,
+            takeoverMs: takeoverAt - cutAt,
+            lost: lost.config.cluster?.id ?? "?",
+            tookOver: active.config.cluster?.id ?? "?",
+            lostExitCode,
+            lostEndedBeforeTakeoverMs: endedAt === null ? null : takeoverAt - endedAt,
+            fencedBeforeTakeoverMs: fencedAt === null ? null : takeoverAt - fencedAt,
+          };
+        },
+      );
+    } finally {
+      await proxy.close();
+    }
+  },
+};
+
+/**
+ * The database restarted under load (`pg_ctl stop -m fast`, then start: every connection cut):
+ * with a lease longer than the outage the active coordinator pauses and resumes; nothing is lost.
+ * `restart` does it and returns how long the database was away.
+ */
+export function databaseRestart(restart: () => Promise<number>): ClusterScenario {
+  return {
+    name: "database-restart",
+    title: "3 coordinators on PostgreSQL: the database restarted under load",
+    allowsTwoRounds: false,
+    run: (pg) =>
+      withCluster(
+        "database-restart",
+        pg,
+        async (h) => {
+          const before = h.coordinator;
+          const t0 = await workInEveryState(h);
+          const awayMs = await restart();
+          await h.findActive(20_000);
+          const end = await finish(h, before, t0, awayMs + 1_000);
+          // The active one at the end: the same one, unless it fenced itself meanwhile.
+          const active = h.coordinator;
+          end.truth.notes.push(
+            `database away ${awayMs} ms; active before ${before.config.cluster?.id}, after ${active.config.cluster?.id}`,
+          );
+          return {
+            ...end,
+            takeoverMs: 0,
+            lost: before.config.cluster?.id ?? "?",
+            tookOver: active.config.cluster?.id ?? "?",
+            lostExitCode: before.exitCode(),
+            lostEndedBeforeTakeoverMs: null,
+            fencedBeforeTakeoverMs: null,
+          };
+        },
+        12_000,
+      ),
+  };
+}
