@@ -58,6 +58,25 @@ export interface WorkerArgs {
   auth: boolean;
   agentIds: string[];
   identityDir: string;
+  /**
+   * On PostgreSQL instead of the SQLite file at `storePath`: a schema that several workers share,
+   * each with its own `cluster.id` and MQTT client id and the same secrets folder. Only the first
+   * worker enrols the agents (`enroll`); the others start as standbys. Store calls are timed.
+   */
+  pg?: PgWorkerArgs;
+}
+
+/** A worker on a PostgreSQL store (WorkerArgs.pg). */
+export interface PgWorkerArgs {
+  url: string;
+  schema: string;
+  clusterId: string;
+  clientId: string;
+  secretsDir: string;
+  /** Enrol `agentIds` (the first worker); the others find the enrolments in the store. */
+  enroll: boolean;
+  /** `cluster.leaseMs`, when not the coordinator's default. */
+  leaseMs?: number;
 }
 
 /** Where the worker writes an agent's identity file (mode 0600), for its config's identityFile. */
@@ -83,6 +102,16 @@ export interface WorkerStats {
   loopDelay: { p50: number; p99: number; max: number; mean: number } | null;
   /** Store calls over the window, by method (listExecutionsInStates ≈ dispatcher passes). */
   storeCalls: Record<string, number> | null;
+  /**
+   * Store calls over the window, by method: how long each took from call to settled promise,
+   * ms (PostgreSQL runs only; with SQLite the calls are not timed).
+   */
+  storeLatency?: Record<
+    string,
+    { n: number; p50: number; p99: number; max: number; totalMs: number }
+  >;
+  /** The membership role at start and each change after it, with the wall time (PostgreSQL). */
+  roles?: { at: number; role: string }[];
   /** When the profile was started and stopped (wall ms), or why it was not written. */
   profile: { startedAt: number; stoppedAt: number } | { error: string } | null;
   /** process.memoryUsage() at the end of the window, and heapUsed after a full GC then, MiB. */
@@ -97,7 +126,8 @@ export interface WorkerStats {
 
 /** One JSON line on the worker's stdout. */
 export type WorkerLine =
-  | { t: "started"; pid: number }
+  | { t: "started"; pid: number; role: string }
+  | { t: "role"; role: string; at: number }
   | { t: "agent"; agentId: string; status: "online" | "offline"; reason: string; at: number }
   | { t: "stats"; stats: WorkerStats };
 

@@ -20,15 +20,18 @@ export interface Schedule {
 
 export const jobId = (i: number) => `bench-${String(i).padStart(6, "0")}`;
 
+/** The bench's jobs for one run: their schedule, and each one's definition in resolved form. */
+export interface BenchJobs {
+  schedule: Schedule;
+  definition: (i: number) => JobDefinition;
+}
+
 /**
- * Creates the store and inserts `jobs` jobs, all `every periodMs` with anchors spread evenly over
- * one period from `firstAt`, so nominal times come at `rate` per second from `firstAt` on. Every
- * job is active (none paused); the period is jobs / rate (200 s at 500/s, 50 s at 2,000/s).
+ * `jobs` jobs, all `every periodMs` with anchors spread evenly over one period from `firstAt`, so
+ * nominal times come at `rate` per second from `firstAt` on. Every job is active (none paused);
+ * the period is jobs / rate (200 s at 500/s, 50 s at 2,000/s).
  */
-export function prefillStore(
-  path: string,
-  o: { jobs: number; rate: number; firstAt: number; now: number },
-): Schedule {
+export function planJobs(o: { jobs: number; rate: number; firstAt: number }): BenchJobs {
   const periodMs = Math.round((o.jobs * 1000) / o.rate);
   const anchors = new Float64Array(o.jobs);
   for (let i = 0; i < o.jobs; i++) anchors[i] = o.firstAt + Math.floor((i * periodMs) / o.jobs);
@@ -52,7 +55,19 @@ export function prefillStore(
       throw new Error(`bench job ${i} is not in the schema's resolved form`);
     }
   }
+  return {
+    schedule: { jobs: o.jobs, periodMs, anchors, rate: (o.jobs * 1000) / periodMs },
+    definition,
+  };
+}
 
+/** Creates the SQLite store and inserts the jobs of {@link planJobs}. */
+export function prefillStore(
+  path: string,
+  o: { jobs: number; rate: number; firstAt: number; now: number },
+): Schedule {
+  const { schedule, definition } = planJobs(o);
+  const anchors = schedule.anchors;
   const store = new SqliteStore({ path, now: () => o.now });
   void store.close();
   const db = new Database(path);
@@ -75,7 +90,7 @@ export function prefillStore(
   } finally {
     db.close();
   }
-  return { jobs: o.jobs, periodMs, anchors, rate: (o.jobs * 1000) / periodMs };
+  return schedule;
 }
 
 /** Nominal times of the schedule in [start, end). */
@@ -89,24 +104,22 @@ export function expectedFires(s: Schedule, start: number, end: number): number {
   return n;
 }
 
+/** The drain's two counts, the same on both stores (`?` placeholders here). */
+export const DRAIN_SQL = {
+  recorded: "SELECT COUNT(*) FROM fires WHERE scheduled_for >= ? AND scheduled_for < ?",
+  open: `SELECT COUNT(*) FROM executions
+       WHERE state IN ('PENDING', 'DISPATCHED', 'SCHEDULED', 'RUNNING', 'RETRY_WAITING')
+         AND scheduled_for >= ? AND scheduled_for < ?`,
+} as const;
+
 /** Counts the window's nominal times already recorded and the executions of them still open. */
 export function drainProgress(
   db: Database.Database,
   start: number,
   end: number,
 ): { recorded: number; open: number } {
-  const recorded = db
-    .prepare("SELECT COUNT(*) FROM fires WHERE scheduled_for >= ? AND scheduled_for < ?")
-    .pluck()
-    .get(start, end) as number;
-  const open = db
-    .prepare(
-      `SELECT COUNT(*) FROM executions
-       WHERE state IN ('PENDING', 'DISPATCHED', 'SCHEDULED', 'RUNNING', 'RETRY_WAITING')
-         AND scheduled_for >= ? AND scheduled_for < ?`,
-    )
-    .pluck()
-    .get(start, end) as number;
+  const recorded = db.prepare(DRAIN_SQL.recorded).pluck().get(start, end) as number;
+  const open = db.prepare(DRAIN_SQL.open).pluck().get(start, end) as number;
   return { recorded, open };
 }
 
@@ -218,7 +231,7 @@ export interface FireFigures {
 /** A start later than this counts in FireFigures.diagnosis.late. */
 export const LATE_MS = 10;
 
-interface ExecRow {
+export interface ExecRow {
   id: string;
   job_id: string;
   scheduled_for: number;
@@ -230,7 +243,34 @@ interface ExecRow {
   dispatches: number;
 }
 
-/** Reads the store after the run (the coordinator has exited) and scores the window. */
+/** What the read-back takes from a store after the run: the window's rows, and a few totals. */
+export interface StoreReadBack {
+  fires: { job_id: string; scheduled_for: number; status: string }[];
+  executions: ExecRow[];
+  /** Fires recorded `fired` with fired_at in the window, and executions SUCCEEDED in it. */
+  firedInWindow: number;
+  succeededInWindow: number;
+  counters: Record<string, number>;
+  /** The agents table's `record` JSON, by agent id. */
+  agentRecords: string[];
+}
+
+/** The queries of the read-back, the same on both stores (`?` placeholders here). */
+export const READ_BACK_SQL = {
+  fires:
+    "SELECT job_id, scheduled_for, status FROM fires WHERE scheduled_for >= ? AND scheduled_for < ?",
+  executions: `SELECT id, job_id, scheduled_for, state, started_at, updated_at, dispatched_at, round,
+           dispatches
+         FROM executions WHERE kind = 'job' AND scheduled_for >= ? AND scheduled_for < ?`,
+  firedInWindow:
+    "SELECT COUNT(*) AS n FROM fires WHERE status = 'fired' AND fired_at >= ? AND fired_at < ?",
+  succeededInWindow:
+    "SELECT COUNT(*) AS n FROM executions WHERE state = 'SUCCEEDED' AND updated_at >= ? AND updated_at < ?",
+  counters: "SELECT name, value FROM counters",
+  agents: "SELECT record FROM agents ORDER BY agent_id",
+} as const;
+
+/** Reads the SQLite store after the run (the coordinator has exited) and scores the window. */
 export function analyze(
   path: string,
   s: Schedule,
@@ -240,209 +280,206 @@ export function analyze(
   const db = new Database(path, { readonly: true, fileMustExist: true });
   try {
     const { start: ws, end: we } = window;
-    const key = (job: string, t: number) => `${job}@${t}`;
-    const nominal = new Map<string, { rows: ExecRow[]; fire: string | undefined }>();
-    for (let i = 0; i < s.jobs; i++) {
-      const a = s.anchors[i] as number;
-      const k0 = Math.max(0, Math.ceil((ws - a) / s.periodMs));
-      for (let t = a + k0 * s.periodMs; t < we; t += s.periodMs) {
-        nominal.set(key(jobId(i), t), { rows: [], fire: undefined });
-      }
-    }
-    const fires = db
-      .prepare(
-        "SELECT job_id, scheduled_for, status FROM fires WHERE scheduled_for >= ? AND scheduled_for < ?",
-      )
-      .all(ws, we) as { job_id: string; scheduled_for: number; status: string }[];
-    for (const f of fires) {
-      const n = nominal.get(key(f.job_id, f.scheduled_for));
-      if (n) n.fire = f.status;
-    }
-    const rows = db
-      .prepare(
-        `SELECT id, job_id, scheduled_for, state, started_at, updated_at, dispatched_at, round,
-           dispatches
-         FROM executions WHERE kind = 'job' AND scheduled_for >= ? AND scheduled_for < ?`,
-      )
-      .all(ws, we) as ExecRow[];
-    for (const r of rows) nominal.get(key(r.job_id, r.scheduled_for))?.rows.push(r);
-
-    const runs = new Map<string, { count: number; first: number; agents: Set<string> }>();
-    const received = new Map<string, number>();
-    const gaps: number[] = [];
-    const agentCheckpoints = { checkpoints: 0, finishedInline: 0, inlineMs: 0, inlineMaxMs: 0 };
-    let alignment = 0;
-    for (const log of observed.logs) {
-      for (const [id, at] of log.received ?? []) {
-        received.set(id, Math.min(at, received.get(id) ?? Number.POSITIVE_INFINITY));
-      }
-      for (const [at, ms] of log.loopGaps ?? []) if (at - ms >= ws && at <= we) gaps.push(ms);
-      const c = log.checkpoints;
-      if (c) {
-        agentCheckpoints.checkpoints += c.checkpoints ?? 0;
-        agentCheckpoints.finishedInline += c.finishedInline ?? 0;
-        agentCheckpoints.inlineMs += c.inlineMs ?? 0;
-        agentCheckpoints.inlineMaxMs = Math.max(agentCheckpoints.inlineMaxMs, c.inlineMaxMs ?? 0);
-      }
-      for (const a of log.clockAlignment) if (Math.abs(a) > Math.abs(alignment)) alignment = a;
-      for (const [id, , at] of log.runs) {
-        const r = runs.get(id);
-        if (r) {
-          r.count++;
-          r.first = Math.min(r.first, at);
-          r.agents.add(log.agentId);
-        } else runs.set(id, { count: 1, first: at, agents: new Set([log.agentId]) });
-      }
-    }
-
-    const start: number[] = [];
-    const stalledAt: number[] = [];
-    const startReported: number[] = [];
-    const trigger: number[] = [];
-    const triggerStored: number[] = [];
-    const endToEnd: number[] = [];
-    const agentTimeError: number[] = [];
-    const lostBreakdown: FireFigures["lostBreakdown"] = { missed: 0, notFired: 0, byState: {} };
-    const delivery: number[] = [];
-    const arrival: number[] = [];
-    const late = { count: 0, arrivedLate: 0, arrivedAhead: 0 };
-    let ran = 0;
-    let duplicated = 0;
-    let duplicatedAcrossAgents = 0;
-    let duplicateExecutions = 0;
-    let redispatched = 0;
-    for (const [k, n] of nominal) {
-      const t = Number(k.slice(k.indexOf("@") + 1));
-      if (n.rows.length > 1) duplicateExecutions++;
-      let count = 0;
-      let first = Number.POSITIVE_INFINITY;
-      const agents = new Set<string>();
-      for (const r of n.rows) {
-        const run = runs.get(r.id);
-        if (run) {
-          count += run.count;
-          first = Math.min(first, run.first);
-          for (const a of run.agents) agents.add(a);
-        }
-        if (r.dispatches > 1 || r.round > 1) redispatched++;
-        if (r.started_at !== null) {
-          startReported.push(r.started_at - t);
-          // Only a single run: with two, startedAt belongs to whichever round was stored.
-          if (run?.count === 1) agentTimeError.push(r.started_at - run.first);
-        }
-        const seen = observed.dispatches.get(r.id);
-        if (seen !== undefined) trigger.push(seen - t);
-        const got = received.get(r.id);
-        if (got !== undefined) {
-          arrival.push(got - t);
-          if (seen !== undefined) delivery.push(got - seen);
-          if (run && run.first - t > LATE_MS) {
-            late.count++;
-            if (got > t) late.arrivedLate++;
-            else late.arrivedAhead++;
-          }
-        }
-        if (r.dispatched_at !== null) triggerStored.push(r.dispatched_at - t);
-        if (r.state === "SUCCEEDED") endToEnd.push(r.updated_at - t);
-      }
-      if (count > 1) duplicated++;
-      if (count > 1 && agents.size > 1) duplicatedAcrossAgents++;
-      if (count > 0) {
-        ran++;
-        start.push(first - t);
-        if (first - t > STALL_MS) stalledAt.push((t - ws) / 1000);
-        continue;
-      }
-      if (n.fire === "missed") lostBreakdown.missed++;
-      else if (n.fire === undefined) lostBreakdown.notFired++;
-      else {
-        const state = n.rows[0]?.state ?? "no execution";
-        lostBreakdown.byState[state] = (lostBreakdown.byState[state] ?? 0) + 1;
-      }
-    }
-
-    const seconds = (we - ws) / 1000;
-    const firedInWindow = db
-      .prepare(
-        "SELECT COUNT(*) FROM fires WHERE status = 'fired' AND fired_at >= ? AND fired_at < ?",
-      )
-      .pluck()
-      .get(ws, we) as number;
-    const succeededInWindow = db
-      .prepare(
-        "SELECT COUNT(*) FROM executions WHERE state = 'SUCCEEDED' AND updated_at >= ? AND updated_at < ?",
-      )
-      .pluck()
-      .get(ws, we) as number;
-    const counters = Object.fromEntries(
-      (
-        db.prepare("SELECT name, value FROM counters").all() as { name: string; value: number }[]
-      ).map((c) => [c.name, c.value]),
-    );
-    const agents = (
-      db.prepare("SELECT record FROM agents ORDER BY agent_id").pluck().all() as string[]
-    )
-      .map(
-        (json) =>
-          JSON.parse(json) as {
-            agentId: string;
-            clockOffsetMs: number;
-            clockUncertaintyMs: number;
-          },
-      )
-      .map((a) => ({
-        agentId: a.agentId,
-        clockOffsetMs: a.clockOffsetMs,
-        clockUncertaintyMs: a.clockUncertaintyMs,
-      }));
-
-    const early = start.filter((v) => v < 0).length;
-    return {
-      expected: nominal.size,
-      ran,
-      lost: nominal.size - ran,
-      lostBreakdown,
-      duplicated,
-      duplicatedAcrossAgents,
-      duplicateExecutions,
-      redispatched,
-      start: { ...dist(start), early, earlyPct: start.length ? (100 * early) / start.length : 0 },
-      stalled: stalledAt.length
-        ? {
-            count: stalledAt.length,
-            fromS: stalledAt.reduce((a, b) => Math.min(a, b)),
-            toS: stalledAt.reduce((a, b) => Math.max(a, b)),
-          }
-        : null,
-      startReported: dist(startReported),
-      trigger: {
-        ...dist(trigger),
-        aheadPct: trigger.length ? (100 * trigger.filter((v) => v < 0).length) / trigger.length : 0,
-      },
-      triggerStored: dist(triggerStored),
-      endToEnd: dist(endToEnd),
-      throughput: {
-        firedPerSec: firedInWindow / seconds,
-        succeededPerSec: succeededInWindow / seconds,
-      },
-      counters,
-      agents,
-      agentClockAlignmentMs: alignment,
-      agentTimeError: dist(agentTimeError),
-      diagnosis: {
-        delivery: dist(delivery),
-        arrival: dist(arrival),
-        late,
-        loopGaps: {
-          count: gaps.length,
-          totalMs: gaps.reduce((a, b) => a + b, 0),
-          maxMs: gaps.reduce((a, b) => Math.max(a, b), 0),
-          over50: gaps.filter((g) => g > 50).length,
-        },
-        agentCheckpoints,
-      },
+    const count = (sql: string) => (db.prepare(sql).get(ws, we) as { n: number }).n;
+    const readBack: StoreReadBack = {
+      fires: db.prepare(READ_BACK_SQL.fires).all(ws, we) as StoreReadBack["fires"],
+      executions: db.prepare(READ_BACK_SQL.executions).all(ws, we) as ExecRow[],
+      firedInWindow: count(READ_BACK_SQL.firedInWindow),
+      succeededInWindow: count(READ_BACK_SQL.succeededInWindow),
+      counters: Object.fromEntries(
+        (db.prepare(READ_BACK_SQL.counters).all() as { name: string; value: number }[]).map((c) => [
+          c.name,
+          c.value,
+        ]),
+      ),
+      agentRecords: db.prepare(READ_BACK_SQL.agents).pluck().all() as string[],
     };
+    return scoreWindow(s, window, readBack, observed);
   } finally {
     db.close();
   }
+}
+
+/** What happened to every nominal time of the window, from a store's read-back and the agents' logs. */
+export function scoreWindow(
+  s: Schedule,
+  window: { start: number; end: number },
+  store: StoreReadBack,
+  observed: { dispatches: Map<string, number>; logs: AgentLog[] },
+): FireFigures {
+  const { start: ws, end: we } = window;
+  const key = (job: string, t: number) => `${job}@${t}`;
+  const nominal = new Map<string, { rows: ExecRow[]; fire: string | undefined }>();
+  for (let i = 0; i < s.jobs; i++) {
+    const a = s.anchors[i] as number;
+    const k0 = Math.max(0, Math.ceil((ws - a) / s.periodMs));
+    for (let t = a + k0 * s.periodMs; t < we; t += s.periodMs) {
+      nominal.set(key(jobId(i), t), { rows: [], fire: undefined });
+    }
+  }
+  for (const f of store.fires) {
+    const n = nominal.get(key(f.job_id, f.scheduled_for));
+    if (n) n.fire = f.status;
+  }
+  for (const r of store.executions) nominal.get(key(r.job_id, r.scheduled_for))?.rows.push(r);
+
+  const runs = new Map<string, { count: number; first: number; agents: Set<string> }>();
+  const received = new Map<string, number>();
+  const gaps: number[] = [];
+  const agentCheckpoints = { checkpoints: 0, finishedInline: 0, inlineMs: 0, inlineMaxMs: 0 };
+  let alignment = 0;
+  for (const log of observed.logs) {
+    for (const [id, at] of log.received ?? []) {
+      received.set(id, Math.min(at, received.get(id) ?? Number.POSITIVE_INFINITY));
+    }
+    for (const [at, ms] of log.loopGaps ?? []) if (at - ms >= ws && at <= we) gaps.push(ms);
+    const c = log.checkpoints;
+    if (c) {
+      agentCheckpoints.checkpoints += c.checkpoints ?? 0;
+      agentCheckpoints.finishedInline += c.finishedInline ?? 0;
+      agentCheckpoints.inlineMs += c.inlineMs ?? 0;
+      agentCheckpoints.inlineMaxMs = Math.max(agentCheckpoints.inlineMaxMs, c.inlineMaxMs ?? 0);
+    }
+    for (const a of log.clockAlignment) if (Math.abs(a) > Math.abs(alignment)) alignment = a;
+    for (const [id, , at] of log.runs) {
+      const r = runs.get(id);
+      if (r) {
+        r.count++;
+        r.first = Math.min(r.first, at);
+        r.agents.add(log.agentId);
+      } else runs.set(id, { count: 1, first: at, agents: new Set([log.agentId]) });
+    }
+  }
+
+  const start: number[] = [];
+  const stalledAt: number[] = [];
+  const startReported: number[] = [];
+  const trigger: number[] = [];
+  const triggerStored: number[] = [];
+  const endToEnd: number[] = [];
+  const agentTimeError: number[] = [];
+  const lostBreakdown: FireFigures["lostBreakdown"] = { missed: 0, notFired: 0, byState: {} };
+  const delivery: number[] = [];
+  const arrival: number[] = [];
+  const late = { count: 0, arrivedLate: 0, arrivedAhead: 0 };
+  let ran = 0;
+  let duplicated = 0;
+  let duplicatedAcrossAgents = 0;
+  let duplicateExecutions = 0;
+  let redispatched = 0;
+  for (const [k, n] of nominal) {
+    const t = Number(k.slice(k.indexOf("@") + 1));
+    if (n.rows.length > 1) duplicateExecutions++;
+    let count = 0;
+    let first = Number.POSITIVE_INFINITY;
+    const agents = new Set<string>();
+    for (const r of n.rows) {
+      const run = runs.get(r.id);
+      if (run) {
+        count += run.count;
+        first = Math.min(first, run.first);
+        for (const a of run.agents) agents.add(a);
+      }
+      if (r.dispatches > 1 || r.round > 1) redispatched++;
+      if (r.started_at !== null) {
+        startReported.push(r.started_at - t);
+        // Only a single run: with two, startedAt belongs to whichever round was stored.
+        if (run?.count === 1) agentTimeError.push(r.started_at - run.first);
+      }
+      const seen = observed.dispatches.get(r.id);
+      if (seen !== undefined) trigger.push(seen - t);
+      const got = received.get(r.id);
+      if (got !== undefined) {
+        arrival.push(got - t);
+        if (seen !== undefined) delivery.push(got - seen);
+        if (run && run.first - t > LATE_MS) {
+          late.count++;
+          if (got > t) late.arrivedLate++;
+          else late.arrivedAhead++;
+        }
+      }
+      if (r.dispatched_at !== null) triggerStored.push(r.dispatched_at - t);
+      if (r.state === "SUCCEEDED") endToEnd.push(r.updated_at - t);
+    }
+    if (count > 1) duplicated++;
+    if (count > 1 && agents.size > 1) duplicatedAcrossAgents++;
+    if (count > 0) {
+      ran++;
+      start.push(first - t);
+      if (first - t > STALL_MS) stalledAt.push((t - ws) / 1000);
+      continue;
+    }
+    if (n.fire === "missed") lostBreakdown.missed++;
+    else if (n.fire === undefined) lostBreakdown.notFired++;
+    else {
+      const state = n.rows[0]?.state ?? "no execution";
+      lostBreakdown.byState[state] = (lostBreakdown.byState[state] ?? 0) + 1;
+    }
+  }
+
+  const seconds = (we - ws) / 1000;
+  const firedInWindow = store.firedInWindow;
+  const succeededInWindow = store.succeededInWindow;
+  const counters = store.counters;
+  const agents = store.agentRecords
+    .map(
+      (json) =>
+        JSON.parse(json) as {
+          agentId: string;
+          clockOffsetMs: number;
+          clockUncertaintyMs: number;
+        },
+    )
+    .map((a) => ({
+      agentId: a.agentId,
+      clockOffsetMs: a.clockOffsetMs,
+      clockUncertaintyMs: a.clockUncertaintyMs,
+    }));
+
+  const early = start.filter((v) => v < 0).length;
+  return {
+    expected: nominal.size,
+    ran,
+    lost: nominal.size - ran,
+    lostBreakdown,
+    duplicated,
+    duplicatedAcrossAgents,
+    duplicateExecutions,
+    redispatched,
+    start: { ...dist(start), early, earlyPct: start.length ? (100 * early) / start.length : 0 },
+    stalled: stalledAt.length
+      ? {
+          count: stalledAt.length,
+          fromS: stalledAt.reduce((a, b) => Math.min(a, b)),
+          toS: stalledAt.reduce((a, b) => Math.max(a, b)),
+        }
+      : null,
+    startReported: dist(startReported),
+    trigger: {
+      ...dist(trigger),
+      aheadPct: trigger.length ? (100 * trigger.filter((v) => v < 0).length) / trigger.length : 0,
+    },
+    triggerStored: dist(triggerStored),
+    endToEnd: dist(endToEnd),
+    throughput: {
+      firedPerSec: firedInWindow / seconds,
+      succeededPerSec: succeededInWindow / seconds,
+    },
+    counters,
+    agents,
+    agentClockAlignmentMs: alignment,
+    agentTimeError: dist(agentTimeError),
+    diagnosis: {
+      delivery: dist(delivery),
+      arrival: dist(arrival),
+      late,
+      loopGaps: {
+        count: gaps.length,
+        totalMs: gaps.reduce((a, b) => a + b, 0),
+        maxMs: gaps.reduce((a, b) => Math.max(a, b), 0),
+        over50: gaps.filter((g) => g > 50).length,
+      },
+      agentCheckpoints,
+    },
+  };
 }

@@ -23,7 +23,6 @@ import { Session } from "node:inspector";
 import { parseCoordinatorConfig } from "../coordinator/config.js";
 import { Coordinator, openStore } from "../coordinator/coordinator.js";
 import type { Store } from "../coordinator/store/port.js";
-import type { SqliteStore } from "../coordinator/store/sqlite/sqlite-store.js";
 import {
   identityPath,
   type WorkerArgs,
@@ -92,8 +91,45 @@ class LoopMonitor {
   }
 }
 
-/** `store` behind a Proxy that runs `edges.check()` before every call and counts the calls. */
-function watched(store: SqliteStore, edges: Edges, calls: Record<string, number>): Store {
+/** Durations of store calls, by method, while `on` (the window). */
+class CallTimes {
+  on = false;
+  private readonly ms = new Map<string, number[]>();
+
+  add(name: string, ms: number): void {
+    if (!this.on) return;
+    const list = this.ms.get(name);
+    if (list) list.push(ms);
+    else this.ms.set(name, [ms]);
+  }
+
+  read(): NonNullable<WorkerStats["storeLatency"]> {
+    this.on = false;
+    const out: NonNullable<WorkerStats["storeLatency"]> = {};
+    for (const [name, list] of this.ms) {
+      const sorted = Float64Array.from(list).sort();
+      out[name] = {
+        n: list.length,
+        p50: percentile(sorted, 50),
+        p99: percentile(sorted, 99),
+        max: percentile(sorted, 100),
+        totalMs: list.reduce((a, b) => a + b, 0),
+      };
+    }
+    return out;
+  }
+}
+
+/**
+ * `store` behind a Proxy that runs `edges.check()` before every call and counts the calls; with
+ * `times`, it also times each call that returns a promise, to its settling.
+ */
+function watched(
+  store: Store,
+  edges: Edges,
+  calls: Record<string, number>,
+  times?: CallTimes,
+): Store {
   const wrapped = new Map<PropertyKey, unknown>();
   return new Proxy(store, {
     get(target, prop) {
@@ -105,7 +141,15 @@ function watched(store: SqliteStore, edges: Edges, calls: Record<string, number>
         fn = (...args: unknown[]) => {
           calls[name] = (calls[name] ?? 0) + 1;
           edges.check();
-          return (value as (...a: unknown[]) => unknown).apply(target, args);
+          if (times === undefined)
+            return (value as (...a: unknown[]) => unknown).apply(target, args);
+          const started = performance.now();
+          const result = (value as (...a: unknown[]) => unknown).apply(target, args);
+          if (result instanceof Promise) {
+            const done = () => times.add(name, performance.now() - started);
+            result.then(done, done);
+          }
+          return result;
         };
         wrapped.set(prop, fn);
       }
@@ -114,7 +158,7 @@ function watched(store: SqliteStore, edges: Edges, calls: Record<string, number>
   });
 }
 
-function main(args: WorkerArgs): Promise<void> {
+async function main(args: WorkerArgs): Promise<void> {
   const stats: WorkerStats = {
     events: {
       fired: 0,
@@ -131,19 +175,35 @@ function main(args: WorkerArgs): Promise<void> {
     storeCalls: null,
   };
   const calls: Record<string, number> = {};
+  const pg = args.pg;
   const config = parseCoordinatorConfig(
     {
-      store: { path: args.storePath },
-      mqtt: { url: args.mqttUrl, prefix: args.prefix },
+      ...(pg
+        ? {
+            store: { url: pg.url, schema: pg.schema },
+            cluster: {
+              id: pg.clusterId,
+              ...(pg.leaseMs === undefined ? {} : { leaseMs: pg.leaseMs }),
+            },
+            mqtt: { url: args.mqttUrl, prefix: args.prefix, clientId: pg.clientId },
+          }
+        : {
+            store: { path: args.storePath },
+            mqtt: { url: args.mqttUrl, prefix: args.prefix },
+          }),
       // "required" is the default; said here so the two variants read alike.
-      security: { messages: args.auth ? "required" : "off" },
+      security: {
+        messages: args.auth ? "required" : "off",
+        ...(pg ? { dir: pg.secretsDir } : {}),
+      },
     },
     "bench",
   );
   const edges = new Edges();
-  const store = openStore(config);
+  const store = await openStore(config);
+  const times = pg ? new CallTimes() : undefined;
   const coordinator = new Coordinator(config, {
-    store: watched(store, edges, calls),
+    store: watched(store, edges, calls, times),
     log: (level, msg) => {
       stats.logs[level]++;
       // Warnings and errors also on stderr, which the bench quotes when a run fails.
@@ -205,6 +265,7 @@ function main(args: WorkerArgs): Promise<void> {
   let callsAtStart: Record<string, number> = {};
   edges.add(args.windowStart, () => {
     callsAtStart = { ...calls };
+    if (times) times.on = true;
     loop.start();
     if (!session) return;
     session.connect();
@@ -218,6 +279,7 @@ function main(args: WorkerArgs): Promise<void> {
     stats.storeCalls = Object.fromEntries(
       Object.entries(calls).map(([name, count]) => [name, count - (callsAtStart[name] ?? 0)]),
     );
+    if (times) stats.storeLatency = times.read();
     const m = process.memoryUsage();
     // The bench runs this process with --expose-gc: a full collection tells live data from garbage
     // not yet collected (after the window's figures are taken).
@@ -252,14 +314,28 @@ function main(args: WorkerArgs): Promise<void> {
   process.once("SIGTERM", stop);
   process.once("SIGINT", stop);
 
+  // Several coordinators on one store: the role as it changes (a standby taking over).
+  const role = () => coordinator.membershipView()?.role ?? "active";
+  if (pg) {
+    stats.roles = [];
+    let last = "";
+    setInterval(() => {
+      const now = role();
+      if (now === last) return;
+      last = now;
+      stats.roles?.push({ at: Date.now(), role: now });
+      emit({ t: "role", role: now, at: Date.now() });
+    }, 100).unref();
+  }
+
   return enroll(coordinator, args)
     .then(() => coordinator.start())
-    .then(() => emit({ t: "started", pid: process.pid }));
+    .then(() => emit({ t: "started", pid: process.pid, role: role() }));
 }
 
 /** Enrols the bench's agents and writes their identity files, when messages are authenticated. */
 async function enroll(coordinator: Coordinator, args: WorkerArgs): Promise<void> {
-  if (!args.auth) return;
+  if (!args.auth || args.pg?.enroll === false) return;
   for (const agentId of args.agentIds) {
     const { file } = await coordinator.identities.enroll(agentId, { actor: "bench" });
     writeFileSync(identityPath(args.identityDir, agentId), JSON.stringify(file), { mode: 0o600 });

@@ -14,6 +14,11 @@
  *            --auth on|off|both (messages authenticated, the coordinator's default; off:
  *            `security.messages: "off"`; both, the default: every rate with it on, and at the
  *            target rate as many runs again with it off, alternating, to measure its cost)
+ *            --store sqlite|postgres (default sqlite) --pg-url URL (default AX_BENCH_PG_URL, else
+ *            AX_TEST_PG_URL, else postgres://postgres@127.0.0.1:5432/test)
+ *            --coordinators 1,2,3 (postgres: coordinators sharing the store, one active and the
+ *            rest standbys; each count runs every rate; bench/coordinator-pg.ts)
+ *            --lease-ms 3000 (postgres: the coordinators' cluster.leaseMs; default theirs, 3 s)
  *
  * Each rate is a fresh run (bench/coordinator-run.ts): a new store, broker, coordinator process
  * (bench/coordinator-worker.ts, bundled) and agents (bench/coordinator-agent.ts, bundled).
@@ -27,6 +32,7 @@ import { build } from "esbuild";
 import { REQUIRE_BANNER } from "../coordinator/bundle/build.js";
 import { AUTH_TARGETS, authTargetRows, compareAuth, printAuth } from "./coordinator-auth.js";
 import { AGENTS, JOBS } from "./coordinator-params.js";
+import { runPostgres } from "./coordinator-pg.js";
 import {
   printProfile,
   printRates,
@@ -36,6 +42,7 @@ import {
   targetRows,
 } from "./coordinator-report.js";
 import { type RateResult, runRate } from "./coordinator-run.js";
+import { defaultPgUrl } from "./coordinator-store-pg.js";
 import { bundleBenchEntry, finishRun, machineAtStart, printTable, writeResults } from "./lib.js";
 
 /**
@@ -98,6 +105,10 @@ function options() {
       agents: { type: "string", default: String(AGENTS) },
       repeat: { type: "string", default: "3" },
       auth: { type: "string", default: "both" },
+      store: { type: "string", default: "sqlite" },
+      "pg-url": { type: "string" },
+      coordinators: { type: "string", default: "1" },
+      "lease-ms": { type: "string" },
     },
     strict: true,
   });
@@ -132,11 +143,40 @@ function options() {
       if (!Number.isInteger(a)) throw new Error("--agents must be a whole number");
       return a;
     })(positive("agents", values.agents)),
+    store: ((st: string): "sqlite" | "postgres" => {
+      if (st !== "sqlite" && st !== "postgres") {
+        throw new Error(`--store must be sqlite or postgres, not "${st}"`);
+      }
+      return st;
+    })(values.store),
+    pgUrl: values["pg-url"] ?? defaultPgUrl(),
+    leaseMs:
+      values["lease-ms"] === undefined ? undefined : positive("lease-ms", values["lease-ms"]),
+    coordinators: values.coordinators.split(",").map((c) => {
+      const k = Number(c);
+      if (!Number.isInteger(k) || k < 1 || k > 9) {
+        throw new Error(`--coordinators must list whole numbers from 1 to 9, not "${c}"`);
+      }
+      return k;
+    }),
   };
+}
+
+/** The options a SQLite run records: those it had before `--store` came. */
+function sqliteSettings(o: ReturnType<typeof options>) {
+  const { store, pgUrl, coordinators, leaseMs, ...rest } = o;
+  void leaseMs;
+  void store;
+  void pgUrl;
+  void coordinators;
+  return rest;
 }
 
 async function main(): Promise<void> {
   const o = options();
+  if (o.store === "sqlite" && o.coordinators.some((k) => k !== 1)) {
+    throw new Error("--coordinators needs --store postgres: a SQLite store has one coordinator");
+  }
   const started = performance.now();
   const machine = {
     ...machineAtStart(),
@@ -150,6 +190,31 @@ async function main(): Promise<void> {
       (o.durationS < 60 ? " (the full run: --duration 60)" : ""),
   );
   await buildAll();
+  if (o.store === "postgres") {
+    if (o.profileRates.length)
+      console.log("(CPU profiles are taken on SQLite runs only: none here)");
+    if (o.auth === "both") console.log("(authentication on: --auth both compares on SQLite only)");
+    await runPostgres(
+      {
+        url: o.pgUrl,
+        coordinators: o.coordinators,
+        rates: o.rates,
+        durationS: o.durationS,
+        repeat: o.repeat,
+        agents: o.agents,
+        auth: o.auth !== "off",
+        agentSyncStart: o.agentSyncStart,
+        coordinatorNice: o.coordinatorNice,
+        workerFile: WORKER,
+        agentFile: AGENT,
+        leaseMs: o.leaseMs,
+        command: `npm run bench:coordinator -- ${process.argv.slice(2).join(" ")}`,
+      },
+      machine,
+      started,
+    );
+    return;
+  }
 
   // The rates run with authentication on unless it is off; "both" adds runs with it off at the
   // target rate, each next to one with it on, so both meet the same neighbours on the cores.
@@ -232,7 +297,8 @@ async function main(): Promise<void> {
   );
   const figures = {
     machine,
-    settings: { ...o, jobs: JOBS },
+    // As before --store: the PostgreSQL options (a URL may hold a password) are not SQLite's.
+    settings: { ...sqliteSettings(o), jobs: JOBS },
     targets: { ...TARGETS, ...AUTH_TARGETS },
     verdicts: Object.fromEntries(targets.map((t) => [t.key, { figure: t.value, met: t.met }])),
     rates: results,
