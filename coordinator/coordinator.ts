@@ -19,6 +19,7 @@ import { Inbound } from "./engine/inbound.js";
 import { Leases } from "./engine/leases.js";
 import { Membership, type MembershipView, offsetClock, type Role } from "./engine/membership.js";
 import { RetentionLoop } from "./engine/retention.js";
+import { RolloutEngine } from "./engine/rollouts.js";
 import { EventTriggers } from "./engine/triggers.js";
 import { LinkAuth } from "./link/auth.js";
 import { CoordinatorLink } from "./link/mqtt-link.js";
@@ -33,6 +34,7 @@ import {
 } from "./operations/commands.js";
 import { ExecutionOperations } from "./operations/executions.js";
 import { type FiringOutcome, JobOperations } from "./operations/jobs.js";
+import { RolloutOperations } from "./operations/rollouts.js";
 import { packageJson } from "./package-files.js";
 import { ApiTokens } from "./security/api-tokens.js";
 import { Identities } from "./security/identities.js";
@@ -188,6 +190,9 @@ export class Coordinator {
   readonly commands: CommandOperations;
   /** The fleet, read: agents and what they hold. */
   readonly agents: AgentOperations;
+  /** Rollouts: staged device commands with abort criteria (docs/rollouts.md). */
+  readonly rollouts: RolloutOperations;
+  private readonly rolloutEngine: RolloutEngine;
   /** API tokens and agent enrolments. */
   readonly access: AccessOperations;
   private readonly startedAtMono: number;
@@ -347,6 +352,11 @@ export class Coordinator {
     this.executions = new ExecutionOperations(this.ctx, kick, () => this.metrics.operatorRetry());
     this.commands = new CommandOperations(this.ctx, this.fleet, this.identities, kick);
     this.agents = new AgentOperations(this.ctx, this.fleet);
+    const revoked = (agentId: string) => this.identities.get(agentId)?.status === "revoked";
+    this.rolloutEngine = new RolloutEngine(this.ctx, this.fleet, revoked, kick);
+    this.rolloutEngine.onReached = (n) => this.metrics.rolloutReached(n);
+    this.rolloutEngine.onAborted = () => this.metrics.rolloutAborted();
+    this.rollouts = new RolloutOperations(this.ctx, this.fleet, this.rolloutEngine, revoked);
     this.access = new AccessOperations(this.apiTokens, this.identities, () => [
       coordinatorMqttLogin(config, this.secrets).username,
       config.mqtt.clientId ?? defaultClientId(config),
@@ -417,6 +427,7 @@ export class Coordinator {
     this.firing.close();
     this.executionLoop.close();
     this.retention.close();
+    this.rolloutEngine.close();
     this.alerts.close();
     this.ctx.link.close().catch(() => {});
     this.onFenced?.(reason);
@@ -446,6 +457,7 @@ export class Coordinator {
     this.firing.start();
     this.executionLoop.start();
     this.retention.start();
+    this.rolloutEngine.start();
     await this.alerts.start();
     if (this.ctx.config.security.messages === "off") {
       this.ctx.log(
@@ -576,6 +588,8 @@ export class Coordinator {
     this.firing.close();
     this.executionLoop.close();
     this.retention.close();
+    this.rolloutEngine.close();
+    await this.rolloutEngine.idle();
     await this.executionLoop.idle();
     await this.retention.idle();
     await this.ctx.link.close();

@@ -72,9 +72,28 @@ export class CoordinatorMetrics {
   private readonly clusterMembers: Gauge;
   private readonly clusterClockOffset: Gauge;
   private readonly clusterLeaseLeft: Gauge<"coordinator">;
+  private readonly rolloutsOpen: Gauge<"state">;
+  private readonly reachedByRollouts: Counter;
+  private readonly rolloutAborts: Counter;
 
   constructor(private readonly sources: MetricsSources) {
     const registers = [this.registry];
+    this.rolloutsOpen = new Gauge({
+      name: "ax_rollouts",
+      help: "Rollouts not ended, by state (CREATED, IN_PROGRESS, PAUSED).",
+      labelNames: ["state"],
+      registers,
+    });
+    this.reachedByRollouts = new Counter({
+      name: "ax_rollout_reached_total",
+      help: "Agents reached by rollouts (one execution each) since this coordinator started.",
+      registers,
+    });
+    this.rolloutAborts = new Counter({
+      name: "ax_rollout_aborts_total",
+      help: "Rollouts aborted (by their criteria or by an operator) since this coordinator started.",
+      registers,
+    });
     this.fires = new Counter({
       name: "ax_fires_total",
       help: "Nominal fire times fired, by outcome: on_time, or late (fired under the misfire policy).",
@@ -227,6 +246,16 @@ export class CoordinatorMetrics {
     this.retries.inc({ by: "operator" });
   }
 
+  /** A rollout reached `n` agents. */
+  rolloutReached(n: number): void {
+    this.reachedByRollouts.inc(n);
+  }
+
+  /** A rollout was aborted. */
+  rolloutAborted(): void {
+    this.rolloutAborts.inc();
+  }
+
   /** The Content-Type of {@link render}'s text. */
   get contentType(): string {
     return this.registry.contentType;
@@ -235,7 +264,14 @@ export class CoordinatorMetrics {
   /** Reads the fleet and the store, then renders every metric in Prometheus' text format. */
   async render(): Promise<string> {
     const { store, fleet } = this.sources;
-    const [counters, open] = await Promise.all([store.counters(), store.countOpenExecutions()]);
+    const [counters, open, rollouts] = await Promise.all([
+      store.counters(),
+      store.countOpenExecutions(),
+      store.listUnsettledRollouts(),
+    ]);
+    for (const state of ["CREATED", "IN_PROGRESS", "PAUSED"] as const) {
+      this.rolloutsOpen.set({ state }, rollouts.filter((r) => r.state === state).length);
+    }
     setTotal(this.missed, counters.missed_fires);
     setTotal(this.invalid, counters.invalid_messages);
     for (const decision of ["adopted", "both_ran", "noted"] as const) {

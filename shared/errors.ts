@@ -32,6 +32,9 @@ export const ERROR_CODES = {
   AX_JOB_EXISTS: "A job with the given id already exists.",
   AX_EXEC_NOT_FOUND: "No execution has the given id.",
   AX_EXEC_CONFLICT: "The execution is not in a state that allows the operation.",
+  AX_ROLLOUT_NOT_FOUND: "No rollout has the given id.",
+  AX_ROLLOUT_CONFLICT:
+    "The rollout's id is taken, or the rollout is not in a state that allows the operation.",
   AX_TRIGGER_INVALID: "A trigger (cron expression, interval, instant or time zone) is invalid.",
   AX_FSM_ILLEGAL_TRANSITION: "An execution event is not allowed in the execution's current state.",
   AX_STORE_FAILED: "The store failed to read or write.",

@@ -20,6 +20,13 @@ export interface SimAgentSpec {
   generation: number;
   username?: string | undefined;
   password?: string | undefined;
+  /** Its handler fails every command (a device a bad command breaks): rollouts' abort criteria. */
+  fails?: boolean;
+  /**
+   * Its handler runs this long before it succeeds (instant by default); a cancel meanwhile
+   * interrupts it, and it ends canceled.
+   */
+  runMs?: number;
 }
 
 /** One command in an agent's in-memory journal. */
@@ -29,7 +36,7 @@ export interface SimCommand {
   fireAt: number;
   deadline: number;
   params: Record<string, unknown>;
-  state: "scheduled" | "running" | "succeeded" | "expired";
+  state: "scheduled" | "running" | "succeeded" | "failed" | "canceled" | "expired";
   /** Wheel handle of its fire while scheduled. */
   handle: number;
   startedAt?: number;
@@ -47,7 +54,8 @@ export interface SimCommand {
 /** A task on the simulator's one timing wheel. */
 export type SimTask =
   | { kind: "heartbeat" | "hello" | "replay" | "connect"; agent: SimAgent; generation: number }
-  | { kind: "fire"; agent: SimAgent; command: SimCommand };
+  | { kind: "fire"; agent: SimAgent; command: SimCommand }
+  | { kind: "finish"; agent: SimAgent; command: SimCommand };
 
 /** What the agents share: the simulator's clock, wheel, ids and counters. */
 export interface SimContext {
@@ -260,6 +268,10 @@ export class SimAgent {
       this.fire(task.command);
       return;
     }
+    if (task.kind === "finish") {
+      if (task.command.state === "running") this.finish(task.command, true);
+      return;
+    }
     if (task.generation !== this.generation) return;
     if (task.kind === "heartbeat") this.heartbeat();
     else if (task.kind === "hello") {
@@ -283,20 +295,36 @@ export class SimAgent {
         startedAt,
         lateMs: Math.max(0, startedAt - c.fireAt),
       });
-      c.state = "succeeded";
-      this.report({
-        type: "finished",
-        executionId: c.executionId,
-        round: c.round,
-        outcome: "succeeded",
-        retryable: false,
-        message: "",
-        result: { echo: c.params },
-        startedAt,
-        finishedAt: Math.max(startedAt, this.coordNow()),
-      });
+      const fails = this.spec.fails === true;
+      const runMs = this.spec.runMs ?? 0;
+      if (!fails && runMs > 0) {
+        c.handle = this.ctx.schedule(this.ctx.monoNow() + runMs, {
+          kind: "finish",
+          agent: this,
+          command: c,
+        });
+        continue;
+      }
+      this.finish(c, !fails, false);
     }
     this.flushReports();
+  }
+
+  /** Reports a started command's end: succeeded, or failed by a device that fails it. */
+  private finish(c: SimCommand, succeeded: boolean, flush = true): void {
+    c.state = succeeded ? "succeeded" : "failed";
+    this.report({
+      type: "finished",
+      executionId: c.executionId,
+      round: c.round,
+      outcome: succeeded ? "succeeded" : "failed",
+      retryable: false,
+      message: succeeded ? "" : "this device fails the command",
+      ...(succeeded ? { result: { echo: c.params } } : {}),
+      startedAt: c.startedAt as number,
+      finishedAt: Math.max(c.startedAt as number, this.coordNow()),
+    });
+    if (flush) this.flushReports();
   }
 
   // --- sending ------------------------------------------------------------------------------
@@ -557,6 +585,20 @@ export class SimAgent {
             retryable: false,
             message: "canceled",
             finishedAt: this.coordNow(),
+          });
+        } else if (c.state === "running") {
+          // A handler that takes time is interrupted: it ran, and ends canceled.
+          this.ctx.cancel(c.handle);
+          c.state = "canceled";
+          this.report({
+            type: "finished",
+            executionId: c.executionId,
+            round: c.round,
+            outcome: "canceled",
+            retryable: false,
+            message: "canceled while running",
+            startedAt: c.startedAt as number,
+            finishedAt: Math.max(c.startedAt as number, this.coordNow()),
           });
         } else {
           this.stateOf(c, "too_late");

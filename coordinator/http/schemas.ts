@@ -11,6 +11,7 @@ import {
   tagsSchema,
   triggerSchema,
 } from "../domain/job.js";
+import { ROLLOUT_STATES, rolloutSpecSchema } from "../domain/rollout.js";
 import {
   agentRecordSchema,
   apiTokenRecordSchema,
@@ -441,3 +442,98 @@ export type AgentList = z.output<typeof agentListSchema>;
 export type CommandResult = z.output<typeof commandResultSchema>;
 export type TokenView = z.output<typeof tokenViewSchema>;
 export type IdentityView = z.output<typeof identitySchema>;
+
+// --- rollouts (docs/rollouts.md) ----------------------------------------------------------------
+
+export const rolloutBody = rolloutSpecSchema;
+
+export const rolloutsQuery = z
+  .object({
+    state: z.enum(ROLLOUT_STATES).optional(),
+    limit: z.coerce
+      .number()
+      .int()
+      .min(1)
+      .max(500)
+      .default(50)
+      .meta({ description: "Rollouts per page (1-500)." }),
+    cursor: z
+      .string()
+      .min(1)
+      .max(512)
+      .optional()
+      .meta({ description: "The previous page's nextCursor." }),
+  })
+  .strict();
+
+export const rolloutActionBody = z
+  .object({
+    reason: z.string().min(1).max(1024).optional().meta({
+      description: "Why, for the rollout's timeline.",
+    }),
+  })
+  .strict();
+
+const countsByState = z.record(z.string(), z.number().int());
+
+export const rolloutSchema = z.object({
+  id: z.string(),
+  description: z.string().nullable(),
+  version: z.number().int(),
+  state: z.enum(ROLLOUT_STATES),
+  selector: z.record(z.string(), z.unknown()),
+  command: z.record(z.string(), z.unknown()),
+  rate: z.record(z.string(), z.unknown()),
+  waves: z.array(z.object({ percent: z.number(), soak: z.number() })),
+  abort: z.record(z.string(), z.unknown()).nullable(),
+  endsAt: z.number().nullable(),
+  wave: z.number().int().meta({ description: "The index of the wave being reached." }),
+  soakUntil: z.number().nullable(),
+  createdAt: z.number(),
+  updatedAt: z.number(),
+  startedAt: z.number().nullable(),
+  finishedAt: z.number().nullable(),
+  createdBy: z.string(),
+  reason: z.string().nullable(),
+  settled: z.boolean().meta({
+    description: "Ended, and every execution it created ended too.",
+  }),
+  progress: z.object({
+    matching: z.number().int(),
+    reached: z.number().int(),
+    byState: countsByState,
+    succeeded: z.number().int(),
+    failed: z.number().int(),
+    open: z.number().int(),
+    waves: z.array(
+      z.object({
+        percent: z.number(),
+        soak: z.number(),
+        cap: z.number().int(),
+        reached: z.number().int(),
+        byState: countsByState,
+      }),
+    ),
+  }),
+});
+
+export const rolloutListSchema = z.object({
+  items: z.array(rolloutSchema),
+  nextCursor: z.string().nullable(),
+});
+
+export const rolloutDetailSchema = z.object({
+  rollout: rolloutSchema,
+  timeline: z.array(
+    z.object({
+      seq: z.number().int(),
+      at: z.number(),
+      fromState: z.enum(ROLLOUT_STATES).nullable(),
+      toState: z.enum(ROLLOUT_STATES),
+      event: z.string(),
+      actor: z.string().nullable(),
+      reason: z.string().nullable(),
+      detail: z.record(z.string(), z.unknown()).nullable(),
+    }),
+  ),
+});

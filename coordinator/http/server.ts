@@ -19,6 +19,7 @@ import { executionRoutes } from "./routes/executions.js";
 import { fleetRoutes } from "./routes/fleet.js";
 import { healthRoutes } from "./routes/health.js";
 import { jobRoutes } from "./routes/jobs.js";
+import { rolloutRoutes } from "./routes/rollouts.js";
 
 /*
  * Why node:http and no framework: the API is about twenty JSON routes with zod doing all the
@@ -59,11 +60,13 @@ const STATUS: Partial<Record<ErrorCode, number>> = {
   AX_API_NOT_FOUND: 404,
   AX_JOB_NOT_FOUND: 404,
   AX_EXEC_NOT_FOUND: 404,
+  AX_ROLLOUT_NOT_FOUND: 404,
   AX_AGENT_NOT_FOUND: 404,
   AX_API_TOKEN_NOT_FOUND: 404,
   AX_API_METHOD_NOT_ALLOWED: 405,
   AX_JOB_EXISTS: 409,
   AX_EXEC_CONFLICT: 409,
+  AX_ROLLOUT_CONFLICT: 409,
   AX_STORE_CONFLICT: 409,
   AX_AGENT_ENROLLED: 409,
   AX_AGENT_NO_HANDLER: 409,
@@ -86,6 +89,7 @@ export function builtinRoutes(all: () => readonly AnyRoute[]): AnyRoute[] {
     ...jobRoutes,
     ...executionRoutes,
     ...fleetRoutes,
+    ...rolloutRoutes,
     ...accessRoutes,
     {
       kind: "raw",

@@ -1,6 +1,12 @@
 import type { ExecSnapshot, ExecState } from "../../shared/fsm.js";
 import type { JobDefinition } from "../domain/job.js";
 import type {
+  RolloutEvent,
+  RolloutRecord,
+  RolloutState,
+  RolloutTarget,
+} from "../domain/rollout.js";
+import type {
   AgentRecord,
   ApiTokenRecord,
   ExecutionKind,
@@ -214,6 +220,19 @@ export interface ExecutionPage {
   items: ExecutionRecord[];
   /** Null on the last page. */
   nextCursor: string | null;
+}
+
+/** A page of rollouts, newest first; `nextCursor` is null on the last page. */
+export interface RolloutPage {
+  items: RolloutRecord[];
+  nextCursor: string | null;
+}
+
+/** A rollout's executions counted by wave and state. */
+export interface RolloutCount {
+  wave: number;
+  state: ExecState;
+  count: number;
 }
 
 /**
@@ -453,6 +472,47 @@ export interface Store {
   pageExecutions(query: ExecutionPageQuery): Promise<ExecutionPage>;
   /** How many executions are in each open (not terminal) state; states with none are left out. */
   countOpenExecutions(): Promise<Partial<Record<ExecState, number>>>;
+
+  /**
+   * Creates a rollout with its first timeline entry. False, writing nothing, when its id is
+   * taken.
+   */
+  createRollout(rollout: RolloutRecord, event: Omit<RolloutEvent, "seq">): Promise<boolean>;
+  getRollout(id: string): Promise<RolloutRecord | undefined>;
+  /** Rollouts newest first (creation time, then id), optionally in one state. */
+  pageRollouts(query: {
+    limit: number;
+    cursor?: string;
+    state?: RolloutState;
+  }): Promise<RolloutPage>;
+  /** Rollouts not yet settled: not final, or final with executions still open. */
+  listUnsettledRollouts(): Promise<RolloutRecord[]>;
+  /**
+   * Writes `next` if the stored rollout is still at `expectedVersion` (its version becomes one
+   * more), with `event` appended to its timeline when given. False, writing nothing, otherwise.
+   */
+  updateRollout(
+    next: RolloutRecord,
+    expectedVersion: number,
+    event?: Omit<RolloutEvent, "seq">,
+  ): Promise<boolean>;
+  /** A rollout's timeline, oldest first. */
+  getRolloutTimeline(id: string): Promise<RolloutEvent[]>;
+  /**
+   * Reaches agents for a rollout, in one transaction and only while it is IN_PROGRESS: for each
+   * target whose agent the rollout has not reached yet, records the target and creates its
+   * execution. Returns the agent ids reached now (none when the rollout is not IN_PROGRESS).
+   */
+  reachRolloutTargets(
+    rolloutId: string,
+    targets: readonly { agentId: string; wave: number; execution: NewExecution }[],
+    at: number,
+    detail?: Record<string, unknown>,
+  ): Promise<string[]>;
+  /** Every agent a rollout reached, with its execution and wave. */
+  listRolloutTargets(rolloutId: string): Promise<RolloutTarget[]>;
+  /** A rollout's executions counted by wave and state (purged executions are not counted). */
+  countRolloutExecutions(rolloutId: string): Promise<RolloutCount[]>;
 
   close(): Promise<void>;
 }

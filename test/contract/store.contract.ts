@@ -1,5 +1,6 @@
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import { type JobDefinition, jobDefinitionSchema } from "../../coordinator/domain/job.js";
+import type { RolloutRecord } from "../../coordinator/domain/rollout.js";
 import type {
   AgentRecord,
   AlertRecord,
@@ -1378,6 +1379,153 @@ export function storeContract(name: string, makeStore: () => Promise<StoreFixtur
         } finally {
           await reopened.close();
         }
+      });
+    });
+
+    describe("rollouts", () => {
+      const record = (id: string, over: Partial<RolloutRecord> = {}): RolloutRecord => ({
+        id,
+        description: null,
+        version: 1,
+        state: "IN_PROGRESS",
+        selector: { tags: { site: "a" } },
+        command: { handler: "echo", params: { n: 1 }, startWithin: 60_000, timeout: 30_000 },
+        rate: { perMinute: 60 },
+        waves: [{ percent: 100, soak: 0 }],
+        abort: { thresholdPercent: 20, minExecuted: 5, on: ["FAILED"] },
+        endsAt: null,
+        wave: 0,
+        soakUntil: null,
+        createdAt: 1_000,
+        updatedAt: 1_000,
+        startedAt: 1_000,
+        finishedAt: null,
+        createdBy: "ops",
+        reason: null,
+        settled: false,
+        ...over,
+      });
+      const created = (state: RolloutRecord["state"]) => ({
+        at: 1_000,
+        fromState: null,
+        toState: state,
+        event: "created",
+        actor: "ops",
+        reason: null,
+        detail: null,
+      });
+      const target = (agentId: string, executionId: string, wave = 0) => ({
+        agentId,
+        wave,
+        execution: newExecution(executionId, {
+          kind: "command",
+          jobId: null,
+          jobVersion: null,
+          targetAgentId: agentId,
+        }),
+      });
+
+      it("creates a rollout once, reads it back, and refuses its id again", async () => {
+        const r = record("ro-1");
+        expect(await store.createRollout(r, created("IN_PROGRESS"))).toBe(true);
+        expect(
+          await store.createRollout(record("ro-1", { description: "x" }), created("CREATED")),
+        ).toBe(false);
+        expect(await store.getRollout("ro-1")).toEqual(r);
+        expect(await store.getRollout("ro-none")).toBeUndefined();
+        const timeline = await store.getRolloutTimeline("ro-1");
+        expect(timeline).toEqual([{ seq: 1, ...created("IN_PROGRESS") }]);
+      });
+
+      it("updates by version only, appending its timeline entry, and bumps the version", async () => {
+        await store.createRollout(record("ro-2"), created("IN_PROGRESS"));
+        const paused = { ...record("ro-2"), state: "PAUSED" as const, reason: "look" };
+        const entry = {
+          ...created("PAUSED"),
+          at: 2_000,
+          fromState: "IN_PROGRESS" as const,
+          event: "paused",
+          detail: { by: "ops" },
+        };
+        expect(await store.updateRollout(paused, 1, entry)).toBe(true);
+        // A writer that read version 1 loses: nothing written, no entry.
+        expect(await store.updateRollout({ ...paused, state: "ABORTED" }, 1, entry)).toBe(false);
+        const got = await store.getRollout("ro-2");
+        expect(got?.state).toBe("PAUSED");
+        expect(got?.version).toBe(2);
+        expect(
+          (await store.getRolloutTimeline("ro-2")).map((e) => [e.seq, e.event, e.detail]),
+        ).toEqual([
+          [1, "created", null],
+          [2, "paused", { by: "ops" }],
+        ]);
+      });
+
+      it("reaches each agent once, creating its execution, and only while IN_PROGRESS", async () => {
+        await store.createRollout(record("ro-3"), created("IN_PROGRESS"));
+        const first = await store.reachRolloutTargets(
+          "ro-3",
+          [target("a1", "ex-r1"), target("a2", "ex-r2")],
+          5_000,
+          { rolloutId: "ro-3" },
+        );
+        expect(first.sort()).toEqual(["a1", "a2"]);
+        // a1 again (another execution id): not reached twice, and no execution created for it.
+        const again = await store.reachRolloutTargets(
+          "ro-3",
+          [target("a1", "ex-r1b"), target("a3", "ex-r3", 1)],
+          6_000,
+        );
+        expect(again).toEqual(["a3"]);
+        expect(await store.getExecution("ex-r1b")).toBeUndefined();
+        expect((await store.getExecution("ex-r3"))?.targetAgentId).toBe("a3");
+        const targets = await store.listRolloutTargets("ro-3");
+        expect(targets.map((t) => [t.agentId, t.executionId, t.wave, t.reachedAt])).toEqual([
+          ["a1", "ex-r1", 0, 5_000],
+          ["a2", "ex-r2", 0, 5_000],
+          ["a3", "ex-r3", 1, 6_000],
+        ]);
+        expect(await store.countRolloutExecutions("ro-3")).toEqual([
+          { wave: 0, state: "PENDING", count: 2 },
+          { wave: 1, state: "PENDING", count: 1 },
+        ]);
+        // Paused: nothing reached, nothing created.
+        await store.updateRollout({ ...record("ro-3"), state: "PAUSED" }, 1);
+        expect(await store.reachRolloutTargets("ro-3", [target("a4", "ex-r4")], 7_000)).toEqual([]);
+        expect(await store.getExecution("ex-r4")).toBeUndefined();
+        expect(await store.reachRolloutTargets("ro-none", [target("a5", "ex-r5")], 7_000)).toEqual(
+          [],
+        );
+      });
+
+      it("pages newest first by state, and lists only the unsettled ones", async () => {
+        for (let i = 0; i < 5; i++) {
+          await store.createRollout(
+            record(`ro-p${i}`, {
+              createdAt: 1_000 + i,
+              state: i % 2 === 0 ? "IN_PROGRESS" : "COMPLETED",
+              settled: i % 2 === 1,
+            }),
+            created("IN_PROGRESS"),
+          );
+        }
+        const p1 = await store.pageRollouts({ limit: 2 });
+        expect(p1.items.map((r) => r.id)).toEqual(["ro-p4", "ro-p3"]);
+        const p2 = await store.pageRollouts({ limit: 2, cursor: p1.nextCursor as string });
+        expect(p2.items.map((r) => r.id)).toEqual(["ro-p2", "ro-p1"]);
+        const p3 = await store.pageRollouts({ limit: 2, cursor: p2.nextCursor as string });
+        expect(p3.items.map((r) => r.id)).toEqual(["ro-p0"]);
+        expect(p3.nextCursor).toBeNull();
+        const done = await store.pageRollouts({ limit: 10, state: "COMPLETED" });
+        expect(done.items.map((r) => r.id)).toEqual(["ro-p3", "ro-p1"]);
+        expect((await store.listUnsettledRollouts()).map((r) => r.id)).toEqual([
+          "ro-p0",
+          "ro-p2",
+          "ro-p4",
+        ]);
+        await expect(store.pageRollouts({ limit: 2, cursor: "nope!" })).rejects.toMatchObject({
+          code: "AX_STORE_BAD_CURSOR",
+        });
       });
     });
   });

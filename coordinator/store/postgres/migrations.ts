@@ -205,6 +205,39 @@ export const PG_MIGRATIONS: readonly Migration[] = [
       ALTER TABLE executions ADD COLUMN claimed_by text, ADD COLUMN claim_until bigint;
     `,
   },
+  {
+    version: 4,
+    name: "rollouts",
+    sql: `
+      -- A rollout (docs/rollouts.md): its record as JSON, with what is queried as columns.
+      -- settled: final, and every execution it created ended.
+      CREATE TABLE rollouts (
+        id text COLLATE "C" PRIMARY KEY,
+        version integer NOT NULL,
+        state text NOT NULL,
+        settled boolean NOT NULL DEFAULT false,
+        created_at double precision NOT NULL,
+        record text NOT NULL
+      );
+      CREATE INDEX rollouts_created ON rollouts (created_at, id);
+      CREATE INDEX rollouts_unsettled ON rollouts (id) WHERE NOT settled;
+      CREATE TABLE rollout_events (
+        rollout_id text COLLATE "C" NOT NULL,
+        seq integer NOT NULL,
+        entry text NOT NULL,
+        PRIMARY KEY (rollout_id, seq)
+      );
+      -- One row per agent a rollout reached: the key is what makes a reach happen once.
+      CREATE TABLE rollout_targets (
+        rollout_id text COLLATE "C" NOT NULL,
+        agent_id text COLLATE "C" NOT NULL,
+        execution_id text COLLATE "C" NOT NULL,
+        wave integer NOT NULL,
+        reached_at double precision NOT NULL,
+        PRIMARY KEY (rollout_id, agent_id)
+      );
+    `,
+  },
 ];
 
 /** The first key of the migration runner's advisory lock ("ax" in ASCII); the second is the schema's hash. */

@@ -47,6 +47,12 @@
 import type { ExecState } from "../../../shared/fsm.js";
 import type { JobDefinition } from "../../domain/job.js";
 import type {
+  RolloutEvent,
+  RolloutRecord,
+  RolloutState,
+  RolloutTarget,
+} from "../../domain/rollout.js";
+import type {
   AgentRecord,
   AlertRecord,
   ApiTokenRecord,
@@ -62,6 +68,8 @@ import type {
   JobPage,
   NewExecution,
   PeerRecord,
+  RolloutCount,
+  RolloutPage,
   Store,
   StoredJob,
   TimelineEntry,
@@ -79,6 +87,7 @@ import type { WorkKind } from "./listen.js";
 import * as listings from "./listings.js";
 import * as member from "./membership.js";
 import { ReadBatch } from "./read-batch.js";
+import * as rollouts from "./rollouts.js";
 import { type ExecutionRow, type JobRow, toExecution, toJob } from "./rows.js";
 import type { Queryable } from "./tx.js";
 
@@ -493,6 +502,67 @@ export class PgStore implements Store {
   }
 
   /** Waits for the writes in flight, then ends the listener and the pool. Idempotent. */
+  createRollout(r: RolloutRecord, event: Omit<RolloutEvent, "seq">): Promise<boolean> {
+    const detail = this.detailJson(event.detail);
+    return this.db.write("createRollout", (q) => rollouts.createRollout(q, r, event, detail));
+  }
+
+  getRollout(id: string): Promise<RolloutRecord | undefined> {
+    return this.db.read("getRollout", (q) => rollouts.getRollout(q, id));
+  }
+
+  pageRollouts(query: {
+    limit: number;
+    cursor?: string;
+    state?: RolloutState;
+  }): Promise<RolloutPage> {
+    return this.db.read("pageRollouts", (q) => rollouts.pageRollouts(q, query));
+  }
+
+  listUnsettledRollouts(): Promise<RolloutRecord[]> {
+    return this.db.read("listUnsettledRollouts", (q) => rollouts.listUnsettledRollouts(q));
+  }
+
+  updateRollout(
+    next: RolloutRecord,
+    expectedVersion: number,
+    event?: Omit<RolloutEvent, "seq">,
+  ): Promise<boolean> {
+    const detail = event === undefined ? null : this.detailJson(event.detail);
+    return this.db.write("updateRollout", (q) =>
+      rollouts.updateRollout(q, next, expectedVersion, event, detail),
+    );
+  }
+
+  getRolloutTimeline(id: string): Promise<RolloutEvent[]> {
+    return this.db.read("getRolloutTimeline", (q) => rollouts.getRolloutTimeline(q, id));
+  }
+
+  async reachRolloutTargets(
+    rolloutId: string,
+    targets: readonly { agentId: string; wave: number; execution: NewExecution }[],
+    at: number,
+    detail?: Record<string, unknown>,
+  ): Promise<string[]> {
+    if (targets.length === 0) return [];
+    const json = this.detailJson(detail ?? null);
+    return this.db.write("reachRolloutTargets", async (q) => {
+      const reached = await rollouts.reachRolloutTargets(q, rolloutId, targets, at, json);
+      if (reached.length > 0) await this.db.notify(q, "executions");
+      return reached;
+    });
+  }
+
+  listRolloutTargets(rolloutId: string): Promise<RolloutTarget[]> {
+    return this.db.read("listRolloutTargets", (q) => rollouts.listRolloutTargets(q, rolloutId));
+  }
+
+  countRolloutExecutions(rolloutId: string): Promise<RolloutCount[]> {
+    return this.db.read("countRolloutExecutions", (q) =>
+      rollouts.countRolloutExecutions(q, rolloutId),
+    );
+  }
+
   async close(): Promise<void> {
     await this.db.close();
   }

@@ -121,7 +121,7 @@ export function createExecutions(
 }
 
 /** Inserts a new execution and its first timeline entry inside the caller's write; caches it. */
-function insertExecution(
+export function insertExecution(
   ctx: StoreContext,
   e: NewExecution,
   at: number,

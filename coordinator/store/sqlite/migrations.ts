@@ -336,4 +336,37 @@ export const SQLITE_MIGRATIONS: readonly Migration[] = [
       ALTER TABLE executions ADD COLUMN claim_until REAL;
     `,
   },
+  {
+    version: 15,
+    name: "rollouts",
+    sql: `
+      -- A rollout (docs/rollouts.md): its record as JSON, with what is queried as columns.
+      -- settled: final, and every execution it created ended.
+      CREATE TABLE rollouts (
+        id TEXT PRIMARY KEY,
+        version INTEGER NOT NULL,
+        state TEXT NOT NULL,
+        settled INTEGER NOT NULL DEFAULT 0,
+        created_at REAL NOT NULL,
+        record TEXT NOT NULL
+      );
+      CREATE INDEX rollouts_created ON rollouts (created_at, id);
+      CREATE INDEX rollouts_unsettled ON rollouts (id) WHERE settled = 0;
+      CREATE TABLE rollout_events (
+        rollout_id TEXT NOT NULL,
+        seq INTEGER NOT NULL,
+        entry TEXT NOT NULL,
+        PRIMARY KEY (rollout_id, seq)
+      );
+      -- One row per agent a rollout reached: the key is what makes a reach happen once.
+      CREATE TABLE rollout_targets (
+        rollout_id TEXT NOT NULL,
+        agent_id TEXT NOT NULL,
+        execution_id TEXT NOT NULL,
+        wave INTEGER NOT NULL,
+        reached_at REAL NOT NULL,
+        PRIMARY KEY (rollout_id, agent_id)
+      );
+    `,
+  },
 ];

@@ -4,6 +4,12 @@ import { openSqlite, openSqliteReadonly } from "../../../shared/sqlite.js";
 import { WalCheckpointer } from "../../../shared/wal-checkpoint.js";
 import type { JobDefinition } from "../../domain/job.js";
 import type {
+  RolloutEvent,
+  RolloutRecord,
+  RolloutState,
+  RolloutTarget,
+} from "../../domain/rollout.js";
+import type {
   AgentRecord,
   AlertRecord,
   ApiTokenRecord,
@@ -19,6 +25,8 @@ import type {
   JobPage,
   NewExecution,
   PeerRecord,
+  RolloutCount,
+  RolloutPage,
   Store,
   StoredJob,
   TimelineEntry,
@@ -37,6 +45,7 @@ import { Membership } from "./membership.js";
 import { SQLITE_MIGRATIONS } from "./migrations.js";
 import type { SqliteStoreOptions } from "./options.js";
 import { purgeFinishedBefore } from "./retention.js";
+import * as rollouts from "./rollouts.js";
 import { Statements } from "./statements.js";
 import { DEFAULT_MAX_ERROR_TEXT_BYTES } from "./values.js";
 
@@ -389,6 +398,55 @@ export class SqliteStore implements Store {
 
   async deleteApiToken(name: string): Promise<boolean> {
     return fleet.deleteApiToken(this.ctx, name);
+  }
+
+  async createRollout(r: RolloutRecord, event: Omit<RolloutEvent, "seq">): Promise<boolean> {
+    return rollouts.createRollout(this.ctx, r, event);
+  }
+
+  async getRollout(id: string): Promise<RolloutRecord | undefined> {
+    return rollouts.getRollout(this.ctx, id);
+  }
+
+  async pageRollouts(query: {
+    limit: number;
+    cursor?: string;
+    state?: RolloutState;
+  }): Promise<RolloutPage> {
+    return rollouts.pageRollouts(this.ctx, query);
+  }
+
+  async listUnsettledRollouts(): Promise<RolloutRecord[]> {
+    return rollouts.listUnsettledRollouts(this.ctx);
+  }
+
+  async updateRollout(
+    next: RolloutRecord,
+    expectedVersion: number,
+    event?: Omit<RolloutEvent, "seq">,
+  ): Promise<boolean> {
+    return rollouts.updateRollout(this.ctx, next, expectedVersion, event);
+  }
+
+  async getRolloutTimeline(id: string): Promise<RolloutEvent[]> {
+    return rollouts.getRolloutTimeline(this.ctx, id);
+  }
+
+  async reachRolloutTargets(
+    rolloutId: string,
+    targets: readonly { agentId: string; wave: number; execution: NewExecution }[],
+    at: number,
+    detail?: Record<string, unknown>,
+  ): Promise<string[]> {
+    return rollouts.reachRolloutTargets(this.ctx, rolloutId, targets, at, detail);
+  }
+
+  async listRolloutTargets(rolloutId: string): Promise<RolloutTarget[]> {
+    return rollouts.listRolloutTargets(this.ctx, rolloutId);
+  }
+
+  async countRolloutExecutions(rolloutId: string): Promise<RolloutCount[]> {
+    return rollouts.countRolloutExecutions(this.ctx, rolloutId);
   }
 
   async close(): Promise<void> {
