@@ -491,6 +491,115 @@ describe.skipIf(CHROMIUM === undefined)("console in headless Chromium", () => {
     expect(await page.locator("#fleet-filters input[name=q]").inputValue()).toBe("");
   });
 
+  it("lists a rollout, opens it, resumes and aborts it, and follows its state live", async () => {
+    const admin = readFileSync(join(tmp.dir, "ax-secrets", "admin.token"), "utf8").trim();
+    const call = async (path: string, body?: unknown) => {
+      const res = await fetch(`${http.url}${path}`, {
+        method: body === undefined ? "GET" : "POST",
+        headers: {
+          authorization: `Bearer ${admin}`,
+          ...(body === undefined ? {} : { "content-type": "application/json" }),
+        },
+        ...(body === undefined ? {} : { body: JSON.stringify(body) }),
+      });
+      return { status: res.status, body: (await res.json()) as Record<string, unknown> };
+    };
+    const rolloutState = async () =>
+      ((await call("/api/rollouts/console-rollout")).body.rollout as { state: string }).state;
+    // No agent is at site=nowhere, so it reaches none and sends the real agent nothing.
+    const created = await call("/api/rollouts", {
+      id: "console-rollout",
+      description: '<em class="injected">not emphasised</em>',
+      selector: { tags: { site: "nowhere" } },
+      command: { handler: "echo", params: { message: "never sent" } },
+      start: false,
+    });
+    expect(created.status).toBe(201);
+    expect(created.body.state).toBe("CREATED");
+
+    await page.goto(`${http.url}/#/rollouts`);
+    const row = page.locator('tr[data-rollout="console-rollout"]');
+    await row.waitFor();
+    const cells = (await row.locator("td").allTextContents()).map((t) => t.trim());
+    expect(cells.slice(0, 6)).toEqual([
+      "console-rollout",
+      "CREATED",
+      "1 of 1 (100%)",
+      "0 / 0",
+      "0",
+      "0",
+    ]);
+
+    // The state filter is kept in the hash; no rollout is COMPLETED yet.
+    const filter = async (state: string) => {
+      await page.locator("#rollout-filters select[name=state]").selectOption(state);
+      await page.locator("#rollout-filters button").click();
+      await page.waitForURL(new RegExp(`#/rollouts\\?state=${state}$`));
+    };
+    await filter("COMPLETED");
+    await expect.poll(() => page.locator("#rollout-list td.muted").textContent()).toBe("none");
+    await filter("CREATED");
+    await row.waitFor();
+
+    await row.locator("a").click();
+    await page.waitForURL(/#\/rollouts\/console-rollout$/);
+    const head = page.locator("#rollout-head .state");
+    const buttons = () => page.locator("#rollout-buttons button").allTextContents();
+    await expect.poll(() => head.textContent()).toBe("CREATED");
+    expect(await buttons()).toEqual(["Pause", "Resume", "Abort"]);
+    const spec = await page.locator("#rollout-spec").textContent();
+    expect(spec).toContain("tags site=nowhere");
+    expect(spec).toContain("echo");
+    expect(spec).toContain("1 min"); // startWithin's default
+    // The API's text is shown as text, never as markup.
+    expect(spec).toContain('<em class="injected">not emphasised</em>');
+    expect(await page.locator(".injected").count()).toBe(0);
+
+    await page.locator('#rollout-buttons button[data-act="resume"]').click();
+    await expect.poll(() => head.textContent()).toBe("IN_PROGRESS");
+    expect(await rolloutState()).toBe("IN_PROGRESS");
+    expect(await page.locator("#status").textContent()).toBe("console-rollout resumed");
+    expect(await buttons()).toEqual(["Pause", "Abort"]);
+
+    // Paused and resumed elsewhere: the page follows without a reload.
+    const paused = await call("/api/rollouts/console-rollout/pause", {
+      reason: "held <for> a look",
+    });
+    expect(paused.body.state).toBe("PAUSED");
+    await expect.poll(() => head.textContent(), { timeout: 10_000 }).toBe("PAUSED");
+    expect(await buttons()).toEqual(["Resume", "Abort"]);
+    expect(await page.locator("#rollout-spec").textContent()).toContain("held <for> a look");
+    expect((await call("/api/rollouts/console-rollout/resume", {})).body.state).toBe("IN_PROGRESS");
+    await expect.poll(() => head.textContent(), { timeout: 10_000 }).toBe("IN_PROGRESS");
+
+    await page.locator("#rollout-actions input[name=reason]").fill("not today");
+    await page.locator('#rollout-buttons button[data-act="abort"]').click();
+    await expect.poll(() => head.textContent()).toBe("ABORTED");
+    expect(await rolloutState()).toBe("ABORTED");
+    expect(await page.locator("#rollout-actions").isHidden()).toBe(true);
+    expect(await buttons()).toEqual([]);
+    const timeline = page.locator("tr.timeline-entry");
+    const to = await timeline.locator("td:nth-child(5)").allTextContents();
+    expect(to).toEqual(["CREATED", "IN_PROGRESS", "PAUSED", "IN_PROGRESS", "ABORTED"]);
+    const reasons = await timeline.locator("td:nth-child(7)").allTextContents();
+    expect(reasons[2]).toBe("held <for> a look");
+    expect(reasons[4]).toBe("not today");
+
+    // Final, and settled (it left nothing open to cancel): the page says so and stops asking.
+    await expect.poll(() => page.locator("#rollout-head .muted").textContent()).toBe("");
+    let asked = 0;
+    const count = (r: { url(): string }) => {
+      if (new URL(r.url()).pathname === "/api/rollouts/console-rollout") asked++;
+    };
+    page.on("request", count);
+    await page.waitForTimeout(4_500);
+    page.off("request", count);
+    expect(asked).toBe(0);
+
+    await page.goto(`${http.url}/#/rollouts`);
+    await expect.poll(() => row.locator(".state").textContent()).toBe("ABORTED");
+  });
+
   it("has an icon, and the browser met no missing file on any page", async () => {
     await page.goto(`${http.url}/#/fleet`);
     expect(await page.locator('link[rel="icon"]').getAttribute("href")).toBe("/assets/favicon.svg");

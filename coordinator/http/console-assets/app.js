@@ -703,6 +703,393 @@ async function executionView(seq, id) {
   if (open) live(() => executionView(renderSeq, id), 1000);
 }
 
+// ---------------------------------------------------------------- rollouts
+
+/** Rollouts a page of the list shows. */
+const ROLLOUT_PAGE = 50;
+
+const ROLLOUT_STATES = ["CREATED", "IN_PROGRESS", "PAUSED", "ABORTED", "COMPLETED"];
+const FINAL_ROLLOUT_STATES = new Set(["ABORTED", "COMPLETED"]);
+
+/** The buttons of a rollout, each shown only in the states the API allows it from (else 409). */
+const ROLLOUT_ACTIONS = [
+  {
+    act: "pause",
+    label: "Pause",
+    done: "paused",
+    from: (s) => s === "IN_PROGRESS" || s === "CREATED",
+  },
+  {
+    act: "resume",
+    label: "Resume",
+    done: "resumed",
+    from: (s) => s === "PAUSED" || s === "CREATED",
+  },
+  { act: "abort", label: "Abort", done: "aborted", from: (s) => !FINAL_ROLLOUT_STATES.has(s) },
+];
+
+const ROLLOUT_HEADERS = [
+  "rollout",
+  "state",
+  "wave",
+  "reached / matching",
+  "succeeded",
+  "failed",
+  "created",
+];
+
+const rolloutHref = (id) => `#/rollouts/${encodeURIComponent(id)}`;
+const rolloutLink = (id) => `<a href="${h(rolloutHref(id))}">${h(id)}</a>`;
+
+/** The current wave, from 1, of how many, and its cumulative percent: "2 of 3 (10%)". */
+function waveText(r) {
+  const waves = r.waves ?? [];
+  // Past the last wave once every one is done: the last is where it ended.
+  const i = Math.max(0, Math.min(r.wave ?? 0, waves.length - 1));
+  const w = waves[i];
+  return `${i + 1} of ${waves.length || 1}${w ? ` (${w.percent}%)` : ""}`;
+}
+
+function rolloutRow(r) {
+  const p = r.progress ?? {};
+  return [
+    td(rolloutLink(r.id)),
+    td(state(r.state)),
+    td(h(waveText(r))),
+    td(`${h(p.reached ?? 0)} / ${h(p.matching ?? 0)}`, "num"),
+    td(h(p.succeeded ?? 0), "num"),
+    td(h(p.failed ?? 0), "num"),
+    td(time(r.createdAt)),
+  ];
+}
+
+/** The list's state filter, read from the hash (`#/rollouts?state=PAUSED`) like the fleet's. */
+function rolloutsFilter() {
+  return new URLSearchParams(location.hash.split("?")[1] ?? "").get("state")?.trim() ?? "";
+}
+
+/**
+ * Rollouts, newest first, a page at a time (Older follows `nextCursor`, Newer goes back), with
+ * the current page refreshed live; the form is drawn once, as on the fleet page.
+ */
+async function rolloutsView(seq) {
+  const filter = rolloutsFilter();
+  view.innerHTML = `<h2>Rollouts <span class="muted">(live)</span></h2>
+  <form class="filters" id="rollout-filters">
+    <label>state <select name="state">${["", ...ROLLOUT_STATES]
+      .map((s) => `<option value="${s}"${s === filter ? " selected" : ""}>${s || "any"}</option>`)
+      .join("")}</select></label>
+    <button type="submit">Filter</button>
+  </form>
+  <div id="rollout-list"></div>
+  <p class="pager"><button id="rollouts-newer" disabled>Newer</button>
+    <span id="rollouts-page"></span>
+    <button id="rollouts-older" disabled>Older</button></p>`;
+  const newer = view.querySelector("#rollouts-newer");
+  const older = view.querySelector("#rollouts-older");
+  // The cursor of every page from the first to this one: Older pushes, Newer pops.
+  const cursors = [null];
+  let nextCursor = null;
+  let loads = 0;
+  let loading = false;
+
+  const load = async () => {
+    const mine = ++loads;
+    loading = true;
+    try {
+      const query = new URLSearchParams({ limit: String(ROLLOUT_PAGE) });
+      if (filter) query.set("state", filter);
+      const cursor = cursors.at(-1);
+      if (cursor) query.set("cursor", cursor);
+      const page = await api(`/api/rollouts?${query}`, { labels: { state: "state" } });
+      if (seq !== renderSeq || mine !== loads) return; // left the view, or a newer load began
+      const items = page.items;
+      view.querySelector("#rollout-list").innerHTML = table(
+        ROLLOUT_HEADERS,
+        items.map(rolloutRow),
+        (i) => `data-rollout="${h(items[i].id)}"`,
+      );
+      view.querySelector("#rollouts-page").textContent = `page ${cursors.length}`;
+      nextCursor = page.nextCursor ?? null;
+      newer.disabled = cursors.length === 1;
+      older.disabled = nextCursor === null;
+    } finally {
+      if (mine === loads) loading = false;
+    }
+  };
+
+  view.querySelector("#rollout-filters").addEventListener("submit", (ev) => {
+    ev.preventDefault();
+    const s = ev.target.state.value;
+    const hash = s ? `#/rollouts?${new URLSearchParams({ state: s })}` : "#/rollouts";
+    // The same filter again: no hashchange, so redraw from the first page here.
+    if (hash === location.hash) render();
+    else location.hash = hash;
+  });
+  older.addEventListener("click", () => {
+    if (nextCursor === null) return;
+    cursors.push(nextCursor);
+    nextCursor = null; // a second click before the page comes must not skip one
+    older.disabled = true;
+    load().catch(showError);
+  });
+  newer.addEventListener("click", () => {
+    if (cursors.length === 1) return;
+    cursors.pop();
+    newer.disabled = true;
+    load().catch(showError);
+  });
+
+  await load();
+  if (seq !== renderSeq) return; // another view's timer is not this one's to replace
+  live(async () => {
+    if (!loading) await load();
+  }, 2000);
+}
+
+/** A selector as an operator reads it: every part an agent must match, joined by "and". */
+function selectorText(s = {}) {
+  const parts = [];
+  const tags = Object.entries(s.tags ?? {});
+  if (tags.length) parts.push(`tags ${tags.map(([k, v]) => `${k}=${v}`).join(", ")}`);
+  if (s.agentIds?.length) parts.push(`agent ${s.agentIds.join(" or ")}`);
+  if (s.profile) parts.push(`profile ${s.profile}`);
+  if (s.agentVersion) parts.push(`version ${s.agentVersion}`);
+  return parts.join(" and ") || "–";
+}
+
+function rateText(rate) {
+  if (rate?.perMinute !== undefined) return `at most ${rate.perMinute} agents a minute`;
+  const e = rate?.exponential;
+  if (e) {
+    return `${e.basePerMinute} agents a minute, ×${e.factor} every ${e.stepSuccesses} successes${
+      e.maxPerMinute ? `, at most ${e.maxPerMinute} a minute` : ""
+    }`;
+  }
+  return "–";
+}
+
+function wavesText(waves = []) {
+  return waves
+    .map((w) => `${w.percent}%${w.soak ? ` (soak ${duration(w.soak)})` : ""}`)
+    .join(" → ");
+}
+
+function abortText(a) {
+  if (!a) return "never (no abort criteria)";
+  const on = (a.on ?? []).join(", ");
+  return `when ≥ ${a.thresholdPercent}% of ended executions are ${on}, once at least ${a.minExecuted ?? 1} ended`;
+}
+
+/** The facts of a rollout: its spec first, then when and by whom. */
+function rolloutFacts(r) {
+  const c = r.command ?? {};
+  const facts = [
+    ["selector", h(selectorText(r.selector))],
+    ["handler", h(c.handler)],
+    ["params", `<code>${h(JSON.stringify(c.params ?? {}))}</code>`],
+    ["start", c.at ? time(c.at) : "as each agent is reached"],
+    ["start within", h(duration(c.startWithin))],
+    ["timeout", h(duration(c.timeout))],
+    ["rate", h(rateText(r.rate))],
+    ["waves", h(wavesText(r.waves))],
+    ["abort", h(abortText(r.abort))],
+  ];
+  if (r.endsAt) facts.push(["ends at", time(r.endsAt)]);
+  if (r.description) facts.unshift(["description", h(r.description)]);
+  facts.push(
+    ["created", `${time(r.createdAt)}${r.createdBy ? ` by ${h(r.createdBy)}` : ""}`],
+    ["started", time(r.startedAt)],
+    ["finished", time(r.finishedAt)],
+  );
+  if (r.reason) facts.push(["reason", h(r.reason)]);
+  if (r.settled === false && FINAL_ROLLOUT_STATES.has(r.state)) {
+    facts.push(["open executions", "being canceled"]);
+  }
+  return facts;
+}
+
+/** Counts of executions by state, each named in its state's colour. */
+function byStateText(byState) {
+  const entries = Object.entries(byState ?? {}).filter(([, n]) => n > 0);
+  if (!entries.length) return '<span class="muted">none</span>';
+  return entries
+    .map(([s, n]) => `${state(s)} <b class="count" data-state="${h(s)}">${h(n)}</b>`)
+    .join(" · ");
+}
+
+/** A bar of `of` agents, one part per execution state; the part not yet reached stays empty. */
+function progressBar(byState, of) {
+  const entries = Object.entries(byState ?? {}).filter(([, n]) => n > 0);
+  const total = Math.max(
+    Number(of) || 0,
+    entries.reduce((sum, [, n]) => sum + n, 0),
+    1,
+  );
+  const label = entries.map(([s, n]) => `${s} ${n}`).join(", ") || "none reached";
+  return `<div class="bar" role="img" aria-label="${h(`${label} of ${of ?? 0}`)}">${entries
+    .map(
+      ([s, n]) =>
+        `<span class="${h(s)}" style="width: ${((100 * n) / total).toFixed(2)}%" title="${h(`${s} ${n}`)}"></span>`,
+    )
+    .join("")}</div>`;
+}
+
+function rolloutProgress(r) {
+  const p = r.progress ?? {};
+  return `<p id="rollout-counts">reached <b data-count="reached">${h(p.reached ?? 0)}</b> of
+    <b data-count="matching">${h(p.matching ?? 0)}</b> matching ·
+    succeeded <b data-count="succeeded">${h(p.succeeded ?? 0)}</b> ·
+    failed <b data-count="failed">${h(p.failed ?? 0)}</b> ·
+    open <b data-count="open">${h(p.open ?? 0)}</b></p>
+  ${progressBar(p.byState, p.matching)}
+  <p id="rollout-states">${byStateText(p.byState)}</p>`;
+}
+
+/**
+ * One row a wave: its cumulative percent and soak, its cap of agents, how many were reached and
+ * their executions by state; the current wave says so, and until when it soaks once it is done.
+ */
+function rolloutWaves(r) {
+  const waves = r.progress?.waves ?? r.waves ?? [];
+  const final = FINAL_ROLLOUT_STATES.has(r.state);
+  return table(
+    ["wave", "percent", "soak", "cap", "reached", "executions", "progress", "soak until"],
+    waves.map((w, i) => [
+      td(`${i + 1}${i === r.wave && !final ? ' <span class="muted">current</span>' : ""}`),
+      td(`${h(w.percent)}%`, "num"),
+      td(w.soak ? h(duration(w.soak)) : "–"),
+      td(h(w.cap ?? "–"), "num"),
+      td(h(w.reached ?? 0), "num"),
+      td(byStateText(w.byState)),
+      td(progressBar(w.byState, w.cap)),
+      td(i === r.wave && r.soakUntil ? time(r.soakUntil) : "–"),
+    ]),
+    (i) => `class="rollout-wave" data-wave="${i}"`,
+  );
+}
+
+function rolloutTimeline(timeline) {
+  return table(
+    ["#", "at", "event", "from", "to", "by", "reason", "detail"],
+    timeline.map((t) => [
+      td(h(t.seq), "num"),
+      td(time(t.at)),
+      td(h(t.event)),
+      td(t.fromState ? state(t.fromState) : "–"),
+      td(state(t.toState)),
+      td(h(t.actor ?? "–")),
+      td(h(t.reason ?? "")),
+      td(t.detail ? `<code>${h(JSON.stringify(t.detail))}</code>` : ""),
+    ]),
+    () => `class="timeline-entry"`,
+  );
+}
+
+/**
+ * Whether a rollout's page can stop asking: it is final and settled. An aborted one's counts still
+ * change while the executions it left open are canceled; a coordinator that does not say whether
+ * it settled is taken at its final state.
+ */
+function changesNoMore(r) {
+  return FINAL_ROLLOUT_STATES.has(r.state) && r.settled !== false;
+}
+
+/**
+ * A rollout's own page: its spec, its progress by state and by wave, its timeline, and the
+ * buttons its state allows. It follows the rollout live until it is final and settled; the
+ * reason field is drawn once, so a refresh never wipes what the operator is typing.
+ */
+async function rolloutView(seq, id) {
+  const path = `/api/rollouts/${encodeURIComponent(id)}`;
+  const first = await api(path);
+  if (seq !== renderSeq) return;
+  view.innerHTML = `<h2 id="rollout-head"></h2>
+  <div class="card">
+    <dl class="facts" id="rollout-spec"></dl>
+    <details><summary>Rollout as JSON</summary><pre id="rollout-json"></pre></details>
+    <form class="filters" id="rollout-actions">
+      <label>reason (for pause and abort) <input name="reason" maxlength="1024" /></label>
+      <span id="rollout-buttons"></span>
+    </form>
+  </div>
+  <h2>Progress</h2>
+  <div class="card" id="rollout-progress"></div>
+  <h2>Waves</h2>
+  <div id="rollout-waves"></div>
+  <h2>Timeline</h2>
+  <div id="rollout-timeline"></div>`;
+  const form = view.querySelector("#rollout-actions");
+  let loads = 0;
+  let loading = false;
+
+  const draw = ({ rollout: r, timeline }) => {
+    const final = FINAL_ROLLOUT_STATES.has(r.state);
+    const done = changesNoMore(r);
+    view.querySelector("#rollout-head").innerHTML =
+      `Rollout ${h(r.id)} ${state(r.state)} <span class="muted">${done ? "" : "(live)"}</span>`;
+    view.querySelector("#rollout-spec").innerHTML = rolloutFacts(r)
+      .map(([k, v]) => `<dt>${h(k)}</dt><dd>${v}</dd>`)
+      .join("");
+    view.querySelector("#rollout-json").textContent = JSON.stringify(r, null, 2);
+    view.querySelector("#rollout-buttons").innerHTML = ROLLOUT_ACTIONS.filter((a) =>
+      a.from(r.state),
+    )
+      .map(
+        (a) =>
+          `<button type="button" data-act="${a.act}"${a.act === "abort" ? ' class="danger"' : ""}>${a.label}</button>`,
+      )
+      .join(" ");
+    form.hidden = final;
+    view.querySelector("#rollout-progress").innerHTML = rolloutProgress(r);
+    view.querySelector("#rollout-waves").innerHTML = rolloutWaves(r);
+    view.querySelector("#rollout-timeline").innerHTML = rolloutTimeline(timeline ?? []);
+    if (done && seq === renderSeq) clearInterval(refresh);
+  };
+
+  const load = async () => {
+    const mine = ++loads;
+    loading = true;
+    try {
+      const data = await api(path);
+      if (seq !== renderSeq || mine !== loads) return; // left the view, or a newer load began
+      draw(data);
+    } finally {
+      if (mine === loads) loading = false;
+    }
+  };
+
+  form.addEventListener("submit", (ev) => ev.preventDefault());
+  view.querySelector("#rollout-buttons").addEventListener("click", async (ev) => {
+    const b = ev.target.closest("button[data-act]");
+    if (!b) return;
+    const action = ROLLOUT_ACTIONS.find((a) => a.act === b.dataset.act);
+    const reason = form.reason.value.trim();
+    b.disabled = true;
+    try {
+      await api(`${path}/${action.act}`, {
+        method: "POST",
+        // The body is optional; resume takes no reason.
+        body: reason && action.act !== "resume" ? { reason } : undefined,
+        labels: { reason: "reason" },
+      });
+      form.reason.value = "";
+      say(`${id} ${action.done}`, "ok");
+    } catch (e) {
+      say(e.message, "error");
+    }
+    // After a refusal too: the rollout may have moved on since this page last looked.
+    await load().catch(showError);
+  });
+
+  draw(first);
+  if (!changesNoMore(first.rollout)) {
+    live(async () => {
+      if (!loading) await load();
+    }, 2000);
+  }
+}
+
 function commandView() {
   view.innerHTML = `<h2>Send a device command</h2>
   <form class="card" id="command">
@@ -823,6 +1210,7 @@ function render() {
     jobs: () => (id ? jobView(seq, decodeURIComponent(id)) : jobsView(seq)),
     executions: () =>
       id ? executionView(seq, decodeURIComponent(id)) : executionsView(seq, undefined),
+    rollouts: () => (id ? rolloutView(seq, decodeURIComponent(id)) : rolloutsView(seq)),
     command: async () => commandView(),
     preview: async () => previewView(),
   };
