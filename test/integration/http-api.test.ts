@@ -612,6 +612,92 @@ describe("HTTP API", () => {
     });
   });
 
+  describe("rollouts", () => {
+    const spec = {
+      id: "ro-http",
+      selector: { tags: { site: "nowhere" } },
+      command: { handler: "echo", params: { n: 1 } },
+      rate: { perMinute: 60 },
+      abort: { thresholdPercent: 10, minExecuted: 5 },
+      start: false,
+    };
+
+    it("creates, lists, shows, starts, pauses and aborts one, each change in its timeline", async () => {
+      expectError(await post("/api/rollouts", spec, READ), 403, "AX_API_FORBIDDEN");
+      const created = await post("/api/rollouts", spec);
+      expect(created.status, created.text).toBe(201);
+      expect(created.body).toMatchObject({
+        id: "ro-http",
+        state: "CREATED",
+        version: 1,
+        rate: { perMinute: 60 },
+        waves: [{ percent: 100, soak: 0 }],
+        abort: { thresholdPercent: 10, minExecuted: 5, on: ["FAILED", "TIMED_OUT", "EXPIRED"] },
+        command: { handler: "echo", params: { n: 1 }, startWithin: 60_000, timeout: 30_000 },
+        progress: { matching: 0, reached: 0, byState: {} },
+      });
+      expectError(await post("/api/rollouts", spec), 409, "AX_ROLLOUT_CONFLICT");
+      const list = await get("/api/rollouts?state=CREATED");
+      expect(list.status).toBe(200);
+      expect((list.body as { items: { id: string }[] }).items.map((r) => r.id)).toContain(
+        "ro-http",
+      );
+      expect((await post("/api/rollouts/ro-http/resume", undefined)).body).toMatchObject({
+        state: "IN_PROGRESS",
+      });
+      const paused = await post("/api/rollouts/ro-http/pause", { reason: "a look" });
+      expect(paused.body).toMatchObject({ state: "PAUSED", reason: "a look" });
+      expectError(await post("/api/rollouts/ro-http/pause", {}), 409, "AX_ROLLOUT_CONFLICT");
+      expectError(await post("/api/rollouts/ro-http/abort", {}, READ), 403, "AX_API_FORBIDDEN");
+      const aborted = await post("/api/rollouts/ro-http/abort", { reason: "not needed" });
+      expect(aborted.body).toMatchObject({ state: "ABORTED", reason: "not needed" });
+      expectError(await post("/api/rollouts/ro-http/resume", {}), 409, "AX_ROLLOUT_CONFLICT");
+      const shown = await get("/api/rollouts/ro-http");
+      expect(shown.status).toBe(200);
+      const detail = shown.body as { timeline: { event: string; actor: string }[] };
+      expect(detail.timeline.map((e) => e.event)).toEqual([
+        "created",
+        "started",
+        "paused",
+        "aborted",
+      ]);
+      // Every change names the token that asked for it, the same one here.
+      const actors = new Set(detail.timeline.map((e) => e.actor));
+      expect(actors.size).toBe(1);
+      expect([...actors][0]).not.toBe("system");
+      expectError(await get("/api/rollouts/ro-none"), 404, "AX_ROLLOUT_NOT_FOUND");
+    });
+
+    it("refuses a bad rollout naming each bad field, and creates nothing", async () => {
+      const bad = await post("/api/rollouts", {
+        ...spec,
+        id: "ro-bad",
+        selector: {},
+        waves: [{ percent: 50 }, { percent: 20 }],
+        abort: { thresholdPercent: 0 },
+        rate: { perMinute: -1 },
+      });
+      expectError(bad, 400, "AX_API_INVALID_REQUEST", [
+        "body.abort.thresholdPercent",
+        "body.rate.perMinute",
+        "body.selector",
+        // Both problems of the second wave: not above the first, and not the last 100 %.
+        "body.waves.1.percent",
+        "body.waves.1.percent",
+      ]);
+      expectError(await get("/api/rollouts/ro-bad"), 404, "AX_ROLLOUT_NOT_FOUND");
+      expectError(
+        await post("/api/rollouts", { ...spec, id: "ro-late", endsAt: 1_000 }),
+        400,
+        "AX_API_INVALID_REQUEST",
+        ["body.endsAt"],
+      );
+      expectError(await get("/api/rollouts?state=DONE"), 400, "AX_API_INVALID_REQUEST", [
+        "query.state",
+      ]);
+    });
+  });
+
   describe("OpenAPI document", () => {
     it("is JSON with every route, its parameters and schemas", async () => {
       const r = await get("/api/openapi.json", null);
@@ -628,7 +714,7 @@ describe("HTTP API", () => {
         scheme: "bearer",
       });
       const routes: AnyRoute[] = builtinRoutes(() => []);
-      expect(routes.length).toBe(31);
+      expect(routes.length).toBe(37);
       const ops = new Set<string>();
       for (const route of routes) {
         const op = doc.paths[route.path]?.[route.method.toLowerCase()] as
