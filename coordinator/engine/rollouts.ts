@@ -218,6 +218,9 @@ export class RolloutEngine {
 
     const cap = waveCap(r.waves, r.wave, matching.length);
     const reached = await this.reachedSet(r.id);
+    // A wave that holds no agent yet (none matches) is not done: it waits for agents, so a
+    // rollout created before its fleet still starts with its canary.
+    if (cap === 0) return;
     if (reached.size >= cap && r.wave < last) {
       // The wave is reached: the next starts once its executions all ended and it soaked.
       if (t.open > 0) return;
