@@ -89,6 +89,43 @@ export function instantFlag(
 }
 
 /**
+ * A duration from a flag (`500ms`, `30s`, `5m`, `1h`, `1d`) in milliseconds, or an AX_CLI_USAGE
+ * error naming the flag.
+ */
+export function durationFlag(
+  command: string,
+  name: string,
+  value: string | undefined,
+): number | undefined {
+  if (value === undefined) return undefined;
+  const ms = parseDuration(value);
+  if (ms === undefined) {
+    throw new AxError(
+      "AX_CLI_USAGE",
+      `${command}: --${name} must be a duration such as 500ms, 30s, 5m, got "${value}"`,
+    );
+  }
+  return ms;
+}
+
+/** Tags from a repeated `--NAME KEY=VALUE` flag, or an AX_CLI_USAGE error naming the flag. */
+export function tagsFlag(
+  command: string,
+  name: string,
+  values: readonly string[] | undefined,
+): Record<string, string> {
+  const tags: Record<string, string> = {};
+  for (const t of values ?? []) {
+    const eq = t.indexOf("=");
+    if (eq < 1) {
+      throw new AxError("AX_CLI_USAGE", `${command}: --${name} must be KEY=VALUE, got "${t}"`);
+    }
+    tags[t.slice(0, eq)] = t.slice(eq + 1);
+  }
+  return tags;
+}
+
+/**
  * A JSON object from a flag, or an AX_CLI_USAGE error naming the flag; a syntax error says where,
  * as a column (and a line, when the value has several).
  */

@@ -1,16 +1,17 @@
 import { AxError } from "../../shared/errors.js";
-import { parseDuration } from "../domain/duration.js";
 import type { CommandResult } from "../http/schemas.js";
 import { unknownSubcommand } from "./args.js";
 import {
   apiClient,
   CLIENT_FLAGS,
+  durationFlag,
   instantFlag,
   intFlag,
   jsonObjectFlag,
   parseCommand,
   print,
   printJson,
+  tagsFlag,
 } from "./client.js";
 import { table } from "./table.js";
 
@@ -51,25 +52,11 @@ export async function commandCommand(sub: string | undefined, argv: string[]): P
       `${c}: --queue applies to --agent only (a --tag selector matches agents already known)`,
     );
   }
-  const selector: Record<string, string> = {};
-  for (const t of tags) {
-    const eq = t.indexOf("=");
-    if (eq < 1) throw new AxError("AX_CLI_USAGE", `${c}: --tag must be KEY=VALUE, got "${t}"`);
-    selector[t.slice(0, eq)] = t.slice(eq + 1);
-  }
+  const selector = tagsFlag(c, "tag", tags);
   const at = instantFlag(c, "at", flags.at);
   // A relative deadline counts from --at: `--at +10s --deadline +2s` is 12 s from now.
   const deadline = instantFlag(c, "deadline", flags.deadline, at ?? Date.now());
-  let timeout: number | undefined;
-  if (flags.timeout !== undefined) {
-    timeout = parseDuration(flags.timeout);
-    if (timeout === undefined) {
-      throw new AxError(
-        "AX_CLI_USAGE",
-        `${c}: --timeout must be a duration such as 500ms, 30s, 5m, got "${flags.timeout}"`,
-      );
-    }
-  }
+  const timeout = durationFlag(c, "timeout", flags.timeout);
   const priority = intFlag(c, "priority", flags.priority, { min: -1000, max: 1000 });
   const params = jsonObjectFlag(c, "params", flags.params);
   const body = {

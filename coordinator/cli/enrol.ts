@@ -2,13 +2,8 @@ import { existsSync, writeFileSync } from "node:fs";
 import { resolve } from "node:path";
 import { AxError } from "../../shared/errors.js";
 import type { IdentityRecord } from "../store/port.js";
-import { apiClient, CLIENT_FLAGS, parseCommand, print, printJson } from "./client.js";
-import { isoTime, table } from "./table.js";
-
-const tagsText = (tags: Record<string, string>) =>
-  Object.entries(tags)
-    .map(([k, v]) => `${k}=${v}`)
-    .join(",") || "-";
+import { apiClient, CLIENT_FLAGS, parseCommand, print, printJson, tagsFlag } from "./client.js";
+import { isoTime, table, tagsText } from "./table.js";
 
 /**
  * `ax fleet enroll AGENT_ID [--tag K=V ...] [--rotate] [--out FILE] [--force]`: enrols an agent
@@ -30,12 +25,7 @@ export async function fleetEnroll(argv: string[]): Promise<number> {
     ["AGENT_ID"],
   );
   const agentId = args[0] as string;
-  const tags: Record<string, string> = {};
-  for (const t of flags.tag ?? []) {
-    const eq = t.indexOf("=");
-    if (eq < 1) throw new AxError("AX_CLI_USAGE", `${c}: --tag must be KEY=VALUE, got "${t}"`);
-    tags[t.slice(0, eq)] = t.slice(eq + 1);
-  }
+  const tags = tagsFlag(c, "tag", flags.tag);
   const out = resolve(flags.out ?? `${agentId}.identity.json`);
   if (existsSync(out) && !flags.force) {
     throw new AxError(

@@ -2,12 +2,7 @@ import { AxError } from "../../shared/errors.js";
 import type { AgentList, AgentView } from "../http/schemas.js";
 import { unknownSubcommand } from "./args.js";
 import { apiClient, CLIENT_FLAGS, listPages, parseCommand, print, printJson } from "./client.js";
-import { fields, isoTime, table } from "./table.js";
-
-const tagsText = (tags: Record<string, string>) =>
-  Object.entries(tags)
-    .map(([k, v]) => `${k}=${v}`)
-    .join(",") || "-";
+import { fields, isoTime, table, tagsText } from "./table.js";
 
 /** `ax fleet list|show|enroll|revoke|identities`. */
 export async function fleetCommand(sub: string | undefined, argv: string[]): Promise<number> {

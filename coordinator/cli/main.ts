@@ -66,6 +66,19 @@ Operating a running coordinator (its HTTP API):
   ax command send --handler H (--agent ID [--queue] | --tag K=V ...) [--params JSON]
                [--at T] [--deadline T] [--timeout D] [--priority N]
                                         a device command (T: ISO time, UTC ms or +10s)
+  ax rollout create --handler H [--tag K=V ...] [--agent ID ...] [--profile P]
+               [--agent-version V] [--params JSON] [--at T] [--start-within D] [--timeout D]
+               [--rate N/min | --rate exp:BASE,FACTOR,STEP[,MAX]] [--waves P%[:SOAK],...]
+               [--abort-threshold PCT [--abort-min N] [--abort-on S,S]] [--ends-at T]
+               [--paused] [--id ID] [--description TEXT]
+                                        one device command to every agent that matches all
+                                        the selector flags given, at a rate, in waves
+                                        (1%:10m,10%:10m,100%), aborted when too many fail;
+                                        --paused: created, started by resume
+  ax rollout list [--state S] [--limit N] [--cursor C | --all]
+  ax rollout show ID                    a rollout, its progress by state and wave, timeline
+  ax rollout pause | abort ID [--reason TEXT]
+  ax rollout resume ID                  pause, abort, or resume (or start) a rollout
 
   These take --url URL (or AX_URL; default http://127.0.0.1:8080), and --json to print the
   API's JSON instead of a table. The token is the first of: --token TOKEN, AX_TOKEN,
@@ -96,6 +109,7 @@ const COMMANDS = [
   "fleet",
   "token",
   "command",
+  "rollout",
   "help",
   "version",
 ];
@@ -165,6 +179,8 @@ export async function main(argv: string[]): Promise<number> {
         return await (await import("./token.js")).tokenCommand(sub, rest);
       case "command":
         return await (await import("./command.js")).commandCommand(sub, rest);
+      case "rollout":
+        return await (await import("./rollout.js")).rolloutCommand(sub, rest);
       case "bundle":
         return await (await import("./bundle.js")).bundleCommand(sub, rest);
       case "broker":

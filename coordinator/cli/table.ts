@@ -19,3 +19,27 @@ export function fields(pairs: [string, string][]): string {
   const width = Math.max(...pairs.map(([k]) => k.length));
   return pairs.map(([k, v]) => `${k.padEnd(width)}  ${v}`).join("\n");
 }
+
+/** Tags as `k=v,k=v`, or `-`. */
+export function tagsText(tags: Record<string, string>): string {
+  return (
+    Object.entries(tags)
+      .map(([k, v]) => `${k}=${v}`)
+      .join(",") || "-"
+  );
+}
+
+const UNITS = [
+  ["d", 86_400_000],
+  ["h", 3_600_000],
+  ["m", 60_000],
+  ["s", 1000],
+] as const;
+
+/** Milliseconds as a duration the flags take back: `10m`, `90s`, `1500ms`. */
+export function durationText(ms: number): string {
+  for (const [unit, size] of UNITS) {
+    if (ms >= size && ms % size === 0) return `${ms / size}${unit}`;
+  }
+  return `${ms}ms`;
+}
