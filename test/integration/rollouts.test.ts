@@ -4,13 +4,14 @@ import type { SimAgentSpec } from "../../bench/fleet-sim/agent.js";
 import { Simulator } from "../../bench/fleet-sim/simulator.js";
 import { startEmbeddedBroker } from "../../coordinator/broker/embedded.js";
 import { parseCoordinatorConfig } from "../../coordinator/config.js";
-import { Coordinator } from "../../coordinator/coordinator.js";
+import { Coordinator, openStore } from "../../coordinator/coordinator.js";
 import { type RolloutSpecInput, rolloutSpecSchema } from "../../coordinator/domain/rollout.js";
 import type { RolloutView } from "../../coordinator/operations/rollouts.js";
 import type { ExecutionRecord } from "../../coordinator/store/port.js";
 import { TERMINAL_STATES } from "../../shared/fsm.js";
 import { newId } from "../../shared/ids.js";
 import { tempDir, waitFor } from "../helpers/env.js";
+import { describeOnPg, dropPgSchema, freshPgSchema } from "../helpers/postgres.js";
 
 /**
  * Rollouts (issue "Fleet rollouts", items 1 and 4) against a real coordinator on the embedded
@@ -20,9 +21,13 @@ import { tempDir, waitFor } from "../helpers/env.js";
  * soak; pause holds it; a restart of the coordinator mid-way resumes it; an agent that comes
  * online later is reached. Each ends with the truth check: what the store recorded for every
  * execution is what the agent's journal says happened, and every agent ran what it was sent
- * exactly once.
+ * exactly once. The same tests run on SQLite and, when AX_TEST_PG_URL names a server, on
+ * PostgreSQL (a schema of their own).
  */
-describe("rollouts", () => {
+function rolloutTests(
+  storeOf: (dir: string) => Record<string, unknown>,
+  dropStore?: () => Promise<void>,
+): void {
   const tmp = tempDir("ax-rollouts-");
   const prefix = `axr${newId().slice(-8)}`;
   let broker: Awaited<ReturnType<typeof startEmbeddedBroker>>;
@@ -30,10 +35,16 @@ describe("rollouts", () => {
   const sims: Simulator[] = [];
   const config = () =>
     parseCoordinatorConfig({
-      store: { path: join(tmp.dir, "ax.sqlite") },
+      store: storeOf(tmp.dir),
       mqtt: { url: broker.url, prefix },
       heartbeatMs: 1_000,
     });
+
+  /** A coordinator on the suite's store (PostgreSQL's is opened first and passed in). */
+  const newCoordinator = async () => {
+    const c = config();
+    return new Coordinator(c, c.store.url === undefined ? {} : { store: await openStore(c) });
+  };
 
   /** Enrols agents `ids` with `tags` and runs them in a simulator of their own. */
   async function agents(
@@ -124,7 +135,7 @@ describe("rollouts", () => {
 
   beforeAll(async () => {
     broker = await startEmbeddedBroker(0);
-    coordinator = new Coordinator(config());
+    coordinator = await newCoordinator();
     await coordinator.start();
   });
 
@@ -132,6 +143,7 @@ describe("rollouts", () => {
     for (const s of sims) s.close();
     await coordinator?.close();
     await broker?.close();
+    await dropStore?.();
     tmp.cleanup();
   });
 
@@ -282,7 +294,7 @@ describe("rollouts", () => {
     );
     // The coordinator stops mid-way and starts again on the same store: the rollout goes on.
     await coordinator.close();
-    coordinator = new Coordinator(config());
+    coordinator = await newCoordinator();
     await coordinator.start();
     await waitFor("the agents back online", () =>
       ids.every((id) => coordinator.fleet.get(id)?.status === "online") ? true : undefined,
@@ -322,4 +334,14 @@ describe("rollouts", () => {
     const execs = await truth("ro-op");
     expect(execs.map((e) => e.state)).toEqual(Array(4).fill("CANCELED"));
   }, 60_000);
+}
+
+describe("rollouts on SQLite", () => rolloutTests((dir) => ({ path: join(dir, "ax.sqlite") })));
+
+await describeOnPg("rollouts on PostgreSQL", (url) => {
+  const schema = freshPgSchema();
+  rolloutTests(
+    () => ({ url, schema }),
+    () => dropPgSchema(url, schema),
+  );
 });
