@@ -432,7 +432,8 @@ export interface Store {
    * Retention (DESIGN §6): deletes up to `limit` executions in a terminal state whose finish time
    * (`finishedAt`, else `updatedAt`) is before `cutoffMs`, oldest first, with their timelines, in
    * one short transaction; fire records older than the cutoff may go too, but never one at or
-   * after its job's next fire time. Returns how many executions were deleted (0 when `limit` < 1).
+   * after its job's next fire time; settled rollouts finished before the cutoff go too, with their
+   * timelines and targets. Returns how many executions were deleted (0 when `limit` < 1).
    */
   purgeFinishedBefore(cutoffMs: number, limit: number): Promise<number>;
 

@@ -1498,6 +1498,31 @@ export function storeContract(name: string, makeStore: () => Promise<StoreFixtur
         );
       });
 
+      it("retention deletes settled rollouts finished before the cutoff, with their timelines and targets", async () => {
+        await store.createRollout(record("ro-old"), created("IN_PROGRESS"));
+        await store.reachRolloutTargets("ro-old", [target("a1", "ex-old1")], 2_000);
+        const old = (await store.getRollout("ro-old")) as RolloutRecord;
+        const done = { ...old, state: "COMPLETED" as const, finishedAt: 3_000, settled: true };
+        expect(await store.updateRollout(done, 1)).toBe(true);
+        // Finished after the cutoff, or not settled: kept.
+        await store.createRollout(record("ro-new"), created("IN_PROGRESS"));
+        const fresh = {
+          ...record("ro-new"),
+          state: "COMPLETED" as const,
+          finishedAt: 9_000,
+          settled: true,
+        };
+        await store.updateRollout(fresh, 1);
+        await store.createRollout(record("ro-open", { finishedAt: 3_000 }), created("IN_PROGRESS"));
+        await store.purgeFinishedBefore(5_000, 100);
+        expect(await store.getRollout("ro-old")).toBeUndefined();
+        expect(await store.getRolloutTimeline("ro-old")).toEqual([]);
+        expect(await store.listRolloutTargets("ro-old")).toEqual([]);
+        expect((await store.getRollout("ro-new"))?.state).toBe("COMPLETED");
+        expect((await store.getRolloutTimeline("ro-new")).length).toBe(1);
+        expect((await store.getRollout("ro-open"))?.state).toBe("IN_PROGRESS");
+      });
+
       it("pages newest first by state, and lists only the unsettled ones", async () => {
         for (let i = 0; i < 5; i++) {
           await store.createRollout(

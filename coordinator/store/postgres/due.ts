@@ -1,6 +1,7 @@
 import type { DueClaim, DueOptions, ExecutionRecord } from "../port.js";
 import { DB_NOW_MS, DUE_ORDER, dueOrder, sqlLimit } from "./executions.js";
 import { TERMINAL_STATES_SQL } from "./migrations.js";
+import { purgeRollouts } from "./rollouts.js";
 import { type ExecutionRow, toExecution } from "./rows.js";
 import { type Queryable, run, type Statement } from "./tx.js";
 
@@ -127,5 +128,6 @@ export async function purgeFinishedBefore(
        ORDER BY created_at LIMIT $2)`,
     [cutoffMs, max],
   );
+  await purgeRollouts(q, cutoffMs, max);
   return ids.length;
 }

@@ -217,10 +217,13 @@ export const PG_MIGRATIONS: readonly Migration[] = [
         state text NOT NULL,
         settled boolean NOT NULL DEFAULT false,
         created_at double precision NOT NULL,
+        finished_at double precision,
         record text NOT NULL
       );
       CREATE INDEX rollouts_created ON rollouts (created_at, id);
       CREATE INDEX rollouts_unsettled ON rollouts (id) WHERE NOT settled;
+      -- Retention: settled rollouts go, with their timelines and targets, like old executions.
+      CREATE INDEX rollouts_finished ON rollouts (finished_at) WHERE settled;
       CREATE TABLE rollout_events (
         rollout_id text COLLATE "C" NOT NULL,
         seq integer NOT NULL,

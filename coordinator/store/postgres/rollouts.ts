@@ -16,8 +16,8 @@ import { type Queryable, run } from "./tx.js";
  * caller's transaction.
  */
 
-function columns(r: RolloutRecord): [number, string, boolean, number, string] {
-  return [r.version, r.state, r.settled, r.createdAt, JSON.stringify(r)];
+function columns(r: RolloutRecord): [number, string, boolean, number, number | null, string] {
+  return [r.version, r.state, r.settled, r.createdAt, r.finishedAt, JSON.stringify(r)];
 }
 
 /** Appends `event` to the rollout's timeline (the caller holds the rollout's row). */
@@ -52,8 +52,8 @@ export async function createRollout(
 ): Promise<boolean> {
   const done = await run(
     q,
-    `INSERT INTO rollouts (id, version, state, settled, created_at, record)
-       VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (id) DO NOTHING`,
+    `INSERT INTO rollouts (id, version, state, settled, created_at, finished_at, record)
+       VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT (id) DO NOTHING`,
     [r.id, ...columns(r)],
   );
   if (!done.rowCount) return false;
@@ -119,8 +119,8 @@ export async function updateRollout(
   const stored: RolloutRecord = { ...next, version: expectedVersion + 1 };
   const done = await run(
     q,
-    `UPDATE rollouts SET version = $1, state = $2, settled = $3, created_at = $4, record = $5
-       WHERE id = $6 AND version = $7`,
+    `UPDATE rollouts SET version = $1, state = $2, settled = $3, created_at = $4, finished_at = $5,
+       record = $6 WHERE id = $7 AND version = $8`,
     [...columns(stored), next.id, expectedVersion],
   );
   if (!done.rowCount) return false;
@@ -211,4 +211,22 @@ export async function countRolloutExecutions(
     [rolloutId],
   );
   return r.rows;
+}
+
+/**
+ * Retention of rollouts, in the caller's transaction: up to `max` settled ones finished before
+ * `cutoffMs`, with their timelines and targets (their executions age out on their own).
+ */
+export async function purgeRollouts(q: Queryable, cutoffMs: number, max: number): Promise<void> {
+  const ids = (
+    await run<{ id: string }>(
+      q,
+      `SELECT id FROM rollouts WHERE settled AND finished_at < $1 ORDER BY finished_at LIMIT $2`,
+      [cutoffMs, max],
+    )
+  ).rows.map((r) => r.id);
+  if (ids.length === 0) return;
+  await run(q, "DELETE FROM rollout_targets WHERE rollout_id = ANY($1::text[])", [ids]);
+  await run(q, "DELETE FROM rollout_events WHERE rollout_id = ANY($1::text[])", [ids]);
+  await run(q, "DELETE FROM rollouts WHERE id = ANY($1::text[])", [ids]);
 }

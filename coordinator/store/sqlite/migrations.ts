@@ -348,10 +348,13 @@ export const SQLITE_MIGRATIONS: readonly Migration[] = [
         state TEXT NOT NULL,
         settled INTEGER NOT NULL DEFAULT 0,
         created_at REAL NOT NULL,
+        finished_at REAL,
         record TEXT NOT NULL
       );
       CREATE INDEX rollouts_created ON rollouts (created_at, id);
       CREATE INDEX rollouts_unsettled ON rollouts (id) WHERE settled = 0;
+      -- Retention: settled rollouts go, with their timelines and targets, like old executions.
+      CREATE INDEX rollouts_finished ON rollouts (finished_at) WHERE settled = 1;
       CREATE TABLE rollout_events (
         rollout_id TEXT NOT NULL,
         seq INTEGER NOT NULL,

@@ -1,4 +1,5 @@
 import type { StoreContext } from "./context.js";
+import { purgeRollouts } from "./rollouts.js";
 import { TERMINAL_SQL } from "./statements.js";
 import { wrap } from "./values.js";
 
@@ -52,6 +53,7 @@ export function purgeFinishedBefore(ctx: StoreContext, cutoffMs: number, limit: 
              ORDER BY created_at LIMIT ?)`,
         )
         .run(cutoffMs, max);
+      purgeRollouts(ctx, cutoffMs, max);
       return ids.length;
     }),
   );

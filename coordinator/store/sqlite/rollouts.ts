@@ -17,8 +17,8 @@ import { detailJson, wrap } from "./values.js";
  */
 
 /** The rollout's columns besides its JSON. */
-function columns(r: RolloutRecord): [number, string, number, number, string] {
-  return [r.version, r.state, r.settled ? 1 : 0, r.createdAt, JSON.stringify(r)];
+function columns(r: RolloutRecord): [number, string, number, number, number | null, string] {
+  return [r.version, r.state, r.settled ? 1 : 0, r.createdAt, r.finishedAt, JSON.stringify(r)];
 }
 
 function insertEvent(ctx: StoreContext, id: string, event: Omit<RolloutEvent, "seq">): void {
@@ -46,8 +46,8 @@ export function createRollout(
     ctx.writer.write(() => {
       const done = ctx.statements
         .prepare(
-          `INSERT INTO rollouts (id, version, state, settled, created_at, record)
-             VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO NOTHING`,
+          `INSERT INTO rollouts (id, version, state, settled, created_at, finished_at, record)
+             VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO NOTHING`,
         )
         .run(r.id, ...columns(r));
       if (done.changes === 0) return false;
@@ -123,8 +123,8 @@ export function updateRollout(
       const stored: RolloutRecord = { ...next, version: expectedVersion + 1 };
       const done = ctx.statements
         .prepare(
-          `UPDATE rollouts SET version = ?, state = ?, settled = ?, created_at = ?, record = ?
-             WHERE id = ? AND version = ?`,
+          `UPDATE rollouts SET version = ?, state = ?, settled = ?, created_at = ?, finished_at = ?,
+             record = ? WHERE id = ? AND version = ?`,
         )
         .run(...columns(stored), next.id, expectedVersion);
       if (done.changes === 0) return false;
@@ -205,4 +205,23 @@ export function countRolloutExecutions(ctx: StoreContext, rolloutId: string): Ro
       .all(rolloutId),
   ) as { wave: number; state: ExecState; count: number }[];
   return rows;
+}
+
+/**
+ * Retention of rollouts, inside the caller's write: up to `max` settled ones finished before
+ * `cutoffMs`, with their timelines and targets (their executions age out on their own).
+ */
+export function purgeRollouts(ctx: StoreContext, cutoffMs: number, max: number): void {
+  const ids = ctx.statements
+    .prepare(
+      `SELECT id FROM rollouts INDEXED BY rollouts_finished
+         WHERE settled = 1 AND finished_at < ? ORDER BY finished_at LIMIT ?`,
+    )
+    .pluck()
+    .all(cutoffMs, max) as string[];
+  for (const id of ids) {
+    ctx.statements.prepare("DELETE FROM rollout_targets WHERE rollout_id = ?").run(id);
+    ctx.statements.prepare("DELETE FROM rollout_events WHERE rollout_id = ?").run(id);
+    ctx.statements.prepare("DELETE FROM rollouts WHERE id = ?").run(id);
+  }
 }
