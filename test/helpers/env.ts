@@ -1,9 +1,11 @@
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import { afterAll, beforeAll } from "vitest";
 import { type EmbeddedBroker, startEmbeddedBroker } from "../../coordinator/broker/embedded.js";
 import { parseCoordinatorConfig } from "../../coordinator/config.js";
 import { Coordinator } from "../../coordinator/coordinator.js";
+import { type HttpServer, startHttpServer } from "../../coordinator/http/server.js";
 import type { ExecutionRecord } from "../../coordinator/store/port.js";
 import { TERMINAL_STATES } from "../../shared/fsm.js";
 import { newId } from "../../shared/ids.js";
@@ -128,4 +130,42 @@ export function idleHeartbeat(instanceId: string, load = 0) {
     clockOffset: { offsetMs: 0, uncertaintyMs: 0 },
     journal: { depth: 0, outboxDepth: 0 },
   };
+}
+
+/** What a test of the operator CLI runs `ax` against (see {@link useCliTarget}). */
+export interface CliTarget {
+  dir: string;
+  coordinator: Coordinator;
+  http: HttpServer;
+  /** AX_URL and AX_TOKEN of the coordinator's HTTP API. */
+  env: Record<string, string>;
+}
+
+/**
+ * A started coordinator (a test broker, a SQLite file in a temp folder) with its HTTP API behind
+ * one operator `token`, set up in the calling suite's beforeAll and closed in its afterAll. The
+ * object is filled in when beforeAll has run.
+ */
+export function useCliTarget(token: string): CliTarget {
+  const target = {} as CliTarget;
+  let broker: TestBroker | undefined;
+  let tmp: ReturnType<typeof tempDir> | undefined;
+  beforeAll(async () => {
+    broker = await testBroker();
+    tmp = tempDir();
+    target.dir = tmp.dir;
+    target.coordinator = await startTestCoordinator(broker, tmp.dir, 1_000);
+    target.http = await startHttpServer(target.coordinator, {
+      port: 0,
+      auth: { tokens: [{ token, role: "operator" }] },
+    });
+    target.env = { AX_URL: target.http.url, AX_TOKEN: token };
+  });
+  afterAll(async () => {
+    await target.http?.close();
+    await target.coordinator?.close();
+    await broker?.close();
+    tmp?.cleanup();
+  });
+  return target;
 }

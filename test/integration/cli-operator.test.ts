@@ -2,10 +2,8 @@ import { execFile, spawn } from "node:child_process";
 import { writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import type { Coordinator } from "../../coordinator/coordinator.js";
-import { type HttpServer, startHttpServer } from "../../coordinator/http/server.js";
-import { startTestCoordinator, type TestBroker, tempDir, testBroker } from "../helpers/env.js";
+import { describe, expect, it } from "vitest";
+import { tempDir, testBroker, useCliTarget } from "../helpers/env.js";
 
 const AX = fileURLToPath(new URL("../../bin/ax.js", import.meta.url));
 const TOKEN = "cli-operate-token-0123456789";
@@ -52,32 +50,10 @@ function expectAligned(text: string, header: string[]): string[] {
 }
 
 describe("ax operator commands", () => {
-  let broker: TestBroker;
-  let tmp: ReturnType<typeof tempDir>;
-  let coordinator: Coordinator;
-  let http: HttpServer;
-  let env: Record<string, string>;
-
-  beforeAll(async () => {
-    broker = await testBroker();
-    tmp = tempDir();
-    coordinator = await startTestCoordinator(broker, tmp.dir, 1_000);
-    http = await startHttpServer(coordinator, {
-      port: 0,
-      auth: { tokens: [{ token: TOKEN, role: "operator" }] },
-    });
-    env = { AX_URL: http.url, AX_TOKEN: TOKEN };
-  });
-
-  afterAll(async () => {
-    await http?.close();
-    await coordinator?.close();
-    await broker?.close();
-    tmp?.cleanup();
-  });
+  const cli = useCliTarget(TOKEN);
 
   it("adds jobs from a file, lists them as an aligned table and as JSON", async () => {
-    const file = join(tmp.dir, "jobs.json");
+    const file = join(cli.dir, "jobs.json");
     writeFileSync(
       file,
       JSON.stringify([
@@ -89,7 +65,7 @@ describe("ax operator commands", () => {
         },
       ]),
     );
-    const added = await ax(["job", "add", "--file", file, "--json"], env);
+    const added = await ax(["job", "add", "--file", file, "--json"], cli.env);
     expect(added.stderr).toBe("");
     expect(added.code).toBe(0);
     const jobs = JSON.parse(added.stdout) as { id: string; version: number }[];
@@ -98,19 +74,19 @@ describe("ax operator commands", () => {
       ["cli-longer-name", 1],
     ]);
 
-    const list = await ax(["job", "list"], env);
+    const list = await ax(["job", "list"], cli.env);
     expect(list.code, list.stderr).toBe(0);
     const header = ["job", "version", "handler", "trigger", "status", "next fire (UTC)"];
     const rows = expectAligned(list.stdout, header);
     expect(rows.map((r) => r.split(/\s{2,}/)[0])).toEqual(["cli-a", "cli-longer-name"]);
     expect(list.stdout).toContain('cron "0 9 * * 1-5" Europe/Berlin');
 
-    const json = await ax(["job", "list", "--json"], env);
+    const json = await ax(["job", "list", "--json"], cli.env);
     expect((JSON.parse(json.stdout) as { items: unknown[] }).items).toHaveLength(2);
   });
 
   it("names the file, each field's path and the problem for a bad job file, and adds nothing", async () => {
-    const file = join(tmp.dir, "bad-jobs.json");
+    const file = join(cli.dir, "bad-jobs.json");
     writeFileSync(
       file,
       JSON.stringify([
@@ -119,7 +95,7 @@ describe("ax operator commands", () => {
         { id: "ok-job", handler: "echo", trigger: { type: "manual" } },
       ]),
     );
-    const r = await ax(["job", "add", "--file", file], env);
+    const r = await ax(["job", "add", "--file", file], cli.env);
     expect(r.code).toBe(1);
     expect(r.stderr).toContain(`ax: AX_JOB_INVALID: ${file}: invalid job definitions`);
     expect(r.stderr).toContain(
@@ -127,21 +103,21 @@ describe("ax operator commands", () => {
     );
     expect(r.stderr).toContain("[1].shards: Too small: expected number to be >=1");
     expect(r.stderr).toContain('[2].id: duplicate job id "ok-job" (also at [0])');
-    expect(await coordinator.store.getJob("ok-job")).toBeUndefined();
+    expect(await cli.coordinator.store.getJob("ok-job")).toBeUndefined();
 
     writeFileSync(file, "[ not json");
-    const r2 = await ax(["job", "add", "--file", file], env);
+    const r2 = await ax(["job", "add", "--file", file], cli.env);
     expect(r2.code).toBe(1);
     expect(r2.stderr).toContain(`ax: AX_JOB_INVALID: ${file}:1:4: not valid JSON: unexpected "o"`);
-    const r3 = await ax(["job", "add", "--file", join(tmp.dir, "no-such.json")], env);
+    const r3 = await ax(["job", "add", "--file", join(cli.dir, "no-such.json")], cli.env);
     expect(r3.code).toBe(1);
     expect(r3.stderr).toContain(
-      `ax: AX_JOB_INVALID: ${join(tmp.dir, "no-such.json")}: cannot read: ENOENT: no such file or directory`,
+      `ax: AX_JOB_INVALID: ${join(cli.dir, "no-such.json")}: cannot read: ENOENT: no such file or directory`,
     );
   });
 
   it("shows, edits, pauses, previews and triggers a job", async () => {
-    const file = join(tmp.dir, "one.json");
+    const file = join(cli.dir, "one.json");
     writeFileSync(
       file,
       JSON.stringify({
@@ -150,7 +126,7 @@ describe("ax operator commands", () => {
         trigger: { type: "every", every: "10s", anchor: 0 },
       }),
     );
-    expect((await ax(["job", "add", "--file", file], env)).code).toBe(0);
+    expect((await ax(["job", "add", "--file", file], cli.env)).code).toBe(0);
     writeFileSync(
       file,
       JSON.stringify({
@@ -160,16 +136,16 @@ describe("ax operator commands", () => {
         trigger: { type: "every", every: "10s", anchor: 0 },
       }),
     );
-    const edited = await ax(["job", "edit", "cli-b", "--file", file], env);
+    const edited = await ax(["job", "edit", "cli-b", "--file", file], cli.env);
     expect(edited.stdout.trim()).toBe("job cli-b: version 2");
     // Pausing is state: the version stays, and no next fire time is shown while paused.
-    const paused = await ax(["job", "pause", "cli-b"], env);
+    const paused = await ax(["job", "pause", "cli-b"], cli.env);
     expect(paused.stdout.trim()).toBe("job cli-b: paused; it fires nothing until resumed");
-    const shown = await ax(["job", "show", "cli-b"], env);
+    const shown = await ax(["job", "show", "cli-b"], cli.env);
     expect(shown.stdout).toMatch(/^status {2,}paused$/m);
     expect(shown.stdout).toMatch(/^next fire {2,}paused$/m);
     expect(shown.stdout).toContain('"v": 2');
-    const listed = expectAligned((await ax(["job", "list"], env)).stdout, [
+    const listed = expectAligned((await ax(["job", "list"], cli.env)).stdout, [
       "job",
       "version",
       "handler",
@@ -185,15 +161,15 @@ describe("ax operator commands", () => {
       "paused",
       "paused",
     ]);
-    const resumed = await ax(["job", "resume", "cli-b"], env);
+    const resumed = await ax(["job", "resume", "cli-b"], cli.env);
     expect(resumed.stdout.trim()).toMatch(
       /^job cli-b: resumed; next fire \d{4}-\d\d-\d\dT[\d:.]+Z$/,
     );
-    const active = await ax(["job", "show", "cli-b"], env);
+    const active = await ax(["job", "show", "cli-b"], cli.env);
     expect(active.stdout).toMatch(/^next fire {2,}\d{4}-\d\d-\d\dT/m);
     const preview = await ax(
       ["job", "preview", "cli-b", "--count", "3", "--after", "0", "--json"],
-      env,
+      cli.env,
     );
     expect(JSON.parse(preview.stdout)).toEqual({ times: [10_000, 20_000, 30_000] });
     const cron = await ax(
@@ -207,7 +183,7 @@ describe("ax operator commands", () => {
         "--count",
         "2",
       ],
-      env,
+      cli.env,
     );
     expect(cron.code, cron.stderr).toBe(0);
     const rows = expectAligned(cron.stdout, ["#", "fire time (UTC)"]);
@@ -216,7 +192,7 @@ describe("ax operator commands", () => {
     const berlin = '{"type":"cron","expr":"0 9 * * *","tz":"Europe/Berlin"}';
     const zoned = await ax(
       ["job", "preview", "--trigger", berlin, "--after", "2026-03-28T00:00:00Z", "--count", "2"],
-      env,
+      cli.env,
     );
     expect(zoned.code, zoned.stderr).toBe(0);
     expect(
@@ -228,7 +204,7 @@ describe("ax operator commands", () => {
     // A stored job's preview: the API gives its zone too.
     const stored = await ax(
       ["job", "preview", "cli-longer-name", "--count", "1", "--after", "2026-01-05T00:00:00Z"],
-      env,
+      cli.env,
     );
     expect(stored.code, stored.stderr).toBe(0);
     expect(
@@ -246,29 +222,29 @@ describe("ax operator commands", () => {
         "1",
         "--json",
       ],
-      env,
+      cli.env,
     );
     expect(JSON.parse(zonedJson.stdout)).toEqual({ times: [1774684800000], tz: "Europe/Berlin" });
-    const trig = await ax(["job", "trigger", "cli-b", "--json"], env);
+    const trig = await ax(["job", "trigger", "cli-b", "--json"], cli.env);
     const ids = (JSON.parse(trig.stdout) as { executionIds: string[] }).executionIds;
     expect(ids).toHaveLength(1);
-    expect((await coordinator.store.getExecution(ids[0] as string))?.jobId).toBe("cli-b");
+    expect((await cli.coordinator.store.getExecution(ids[0] as string))?.jobId).toBe("cli-b");
   });
 
   it("refuses a command for an agent it does not know, unless --queue", async () => {
     const refused = await ax(
       ["command", "send", "--agent", "no-such-agent", "--handler", "echo"],
-      env,
+      cli.env,
     );
     expect(refused.code).toBe(1);
     expect(refused.stdout).toBe("");
     expect(refused.stderr.trim()).toBe(
       'ax: AX_AGENT_NOT_FOUND: agent "no-such-agent" is not known: it is not enrolled and has never connected (to create the command anyway, for an agent still to come, send it with queue: true, or ax command send --queue)',
     );
-    expect(await coordinator.store.listExecutions({ agentId: "no-such-agent" })).toEqual([]);
+    expect(await cli.coordinator.store.listExecutions({ agentId: "no-such-agent" })).toEqual([]);
     const tagged = await ax(
       ["command", "send", "--tag", "site=x", "--queue", "--handler", "echo"],
-      env,
+      cli.env,
     );
     expect(tagged.code).toBe(2);
     expect(tagged.stderr.trim()).toBe(
@@ -293,16 +269,16 @@ describe("ax operator commands", () => {
         "--deadline",
         "+1m",
       ],
-      env,
+      cli.env,
     );
     expect(sent.code, sent.stderr).toBe(0);
     const [row] = expectAligned(sent.stdout, ["agent", "execution"]);
     const id = (row as string).split(/\s+/)[1] as string;
-    const e = await coordinator.store.getExecution(id);
+    const e = await cli.coordinator.store.getExecution(id);
     expect(e).toMatchObject({ targetAgentId: "nobody-yet", params: { x: 1 }, state: "PENDING" });
     expect((e?.deadline ?? 0) - (e?.fireAt ?? 0)).toBe(60_000);
 
-    const list = await ax(["exec", "list", "--agent", "nobody-yet"], env);
+    const list = await ax(["exec", "list", "--agent", "nobody-yet"], cli.env);
     expect(list.code, list.stderr).toBe(0);
     const rows = expectAligned(list.stdout, [
       "execution",
@@ -316,18 +292,18 @@ describe("ax operator commands", () => {
     expect(rows).toHaveLength(1);
     expect(rows[0]).toContain("command→nobody-yet");
 
-    const canceled = await ax(["exec", "cancel", id], env);
+    const canceled = await ax(["exec", "cancel", id], cli.env);
     expect(canceled.stdout.trim()).toBe(`execution ${id}: CANCELED`);
-    const again = await ax(["exec", "cancel", id], env);
+    const again = await ax(["exec", "cancel", id], cli.env);
     expect(again.code).toBe(1);
     expect(again.stderr).toContain(
       `ax: AX_EXEC_CONFLICT: execution "${id}" already ended CANCELED`,
     );
-    const retried = await ax(["exec", "retry", id, "--json"], env);
+    const retried = await ax(["exec", "retry", id, "--json"], cli.env);
     const newId = (JSON.parse(retried.stdout) as { executionId: string }).executionId;
     expect(newId).not.toBe(id);
 
-    const shown = await ax(["exec", "show", id], env);
+    const shown = await ax(["exec", "show", id], cli.env);
     expect(shown.stdout).toMatch(/^state {2,}CANCELED$/m);
     expectAligned(shown.stdout.split("\n\n")[1] as string, [
       "at (UTC)",
@@ -340,13 +316,13 @@ describe("ax operator commands", () => {
     ]);
     const json = await ax(
       ["exec", "list", "--agent", "nobody-yet", "--state", "pending,canceled", "--all", "--json"],
-      env,
+      cli.env,
     );
     const page = JSON.parse(json.stdout) as { items: { id: string }[]; nextCursor: null };
     expect(page.items.map((x) => x.id)).toEqual([newId, id]);
     expect(page.nextCursor).toBeNull();
 
-    const fleet = await ax(["fleet", "list", "--json"], env);
+    const fleet = await ax(["fleet", "list", "--json"], cli.env);
     expect(JSON.parse(fleet.stdout)).toEqual({
       items: [],
       nextCursor: null,
@@ -366,11 +342,11 @@ describe("ax operator commands", () => {
         "--all",
         "--json",
       ],
-      env,
+      cli.env,
     );
     expect(filtered.code, filtered.stderr).toBe(0);
     expect(JSON.parse(filtered.stdout)).toMatchObject({ items: [], total: 0 });
-    const ghost = await ax(["fleet", "show", "ghost"], env);
+    const ghost = await ax(["fleet", "show", "ghost"], cli.env);
     expect(ghost.code).toBe(1);
     expect(ghost.stderr).toContain('ax: AX_AGENT_NOT_FOUND: agent "ghost" not found');
   });
@@ -417,22 +393,22 @@ describe("ax operator commands", () => {
       'fleet list: --url must be an http:// or https:// URL, got "ftp://x"',
     ],
   ])("rejects %j with exit code 2 naming the flag", async (args, message) => {
-    const r = await ax(args, env);
+    const r = await ax(args, cli.env);
     expect(r.code).toBe(2);
     expect(r.stderr).toContain(`ax: AX_CLI_USAGE: ${message}`);
   });
 
   it("says when the coordinator cannot be reached, or refuses the token", async () => {
-    const r = await ax(["job", "list", "--url", "http://127.0.0.1:9"], env);
+    const r = await ax(["job", "list", "--url", "http://127.0.0.1:9"], cli.env);
     expect(r.code).toBe(1);
     expect(r.stderr).toContain(
       "ax: AX_API_UNREACHABLE: cannot reach the coordinator at http://127.0.0.1:9",
     );
-    const noToken = await ax(["job", "list"], { AX_URL: http.url });
+    const noToken = await ax(["job", "list"], { AX_URL: cli.http.url });
     expect(noToken.code).toBe(1);
     expect(noToken.stderr).toContain("ax: AX_API_UNAUTHORIZED:");
     // Flags win over the environment.
-    const flags = await ax(["job", "list", "--json", "--url", http.url, "--token", TOKEN], {
+    const flags = await ax(["job", "list", "--json", "--url", cli.http.url, "--token", TOKEN], {
       AX_URL: "http://127.0.0.1:9",
       AX_TOKEN: "wrong",
     });

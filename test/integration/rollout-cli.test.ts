@@ -1,9 +1,7 @@
 import { execFile } from "node:child_process";
 import { fileURLToPath } from "node:url";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import type { Coordinator } from "../../coordinator/coordinator.js";
-import { type HttpServer, startHttpServer } from "../../coordinator/http/server.js";
-import { startTestCoordinator, type TestBroker, tempDir, testBroker } from "../helpers/env.js";
+import { describe, expect, it } from "vitest";
+import { useCliTarget } from "../helpers/env.js";
 
 /**
  * `ax rollout` against a live coordinator: the flags become the spec the API stores, the tables
@@ -77,32 +75,10 @@ interface Detail {
 }
 
 describe("ax rollout", () => {
-  let broker: TestBroker;
-  let tmp: ReturnType<typeof tempDir>;
-  let coordinator: Coordinator;
-  let http: HttpServer;
-  let env: Record<string, string>;
-
-  beforeAll(async () => {
-    broker = await testBroker();
-    tmp = tempDir();
-    coordinator = await startTestCoordinator(broker, tmp.dir, 1_000);
-    http = await startHttpServer(coordinator, {
-      port: 0,
-      auth: { tokens: [{ token: TOKEN, role: "operator" }] },
-    });
-    env = { AX_URL: http.url, AX_TOKEN: TOKEN };
-  });
-
-  afterAll(async () => {
-    await http?.close();
-    await coordinator?.close();
-    await broker?.close();
-    tmp?.cleanup();
-  });
+  const cli = useCliTarget(TOKEN);
 
   const show = async (id: string) => {
-    const r = await ax(["rollout", "show", id, "--json"], env);
+    const r = await ax(["rollout", "show", id, "--json"], cli.env);
     expect(r.code, r.stderr).toBe(0);
     return JSON.parse(r.stdout) as Detail;
   };
@@ -145,7 +121,7 @@ describe("ax rollout", () => {
         "--description",
         "from the CLI test",
       ],
-      env,
+      cli.env,
     );
     const after = Date.now();
     expect(created).toEqual({
@@ -171,7 +147,7 @@ describe("ax rollout", () => {
     expect(rollout.command.at).toBeLessThanOrEqual(after + 3_600_000);
     expect(timeline.map((t) => t.toState)).toEqual(["CREATED"]);
 
-    const text = await ax(["rollout", "show", "ro-cli-1"], env);
+    const text = await ax(["rollout", "show", "ro-cli-1"], cli.env);
     expect(text.code, text.stderr).toBe(0);
     const [summary, waves, events] = text.stdout.trimEnd().split("\n\n") as [
       string,
@@ -206,7 +182,7 @@ describe("ax rollout", () => {
   it("lists rollouts newest first, filtered by state, as a table and as JSON", async () => {
     const started = await ax(
       ["rollout", "create", "--handler", "echo", "--agent", "gw-a", "--agent", "gw-b"],
-      env,
+      cli.env,
     );
     expect(started.code, started.stderr).toBe(0);
     const m = /^rollout (\S+): IN_PROGRESS; 0 agents match now\n$/.exec(started.stdout);
@@ -214,7 +190,7 @@ describe("ax rollout", () => {
     const id = m?.[1] as string;
     expect(id).toMatch(/^ro_/);
 
-    const list = await ax(["rollout", "list"], env);
+    const list = await ax(["rollout", "list"], cli.env);
     expect(list.code, list.stderr).toBe(0);
     const rows = tableRows(list.stdout, LIST_HEADER);
     expect(rows.map((r) => r.slice(0, 6))).toEqual([
@@ -223,56 +199,59 @@ describe("ax rollout", () => {
     ]);
     for (const r of rows) expect(r[6]).toMatch(ISO);
 
-    const created = await ax(["rollout", "list", "--state", "created"], env);
+    const created = await ax(["rollout", "list", "--state", "created"], cli.env);
     expect(tableRows(created.stdout, LIST_HEADER).map((r) => r[0])).toEqual(["ro-cli-1"]);
 
-    const page = await ax(["rollout", "list", "--limit", "1", "--json"], env);
+    const page = await ax(["rollout", "list", "--limit", "1", "--json"], cli.env);
     expect(page.code, page.stderr).toBe(0);
     const json = JSON.parse(page.stdout) as { items: { id: string }[]; nextCursor: string | null };
     expect(json.items.map((r) => r.id)).toEqual([id]);
     expect(json.nextCursor).not.toBeNull();
-    const all = await ax(["rollout", "list", "--limit", "1", "--all", "--json"], env);
+    const all = await ax(["rollout", "list", "--limit", "1", "--all", "--json"], cli.env);
     expect((JSON.parse(all.stdout) as typeof json).items.map((r) => r.id)).toEqual([
       id,
       "ro-cli-1",
     ]);
 
-    const abort = await ax(["rollout", "abort", id], env);
+    const abort = await ax(["rollout", "abort", id], cli.env);
     expect(abort.code, abort.stderr).toBe(0);
     expect(abort.stdout).toMatch(new RegExp(`^rollout ${id}: ABORTED`));
   });
 
   it("starts, pauses, resumes and aborts a rollout, each answered with its new state", async () => {
-    const resumed = await ax(["rollout", "resume", "ro-cli-1"], env);
+    const resumed = await ax(["rollout", "resume", "ro-cli-1"], cli.env);
     expect(resumed).toEqual({ code: 0, stdout: "rollout ro-cli-1: IN_PROGRESS\n", stderr: "" });
     expect((await show("ro-cli-1")).rollout.state).toBe("IN_PROGRESS");
 
-    const paused = await ax(["rollout", "pause", "ro-cli-1", "--reason", "night shift"], env);
+    const paused = await ax(["rollout", "pause", "ro-cli-1", "--reason", "night shift"], cli.env);
     expect(paused).toEqual({
       code: 0,
       stdout: "rollout ro-cli-1: PAUSED (night shift)\n",
       stderr: "",
     });
     expect((await show("ro-cli-1")).rollout.state).toBe("PAUSED");
-    const listed = await ax(["rollout", "list", "--state", "PAUSED"], env);
+    const listed = await ax(["rollout", "list", "--state", "PAUSED"], cli.env);
     expect(tableRows(listed.stdout, LIST_HEADER).map((r) => r.slice(0, 2))).toEqual([
       ["ro-cli-1", "PAUSED"],
     ]);
 
-    const again = await ax(["rollout", "pause", "ro-cli-1"], env);
+    const again = await ax(["rollout", "pause", "ro-cli-1"], cli.env);
     expect(again.code).toBe(1);
     expect(again.stdout).toBe("");
     expect(again.stderr).toMatch(/^ax: AX_ROLLOUT_CONFLICT: .*PAUSED/);
 
     // The pause's reason is not news after a resume.
-    const resumedAgain = await ax(["rollout", "resume", "ro-cli-1"], env);
+    const resumedAgain = await ax(["rollout", "resume", "ro-cli-1"], cli.env);
     expect(resumedAgain).toEqual({
       code: 0,
       stdout: "rollout ro-cli-1: IN_PROGRESS\n",
       stderr: "",
     });
 
-    const aborted = await ax(["rollout", "abort", "ro-cli-1", "--reason", "canary failed"], env);
+    const aborted = await ax(
+      ["rollout", "abort", "ro-cli-1", "--reason", "canary failed"],
+      cli.env,
+    );
     expect(aborted).toEqual({
       code: 0,
       stdout: "rollout ro-cli-1: ABORTED (canary failed)\n",
@@ -294,7 +273,7 @@ describe("ax rollout", () => {
     const actor = changes[0]?.actor as string;
     expect(changes.every((t) => t.actor === actor)).toBe(true);
 
-    const text = await ax(["rollout", "show", "ro-cli-1"], env);
+    const text = await ax(["rollout", "show", "ro-cli-1"], cli.env);
     const [summary, , events] = text.stdout.trimEnd().split("\n\n") as [string, string, string];
     expect(summary).toMatch(/^state {2,}ABORTED$/m);
     expect(summary).toMatch(/^reason {2,}canary failed$/m);
@@ -309,25 +288,25 @@ describe("ax rollout", () => {
       ["aborted", "IN_PROGRESS", "ABORTED", actor, "canary failed"],
     ]);
 
-    const final = await ax(["rollout", "resume", "ro-cli-1"], env);
+    const final = await ax(["rollout", "resume", "ro-cli-1"], cli.env);
     expect(final.code).toBe(1);
     expect(final.stderr).toMatch(/^ax: AX_ROLLOUT_CONFLICT: /);
   });
 
   it("says which rollout is missing or taken, and what the API refused", async () => {
-    const missing = await ax(["rollout", "show", "no-such-rollout"], env);
+    const missing = await ax(["rollout", "show", "no-such-rollout"], cli.env);
     expect(missing.code).toBe(1);
     expect(missing.stderr).toMatch(/^ax: AX_ROLLOUT_NOT_FOUND: .*no-such-rollout/);
     const taken = await ax(
       ["rollout", "create", "--handler", "echo", "--tag", "a=b", "--id", "ro-cli-1"],
-      env,
+      cli.env,
     );
     expect(taken.code).toBe(1);
     expect(taken.stderr).toMatch(/^ax: AX_ROLLOUT_CONFLICT: .*ro-cli-1/);
     // Well-formed waves that break the spec's rules are the API's to refuse, naming the field.
     const waves = await ax(
       ["rollout", "create", "--handler", "echo", "--tag", "a=b", "--waves", "50%,10%"],
-      env,
+      cli.env,
     );
     expect(waves.code).toBe(1);
     expect(waves.stderr).toBe(
@@ -399,7 +378,7 @@ describe("ax rollout", () => {
     [["paus", "ro-cli-1"], 'rollout: unknown subcommand "paus"; did you mean "pause"?'],
     [[], "rollout: give a subcommand: create, list, show, pause, resume or abort"],
   ])("exits 2 for rollout %j, naming the flag, and sends nothing", async (args, message) => {
-    expect(await ax(["rollout", ...args], env)).toEqual({
+    expect(await ax(["rollout", ...args], cli.env)).toEqual({
       code: 2,
       stdout: "",
       stderr: `ax: AX_CLI_USAGE: ${message}\n`,
@@ -407,7 +386,7 @@ describe("ax rollout", () => {
   });
 
   it("created nothing for the refused command lines", async () => {
-    const all = await ax(["rollout", "list", "--all", "--json"], env);
+    const all = await ax(["rollout", "list", "--all", "--json"], cli.env);
     expect((JSON.parse(all.stdout) as { items: unknown[] }).items).toHaveLength(2);
   });
 
