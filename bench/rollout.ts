@@ -33,8 +33,7 @@ import {
 import type { ExecutionRecord } from "../coordinator/store/port.js";
 import type { ExecState } from "../shared/fsm.js";
 import { tempDir, waitFor } from "../test/helpers/env.js";
-import type { SimAgentSpec } from "./fleet-sim/agent.js";
-import { Simulator } from "./fleet-sim/simulator.js";
+import { enrolSimAgents, Simulator } from "./fleet-sim/simulator.js";
 import {
   finishRun,
   fmt,
@@ -104,21 +103,9 @@ await coordinator.start();
 
 // The fleet: enrolled one by one as `ax fleet enroll` does, then connected by the simulator.
 const ids = Array.from({ length: AGENTS }, (_, i) => `ro-${String(i).padStart(6, "0")}`);
-const specs: SimAgentSpec[] = [];
-for (const agentId of ids) {
-  const { file } = await coordinator.identities.enroll(agentId, {
-    tags: { fleet: "rollout" },
-    actor: "bench",
-  });
-  specs.push({
-    agentId,
-    key: Buffer.from(file.key, "base64url"),
-    generation: file.generation,
-    username: file.mqtt?.username,
-    password: file.mqtt?.password,
-    fails: false,
-  });
-}
+const specs = await enrolSimAgents(coordinator, ids, { fleet: "rollout" }, "bench", () => ({
+  fails: false,
+}));
 const sim = new Simulator({
   host: "127.0.0.1",
   port: broker.port,

@@ -1,6 +1,6 @@
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { Simulator } from "../bench/fleet-sim/simulator.js";
+import { enrolSimAgents, Simulator } from "../bench/fleet-sim/simulator.js";
 import { startEmbeddedBroker } from "../coordinator/broker/embedded.js";
 import { parseCoordinatorConfig } from "../coordinator/config.js";
 import { Coordinator } from "../coordinator/coordinator.js";
@@ -30,21 +30,8 @@ describe("fleet simulator", () => {
       }),
     );
     await coordinator.start();
-    const specs = [];
-    for (let i = 0; i < AGENTS; i++) {
-      const agentId = `sim-${i}`;
-      const { file } = await coordinator.identities.enroll(agentId, {
-        tags: { fleet: "sim" },
-        actor: "test",
-      });
-      specs.push({
-        agentId,
-        key: Buffer.from(file.key, "base64url"),
-        generation: file.generation,
-        username: file.mqtt?.username,
-        password: file.mqtt?.password,
-      });
-    }
+    const ids = Array.from({ length: AGENTS }, (_, i) => `sim-${i}`);
+    const specs = await enrolSimAgents(coordinator, ids, { fleet: "sim" }, "test");
     sim = new Simulator({ host: "127.0.0.1", port: broker.port, prefix, agents: specs });
     sim.start();
   });

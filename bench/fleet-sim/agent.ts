@@ -573,32 +573,22 @@ export class SimAgent {
       case "cancel": {
         const c = this.journal.get(m.executionId);
         if (c === undefined || c.round !== m.round) return;
-        if (c.state === "scheduled") {
-          // Not simulated beyond this: a cancelled command is reported as such and forgotten.
+        if (c.state === "scheduled" || c.state === "running") {
+          // A scheduled one never runs (not simulated beyond this: reported and forgotten); a
+          // handler that takes time is interrupted: it ran, and ends canceled.
+          const ran = c.state === "running";
           this.ctx.cancel(c.handle);
-          c.state = "expired";
+          c.state = ran ? "canceled" : "expired";
+          const now = this.coordNow();
           this.report({
             type: "finished",
             executionId: c.executionId,
             round: c.round,
             outcome: "canceled",
             retryable: false,
-            message: "canceled",
-            finishedAt: this.coordNow(),
-          });
-        } else if (c.state === "running") {
-          // A handler that takes time is interrupted: it ran, and ends canceled.
-          this.ctx.cancel(c.handle);
-          c.state = "canceled";
-          this.report({
-            type: "finished",
-            executionId: c.executionId,
-            round: c.round,
-            outcome: "canceled",
-            retryable: false,
-            message: "canceled while running",
-            startedAt: c.startedAt as number,
-            finishedAt: Math.max(c.startedAt as number, this.coordNow()),
+            message: ran ? "canceled while running" : "canceled",
+            ...(ran ? { startedAt: c.startedAt as number } : {}),
+            finishedAt: ran ? Math.max(c.startedAt as number, now) : now,
           });
         } else {
           this.stateOf(c, "too_late");

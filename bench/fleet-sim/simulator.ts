@@ -165,3 +165,46 @@ export class Simulator {
     this.wheel.close();
   }
 }
+
+/** What {@link enrolSimAgents} needs of a coordinator: its enrolment of identities. */
+interface Enrolling {
+  identities: {
+    enroll(
+      agentId: string,
+      options: { tags?: Record<string, string>; actor: string },
+    ): Promise<{
+      file: {
+        key: string;
+        generation: number;
+        mqtt?: { username: string; password: string } | undefined;
+      };
+    }>;
+  };
+}
+
+/**
+ * Enrols agents `ids` with `tags` on `coordinator`, as `ax fleet enroll` does, and returns the
+ * simulator's spec of each (its message key, its broker login); `extra` adds to a spec (a device
+ * that fails, one whose handler takes time).
+ */
+export async function enrolSimAgents(
+  coordinator: Enrolling,
+  ids: readonly string[],
+  tags: Record<string, string>,
+  actor: string,
+  extra: (agentId: string) => Partial<SimAgentSpec> = () => ({}),
+): Promise<SimAgentSpec[]> {
+  const specs: SimAgentSpec[] = [];
+  for (const agentId of ids) {
+    const { file } = await coordinator.identities.enroll(agentId, { tags, actor });
+    specs.push({
+      agentId,
+      key: Buffer.from(file.key, "base64url"),
+      generation: file.generation,
+      username: file.mqtt?.username,
+      password: file.mqtt?.password,
+      ...extra(agentId),
+    });
+  }
+  return specs;
+}

@@ -1,7 +1,6 @@
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import type { SimAgentSpec } from "../../bench/fleet-sim/agent.js";
-import { Simulator } from "../../bench/fleet-sim/simulator.js";
+import { enrolSimAgents, Simulator } from "../../bench/fleet-sim/simulator.js";
 import { startEmbeddedBroker } from "../../coordinator/broker/embedded.js";
 import { parseCoordinatorConfig } from "../../coordinator/config.js";
 import { Coordinator, openStore } from "../../coordinator/coordinator.js";
@@ -53,19 +52,10 @@ function rolloutTests(
     fails: (id: string) => boolean = () => false,
     runMs = 0,
   ): Promise<Simulator> {
-    const specs: SimAgentSpec[] = [];
-    for (const agentId of ids) {
-      const { file } = await coordinator.identities.enroll(agentId, { tags, actor: "test" });
-      specs.push({
-        agentId,
-        key: Buffer.from(file.key, "base64url"),
-        generation: file.generation,
-        username: file.mqtt?.username,
-        password: file.mqtt?.password,
-        fails: fails(agentId),
-        runMs,
-      });
-    }
+    const specs = await enrolSimAgents(coordinator, ids, tags, "test", (agentId) => ({
+      fails: fails(agentId),
+      runMs,
+    }));
     const sim = new Simulator({ host: "127.0.0.1", port: broker.port, prefix, agents: specs });
     sims.push(sim);
     sim.start();
