@@ -248,6 +248,53 @@ function fleetHash(filters) {
 }
 
 /**
+ * A listing read a page at a time by cursor, with a button to the next page and one back, and
+ * read again every 2 s while its view (render number `seq`) is shown. `fetchPage(cursor)` reads
+ * a page (`{ nextCursor, … }`; cursor null: the first), `draw(page, n)` shows it as page `n`
+ * (from 1). The cursor of every page from the first to the shown one is kept: next pushes, back
+ * pops.
+ */
+async function pagedListing(seq, next, back, fetchPage, draw) {
+  const cursors = [null];
+  let nextCursor = null;
+  let loads = 0;
+  let loading = false;
+  const load = async () => {
+    const mine = ++loads;
+    loading = true;
+    try {
+      const page = await fetchPage(cursors.at(-1));
+      if (seq !== renderSeq || mine !== loads) return; // left the view, or a newer load began
+      draw(page, cursors.length);
+      nextCursor = page.nextCursor ?? null;
+      back.disabled = cursors.length === 1;
+      next.disabled = nextCursor === null;
+    } finally {
+      if (mine === loads) loading = false;
+    }
+  };
+  next.addEventListener("click", () => {
+    if (nextCursor === null) return;
+    cursors.push(nextCursor);
+    nextCursor = null; // a second click before the page comes must not skip one
+    next.disabled = true;
+    load().catch(showError);
+  });
+  back.addEventListener("click", () => {
+    if (cursors.length === 1) return;
+    cursors.pop();
+    back.disabled = true;
+    load().catch(showError);
+  });
+  await load();
+  if (seq !== renderSeq) return; // another view's timer is not this one's to replace
+  // A tick while a page is still coming is skipped: against a slow coordinator they must not pile up.
+  live(async () => {
+    if (!loading) await load();
+  }, 2000);
+}
+
+/**
  * One page of the fleet, filtered by the coordinator: `{ items, nextCursor, total, counts }`. A
  * coordinator from before paging answers `{ items }` with every agent and ignores the filters:
  * that answer is filtered here and is the only page.
@@ -334,27 +381,6 @@ async function fleetView(seq) {
     <button id="fleet-next" disabled>Next</button></p>`;
   const previous = view.querySelector("#fleet-previous");
   const next = view.querySelector("#fleet-next");
-  // The cursor of every page from the first to this one: Next pushes, Previous pops.
-  const cursors = [null];
-  let nextCursor = null;
-  let loads = 0;
-  let loading = false;
-
-  const load = async () => {
-    const mine = ++loads;
-    loading = true;
-    try {
-      const page = await fleetPage(filters, cursors.at(-1));
-      if (seq !== renderSeq || mine !== loads) return; // left the view, or a newer load began
-      drawFleetPage(page, cursors.length);
-      nextCursor = page.nextCursor ?? null;
-      previous.disabled = cursors.length === 1;
-      next.disabled = nextCursor === null;
-    } finally {
-      if (mine === loads) loading = false;
-    }
-  };
-
   view.querySelector("#fleet-filters").addEventListener("submit", (ev) => {
     ev.preventDefault();
     const f = ev.target;
@@ -367,26 +393,13 @@ async function fleetView(seq) {
     if (hash === location.hash) render();
     else location.hash = hash;
   });
-  next.addEventListener("click", () => {
-    if (nextCursor === null) return;
-    cursors.push(nextCursor);
-    nextCursor = null; // a second click before the page comes must not skip one
-    next.disabled = true;
-    load().catch(showError);
-  });
-  previous.addEventListener("click", () => {
-    if (cursors.length === 1) return;
-    cursors.pop();
-    previous.disabled = true;
-    load().catch(showError);
-  });
-
-  await load();
-  if (seq !== renderSeq) return; // another view's timer is not this one's to replace
-  // A tick while a page is still coming is skipped: against a slow coordinator they must not pile up.
-  live(async () => {
-    if (!loading) await load();
-  }, 2000);
+  await pagedListing(
+    seq,
+    next,
+    previous,
+    (cursor) => fleetPage(filters, cursor),
+    (page, n) => drawFleetPage(page, n),
+  );
 }
 
 /** The counts, the rows and the place in the fleet of one page (number `n`, from 1). */
@@ -787,37 +800,6 @@ async function rolloutsView(seq) {
     <button id="rollouts-older" disabled>Older</button></p>`;
   const newer = view.querySelector("#rollouts-newer");
   const older = view.querySelector("#rollouts-older");
-  // The cursor of every page from the first to this one: Older pushes, Newer pops.
-  const cursors = [null];
-  let nextCursor = null;
-  let loads = 0;
-  let loading = false;
-
-  const load = async () => {
-    const mine = ++loads;
-    loading = true;
-    try {
-      const query = new URLSearchParams({ limit: String(ROLLOUT_PAGE) });
-      if (filter) query.set("state", filter);
-      const cursor = cursors.at(-1);
-      if (cursor) query.set("cursor", cursor);
-      const page = await api(`/api/rollouts?${query}`, { labels: { state: "state" } });
-      if (seq !== renderSeq || mine !== loads) return; // left the view, or a newer load began
-      const items = page.items;
-      view.querySelector("#rollout-list").innerHTML = table(
-        ROLLOUT_HEADERS,
-        items.map(rolloutRow),
-        (i) => `data-rollout="${h(items[i].id)}"`,
-      );
-      view.querySelector("#rollouts-page").textContent = `page ${cursors.length}`;
-      nextCursor = page.nextCursor ?? null;
-      newer.disabled = cursors.length === 1;
-      older.disabled = nextCursor === null;
-    } finally {
-      if (mine === loads) loading = false;
-    }
-  };
-
   view.querySelector("#rollout-filters").addEventListener("submit", (ev) => {
     ev.preventDefault();
     const s = ev.target.state.value;
@@ -826,25 +808,26 @@ async function rolloutsView(seq) {
     if (hash === location.hash) render();
     else location.hash = hash;
   });
-  older.addEventListener("click", () => {
-    if (nextCursor === null) return;
-    cursors.push(nextCursor);
-    nextCursor = null; // a second click before the page comes must not skip one
-    older.disabled = true;
-    load().catch(showError);
-  });
-  newer.addEventListener("click", () => {
-    if (cursors.length === 1) return;
-    cursors.pop();
-    newer.disabled = true;
-    load().catch(showError);
-  });
-
-  await load();
-  if (seq !== renderSeq) return; // another view's timer is not this one's to replace
-  live(async () => {
-    if (!loading) await load();
-  }, 2000);
+  await pagedListing(
+    seq,
+    older,
+    newer,
+    (cursor) => {
+      const query = new URLSearchParams({ limit: String(ROLLOUT_PAGE) });
+      if (filter) query.set("state", filter);
+      if (cursor) query.set("cursor", cursor);
+      return api(`/api/rollouts?${query}`, { labels: { state: "state" } });
+    },
+    (page, n) => {
+      const items = page.items;
+      view.querySelector("#rollout-list").innerHTML = table(
+        ROLLOUT_HEADERS,
+        items.map(rolloutRow),
+        (i) => `data-rollout="${h(items[i].id)}"`,
+      );
+      view.querySelector("#rollouts-page").textContent = `page ${n}`;
+    },
+  );
 }
 
 /** A selector as an operator reads it: every part an agent must match, joined by "and". */
