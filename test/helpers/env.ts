@@ -1,6 +1,8 @@
+import { execFile } from "node:child_process";
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import { fileURLToPath } from "node:url";
 import { afterAll, beforeAll } from "vitest";
 import { type EmbeddedBroker, startEmbeddedBroker } from "../../coordinator/broker/embedded.js";
 import { parseCoordinatorConfig } from "../../coordinator/config.js";
@@ -168,4 +170,31 @@ export function useCliTarget(token: string): CliTarget {
     tmp?.cleanup();
   });
   return target;
+}
+
+const AX_BIN = fileURLToPath(new URL("../../bin/ax.js", import.meta.url));
+
+/**
+ * Runs `ax` as a child process, asynchronously (the API it calls may run in this process), with
+ * the test's environment but no AX_URL or AX_TOKEN of its own unless `env` gives them.
+ */
+export function runAx(
+  args: string[],
+  env: Record<string, string> = {},
+): Promise<{ code: number; stdout: string; stderr: string }> {
+  return new Promise((resolve) => {
+    execFile(
+      process.execPath,
+      [AX_BIN, ...args],
+      {
+        encoding: "utf8",
+        timeout: 60_000,
+        env: { ...process.env, AX_URL: "", AX_TOKEN: "", ...env },
+      },
+      (err, stdout, stderr) => {
+        const code = err ? ((err as { code?: number }).code ?? 1) : 0;
+        resolve({ code: typeof code === "number" ? code : 1, stdout, stderr });
+      },
+    );
+  });
 }

@@ -1,34 +1,14 @@
-import { execFile, spawn } from "node:child_process";
+import { spawn } from "node:child_process";
 import { writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { describe, expect, it } from "vitest";
-import { tempDir, testBroker, useCliTarget } from "../helpers/env.js";
+import { runAx, tempDir, testBroker, useCliTarget } from "../helpers/env.js";
 
 const AX = fileURLToPath(new URL("../../bin/ax.js", import.meta.url));
 const TOKEN = "cli-operate-token-0123456789";
 
-/** Runs `ax` as a child process (asynchronously: the API it calls runs in this process). */
-function ax(
-  args: string[],
-  env: Record<string, string> = {},
-): Promise<{ code: number; stdout: string; stderr: string }> {
-  return new Promise((resolve) => {
-    execFile(
-      process.execPath,
-      [AX, ...args],
-      {
-        encoding: "utf8",
-        timeout: 60_000,
-        env: { ...process.env, AX_URL: "", AX_TOKEN: "", ...env },
-      },
-      (err, stdout, stderr) => {
-        const code = err ? ((err as { code?: number }).code ?? 1) : 0;
-        resolve({ code: typeof code === "number" ? code : 1, stdout, stderr });
-      },
-    );
-  });
-}
+const ax = runAx;
 
 /**
  * Each column of an aligned table starts at the same offset on every line: the header's column

@@ -1,37 +1,14 @@
-import { execFile } from "node:child_process";
-import { fileURLToPath } from "node:url";
 import { describe, expect, it } from "vitest";
-import { useCliTarget } from "../helpers/env.js";
+import { runAx, useCliTarget } from "../helpers/env.js";
 
 /**
  * `ax rollout` against a live coordinator: the flags become the spec the API stores, the tables
  * show what the API answers, each action moves the state, and a bad flag is refused before
  * anything is sent. No agent is online: the API accepts a rollout that matches nobody yet.
  */
-const AX = fileURLToPath(new URL("../../bin/ax.js", import.meta.url));
 const TOKEN = "cli-rollout-token-0123456789";
 
-/** Runs `ax` as a child process (asynchronously: the API it calls runs in this process). */
-function ax(
-  args: string[],
-  env: Record<string, string> = {},
-): Promise<{ code: number; stdout: string; stderr: string }> {
-  return new Promise((resolve) => {
-    execFile(
-      process.execPath,
-      [AX, ...args],
-      {
-        encoding: "utf8",
-        timeout: 60_000,
-        env: { ...process.env, AX_URL: "", AX_TOKEN: "", ...env },
-      },
-      (err, stdout, stderr) => {
-        const code = err ? ((err as { code?: number }).code ?? 1) : 0;
-        resolve({ code: typeof code === "number" ? code : 1, stdout, stderr });
-      },
-    );
-  });
-}
+const ax = runAx;
 
 /** The rows of an aligned table under `header`, each split into its cells. */
 function tableRows(text: string, header: string[]): string[][] {
