@@ -208,6 +208,30 @@ function rolloutTests(
     expect(done.progress.byState).toEqual({ FAILED: 10, CANCELED: 20 });
   }, 60_000);
 
+  it("speeds up an exponential rate as executions succeed", async () => {
+    const ids = Array.from({ length: 12 }, (_, i) => `ex-${String(i).padStart(2, "0")}`);
+    await agents(ids, { fleet: "exp" });
+    // One a second at first (the bucket holds one); ×4 for every 2 successes, up to 600 a minute.
+    await create({
+      id: "ro-exp",
+      selector: { tags: { fleet: "exp" } },
+      command: { handler: "echo", params: { rollout: "ro-exp" } },
+      rate: {
+        exponential: { basePerMinute: 60, factor: 4, stepSuccesses: 2, maxPerMinute: 600 },
+      },
+    });
+    const done = await until("ro-exp", ["COMPLETED"]);
+    const execs = await truth("ro-exp");
+    expect(execs.map((e) => e.state)).toEqual(Array(12).fill("SUCCEEDED"));
+    const reached = (await coordinator.store.listRolloutTargets("ro-exp"))
+      .map((t) => t.reachedAt)
+      .sort((a, b) => a - b);
+    // The second agent waited for the base rate's next token (a second, less a pass's slack);
+    // at the base rate all twelve would have taken 11 s, with the steps it takes a few.
+    expect((reached[1] as number) - (reached[0] as number)).toBeGreaterThanOrEqual(900);
+    expect((done.finishedAt as number) - (done.startedAt as number)).toBeLessThan(8_000);
+  }, 60_000);
+
   it("runs its waves in order, each after the one before ended and soaked, and reaches an agent that comes online later", async () => {
     const ids = Array.from({ length: 19 }, (_, i) => `wv-${String(i).padStart(2, "0")}`);
     await agents(ids, { fleet: "waves" });
