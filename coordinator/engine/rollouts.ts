@@ -197,14 +197,21 @@ export class RolloutEngine {
     if (r.state !== "IN_PROGRESS") return;
 
     const matching = this.matching(r);
-    const ended = r.endsAt !== null && now >= r.endsAt;
+    // No agent is reached after its end, nor, with a start time for all, once that time's
+    // window (startWithin) is over: it could only expire there.
+    const window = r.command.at === undefined ? null : r.command.at + r.command.startWithin;
+    const endAt = Math.min(
+      r.endsAt ?? Number.POSITIVE_INFINITY,
+      window ?? Number.POSITIVE_INFINITY,
+    );
+    const ended = now >= endAt;
     const last = r.waves.length - 1;
     // Completed: every matching agent reached and done, or its end passed with nothing open.
     // One that matches no agent yet waits for one (or its end, or an abort).
     const allReached = r.wave >= last && matching.length > 0 && t.reached >= matching.length;
     if (t.open === 0 && (allReached || ended)) {
       const why = ended
-        ? `its end passed: ${t.reached} of ${matching.length} matching agents reached`
+        ? `${endAt === window ? "its start window" : "its end"} passed: ${t.reached} of ${matching.length} matching agents reached`
         : `every matching agent reached (${t.reached})`;
       await this.transition(r, "COMPLETED", "completed", why, "system", {
         reached: t.reached,
@@ -321,7 +328,8 @@ export class RolloutEngine {
       params: r.command.params,
       targetAgentId: agentId,
       fireAt,
-      deadline: Math.max(fireAt, now) + r.command.startWithin,
+      // As documented: never started later than startWithin after its start time.
+      deadline: fireAt + r.command.startWithin,
       timeoutMs: r.command.timeout,
       dispatchTimeoutMs: COMMAND_DEFAULTS.dispatchTimeoutMs,
       maxAttempts: 1,

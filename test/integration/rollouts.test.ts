@@ -232,6 +232,30 @@ function rolloutTests(
     expect((done.finishedAt as number) - (done.startedAt as number)).toBeLessThan(8_000);
   }, 60_000);
 
+  it("with a start time for all, reaches no agent once its start window passed, and completes", async () => {
+    await agents(["sw-0"], { fleet: "window" });
+    // sw-1 matches but is offline all through the window: it is not reached, and then must not be.
+    const late = await agents(["sw-1"], { fleet: "window" });
+    late.close();
+    await waitFor("sw-1 offline", () =>
+      coordinator.fleet.get("sw-1")?.status === "offline" ? true : undefined,
+    );
+    const at = Date.now() + 1_000;
+    await create({
+      id: "ro-window",
+      selector: { tags: { fleet: "window" } },
+      command: { handler: "echo", params: { rollout: "ro-window" }, at, startWithin: "1s" },
+      rate: { perMinute: 6_000 },
+    });
+    const done = await until("ro-window", ["COMPLETED"]);
+    expect(done.finishedAt as number).toBeGreaterThanOrEqual(at + 1_000);
+    expect(done.reason).toBe("its start window passed: 1 of 2 matching agents reached");
+    const execs = await truth("ro-window");
+    expect(execs.map((e) => [e.targetAgentId, e.state])).toEqual([["sw-0", "SUCCEEDED"]]);
+    expect(execs[0]?.deadline).toBe(at + 1_000);
+    expect(execs[0]?.startedAt).toBeGreaterThanOrEqual(at);
+  }, 60_000);
+
   it("runs its waves in order, each after the one before ended and soaked, and reaches an agent that comes online later", async () => {
     const ids = Array.from({ length: 19 }, (_, i) => `wv-${String(i).padStart(2, "0")}`);
     await agents(ids, { fleet: "waves" });
