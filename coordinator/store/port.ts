@@ -222,6 +222,20 @@ export interface ExecutionPage {
   nextCursor: string | null;
 }
 
+/**
+ * A firing decided under a job's misfire policy ({@link Store.recordFires}): the job's next fire
+ * time moves from `expectedNext` to `nextFireAt`, each of `fires` gets its executions (one per
+ * shard), each of `missed` a missed fire row.
+ */
+export interface FireBatch {
+  jobId: string;
+  expectedNext: number;
+  nextFireAt: number | null;
+  fires: { scheduledFor: number; executions: NewExecution[] }[];
+  missed: number[];
+  at: number;
+}
+
 /** A page of rollouts, newest first; `nextCursor` is null on the last page. */
 export interface RolloutPage {
   items: RolloutRecord[];
@@ -359,14 +373,7 @@ export interface Store {
    * nominal time in `fires`, and a `missed` fire row for every one in `missed`. Returns false, and
    * writes nothing, when another writer got there first.
    */
-  recordFires(batch: {
-    jobId: string;
-    expectedNext: number;
-    nextFireAt: number | null;
-    fires: { scheduledFor: number; executions: NewExecution[] }[];
-    missed: number[];
-    at: number;
-  }): Promise<boolean>;
+  recordFires(batch: FireBatch): Promise<boolean>;
 
   /**
    * Creates an execution outside any job (a device command, a retry); `detail` goes into its

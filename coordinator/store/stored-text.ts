@@ -1,12 +1,27 @@
 import type { ExecState } from "../../shared/fsm.js";
 import type { JobDefinition } from "../domain/job.js";
-import type { CoordinatorRecord, PeerRecord } from "./port.js";
+import type { CoordinatorRecord, PeerRecord, TransitionWrite } from "./port.js";
 
 /*
  * How the store adapters turn values into stored text, the same for each: SQLite and PostgreSQL
- * must cap, compare and serialise alike for the contract suite to hold for both. (SqliteStore
- * keeps private copies of these from before PostgreSQL; they are the same functions.)
+ * must cap, compare and serialise alike for the contract suite to hold for both.
  */
+
+/**
+ * What every transition writes whatever its patch, in the order both stores' compare-and-set
+ * statements take it: the new snapshot's counters, then the time.
+ */
+export function transitionColumns(w: TransitionWrite): unknown[] {
+  return [
+    w.next.state,
+    w.next.round,
+    w.next.attempt,
+    w.next.maxAttempts,
+    w.next.dispatches,
+    w.next.maxDispatches,
+    w.at,
+  ];
+}
 
 /**
  * Stored error text (an execution's message, a timeline entry's detail) is capped at this many

@@ -1,6 +1,6 @@
 import type { ExecState } from "../../../shared/fsm.js";
 import type { ExecutionRecord, NewExecution, TransitionWrite } from "../port.js";
-import { capUtf8, type PeerRow } from "../stored-text.js";
+import { capUtf8, type PeerRow, transitionColumns } from "../stored-text.js";
 import { OPEN_STATES_SQL } from "./migrations.js";
 import {
   type ExecutionRow,
@@ -116,15 +116,7 @@ export async function applyTransition(
   detailJson: (detail: Record<string, unknown> | null) => string | null,
 ): Promise<boolean> {
   const p = w.patch;
-  const args: unknown[] = [
-    w.next.state,
-    w.next.round,
-    w.next.attempt,
-    w.next.maxAttempts,
-    w.next.dispatches,
-    w.next.maxDispatches,
-    w.at,
-  ];
+  const args = transitionColumns(w);
   let shape = 0;
   PATCH_COLUMNS.forEach(([key], bit) => {
     if (!(key in p)) return;

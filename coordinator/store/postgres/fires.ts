@@ -1,4 +1,4 @@
-import type { NewExecution } from "../port.js";
+import type { FireBatch, NewExecution } from "../port.js";
 import { insertExecutions } from "./executions.js";
 import { type Queryable, run, type Statement } from "./tx.js";
 
@@ -56,14 +56,7 @@ export async function recordFire(
 /** Records a firing under the misfire policy (Store.recordFires). */
 export async function recordFires(
   q: Queryable,
-  batch: {
-    jobId: string;
-    expectedNext: number;
-    nextFireAt: number | null;
-    fires: { scheduledFor: number; executions: NewExecution[] }[];
-    missed: number[];
-    at: number;
-  },
+  batch: FireBatch,
   detailJson: (detail: Record<string, unknown>) => string | null,
 ): Promise<boolean> {
   const advanced = await run(q, ADVANCE, [

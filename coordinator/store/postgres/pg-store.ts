@@ -62,6 +62,7 @@ import type {
   ExecutionPage,
   ExecutionPageQuery,
   ExecutionRecord,
+  FireBatch,
   IdentityRecord,
   JobChange,
   JobHistoryEntry,
@@ -320,14 +321,7 @@ export class PgStore implements Store {
     });
   }
 
-  async recordFires(batch: {
-    jobId: string;
-    expectedNext: number;
-    nextFireAt: number | null;
-    fires: { scheduledFor: number; executions: NewExecution[] }[];
-    missed: number[];
-    at: number;
-  }): Promise<boolean> {
+  async recordFires(batch: FireBatch): Promise<boolean> {
     // Fires are not announced: the coordinator that fires is the active one, which runs its own
     // loops, and a NOTIFY in each of thousands of fire transactions a second serializes their
     // commits on the notification queue. What operators create (commands, jobs) is announced.

@@ -1,5 +1,6 @@
 import type { ExecState } from "../../../shared/fsm.js";
-import type { ExecutionRecord, NewExecution, TransitionWrite } from "../port.js";
+import type { ExecutionRecord, FireBatch, NewExecution, TransitionWrite } from "../port.js";
+import { transitionColumns } from "../stored-text.js";
 import type { StoreContext } from "./context.js";
 import { PATCH_COLUMNS } from "./rows.js";
 import { applyTransitionSqlFor } from "./statements.js";
@@ -45,17 +46,7 @@ export function recordFire(
 }
 
 /** Store.recordFires. */
-export function recordFires(
-  ctx: StoreContext,
-  batch: {
-    jobId: string;
-    expectedNext: number;
-    nextFireAt: number | null;
-    fires: { scheduledFor: number; executions: NewExecution[] }[];
-    missed: number[];
-    at: number;
-  },
-): boolean {
+export function recordFires(ctx: StoreContext, batch: FireBatch): boolean {
   const { statements: sql } = ctx;
   return wrap("recordFires", () =>
     ctx.writer.write(() => {
@@ -219,15 +210,7 @@ export function applyTransition(ctx: StoreContext, w: TransitionWrite): boolean 
   return wrap("applyTransition", () =>
     ctx.writer.write(() => {
       const p = w.patch;
-      const args: unknown[] = [
-        w.next.state,
-        w.next.round,
-        w.next.attempt,
-        w.next.maxAttempts,
-        w.next.dispatches,
-        w.next.maxDispatches,
-        w.at,
-      ];
+      const args = transitionColumns(w);
       const cached = executions.get(w.executionId);
       const updated: Record<string, unknown> | undefined = cached && {
         ...cached,

@@ -19,6 +19,7 @@ import type {
   ExecutionPage,
   ExecutionPageQuery,
   ExecutionRecord,
+  FireBatch,
   IdentityRecord,
   JobChange,
   JobHistoryEntry,
@@ -257,14 +258,7 @@ export class SqliteStore implements Store {
     return executions.recordFire(this.ctx, fire);
   }
 
-  async recordFires(batch: {
-    jobId: string;
-    expectedNext: number;
-    nextFireAt: number | null;
-    fires: { scheduledFor: number; executions: NewExecution[] }[];
-    missed: number[];
-    at: number;
-  }): Promise<boolean> {
+  async recordFires(batch: FireBatch): Promise<boolean> {
     return executions.recordFires(this.ctx, batch);
   }
 
