@@ -1,3 +1,4 @@
+import type { Coordinator } from "../../coordinator.js";
 import { apiRoute } from "../route.js";
 import {
   idParams,
@@ -63,49 +64,47 @@ export const rolloutRoutes = [
     errors: [404],
     handle: async ({ coordinator, params }) => coordinator.rollouts.detail(params.id),
   }),
-  apiRoute({
-    method: "POST",
-    path: "/api/rollouts/{id}/pause",
-    role: "operator",
-    operationId: "pauseRollout",
-    summary: "Pause a rollout",
-    description:
-      "No more agents are reached until it is resumed; executions already sent run on, and the " +
+  rolloutAction(
+    "pause",
+    "Pause a rollout",
+    "No more agents are reached until it is resumed; executions already sent run on, and the " +
       "abort criteria still apply to them. From IN_PROGRESS or CREATED.",
-    tag: "rollouts",
-    params: idParams,
-    body: rolloutActionBody,
-    bodyOptional: true,
-    success: { status: 200, description: "The rollout.", schema: rolloutSchema },
-    errors: [404, 409],
-    handle: async ({ coordinator, params, body, principal }) =>
-      coordinator.rollouts.pause(params.id, body.reason, principal.name),
-  }),
-  apiRoute({
-    method: "POST",
-    path: "/api/rollouts/{id}/resume",
-    role: "operator",
-    operationId: "resumeRollout",
-    summary: "Resume (or start) a rollout",
-    description: "From PAUSED, or CREATED (its start).",
-    tag: "rollouts",
-    params: idParams,
-    body: rolloutActionBody,
-    bodyOptional: true,
-    success: { status: 200, description: "The rollout.", schema: rolloutSchema },
-    errors: [404, 409],
-    handle: async ({ coordinator, params, principal }) =>
-      coordinator.rollouts.resume(params.id, principal.name),
-  }),
-  apiRoute({
-    method: "POST",
-    path: "/api/rollouts/{id}/abort",
-    role: "operator",
-    operationId: "abortRollout",
-    summary: "Abort a rollout",
-    description:
-      "ABORTED: no more agents are reached, and every execution it left open is canceled. From " +
+    (c, id, reason, actor) => c.rollouts.pause(id, reason, actor),
+  ),
+  rolloutAction(
+    "resume",
+    "Resume (or start) a rollout",
+    "From PAUSED, or CREATED (its start). A reason in the body is not recorded.",
+    (c, id, _reason, actor) => c.rollouts.resume(id, actor),
+  ),
+  rolloutAction(
+    "abort",
+    "Abort a rollout",
+    "ABORTED: no more agents are reached, and every execution it left open is canceled. From " +
       "any state but ABORTED and COMPLETED.",
+    (c, id, reason, actor) => c.rollouts.abort(id, reason, actor),
+  ),
+];
+
+/** `POST /api/rollouts/{id}/ACTION`: an operator's action on one rollout, answered with it. */
+function rolloutAction(
+  action: "pause" | "resume" | "abort",
+  summary: string,
+  description: string,
+  act: (
+    coordinator: Coordinator,
+    id: string,
+    reason: string | undefined,
+    actor: string,
+  ) => Promise<unknown>,
+) {
+  return apiRoute({
+    method: "POST",
+    path: `/api/rollouts/{id}/${action}`,
+    role: "operator",
+    operationId: `${action}Rollout`,
+    summary,
+    description,
     tag: "rollouts",
     params: idParams,
     body: rolloutActionBody,
@@ -113,6 +112,6 @@ export const rolloutRoutes = [
     success: { status: 200, description: "The rollout.", schema: rolloutSchema },
     errors: [404, 409],
     handle: async ({ coordinator, params, body, principal }) =>
-      coordinator.rollouts.abort(params.id, body.reason, principal.name),
-  }),
-];
+      act(coordinator, params.id, body.reason, principal.name),
+  });
+}
