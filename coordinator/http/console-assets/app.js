@@ -247,6 +247,25 @@ function fleetHash(filters) {
   return text ? `#/fleet?${text}` : "#/fleet";
 }
 
+/** The options of a filter's select: "" reads "any"; `selected` is the one in force. */
+function filterOptions(values, selected) {
+  return values
+    .map(
+      (v) =>
+        `<option value="${h(v)}"${v === selected ? " selected" : ""}>${h(v || "any")}</option>`,
+    )
+    .join("");
+}
+
+/**
+ * Shows a listing under the filters `hash` says. The same filters again make no hashchange, so
+ * the listing is redrawn from its first page here.
+ */
+function showFiltered(hash) {
+  if (hash === location.hash) render();
+  else location.hash = hash;
+}
+
 /**
  * A listing read a page at a time by cursor, with a button to the next page and one back, and
  * read again every 2 s while its view (render number `seq`) is shown. `fetchPage(cursor)` reads
@@ -365,12 +384,7 @@ async function fleetView(seq) {
   view.innerHTML = `<h2>Fleet <span class="muted">(live)</span></h2>
   <form class="filters" id="fleet-filters">
     <label>search <input name="q" type="search" placeholder="agent id" value="${h(filters.q)}" /></label>
-    <label>status <select name="status">${statuses
-      .map(
-        (s) =>
-          `<option value="${s}"${s === filters.status ? " selected" : ""}>${s || "any"}</option>`,
-      )
-      .join("")}</select></label>
+    <label>status <select name="status">${filterOptions(statuses, filters.status)}</select></label>
     <label>tag <input name="tag" placeholder="site=north" value="${h(filters.tag)}" /></label>
     <button type="submit">Filter</button>
   </form>
@@ -389,9 +403,7 @@ async function fleetView(seq) {
       status: f.status.value,
       tag: f.tag.value.trim(),
     });
-    // The same filters again: no hashchange, so redraw from the first page here.
-    if (hash === location.hash) render();
-    else location.hash = hash;
+    showFiltered(hash);
   });
   await pagedListing(
     seq,
@@ -789,9 +801,7 @@ async function rolloutsView(seq) {
   const filter = rolloutsFilter();
   view.innerHTML = `<h2>Rollouts <span class="muted">(live)</span></h2>
   <form class="filters" id="rollout-filters">
-    <label>state <select name="state">${["", ...ROLLOUT_STATES]
-      .map((s) => `<option value="${s}"${s === filter ? " selected" : ""}>${s || "any"}</option>`)
-      .join("")}</select></label>
+    <label>state <select name="state">${filterOptions(["", ...ROLLOUT_STATES], filter)}</select></label>
     <button type="submit">Filter</button>
   </form>
   <div id="rollout-list"></div>
@@ -804,9 +814,7 @@ async function rolloutsView(seq) {
     ev.preventDefault();
     const s = ev.target.state.value;
     const hash = s ? `#/rollouts?${new URLSearchParams({ state: s })}` : "#/rollouts";
-    // The same filter again: no hashchange, so redraw from the first page here.
-    if (hash === location.hash) render();
-    else location.hash = hash;
+    showFiltered(hash);
   });
   await pagedListing(
     seq,
