@@ -3,7 +3,7 @@
  * `npm run bench:coordinator -- --store postgres`: one cell per coordinator count × rate.
  */
 import { JOBS, SETUP_MS, WARMUP_MS } from "./coordinator-params.js";
-import { TARGET_RATE } from "./coordinator-report.js";
+import { drainText, TARGET_RATE } from "./coordinator-report.js";
 import type { RateResult } from "./coordinator-run.js";
 import { fmt, mdTable, printTable } from "./lib.js";
 
@@ -117,7 +117,7 @@ function row(r: RateResult): string[] {
     db ? fmt(db.cpuMsPerFire) : "–",
     db ? pct(100 * db.cores) : "–",
     cs.map((c) => fmt(c.rssMaxMB)).join(" / "),
-    `${(r.drain.ms / 1000).toFixed(1)} s${r.drain.complete ? "" : ", stopped"}`,
+    drainText(r),
   ];
 }
 

@@ -17,6 +17,11 @@ import { fmt, mdTable, printTable } from "./lib.js";
 /** The rate the issue's targets are stated at. */
 export const TARGET_RATE = 2_000;
 
+/** How long a rate's drain took after its window, and whether it was cut short. */
+export function drainText(r: Pick<RateResult, "drain">): string {
+  return `${(r.drain.ms / 1000).toFixed(1)} s${r.drain.complete ? "" : ", stopped"}`;
+}
+
 export const TARGETS = { startP99Ms: 10, early: 0, lost: 0, duplicated: 0, rssMB: 300 };
 
 export interface TargetRow {
@@ -180,7 +185,7 @@ const firesRow = (r: RateResult) => {
     n(f.redispatched),
     fmt(f.throughput.firedPerSec),
     fmt(f.throughput.succeededPerSec),
-    `${(r.drain.ms / 1000).toFixed(1)} s${r.drain.complete ? "" : ", stopped"}`,
+    drainText(r),
   ];
 };
 
