@@ -11,12 +11,12 @@ import {
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { isAxError } from "../../shared/errors.js";
+import { readTarGz, tarGz } from "../../shared/tar.js";
 import { tempDir } from "../../test/helpers/env.js";
 import { IDENTITY_FILE } from "./identity.js";
 import { AGENT_FILE, type MadeBundle, makeBundle } from "./make.js";
 import { sha256 } from "./manifest.js";
 import { keyIdOf, SIGNATURE_FILE, signatureSchema } from "./signature.js";
-import { readTarGz, tarGz } from "./tar.js";
 import { verifyBundle } from "./verify.js";
 
 /**

@@ -1,4 +1,5 @@
 import * as z from "zod/mini";
+import { nativeTargetSchema } from "../update.js";
 import {
   count,
   durationMs,
@@ -48,6 +49,12 @@ export const helloSchema = z.object({
    * reads, in bytes. Absent: send it each command as a message of its own.
    */
   batchBytes: z.optional(z.int().check(z.gte(1024))),
+  /**
+   * What this agent's native addon must be built for: its OS, CPU, C library and Node ABI. The
+   * coordinator offers it only bundles built for the same (an `agent.update`). Absent from agents
+   * before this field: they are offered none.
+   */
+  target: z.optional(nativeTargetSchema),
 });
 export type Hello = z.infer<typeof helloSchema>;
 

@@ -3,6 +3,7 @@
  * flat folder of regular files, and no dependency (POSIX.1-2001 "pax" format, ustar header).
  */
 import { gunzipSync, gzipSync } from "node:zlib";
+import { BLOCK, readTar } from "./tar-read.js";
 
 export interface TarEntry {
   /** Path inside the archive, `/`-separated; a trailing `/` makes a directory. */
@@ -12,8 +13,6 @@ export interface TarEntry {
   /** Permission bits. @default 0o644 for files, 0o755 for directories */
   mode?: number;
 }
-
-const BLOCK = 512;
 
 function octal(value: number, width: number): string {
   // width - 1 digits and a NUL, as ustar writers do.
@@ -59,38 +58,10 @@ export function tarGz(entries: readonly TarEntry[], mtime: Date): Buffer {
   return gzipSync(Buffer.concat(parts), { level: 9 });
 }
 
-function field(h: Buffer, offset: number, length: number): string {
-  const raw = h.subarray(offset, offset + length);
-  const end = raw.indexOf(0);
-  return raw.subarray(0, end === -1 ? length : end).toString("utf8");
-}
-
 /**
  * The regular files and directories in a gzipped tar. Throws on a damaged archive (bad gzip, a
  * header checksum that does not match, a file that runs past the end).
  */
 export function readTarGz(gz: Buffer): TarEntry[] {
-  const tar = gunzipSync(gz);
-  const out: TarEntry[] = [];
-  let offset = 0;
-  while (offset + BLOCK <= tar.length) {
-    const h = tar.subarray(offset, offset + BLOCK);
-    if (h.every((b) => b === 0)) break;
-    let sum = 0;
-    for (let i = 0; i < BLOCK; i++) sum += i >= 148 && i < 156 ? 32 : (h[i] as number);
-    const stored = Number.parseInt(field(h, 148, 8).trim(), 8);
-    if (stored !== sum) throw new Error(`tar: bad header checksum at byte ${offset}`);
-    const size = Number.parseInt(field(h, 124, 12).trim() || "0", 8);
-    const type = String.fromCharCode(h[156] as number);
-    const prefix = field(h, 345, 155);
-    const name = prefix ? `${prefix}/${field(h, 0, 100)}` : field(h, 0, 100);
-    const start = offset + BLOCK;
-    if (start + size > tar.length) throw new Error(`tar: ${name} runs past the end of the archive`);
-    const data = Buffer.from(tar.subarray(start, start + size));
-    const mode = Number.parseInt(field(h, 100, 8).trim() || "0", 8);
-    if (type === "0" || type === "\0") out.push({ name, data, mode });
-    else if (type === "5") out.push({ name: name.endsWith("/") ? name : `${name}/`, data, mode });
-    offset = start + Math.ceil(size / BLOCK) * BLOCK;
-  }
-  return out;
+  return readTar(gunzipSync(gz));
 }
