@@ -26,6 +26,7 @@ import { CoordinatorLink } from "./link/mqtt-link.js";
 import { CoordinatorMetrics } from "./metrics.js";
 import { AccessOperations } from "./operations/access.js";
 import { AgentOperations } from "./operations/agents.js";
+import { BundleOperations } from "./operations/bundles.js";
 import {
   CommandOperations,
   type CommandRequest,
@@ -195,6 +196,8 @@ export class Coordinator {
   private readonly rolloutEngine: RolloutEngine;
   /** API tokens and agent enrolments. */
   readonly access: AccessOperations;
+  /** Published agent bundles, served to agents for over-the-air updates (docs/bundles.md). */
+  readonly bundles: BundleOperations;
   private readonly startedAtMono: number;
   /** With a store that several coordinators share: this one's membership; else undefined. */
   private readonly membership: Membership | undefined;
@@ -357,6 +360,9 @@ export class Coordinator {
     this.rolloutEngine.onReached = (n) => this.metrics.rolloutReached(n);
     this.rolloutEngine.onAborted = () => this.metrics.rolloutAborted();
     this.rollouts = new RolloutOperations(this.ctx, this.fleet, this.rolloutEngine, revoked);
+    this.bundles = new BundleOperations(this.store, this.secrets, this.identities, () =>
+      clock.wallNow(),
+    );
     this.access = new AccessOperations(this.apiTokens, this.identities, () => [
       coordinatorMqttLogin(config, this.secrets).username,
       config.mqtt.clientId ?? defaultClientId(config),

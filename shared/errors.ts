@@ -51,6 +51,8 @@ export const ERROR_CODES = {
   AX_AGENT_NOT_FOUND:
     "No agent has the given id (neither enrolled nor ever connected), or none has a selector's tags.",
   AX_AGENT_NO_HANDLER: "The agent, or every agent a selector matches, does not offer the handler.",
+  AX_UPDATE_TARGET_MISMATCH:
+    "An agent.update was not offered: the bundle is not built for the agent's native target.",
   AX_AGENT_JOURNAL_LOCKED: "An agent's journal is held by another live agent process.",
   AX_AGENT_JOURNAL_FOREIGN: "An agent's journal was created by an agent with another agentId.",
   AX_STORE_BAD_CURSOR: "A paging cursor is malformed: it is not one a listing returned.",
@@ -67,6 +69,8 @@ export const ERROR_CODES = {
   AX_API_NOT_FOUND: "No HTTP route has the given path.",
   AX_API_METHOD_NOT_ALLOWED: "The HTTP route does not support the request's method.",
   AX_API_TOO_LARGE: "An HTTP request body is larger than the configured limit.",
+  AX_API_RANGE_NOT_SATISFIABLE:
+    "An HTTP Range header asks for bytes past the end of what the route serves.",
   AX_API_UNSUPPORTED_MEDIA_TYPE: "An HTTP request body is not sent as application/json.",
   AX_API_ORIGIN_REFUSED:
     "An HTTP request comes from a web page of another origin that is not allowed.",
@@ -82,6 +86,9 @@ export const ERROR_CODES = {
   AX_BUNDLE_VERIFY: "An agent bundle does not match its manifest.",
   AX_BUNDLE_SIGNATURE:
     "An agent bundle is unsigned, or its manifest signature does not verify with the trusted key.",
+  AX_BUNDLE_INVALID:
+    "A bundle sent to be published is not a signed bundle archive that this coordinator's key verifies.",
+  AX_BUNDLE_NOT_FOUND: "No published bundle has the given sha256.",
 } as const;
 
 export type ErrorCode = keyof typeof ERROR_CODES;

@@ -1,9 +1,9 @@
 import { readdirSync, readFileSync, statSync } from "node:fs";
 import { basename, dirname, join } from "node:path";
+import { readTarGz } from "../../shared/tar.js";
 import { IDENTITY_FILE, identityProblems } from "./identity.js";
 import { compareWithManifest, MANIFEST_FILE, type Manifest, parseManifest } from "./manifest.js";
 import { checkSignature, SIGNATURE_FILE, type TrustedKey } from "./signature.js";
-import { readTarGz } from "./tar.js";
 
 /** What `ax bundle verify` trusts. */
 export interface VerifyOptions {
@@ -34,16 +34,17 @@ export interface VerifyResult {
   problems: string[];
 }
 
-/** The files of an archive's single top folder, by name within it. */
-function archiveFiles(path: string): { files: Map<string, Buffer>; problems: string[] } {
+/** The files of an archive's single top folder, by name within it; `name` names it in problems. */
+function archiveFiles(
+  gz: Buffer,
+  name: string,
+): { files: Map<string, Buffer>; problems: string[] } {
   const files = new Map<string, Buffer>();
   const problems: string[] = [];
-  const entries = readTarGz(readFileSync(path));
+  const entries = readTarGz(gz);
   const tops = new Set(entries.map((e) => e.name.split("/")[0]));
   if (tops.size !== 1) {
-    problems.push(
-      `${basename(path)}: must hold one folder, holds ${[...tops].join(", ") || "nothing"}`,
-    );
+    problems.push(`${name}: must hold one folder, holds ${[...tops].join(", ") || "nothing"}`);
   }
   for (const e of entries) {
     if (e.name.endsWith("/")) {
@@ -76,22 +77,60 @@ function folderFiles(dir: string): { files: Map<string, Buffer>; problems: strin
  * cannot be read at all.
  */
 export function verifyBundle(path: string, options: VerifyOptions = {}): VerifyResult {
-  const none = { signature: "unchecked" as const, identityAgentId: undefined };
   const stat = statSync(path);
   const isArchive = stat.isFile() && basename(path) !== MANIFEST_FILE;
+  if (isArchive) {
+    let gz: Buffer;
+    try {
+      gz = readFileSync(path);
+    } catch (err) {
+      return unreadable(path, basename(path), err);
+    }
+    return { ...verifyArchive(gz, basename(path), options), source: path };
+  }
   const dir = stat.isDirectory() ? path : dirname(path);
   let read: { files: Map<string, Buffer>; problems: string[] };
   try {
-    read = isArchive ? archiveFiles(path) : folderFiles(dir);
+    read = folderFiles(dir);
   } catch (err) {
-    return {
-      source: path,
-      manifest: undefined,
-      ...none,
-      problems: [`${basename(path)}: cannot be read: ${(err as Error).message}`],
-    };
+    return unreadable(path, basename(path), err);
   }
-  const source = isArchive ? path : dir;
+  return checkFiles(dir, read, false, options);
+}
+
+/**
+ * Checks a bundle's archive (NAME.tar.gz) held in memory, as {@link verifyBundle} checks one on
+ * disk; `name` stands for it in `source` and in the problems. An archive that is not a gzipped
+ * tar is one problem, never a throw.
+ */
+export function verifyArchive(gz: Buffer, name: string, options: VerifyOptions = {}): VerifyResult {
+  let read: { files: Map<string, Buffer>; problems: string[] };
+  try {
+    read = archiveFiles(gz, name);
+  } catch (err) {
+    return unreadable(name, name, err);
+  }
+  return checkFiles(name, read, true, options);
+}
+
+function unreadable(source: string, name: string, err: unknown): VerifyResult {
+  return {
+    source,
+    manifest: undefined,
+    signature: "unchecked",
+    identityAgentId: undefined,
+    problems: [`${name}: cannot be read: ${(err as Error).message}`],
+  };
+}
+
+/** The verdict on a bundle's files, read from its archive or its folder. */
+function checkFiles(
+  source: string,
+  read: { files: Map<string, Buffer>; problems: string[] },
+  isArchive: boolean,
+  options: VerifyOptions,
+): VerifyResult {
+  const none = { signature: "unchecked" as const, identityAgentId: undefined };
   const text = read.files.get(MANIFEST_FILE);
   if (text === undefined) {
     return {

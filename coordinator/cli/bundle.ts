@@ -1,16 +1,20 @@
-import { existsSync, readdirSync, readFileSync } from "node:fs";
-import { join, relative, resolve } from "node:path";
-import { AxError, isAxError } from "../../shared/errors.js";
+import { existsSync, readdirSync, readFileSync, statSync } from "node:fs";
+import { basename, join, relative, resolve } from "node:path";
+import { AxError, ERROR_CODES, type ErrorCode, isAxError } from "../../shared/errors.js";
+import { MAX_BUNDLE_BYTES } from "../../shared/update.js";
 import { MANIFEST_FILE, parseManifest } from "../bundle/manifest.js";
 import { listProfiles, loadProfile } from "../bundle/profiles.js";
 import type { TrustedKey } from "../bundle/signature.js";
 import { loadCoordinatorConfig, requireStore } from "../config.js";
+import type { BundleRecord } from "../domain/bundle.js";
 import { flags, unknownSubcommand } from "./args.js";
-import { table } from "./table.js";
+import { apiClient, CLIENT_FLAGS, listPages, parseCommand, print, printJson } from "./client.js";
+import { isoTime, table } from "./table.js";
+import { resolveToken } from "./token-source.js";
 
 const out = (text: string) => process.stdout.write(`${text}\n`);
 
-/** `ax bundle build|verify|profiles|fleet …`. Returns the exit code. */
+/** `ax bundle build|verify|profiles|fleet|publish|published …`. Returns the exit code. */
 export async function bundleCommand(sub: string | undefined, argv: string[]): Promise<number> {
   switch (sub) {
     case "build":
@@ -21,8 +25,19 @@ export async function bundleCommand(sub: string | undefined, argv: string[]): Pr
       return profiles(argv);
     case "fleet":
       return fleet(argv);
+    case "publish":
+      return publish(argv);
+    case "published":
+      return published(argv);
     default:
-      throw unknownSubcommand("bundle", sub, ["build", "verify", "profiles", "fleet"]);
+      throw unknownSubcommand("bundle", sub, [
+        "build",
+        "verify",
+        "profiles",
+        "fleet",
+        "publish",
+        "published",
+      ]);
   }
 }
 
@@ -209,4 +224,144 @@ async function fleet(argv: string[]): Promise<number> {
   } finally {
     await store.close();
   }
+}
+
+/**
+ * The archive `path` names: NAME.tar.gz itself, or the bundle folder holding it (its own name's
+ * archive, else its only .tar.gz).
+ */
+export function archiveOf(command: string, path: string): string {
+  if (!existsSync(path)) {
+    throw new AxError("AX_CLI_USAGE", `${command}: ${path}: no such file or folder`);
+  }
+  if (!statSync(path).isDirectory()) return path;
+  const own = join(path, `${basename(resolve(path))}.tar.gz`);
+  if (existsSync(own)) return own;
+  const archives = readdirSync(path).filter((n) => n.endsWith(".tar.gz"));
+  if (archives.length === 1) return join(path, archives[0] as string);
+  throw new AxError(
+    "AX_CLI_USAGE",
+    archives.length === 0
+      ? `${command}: ${path}: no NAME.tar.gz in this folder (ax bundle build writes it there); give the archive itself`
+      : `${command}: ${path}: holds several archives (${archives.join(", ")}); give the one to publish`,
+  );
+}
+
+/** A published bundle's target as one word: linux-arm64 (glibc), Node ABI 115. */
+function targetText(b: BundleRecord): string {
+  const abi = b.target.nodeAbi === null ? "no Node ABI" : `Node ABI ${b.target.nodeAbi}`;
+  return `${b.target.platform}-${b.target.arch} (${b.target.libc}), ${abi}`;
+}
+
+/**
+ * `ax bundle publish PATH`: sends NAME.tar.gz, as it is, to `POST /api/bundles`. The API client
+ * speaks JSON; this one request sends the archive's bytes, with the same URL, token and errors.
+ */
+async function publish(argv: string[]): Promise<number> {
+  const c = "bundle publish";
+  const { flags: f, args } = parseCommand(c, argv, CLIENT_FLAGS, ["PATH"]);
+  const file = archiveOf(c, args[0] as string);
+  const size = statSync(file).size;
+  if (size > MAX_BUNDLE_BYTES) {
+    throw new AxError(
+      "AX_CLI_USAGE",
+      `${c}: ${file}: ${size} bytes, more than the ${MAX_BUNDLE_BYTES} a bundle may have`,
+    );
+  }
+  const { url } = apiClient(c, f);
+  const { token, from } = resolveToken(c, f);
+  let res: Response;
+  try {
+    res = await fetch(`${url}/api/bundles`, {
+      method: "POST",
+      headers: {
+        accept: "application/json",
+        "content-type": "application/gzip",
+        ...(token ? { authorization: `Bearer ${token}` } : {}),
+      },
+      body: readFileSync(file),
+      signal: AbortSignal.timeout(300_000),
+    });
+  } catch (err) {
+    const cause = (err as { cause?: { code?: string; message?: string } }).cause;
+    throw new AxError(
+      "AX_API_UNREACHABLE",
+      `cannot reach the coordinator at ${url}: ${cause?.code ?? cause?.message ?? (err as Error).message}`,
+      { cause: err },
+    );
+  }
+  const text = await res.text();
+  let value: unknown;
+  try {
+    value = JSON.parse(text);
+  } catch {
+    throw new AxError(
+      "AX_API_UNREACHABLE",
+      `${url}/api/bundles answered HTTP ${res.status} with something other than the API's JSON`,
+    );
+  }
+  if (!res.ok) {
+    const e = (value as { error?: { code?: string; message?: string } }).error;
+    const code =
+      e?.code !== undefined && Object.hasOwn(ERROR_CODES, e.code)
+        ? (e.code as ErrorCode)
+        : "AX_API_INTERNAL";
+    const hint = res.status === 401 || res.status === 403 ? ` (token: ${from})` : "";
+    throw new AxError(code, `${c}: ${file}: ${e?.message ?? `HTTP ${res.status}`}${hint}`, {
+      context: { status: res.status, body: value },
+    });
+  }
+  const b = value as BundleRecord;
+  if (f.json) {
+    printJson(b);
+    return 0;
+  }
+  print(
+    `${res.status === 201 ? "published" : "already published"}: ${b.sha256}\n` +
+      `profile ${b.profile}, ax ${b.version}, for ${targetText(b)}; ${b.bytes} bytes, ` +
+      `signed by key ${b.keyId}; published ${isoTime(b.publishedAt)} by ${b.publishedBy}`,
+  );
+  return 0;
+}
+
+/** `ax bundle published [--profile P] [--limit N] [--cursor C | --all]`: newest first. */
+async function published(argv: string[]): Promise<number> {
+  const c = "bundle published";
+  const { flags: f } = parseCommand(c, argv, {
+    ...CLIENT_FLAGS,
+    profile: { type: "string" },
+    limit: { type: "string" },
+    cursor: { type: "string" },
+    all: { type: "boolean" },
+  });
+  const query = new URLSearchParams();
+  if (f.profile !== undefined) {
+    if (f.profile.trim() === "")
+      throw new AxError("AX_CLI_USAGE", `${c}: --profile must not be empty`);
+    query.set("profile", f.profile);
+  }
+  const { items, last } = await listPages<
+    BundleRecord,
+    { items: BundleRecord[]; nextCursor: string | null }
+  >(c, f, "/api/bundles", query, 500);
+  if (f.json) {
+    printJson({ items, nextCursor: last.nextCursor });
+    return 0;
+  }
+  print(
+    table(
+      ["sha256", "profile", "version", "target", "bytes", "published (UTC)", "by"],
+      items.map((b) => [
+        b.sha256,
+        b.profile,
+        b.version,
+        targetText(b),
+        String(b.bytes),
+        isoTime(b.publishedAt),
+        b.publishedBy,
+      ]),
+    ),
+  );
+  if (last.nextCursor !== null) process.stderr.write(`more: --cursor ${last.nextCursor}\n`);
+  return 0;
 }

@@ -79,6 +79,10 @@ Operating a running coordinator (its HTTP API):
   ax rollout show ID                    a rollout, its progress by state and wave, timeline
   ax rollout pause | abort ID [--reason TEXT]
   ax rollout resume ID                  pause, abort, or resume (or start) a rollout
+  ax bundle publish PATH                publish a built, signed bundle (NAME.tar.gz or its
+                                        folder) for over-the-air updates; prints its sha256
+  ax bundle published [--profile P] [--limit N] [--cursor C | --all]
+                                        the published bundles, newest first
 
   These take --url URL (or AX_URL; default http://127.0.0.1:8080), and --json to print the
   API's JSON instead of a table. The token is the first of: --token TOKEN, AX_TOKEN,

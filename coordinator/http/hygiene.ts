@@ -48,11 +48,22 @@ function isJson(contentType: string | undefined): boolean {
   return params.every((p) => p === "" || /^charset="?utf-8"?$/.test(p));
 }
 
-/** Throws the AxError a request that fails one of the checks above is answered with. */
+/** `type`, with any parameters, is one of `types` (lower case). */
+function isOneOf(contentType: string | undefined, types: readonly string[]): boolean {
+  const type = contentType?.split(";")[0]?.trim().toLowerCase();
+  return type !== undefined && types.includes(type);
+}
+
+/**
+ * Throws the AxError a request that fails one of the checks above is answered with. `bodyTypes`:
+ * the Content-Types the route takes instead of JSON (a bundle's archive). None of them may be a
+ * type a page can send without a preflight (text/plain, a form), or check 3 would be void.
+ */
 export function checkRequestHygiene(
   req: IncomingMessage,
   url: URL,
   allowed: { hosts: ReadonlySet<string>; allowedOrigins: ReadonlySet<string> },
+  bodyTypes?: readonly string[],
 ): void {
   const host = req.headers.host?.toLowerCase();
   if (host === undefined || !allowed.hosts.has(host)) {
@@ -79,13 +90,15 @@ export function checkRequestHygiene(
   const length = req.headers["content-length"];
   const hasBody =
     (length !== undefined && length !== "0") || req.headers["transfer-encoding"] !== undefined;
-  if (hasBody && !isJson(req.headers["content-type"])) {
-    const got = req.headers["content-type"];
+  const got = req.headers["content-type"];
+  const ok = bodyTypes === undefined ? isJson(got) : isOneOf(got, bodyTypes);
+  if (hasBody && !ok) {
+    const want = bodyTypes === undefined ? "application/json" : bodyTypes.join(" or ");
     throw new AxError(
       "AX_API_UNSUPPORTED_MEDIA_TYPE",
       got === undefined
-        ? "Content-Type header missing: a request body must be sent as application/json"
-        : `Content-Type header "${got}" is not allowed: a request body must be sent as application/json`,
+        ? `Content-Type header missing: a request body must be sent as ${want}`
+        : `Content-Type header "${got}" is not allowed: a request body must be sent as ${want}`,
       { context: { contentType: got } },
     );
   }

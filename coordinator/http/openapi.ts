@@ -24,7 +24,8 @@ const STATUS_TEXT: Record<number, string> = {
   404: "Not found.",
   409: "Conflicts with the resource's state.",
   413: "The body is over the size limit (AX_API_TOO_LARGE).",
-  415: "The body is not sent as Content-Type: application/json (AX_API_UNSUPPORTED_MEDIA_TYPE).",
+  415: "The body is not sent as the route's Content-Type (AX_API_UNSUPPORTED_MEDIA_TYPE).",
+  416: "The Range starts at or past the end (AX_API_RANGE_NOT_SATISFIABLE).",
   503: "Not available now.",
 };
 
@@ -73,10 +74,22 @@ export function openApiDocument(routes: readonly AnyRoute[], version: string): J
         schema: { type: "string" },
       }));
       if (pathParams.length > 0) op.parameters = pathParams;
-      responses["200"] = {
-        description: route.summary,
+      if (route.description) op.description = route.description;
+      if (route.body) {
+        const binary = { schema: { type: "string", contentMediaType: route.body.contentTypes[0] } };
+        op.requestBody = {
+          required: true,
+          description: route.body.description,
+          content: Object.fromEntries(route.body.contentTypes.map((t) => [t, binary])),
+        };
+        responses["413"] = errorResponse(413);
+        responses["415"] = errorResponse(415);
+      }
+      responses[String(route.success?.status ?? 200)] = {
+        description: route.success?.description ?? route.summary,
         content: { [route.contentType]: { schema: { type: "string" } } },
       };
+      for (const s of route.errors ?? []) responses[String(s)] = errorResponse(s);
     } else {
       if (route.description) op.description = route.description;
       const params = [...parameters("path", route.params), ...parameters("query", route.query)];

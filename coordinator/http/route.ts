@@ -70,23 +70,50 @@ export interface ApiRoute<
   handle(input: RouteInput<z.output<P>, z.output<Q>, z.output<B>>): Promise<unknown>;
 }
 
-/** A route that writes its own response: metrics, the OpenAPI document, the console, files. */
+/**
+ * A route that writes its own response: metrics, the OpenAPI document, the console, files, and
+ * bodies that are not JSON (a bundle's archive, up and down).
+ */
 export interface RawRoute {
   kind: "raw";
-  method: "GET";
+  method: "GET" | "POST";
   /** As {@link ApiRoute.path}; a last segment `*` matches the rest of the path (static files). */
   path: string;
   role: Role;
   operationId: string;
   summary: string;
+  description?: string;
   tag: string;
   /** The Content-Type of a successful answer, for the OpenAPI document. */
   contentType: string;
-  handle(
-    req: IncomingMessage,
-    res: ServerResponse,
-    ctx: { coordinator: Coordinator; params: Record<string, string>; principal: Principal },
-  ): Promise<void> | void;
+  /**
+   * A body that is not JSON: the Content-Types taken (instead of application/json) and the most
+   * bytes read ({@link RawRouteContext.readBody}).
+   */
+  body?: { contentTypes: readonly string[]; maxBytes: number; description: string };
+  /** The success status and what it means, for the OpenAPI document. @default 200, the summary */
+  success?: { status: number; description: string };
+  /** Statuses besides 400, 401 and 403 that the route answers with an error body. */
+  errors?: number[];
+  /**
+   * Credentials the route takes besides bearer tokens (an agent's `AX-Agent` header): returns
+   * the caller when the Authorization header is one of them, throwing AX_API_UNAUTHORIZED when
+   * it is but does not verify; undefined to check it as a bearer token against `role`.
+   */
+  authenticate?(
+    header: string | undefined,
+    ctx: { coordinator: Coordinator; params: Record<string, string> },
+  ): Principal | undefined;
+  handle(req: IncomingMessage, res: ServerResponse, ctx: RawRouteContext): Promise<void> | void;
+}
+
+/** What a raw route's handler is given. */
+export interface RawRouteContext {
+  coordinator: Coordinator;
+  params: Record<string, string>;
+  principal: Principal;
+  /** Reads the request's body, at most the route's `body.maxBytes` (else AX_API_TOO_LARGE). */
+  readBody(): Promise<Buffer>;
 }
 
 export type AnyRoute = ApiRoute | RawRoute;

@@ -2,6 +2,7 @@ import { z } from "zod";
 import { ERROR_CODES, type ErrorCode } from "../../shared/errors.js";
 import { EXEC_STATES, type ExecState } from "../../shared/fsm.js";
 import { HANDLER_NAME_PATTERN } from "../../shared/ids.js";
+import type { BundleRecord } from "../domain/bundle.js";
 import { durationSchema } from "../domain/duration.js";
 import {
   idSchema,
@@ -537,3 +538,68 @@ export const rolloutDetailSchema = z.object({
     }),
   ),
 });
+
+// --- published bundles (docs/bundles.md, "Publishing a bundle") ---------------------------------
+
+const sha256Schema = z
+  .string()
+  .regex(/^[0-9a-f]{64}$/, "must be a sha256: 64 lowercase hex digits")
+  .meta({ description: "The sha256 of the bundle's archive (NAME.tar.gz), lowercase hex." });
+
+export const sha256Params = z.object({ sha256: sha256Schema });
+
+/** Bundles per page, at most. */
+export const BUNDLES_PAGE_MAX = 500;
+
+export const bundlesQuery = z
+  .object({
+    profile: z
+      .string()
+      .min(1)
+      .max(64)
+      .optional()
+      .meta({ description: "Only bundles built from this firmware profile." }),
+    limit: z.coerce
+      .number()
+      .int()
+      .min(1)
+      .max(BUNDLES_PAGE_MAX)
+      .default(50)
+      .meta({ description: `Bundles per page (1-${BUNDLES_PAGE_MAX}).` }),
+    cursor: z
+      .string()
+      .min(1)
+      .max(512)
+      .optional()
+      .meta({ description: "The previous page's nextCursor." }),
+  })
+  .strict();
+
+/** A published bundle (coordinator/domain/bundle.ts), without its archive. */
+export const bundleSchema = z.object({
+  sha256: z.string(),
+  profile: z.string(),
+  version: z.string().meta({ description: "The ax version it was built from." }),
+  target: z.object({
+    platform: z.string(),
+    arch: z.string(),
+    libc: z.string(),
+    nodeAbi: z.number().int().nullable(),
+  }),
+  bytes: z.number().int().meta({ description: "The archive's size in bytes." }),
+  agentSha256: z.string().meta({ description: "The sha256 of its agent file." }),
+  keyId: z.string().meta({ description: "The id of the key that signed it." }),
+  builtAt: z.number(),
+  publishedAt: z.number(),
+  publishedBy: z.string().meta({ description: "The name of the token that published it." }),
+});
+
+export const bundleListSchema = z.object({
+  items: z.array(bundleSchema),
+  nextCursor: z.string().nullable(),
+});
+
+// The response schema and the domain record must stay one shape.
+type SameShape<A, B> = [A] extends [B] ? ([B] extends [A] ? true : never) : never;
+const bundleShapeMatches: SameShape<z.output<typeof bundleSchema>, BundleRecord> = true;
+void bundleShapeMatches;

@@ -15,6 +15,7 @@ import type { AnyRoute, ApiRoute } from "./route.js";
 import { Reply } from "./route.js";
 import { Router } from "./router.js";
 import { accessRoutes } from "./routes/access.js";
+import { bundleRoutes } from "./routes/bundles.js";
 import { executionRoutes } from "./routes/executions.js";
 import { fleetRoutes } from "./routes/fleet.js";
 import { healthRoutes } from "./routes/health.js";
@@ -54,6 +55,7 @@ const STATUS: Partial<Record<ErrorCode, number>> = {
   AX_JOB_INVALID: 400,
   AX_TRIGGER_INVALID: 400,
   AX_STORE_BAD_CURSOR: 400,
+  AX_BUNDLE_INVALID: 400,
   AX_API_UNAUTHORIZED: 401,
   AX_API_FORBIDDEN: 403,
   AX_API_ORIGIN_REFUSED: 403,
@@ -61,6 +63,7 @@ const STATUS: Partial<Record<ErrorCode, number>> = {
   AX_JOB_NOT_FOUND: 404,
   AX_EXEC_NOT_FOUND: 404,
   AX_ROLLOUT_NOT_FOUND: 404,
+  AX_BUNDLE_NOT_FOUND: 404,
   AX_AGENT_NOT_FOUND: 404,
   AX_API_TOKEN_NOT_FOUND: 404,
   AX_API_METHOD_NOT_ALLOWED: 405,
@@ -73,6 +76,7 @@ const STATUS: Partial<Record<ErrorCode, number>> = {
   AX_AUTH_NOT_ENROLLED: 409,
   AX_API_TOKEN_EXISTS: 409,
   AX_API_TOO_LARGE: 413,
+  AX_API_RANGE_NOT_SATISFIABLE: 416,
   AX_API_UNSUPPORTED_MEDIA_TYPE: 415,
   // 421 Misdirected Request (RFC 9110 §15.5.20): this server does not answer for that name.
   AX_API_HOST_REFUSED: 421,
@@ -90,6 +94,7 @@ export function builtinRoutes(all: () => readonly AnyRoute[]): AnyRoute[] {
     ...executionRoutes,
     ...fleetRoutes,
     ...rolloutRoutes,
+    ...bundleRoutes,
     ...accessRoutes,
     {
       kind: "raw",
@@ -217,6 +222,8 @@ export async function startHttpServer(
   const url = `http://${host}:${address.port}`;
   for (const h of allowedHostSet(config.host, address.port, config.allowedHosts))
     state.hosts.add(h);
+  // Agents download bundles from the public URL: its host is a name of this coordinator too.
+  if (config.publicUrl !== undefined) state.hosts.add(new URL(config.publicUrl).host.toLowerCase());
   log("info", `http listening on ${url}`, {
     url,
     auth: auth === "off" ? "off" : "tokens",
@@ -252,12 +259,13 @@ interface ServerState {
 /** One request: route, authorize, validate, run the handler, answer. */
 async function handle(req: IncomingMessage, res: ServerResponse, s: ServerState): Promise<void> {
   const url = new URL(req.url ?? "/", "http://localhost");
-  checkRequestHygiene(req, url, s);
   const matches = s.router.match(url.pathname);
+  const match = matches?.find((m) => m.route.method === req.method);
+  const bodyTypes = match?.route.kind === "raw" ? match.route.body?.contentTypes : undefined;
+  checkRequestHygiene(req, url, s, bodyTypes);
   if (matches === undefined) {
     throw new AxError("AX_API_INVALID_REQUEST", `path "${url.pathname}" is not valid`);
   }
-  const match = matches.find((m) => m.route.method === req.method);
   if (!match) {
     if (matches.length === 0) {
       throw new AxError("AX_API_NOT_FOUND", `no route ${url.pathname}; see /api/openapi.json`);
@@ -270,9 +278,19 @@ async function handle(req: IncomingMessage, res: ServerResponse, s: ServerState)
     );
   }
   const { route, params } = match;
-  const principal = authorize(s.auth, req.headers.authorization, route.role);
+  const header = req.headers.authorization;
+  const principal =
+    (s.auth !== "off" && route.kind === "raw"
+      ? route.authenticate?.(header, { coordinator: s.coordinator, params })
+      : undefined) ?? authorize(s.auth, header, route.role);
   if (route.kind === "raw") {
-    await route.handle(req, res, { coordinator: s.coordinator, params, principal });
+    const maxBytes = route.body?.maxBytes ?? s.maxBodyBytes;
+    await route.handle(req, res, {
+      coordinator: s.coordinator,
+      params,
+      principal,
+      readBody: () => readBody(req, maxBytes),
+    });
     return;
   }
 

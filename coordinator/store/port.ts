@@ -1,4 +1,5 @@
 import type { ExecSnapshot, ExecState } from "../../shared/fsm.js";
+import type { BundlePage, BundleRecord } from "../domain/bundle.js";
 import type { JobDefinition } from "../domain/job.js";
 import type {
   RolloutEvent,
@@ -521,6 +522,22 @@ export interface Store {
   listRolloutTargets(rolloutId: string): Promise<RolloutTarget[]>;
   /** A rollout's executions counted by wave and state (purged executions are not counted). */
   countRolloutExecutions(rolloutId: string): Promise<RolloutCount[]>;
+
+  /**
+   * Publishes a bundle: its record and its archive, under `record.sha256` (the archive's). False,
+   * changing nothing, when a bundle with that sha256 is already there: a published bundle is
+   * never replaced.
+   */
+  putBundle(record: BundleRecord, archive: Buffer): Promise<boolean>;
+  /** A published bundle's record (without its archive), or undefined. */
+  getBundle(sha256: string): Promise<BundleRecord | undefined>;
+  /** A published bundle's archive bytes, or undefined. */
+  readBundleArchive(sha256: string): Promise<Buffer | undefined>;
+  /**
+   * Published bundles newest published first (publish time, then sha256), optionally of one
+   * profile, with keyset paging as {@link pageExecutions}: `next` is absent on the last page.
+   */
+  pageBundles(query: { limit: number; cursor?: string; profile?: string }): Promise<BundlePage>;
 
   close(): Promise<void>;
 }

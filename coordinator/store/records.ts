@@ -1,6 +1,7 @@
 import { z } from "zod";
 import { EXEC_STATES, type ExecSnapshot } from "../../shared/fsm.js";
 import { PRESENCE_STATUSES } from "../../shared/protocol/presence.js";
+import { nativeTargetSchema } from "../../shared/update.js";
 import { API_ROLES } from "../config.js";
 import { jobDefinitionSchema } from "../domain/job.js";
 
@@ -124,6 +125,10 @@ export const agentRecordSchema = z.object({
   profile: z.string(),
   bundleVersion: z.string(),
   bundleSha256: z.string(),
+  target: z.optional(nativeTargetSchema).meta({
+    description:
+      "What its native addon must be built for (hello.target): platform, arch, libc, nodeAbi. Absent from agents that do not report it; they are offered no agent.update.",
+  }),
   handlers: z.array(z.string()),
   concurrency: z.number().int(),
   queue: z.number().int(),

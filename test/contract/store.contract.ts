@@ -16,6 +16,7 @@ import {
   type ExecState,
   TERMINAL_STATES,
 } from "../../shared/fsm.js";
+import { bundlesContract } from "./store-bundles.contract.js";
 import { operatorContract } from "./store-operator.contract.js";
 
 /** What an adapter's test file hands the contract suite: a fresh, empty store. */
@@ -1319,6 +1320,10 @@ export function storeContract(name: string, makeStore: () => Promise<StoreFixtur
     });
 
     operatorContract(() => store, { jobDef, newExecution });
+    bundlesContract(
+      () => store,
+      () => fx.openAnother?.(),
+    );
 
     describe("lifecycle", () => {
       it("a closed store rejects with AX_STORE_FAILED; close is idempotent", async () => {

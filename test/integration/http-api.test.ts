@@ -714,7 +714,7 @@ describe("HTTP API", () => {
         scheme: "bearer",
       });
       const routes: AnyRoute[] = builtinRoutes(() => []);
-      expect(routes.length).toBe(37);
+      expect(routes.length).toBe(42);
       const ops = new Set<string>();
       for (const route of routes) {
         const op = doc.paths[route.path]?.[route.method.toLowerCase()] as

@@ -241,6 +241,30 @@ export const PG_MIGRATIONS: readonly Migration[] = [
       );
     `,
   },
+  {
+    version: 5,
+    name: "published bundles",
+    sql: `
+      -- A bundle published for over-the-air updates (docs/bundles.md, "Publishing a bundle"),
+      -- as SQLite's migration 16: the archive by its sha256, with the manifest facts agents are
+      -- matched by; target is JSON text. Never changed once written.
+      CREATE TABLE bundles (
+        sha256 text COLLATE "C" PRIMARY KEY,
+        profile text COLLATE "C" NOT NULL,
+        version text NOT NULL,
+        target text NOT NULL,
+        bytes integer NOT NULL,
+        agent_sha256 text NOT NULL,
+        key_id text NOT NULL,
+        built_at double precision NOT NULL,
+        published_at double precision NOT NULL,
+        published_by text NOT NULL,
+        archive bytea NOT NULL
+      );
+      CREATE INDEX bundles_published ON bundles (published_at, sha256);
+      CREATE INDEX bundles_profile ON bundles (profile, published_at, sha256);
+    `,
+  },
 ];
 
 /** The first key of the migration runner's advisory lock ("ax" in ASCII); the second is the schema's hash. */

@@ -45,6 +45,7 @@
  * own connections are ignored: `watchWork` reports other writers' work only.
  */
 import type { ExecState } from "../../../shared/fsm.js";
+import type { BundlePage, BundleRecord } from "../../domain/bundle.js";
 import type { JobDefinition } from "../../domain/job.js";
 import type {
   RolloutEvent,
@@ -77,6 +78,7 @@ import type {
   TransitionWrite,
 } from "../port.js";
 import { cappedDetailJson, toPeer } from "../stored-text.js";
+import * as bundles from "./bundles.js";
 import { type PgStoreOptions, resolvePgStoreOptions } from "./config.js";
 import { StoreConnection, type WriteOptions } from "./connection.js";
 import * as due from "./due.js";
@@ -555,6 +557,22 @@ export class PgStore implements Store {
     return this.db.read("countRolloutExecutions", (q) =>
       rollouts.countRolloutExecutions(q, rolloutId),
     );
+  }
+
+  putBundle(record: BundleRecord, archive: Buffer): Promise<boolean> {
+    return this.db.write("putBundle", (q) => bundles.putBundle(q, record, archive));
+  }
+
+  getBundle(sha256: string): Promise<BundleRecord | undefined> {
+    return this.db.read("getBundle", (q) => bundles.getBundle(q, sha256));
+  }
+
+  readBundleArchive(sha256: string): Promise<Buffer | undefined> {
+    return this.db.read("readBundleArchive", (q) => bundles.readBundleArchive(q, sha256));
+  }
+
+  pageBundles(query: { limit: number; cursor?: string; profile?: string }): Promise<BundlePage> {
+    return this.db.read("pageBundles", (q) => bundles.pageBundles(q, query));
   }
 
   async close(): Promise<void> {

@@ -372,4 +372,28 @@ export const SQLITE_MIGRATIONS: readonly Migration[] = [
       );
     `,
   },
+  {
+    version: 16,
+    name: "published bundles",
+    sql: `
+      -- A bundle published for over-the-air updates (docs/bundles.md, "Publishing a bundle"):
+      -- its archive, named by the archive's sha256, with the manifest facts agents are matched
+      -- by. target is JSON text (NativeTarget). Never changed once written.
+      CREATE TABLE bundles (
+        sha256 TEXT PRIMARY KEY,
+        profile TEXT NOT NULL,
+        version TEXT NOT NULL,
+        target TEXT NOT NULL,
+        bytes INTEGER NOT NULL,
+        agent_sha256 TEXT NOT NULL,
+        key_id TEXT NOT NULL,
+        built_at REAL NOT NULL,
+        published_at REAL NOT NULL,
+        published_by TEXT NOT NULL,
+        archive BLOB NOT NULL
+      );
+      CREATE INDEX bundles_published ON bundles (published_at, sha256);
+      CREATE INDEX bundles_profile ON bundles (profile, published_at, sha256);
+    `,
+  },
 ];

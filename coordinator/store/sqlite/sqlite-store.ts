@@ -2,6 +2,7 @@ import type Database from "better-sqlite3";
 import type { ExecState } from "../../../shared/fsm.js";
 import { openSqlite, openSqliteReadonly } from "../../../shared/sqlite.js";
 import { WalCheckpointer } from "../../../shared/wal-checkpoint.js";
+import type { BundlePage, BundleRecord } from "../../domain/bundle.js";
 import type { JobDefinition } from "../../domain/job.js";
 import type {
   RolloutEvent,
@@ -34,6 +35,7 @@ import type {
   TransitionWrite,
 } from "../port.js";
 import * as alerts from "./alerts-counters.js";
+import * as bundles from "./bundles.js";
 import { DefinitionCache, ExecutionCache } from "./caches.js";
 import type { StoreContext } from "./context.js";
 import * as due from "./due.js";
@@ -55,8 +57,8 @@ import { DEFAULT_MAX_ERROR_TEXT_BYTES } from "./values.js";
  * hands each method to the part that owns its concern — statements.ts (SQL and prepared
  * statements), options.ts, group-commit.ts (transactions, group commit, after-commit work), caches.ts,
  * jobs.ts, executions.ts (writes), execution-queries.ts and due.ts (reads), retention.ts,
- * fleet.ts (agents, identities, tokens), alerts-counters.ts, membership.ts (coordinators sharing
- * the file, and the fence on this object's writes).
+ * fleet.ts (agents, identities, tokens), alerts-counters.ts, rollouts.ts, bundles.ts (published
+ * bundles), membership.ts (coordinators sharing the file, and the fence on this object's writes).
  */
 
 export { GROUP_COMMIT_MAX_WRITES } from "./group-commit.js";
@@ -441,6 +443,26 @@ export class SqliteStore implements Store {
 
   async countRolloutExecutions(rolloutId: string): Promise<RolloutCount[]> {
     return rollouts.countRolloutExecutions(this.ctx, rolloutId);
+  }
+
+  async putBundle(record: BundleRecord, archive: Buffer): Promise<boolean> {
+    return bundles.putBundle(this.ctx, record, archive);
+  }
+
+  async getBundle(sha256: string): Promise<BundleRecord | undefined> {
+    return bundles.getBundle(this.ctx, sha256);
+  }
+
+  async readBundleArchive(sha256: string): Promise<Buffer | undefined> {
+    return bundles.readBundleArchive(this.ctx, sha256);
+  }
+
+  async pageBundles(query: {
+    limit: number;
+    cursor?: string;
+    profile?: string;
+  }): Promise<BundlePage> {
+    return bundles.pageBundles(this.ctx, query);
   }
 
   async close(): Promise<void> {
