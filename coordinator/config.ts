@@ -217,6 +217,19 @@ export const httpConfigSchema = z
       .max(64 * 1024 * 1024)
       .default(DEFAULT_MAX_BODY_BYTES)
       .meta(doc("Largest request body accepted; a larger one is answered 413.")),
+    publicUrl: z
+      .string()
+      .regex(
+        /^https?:\/\/[^\s/?#@]+(\/[^\s?#]*)?$/,
+        "must be an http:// or https:// URL such as https://ax.example.com, without credentials, query or fragment",
+      )
+      .optional()
+      .meta(
+        doc(
+          "The URL agents reach this API at, put into `agent.update` params (`PUBLIC_URL/api/bundles/SHA256/archive`). Set it when agents reach the coordinator by another name than its listen address (any fleet beyond this machine). Without it: `http://127.0.0.1:PORT` when `host` is a wildcard (`0.0.0.0`, `::`) or `localhost`, else `http://HOST:PORT`.",
+          "derived from `host` and `port`",
+        ),
+      ),
   })
   .strict()
   .superRefine((h, ctx) => {
@@ -231,6 +244,25 @@ export const httpConfigSchema = z
   }, EVEN_WITH_ISSUES);
 export type HttpConfigInput = z.input<typeof httpConfigSchema>;
 export type HttpConfig = Readonly<z.output<typeof httpConfigSchema>>;
+
+/**
+ * The base URL agents download published bundles from: `http.publicUrl` without a trailing
+ * slash, or one derived from the listen address. Undefined when there is neither (port 0 is
+ * only known once bound).
+ */
+export function publicBaseUrl(
+  http: Pick<HttpConfig, "host" | "port" | "publicUrl">,
+): string | undefined {
+  if (http.publicUrl !== undefined) return http.publicUrl.replace(/\/+$/, "");
+  if (http.port === 0) return undefined;
+  const wildcard = ["0.0.0.0", "::", "[::]", "localhost", ""].includes(http.host);
+  const host = wildcard
+    ? "127.0.0.1"
+    : http.host.includes(":") && !http.host.startsWith("[")
+      ? `[${http.host}]`
+      : http.host;
+  return `http://${host}:${http.port}`;
+}
 
 /** Coordinator options as users write them in a config file. */
 export const coordinatorConfigSchema = z

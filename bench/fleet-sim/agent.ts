@@ -11,6 +11,7 @@ import {
 import { ClockSync } from "../../shared/clock-sync.js";
 import { type Dispatch, type DownMessage, decodeAll } from "../../shared/protocol/index.js";
 import { MAX_SEAL_BYTES, seal, unseal, verifyTag } from "../../shared/protocol/mac.js";
+import type { NativeTarget } from "../../shared/update.js";
 
 /** What one simulated agent needs to know about itself: its id and its enrolled key. */
 export interface SimAgentSpec {
@@ -27,6 +28,12 @@ export interface SimAgentSpec {
    * interrupts it, and it ends canceled.
    */
   runMs?: number;
+  /** Its handlers, said in hello; each runs as the instant `echo` does. @default the simulator's */
+  handlers?: readonly string[];
+  /** The native target said in hello (`hello.target`); without it, none is said. */
+  target?: NativeTarget;
+  /** The bundle said in hello. @default { version: "0.1.0", sha256: "dev" } */
+  bundle?: { version: string; sha256: string };
 }
 
 /** One command in an agent's in-memory journal. */
@@ -368,11 +375,12 @@ export class SimAgent {
           journalId: this.journalId,
           lastSeq: this.seq,
           profile: "fleet-sim",
-          bundle: { version: "0.1.0", sha256: "dev" },
-          handlers: this.ctx.handlers,
+          bundle: this.spec.bundle ?? { version: "0.1.0", sha256: "dev" },
+          handlers: this.spec.handlers ?? this.ctx.handlers,
           capacity: { concurrency: 1, queue: 16 },
           tags: this.ctx.tags,
           batchBytes: this.ctx.batchBytes,
+          ...(this.spec.target === undefined ? {} : { target: this.spec.target }),
         },
         sentAt,
       ),
@@ -631,7 +639,7 @@ export class SimAgent {
       return;
     }
     if (held !== undefined) this.ctx.cancel(held.handle);
-    if (!this.ctx.handlers.includes(d.handler)) {
+    if (!(this.spec.handlers ?? this.ctx.handlers).includes(d.handler)) {
       this.report({
         type: "rejected",
         executionId: d.executionId,

@@ -1,4 +1,5 @@
 import { AxError } from "../../shared/errors.js";
+import { AGENT_UPDATE_HANDLER } from "../../shared/update.js";
 import type { CommandResult } from "../http/schemas.js";
 import { unknownSubcommand } from "./args.js";
 import {
@@ -16,8 +17,32 @@ import {
 import { table } from "./table.js";
 
 /**
- * `ax command send --handler H (--agent ID [--queue] | --tag K=V …) [--params JSON] [--at T]
- * [--deadline T] [--timeout D] [--priority N]`. `--queue` creates a command for an agent the
+ * `--bundle SHA256`, of `command send` and `rollout create`: the handler `agent.update` (a
+ * `--handler` must then be that one) and `bundle` added to the params, which the coordinator
+ * fills in from the published bundle. Returns the handler and the params to send.
+ */
+export function bundleFlag(
+  c: string,
+  bundle: string | undefined,
+  handler: string | undefined,
+  params: Record<string, unknown> | undefined,
+): { handler: string | undefined; params: Record<string, unknown> | undefined } {
+  if (bundle === undefined) return { handler, params };
+  if (handler !== undefined && handler !== AGENT_UPDATE_HANDLER) {
+    throw new AxError(
+      "AX_CLI_USAGE",
+      `${c}: --bundle installs a bundle with the handler ${AGENT_UPDATE_HANDLER}, not --handler ${handler}`,
+    );
+  }
+  if (params?.bundle !== undefined) {
+    throw new AxError("AX_CLI_USAGE", `${c}: give the bundle by --bundle or in --params, not both`);
+  }
+  return { handler: AGENT_UPDATE_HANDLER, params: { ...params, bundle } };
+}
+
+/**
+ * `ax command send (--handler H | --bundle SHA256) (--agent ID [--queue] | --tag K=V …)
+ * [--params JSON] [--at T] [--deadline T] [--timeout D] [--priority N]`. `--queue` creates a command for an agent the
  * coordinator does not know yet (it waits for that agent until its deadline); without it, such a
  * command is refused.
  */
@@ -29,6 +54,7 @@ export async function commandCommand(sub: string | undefined, argv: string[]): P
   const { flags } = parseCommand(c, argv, {
     ...CLIENT_FLAGS,
     handler: { type: "string" },
+    bundle: { type: "string" },
     agent: { type: "string" },
     tag: { type: "string", multiple: true },
     params: { type: "string" },
@@ -38,7 +64,13 @@ export async function commandCommand(sub: string | undefined, argv: string[]): P
     priority: { type: "string" },
     queue: { type: "boolean" },
   });
-  if (!flags.handler) throw new AxError("AX_CLI_USAGE", `${c}: --handler NAME is required`);
+  const { handler, params } = bundleFlag(
+    c,
+    flags.bundle,
+    flags.handler,
+    jsonObjectFlag(c, "params", flags.params),
+  );
+  if (!handler) throw new AxError("AX_CLI_USAGE", `${c}: --handler NAME is required`);
   const tags = flags.tag ?? [];
   if ((flags.agent === undefined) === (tags.length === 0)) {
     throw new AxError(
@@ -58,9 +90,8 @@ export async function commandCommand(sub: string | undefined, argv: string[]): P
   const deadline = instantFlag(c, "deadline", flags.deadline, at ?? Date.now());
   const timeout = durationFlag(c, "timeout", flags.timeout);
   const priority = intFlag(c, "priority", flags.priority, { min: -1000, max: 1000 });
-  const params = jsonObjectFlag(c, "params", flags.params);
   const body = {
-    handler: flags.handler,
+    handler,
     ...(flags.agent === undefined ? { selector: { tags: selector } } : { agentId: flags.agent }),
     ...(flags.queue === true ? { queue: true } : {}),
     ...(params === undefined ? {} : { params }),

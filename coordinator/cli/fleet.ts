@@ -1,5 +1,7 @@
 import { AxError } from "../../shared/errors.js";
 import type { AgentList, AgentView } from "../http/schemas.js";
+import type { AgentUpdateEntry, AgentUpdatePage } from "../operations/agent-update.js";
+import type { AgentRecord } from "../store/port.js";
 import { unknownSubcommand } from "./args.js";
 import { apiClient, CLIENT_FLAGS, listPages, parseCommand, print, printJson } from "./client.js";
 import { fields, isoTime, table, tagsText } from "./table.js";
@@ -24,6 +26,7 @@ export async function fleetCommand(sub: string | undefined, argv: string[]): Pro
             ["instance", a.instanceId],
             ["profile", a.profile],
             ["bundle", `${a.bundleVersion} ${a.bundleSha256}`],
+            ["target", targetText(a.target)],
             ["handlers", a.handlers.join(", ") || "-"],
             ["tags", tagsText(a.tags)],
             ["capacity", `${a.concurrency} at once, queue ${a.queue}`],
@@ -40,6 +43,8 @@ export async function fleetCommand(sub: string | undefined, argv: string[]): Pro
         );
       return 0;
     }
+    case "updates":
+      return await fleetUpdates(argv);
     case "enroll":
       return (await import("./enrol.js")).fleetEnroll(argv);
     case "revoke":
@@ -47,7 +52,14 @@ export async function fleetCommand(sub: string | undefined, argv: string[]): Pro
     case "identities":
       return (await import("./enrol.js")).fleetIdentities(argv);
     default:
-      throw unknownSubcommand("fleet", sub, ["list", "show", "enroll", "revoke", "identities"]);
+      throw unknownSubcommand("fleet", sub, [
+        "list",
+        "show",
+        "updates",
+        "enroll",
+        "revoke",
+        "identities",
+      ]);
   }
 }
 
@@ -95,7 +107,17 @@ async function fleetList(argv: string[]): Promise<number> {
   else {
     print(
       table(
-        ["agent", "status", "live", "in flight", "profile", "bundle", "tags", "last seen (UTC)"],
+        [
+          "agent",
+          "status",
+          "live",
+          "in flight",
+          "profile",
+          "bundle",
+          "target",
+          "tags",
+          "last seen (UTC)",
+        ],
         items.map((a) => [
           a.agentId,
           a.status,
@@ -103,6 +125,7 @@ async function fleetList(argv: string[]): Promise<number> {
           String(a.inFlight),
           a.profile,
           a.bundleVersion,
+          targetText(a.target),
           tagsText(a.tags),
           isoTime(a.lastSeenAt),
         ]),
@@ -112,6 +135,62 @@ async function fleetList(argv: string[]): Promise<number> {
       process.stderr.write(
         `more: ${page.total} agents match; the next page: --cursor ${page.nextCursor}, or --all\n`,
       );
+    }
+  }
+  return 0;
+}
+
+/**
+ * An agent's native target in one word, `linux-arm64-glibc-abi115`; `-` when it reports none (an
+ * agent from before hello.target, offered no update).
+ */
+function targetText(t: AgentRecord["target"]): string {
+  if (t === undefined) return "-";
+  return `${t.platform}-${t.arch}-${t.libc}${t.nodeAbi === null ? "" : `-abi${t.nodeAbi}`}`;
+}
+
+/**
+ * `ax fleet updates ID [--limit N] [--cursor C | --all]`: the agent's agent.update executions,
+ * newest first, from which bundle version to which.
+ */
+async function fleetUpdates(argv: string[]): Promise<number> {
+  const c = "fleet updates";
+  const { flags, args } = parseCommand(
+    c,
+    argv,
+    {
+      ...CLIENT_FLAGS,
+      limit: { type: "string" },
+      cursor: { type: "string" },
+      all: { type: "boolean" },
+    },
+    ["ID"],
+  );
+  const { items, last: page } = await listPages<AgentUpdateEntry, AgentUpdatePage>(
+    c,
+    flags,
+    `/api/agents/${encodeURIComponent(args[0] as string)}/updates`,
+    new URLSearchParams(),
+    100,
+  );
+  if (flags.json) printJson({ items, nextCursor: page.nextCursor });
+  else {
+    print(
+      table(
+        ["created (UTC)", "execution", "from", "to", "state", "rollout", "message"],
+        items.map((u) => [
+          isoTime(u.createdAt),
+          u.executionId,
+          u.fromVersion ?? "-",
+          u.version ?? "-",
+          u.state,
+          u.rolloutId ?? "-",
+          u.message ?? "",
+        ]),
+      ),
+    );
+    if (page.nextCursor !== null) {
+      process.stderr.write(`more: the next page: --cursor ${page.nextCursor}, or --all\n`);
     }
   }
   return 0;

@@ -18,6 +18,7 @@ import {
   printJson,
   tagsFlag,
 } from "./client.js";
+import { bundleFlag } from "./command.js";
 import { durationText, fields, isoTime, table, tagsText } from "./table.js";
 
 /** Executions by state, as the API counts them. */
@@ -177,6 +178,7 @@ async function rolloutCreate(argv: string[]): Promise<number> {
   const { flags } = parseCommand(c, argv, {
     ...CLIENT_FLAGS,
     handler: { type: "string" },
+    bundle: { type: "string" },
     params: { type: "string" },
     tag: { type: "string", multiple: true },
     agent: { type: "string", multiple: true },
@@ -195,7 +197,13 @@ async function rolloutCreate(argv: string[]): Promise<number> {
     id: { type: "string" },
     description: { type: "string" },
   });
-  if (!flags.handler) throw usage(c, "--handler NAME is required");
+  const { handler, params } = bundleFlag(
+    c,
+    flags.bundle,
+    flags.handler,
+    jsonObjectFlag(c, "params", flags.params),
+  );
+  if (!handler) throw usage(c, "--handler NAME is required");
   const tags = tagsFlag(c, "tag", flags.tag);
   const selector: RolloutSpecInput["selector"] = {
     ...(Object.keys(tags).length === 0 ? {} : { tags }),
@@ -209,7 +217,6 @@ async function rolloutCreate(argv: string[]): Promise<number> {
       "give the agents it is for: --tag KEY=VALUE, --agent ID, --profile P or --agent-version V (an agent must match every one given)",
     );
   }
-  const params = jsonObjectFlag(c, "params", flags.params);
   const at = instantFlag(c, "at", flags.at);
   const startWithin = durationFlag(c, "start-within", flags["start-within"]);
   const timeout = durationFlag(c, "timeout", flags.timeout);
@@ -227,7 +234,7 @@ async function rolloutCreate(argv: string[]): Promise<number> {
     ...(flags.description === undefined ? {} : { description: flags.description }),
     selector,
     command: {
-      handler: flags.handler,
+      handler,
       ...(params === undefined ? {} : { params }),
       ...(at === undefined ? {} : { at }),
       ...(startWithin === undefined ? {} : { startWithin }),

@@ -1,4 +1,5 @@
 import { envelope } from "../../shared/message.js";
+import { AGENT_UPDATE_HANDLER, updateHoldMs } from "../../shared/update.js";
 import type { JobDefinition, Routing } from "../domain/job.js";
 import { decideOverlap } from "../domain/overlap.js";
 import { eligibleAgents, hashKeyValue, Router } from "../domain/routing.js";
@@ -7,6 +8,7 @@ import type { EngineContext } from "./context.js";
 import type { Fleet } from "./fleet.js";
 import type { Leases } from "./leases.js";
 import { applyEvent } from "./transitions.js";
+import { refuseOffer, updateRefusal } from "./update-offer.js";
 
 const BATCH = 500;
 
@@ -201,13 +203,22 @@ export class ExecutionLoop {
       if (!(await this.admit(exec, jobs, now))) return;
       const agentId = await this.route(exec, jobs, now);
       if (agentId === undefined) return; // waits in PENDING until an agent is live or it expires
+      const agent = this.fleet.get(agentId);
+      const refusal = updateRefusal(exec, agent);
+      if (refusal !== undefined) {
+        if (await refuseOffer(this.ctx, exec, agentId, refusal, now)) moved++;
+        return;
+      }
       if (
         (await applyEvent(
           this.ctx,
           exec.id,
           { type: "dispatch" },
           () => ({ agentId, dispatchedAt: now }),
-          { agentId },
+          // An update records what the agent ran when it was offered: its update history's "from".
+          exec.handler === AGENT_UPDATE_HANDLER && agent !== undefined
+            ? { agentId, from: { version: agent.bundleVersion, sha256: agent.bundleSha256 } }
+            : { agentId },
           exec,
         )) === "applied"
       ) {
@@ -407,7 +418,7 @@ export class ExecutionLoop {
   private async checkLease(exec: ExecutionRecord, now: number, linkUp: number): Promise<boolean> {
     if (exec.agentId === null || exec.state !== "RUNNING") return false;
     const agentLive = this.fleet.get(exec.agentId)?.status === "online";
-    const decision = this.leases.check(exec, agentLive, now, linkUp);
+    const decision = this.leases.check(exec, agentLive, now, linkUp, updateHoldMs(exec));
     if (decision.action === "query") {
       await this.ctx.link
         .send(

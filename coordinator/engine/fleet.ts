@@ -136,6 +136,8 @@ export class Fleet {
       profile: h.profile,
       bundleVersion: h.bundle.version,
       bundleSha256: h.bundle.sha256,
+      // Taken from each hello as it is: an instance that no longer reports one has none.
+      ...(h.target === undefined ? {} : { target: h.target }),
       handlers: h.handlers,
       concurrency: h.capacity.concurrency,
       queue: h.capacity.queue,

@@ -79,6 +79,11 @@ export class Leases {
     now: number,
     /** When the coordinator's link last came up: a lease does not lapse for its own outage. */
     reachableSince = Number.NEGATIVE_INFINITY,
+    /**
+     * How long the agent may be silent (even offline) about it before the lease lapses: an
+     * `agent.update` restarts its agent and is reported by the next process (updateHoldMs).
+     */
+    holdMs = 0,
   ): LeaseAction {
     let l = this.leases.get(exec.id);
     if (!l || l.round < exec.round) {
@@ -90,7 +95,8 @@ export class Leases {
       };
       this.leases.set(exec.id, l);
     }
-    const lapsed = !agentLive || now - Math.max(l.renewedAt, reachableSince) > this.leaseMs;
+    const silent = now - Math.max(l.renewedAt, reachableSince);
+    const lapsed = silent > holdMs && (!agentLive || silent > this.leaseMs + holdMs);
     if (!lapsed) return { action: "ok" };
     if (l.queriedAt === undefined) {
       l.queriedAt = now;

@@ -1,4 +1,5 @@
 import { ACTIVE_STATES, type ExecState, TERMINAL_STATES } from "../../shared/fsm.js";
+import { AGENT_UPDATE_HANDLER } from "../../shared/update.js";
 import {
   abortReason,
   FINAL_ROLLOUT_STATES,
@@ -20,17 +21,24 @@ export const ROLLOUT_TICK_MS = 250;
 /** Agents reached by one rollout in one pass, at most: one write each pass stays short. */
 const MAX_REACH_PER_PASS = 1_000;
 
-/** The agents a rollout's selector matches that can run its command (not revoked), by id. */
+/**
+ * The agents a rollout's selector matches that can run its command (not revoked) and that it
+ * does not `skip` (see {@link RolloutEngine.skipped}), by id.
+ */
 export function matchingAgents(
   fleet: Fleet,
   r: RolloutRecord,
   excluded: (agentId: string) => boolean,
+  skip: (a: AgentRecord) => boolean = () => false,
 ): AgentRecord[] {
   return fleet
     .list()
     .filter(
       (a) =>
-        selects(r.selector, a) && a.handlers.includes(r.command.handler) && !excluded(a.agentId),
+        selects(r.selector, a) &&
+        a.handlers.includes(r.command.handler) &&
+        !excluded(a.agentId) &&
+        !skip(a),
     )
     .sort((a, b) => (a.agentId < b.agentId ? -1 : a.agentId > b.agentId ? 1 : 0));
 }
@@ -101,6 +109,12 @@ export class RolloutEngine {
   private readonly watched = new Set<string>();
   /** Executions of aborted rollouts an agent holds, to which a cancel was sent. */
   private readonly cancelSent = new Set<string>();
+  /**
+   * Of each `agent.update` rollout, the sha256 of the agent file its bundle installs (what an
+   * agent running it reports in hello); null for another handler or a bundle not found. A
+   * published bundle never changes, so it is read once.
+   */
+  private readonly installs = new Map<string, string | null>();
   /** Told of agents reached and of aborts (metrics). */
   onReached: ((n: number) => void) | undefined;
   onAborted: (() => void) | undefined;
@@ -170,6 +184,7 @@ export class RolloutEngine {
     const live = new Set(rollouts.map((r) => r.id));
     for (const id of this.buckets.keys()) if (!live.has(id)) this.buckets.delete(id);
     for (const id of this.reached.keys()) if (!live.has(id)) this.reached.delete(id);
+    for (const id of this.installs.keys()) if (!live.has(id)) this.installs.delete(id);
     for (const r of rollouts) {
       if (this.closed) return;
       try {
@@ -196,7 +211,7 @@ export class RolloutEngine {
     }
     if (r.state !== "IN_PROGRESS") return;
 
-    const matching = this.matching(r);
+    const matching = await this.matching(r);
     // No agent is reached after its end, nor, with a start time for all, once that time's
     // window (startWithin) is over: it could only expire there.
     const window = r.command.at === undefined ? null : r.command.at + r.command.startWithin;
@@ -252,8 +267,30 @@ export class RolloutEngine {
     await this.reach(r, t, matching, reached, cap, now);
   }
 
-  private matching(r: RolloutRecord): AgentRecord[] {
-    return matchingAgents(this.fleet, r, this.excluded);
+  private async matching(r: RolloutRecord): Promise<AgentRecord[]> {
+    return matchingAgents(this.fleet, r, this.excluded, await this.skipped(r));
+  }
+
+  /**
+   * The agents a rollout leaves out: of an `agent.update` rollout, those not reached that already
+   * run the bundle it installs (docs/rollouts.md, "Agent updates"). They are done already, so
+   * they are neither reached nor counted as matching. One it reached stays counted, so the
+   * agents it updates do not shrink its waves.
+   */
+  async skipped(r: RolloutRecord): Promise<(a: AgentRecord) => boolean> {
+    if (r.command.handler !== AGENT_UPDATE_HANDLER) return () => false;
+    let installs = this.installs.get(r.id);
+    if (installs === undefined) {
+      const sha256 = r.command.params.sha256;
+      const bundle =
+        typeof sha256 === "string" ? await this.ctx.store.getBundle(sha256) : undefined;
+      installs = bundle?.agentSha256 ?? null;
+      this.installs.set(r.id, installs);
+    }
+    if (installs === null) return () => false;
+    const reached = await this.reachedSet(r.id);
+    const on = installs;
+    return (a) => a.bundleSha256 === on && !reached.has(a.agentId);
   }
 
   private async reachedSet(id: string): Promise<Set<string>> {

@@ -12,6 +12,11 @@ export interface EventStep {
   event: ExecEvent;
   patch?: (exec: ExecutionRecord) => ExecutionPatch;
   detail?: Record<string, unknown>;
+  /**
+   * Effects of this step not to perform: a `dispatch` the coordinator decides, in the same
+   * write, not to send (an `agent.update` refused before it leaves, engine/update-offer.ts).
+   */
+  withhold?: readonly Effect["type"][];
 }
 
 /**
@@ -90,7 +95,10 @@ export async function applyEvents(
           : step.detail === undefined
             ? {}
             : { detail: step.detail }),
-        effects: result.effects,
+        effects:
+          step.withhold === undefined
+            ? result.effects
+            : result.effects.filter((e) => !step.withhold?.includes(e.type)),
       });
       cur = { ...cur, ...result.next, ...patch };
       outcomes.push("applied");

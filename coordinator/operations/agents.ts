@@ -2,6 +2,7 @@ import { AxError } from "../../shared/errors.js";
 import type { EngineContext } from "../engine/context.js";
 import type { Fleet } from "../engine/fleet.js";
 import type { AgentRecord } from "../store/port.js";
+import { type AgentUpdatePage, updateHistory } from "./agent-update.js";
 
 /** An agent as the operator sees it: what it said, and what the coordinator makes of it now. */
 export type AgentView = AgentRecord & {
@@ -108,6 +109,22 @@ export class AgentOperations {
       });
     }
     return this.view(agent, await this.ctx.store.countInFlightByAgent(), this.ctx.clock.wallNow());
+  }
+
+  /**
+   * The agent's `agent.update` executions, newest first, with the version each went from and to
+   * (see {@link updateHistory}); AX_AGENT_NOT_FOUND for an agent never heard from.
+   */
+  async updates(
+    agentId: string,
+    query: { limit: number; cursor?: string | undefined },
+  ): Promise<AgentUpdatePage> {
+    if (!this.fleet.get(agentId)) {
+      throw new AxError("AX_AGENT_NOT_FOUND", `agent "${agentId}" not found`, {
+        context: { agentId },
+      });
+    }
+    return updateHistory(this.ctx, agentId, query);
   }
 
   private view(a: AgentRecord, inFlight: Record<string, number>, now: number): AgentView {

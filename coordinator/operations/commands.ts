@@ -4,6 +4,7 @@ import type { Fleet } from "../engine/fleet.js";
 import { newExecutionId } from "../engine/transitions.js";
 import type { Identities } from "../security/identities.js";
 import type { AgentRecord, NewExecution } from "../store/port.js";
+import { commandParams } from "./agent-update.js";
 
 /** What a device command gets when its request leaves a field out; applied here, once. */
 export const COMMAND_DEFAULTS = {
@@ -100,6 +101,8 @@ export class CommandOperations {
       req.selector === undefined
         ? [this.checkAgent(req.agentId, req.handler, req.queue === true)]
         : this.selectAgents(req.selector, req.handler);
+    // Once for every target: they all get the same params.
+    const params = await commandParams(this.ctx, req.handler, req.params ?? {}, ["params"]);
     const out: CommandTarget[] = [];
     const executions: NewExecution[] = [];
     for (const agentId of agentIds) {
@@ -110,7 +113,7 @@ export class CommandOperations {
         jobId: null,
         jobVersion: null,
         handler: req.handler,
-        params: req.params ?? {},
+        params,
         targetAgentId: agentId,
         fireAt: at,
         deadline,

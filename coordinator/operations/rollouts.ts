@@ -11,6 +11,7 @@ import {
 import type { EngineContext } from "../engine/context.js";
 import type { Fleet } from "../engine/fleet.js";
 import { matchingAgents, type RolloutEngine, tally } from "../engine/rollouts.js";
+import { commandParams } from "./agent-update.js";
 
 /** A rollout as the API shows it: the record and its progress. */
 export interface RolloutView extends RolloutRecord {
@@ -71,6 +72,11 @@ export class RolloutOperations {
         "at + startWithin is in the past",
       );
     }
+    // Filled in once, here: every agent the rollout reaches is sent these same params.
+    const params = await commandParams(this.ctx, spec.command.handler, spec.command.params, [
+      "command",
+      "params",
+    ]);
     const id = spec.id ?? newId("ro_", now);
     const state: RolloutState = spec.start ? "IN_PROGRESS" : "CREATED";
     const record: RolloutRecord = {
@@ -79,7 +85,7 @@ export class RolloutOperations {
       version: 1,
       state,
       selector: spec.selector,
-      command: spec.command,
+      command: { ...spec.command, params },
       rate: spec.rate,
       waves: spec.waves,
       abort: spec.abort ?? null,
@@ -205,7 +211,8 @@ export class RolloutOperations {
   /** The record with its progress, counted from its executions and the fleet now. */
   async view(r: RolloutRecord): Promise<RolloutView> {
     const t = tally(r, await this.ctx.store.countRolloutExecutions(r.id));
-    const matching = matchingAgents(this.fleet, r, this.excluded).length;
+    const skip = await this.engine.skipped(r);
+    const matching = matchingAgents(this.fleet, r, this.excluded, skip).length;
     return {
       ...r,
       progress: {

@@ -353,13 +353,23 @@ function fleetMatcher({ q, status, tag }) {
     tags.every(([k, v]) => a.tags?.[k] === v);
 }
 
+/**
+ * What an agent's native addon must be built for (hello.target), in one word; "no target" for an
+ * agent that reports none (it is offered no agent.update).
+ */
+function targetText(t) {
+  if (!t) return "no target";
+  return `${t.platform}-${t.arch}-${t.libc}${t.nodeAbi == null ? "" : `-abi${t.nodeAbi}`}`;
+}
+
 function fleetRow(a) {
   return [
     td(h(a.agentId)),
     td(state(a.status)),
     td(h(a.profile)),
     td(
-      `${h(a.bundleVersion)} <span class="muted">${h(String(a.bundleSha256 ?? "").slice(0, 12))}</span>`,
+      `${h(a.bundleVersion)} <span class="muted">${h(String(a.bundleSha256 ?? "").slice(0, 12))}</span>` +
+        `<br /><span class="muted" data-target>${h(targetText(a.target))}</span>`,
     ),
     td(Number(a.load ?? 0).toFixed(2), "num"),
     td(h(a.inFlight ?? 0), "num"),

@@ -1,3 +1,5 @@
+import { z } from "zod";
+import { agentUpdatePageSchema, UPDATE_HISTORY_SCAN } from "../../operations/agent-update.js";
 import { apiRoute } from "../route.js";
 import {
   agentListSchema,
@@ -10,6 +12,25 @@ import {
   eventResultSchema,
   idParams,
 } from "../schemas.js";
+
+/** Paging of an agent's update history. */
+const agentUpdatesQuery = z
+  .object({
+    limit: z.coerce
+      .number()
+      .int()
+      .min(1)
+      .max(100)
+      .default(20)
+      .meta({ description: "Updates per page (1-100)." }),
+    cursor: z
+      .string()
+      .min(1)
+      .max(512)
+      .optional()
+      .meta({ description: "The previous page's nextCursor." }),
+  })
+  .strict();
 
 /** The fleet, device commands and events. */
 export const fleetRoutes = [
@@ -44,6 +65,27 @@ export const fleetRoutes = [
     success: { status: 200, description: "The agent.", schema: agentSchema },
     errors: [404],
     handle: async ({ coordinator, params }) => coordinator.agents.get(params.id),
+  }),
+  apiRoute({
+    method: "GET",
+    path: "/api/agents/{id}/updates",
+    role: "viewer",
+    operationId: "listAgentUpdates",
+    summary: "List an agent's updates",
+    tag: "fleet",
+    description:
+      "The agent's agent.update executions, newest first: when, from which bundle version to " +
+      `which, their state and message. A page looks through the agent's newest ${UPDATE_HISTORY_SCAN} ` +
+      "device commands at most; nextCursor goes on from there.",
+    params: idParams,
+    query: agentUpdatesQuery,
+    success: {
+      status: 200,
+      description: "A page of the agent's updates, newest first.",
+      schema: agentUpdatePageSchema,
+    },
+    errors: [400, 404],
+    handle: async ({ coordinator, params, query }) => coordinator.agents.updates(params.id, query),
   }),
   apiRoute({
     method: "POST",
