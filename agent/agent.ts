@@ -23,11 +23,13 @@ import { Journal, type ReportBody } from "./journal/journal.js";
 import { AgentAuth, type AuthRefusal } from "./link/auth.js";
 import { AgentLink } from "./link/mqtt-link.js";
 import { transportsFor } from "./link/transport.js";
+import { nativeTarget } from "./native-target.js";
 import { PARTS } from "./parts/included.js";
 import type { AgentParts } from "./parts/types.js";
 import { ReplayGate } from "./replay-gate.js";
 import { Executor } from "./runner/executor.js";
 import { AgentTime } from "./time.js";
+import { outcomeReport, Updater } from "./update/updater.js";
 
 export type AgentLogger = (
   level: "debug" | "info" | "warn" | "error",
@@ -50,7 +52,17 @@ export interface AgentDeps {
   sqliteModule?: string | undefined;
   /** Options of the clock estimate (tests: a shorter resampleAfterMs). */
   clockSync?: ClockSyncOptions;
+  /**
+   * Set when the A/B launcher started this agent (docs/rollouts.md, "Agent updates"): the
+   * install root and this agent's file. The agent then offers `agent.update`.
+   */
+  update?: { root: string; self: string } | undefined;
+  /** Ends the process for a restart into an update. @default process.exit */
+  exit?: (code: number) => void;
 }
+
+/** Exit status asking systemd for a restart (EX_TEMPFAIL), after switching to an update. */
+export const RESTART_EXIT = 75;
 
 /** How often hello is repeated until a welcome arrives (the coordinator may start later). */
 const HELLO_RETRY_MS = 2_000;
@@ -129,6 +141,12 @@ export class Agent {
   };
   /** Message authentication, when the agent holds an identity. */
   private readonly auth: AgentAuth | undefined;
+  /** `agent.update` and what outlives its restart, in an A/B install. */
+  private readonly updater: Updater | undefined;
+  private readonly target = nativeTarget();
+  private readonly exit: (code: number) => void;
+  /** Running executions a shutdown does not wait for (an update's own, about to restart). */
+  private keepRunning = 0;
   /** When each kind of refusal was last logged: at most one line per kind and minute. */
   private readonly refusalLogged = new Map<string, number>();
 
@@ -178,6 +196,27 @@ export class Agent {
         config.security.freshnessMs,
       );
     }
+    this.exit = deps.exit ?? ((code) => process.exit(code));
+    if (deps.update && identity?.bundlePublicKey) {
+      this.updater = new Updater({
+        ...deps.update,
+        agentId: config.agentId,
+        key: Buffer.from(identity.key, "base64url"),
+        generation: identity.generation,
+        bundlePublicKey: identity.bundlePublicKey,
+        version: bundle.version,
+        target: this.target,
+        coordNow: () => this.coordNow(),
+        restart: () => this.restartForUpdate(),
+        log: this.log,
+      });
+      this.handlers.add(this.updater.handler as Handler<unknown>);
+    } else if (deps.update) {
+      this.log(
+        "warn",
+        "agent.update is not offered: the identity file has no bundlePublicKey to check bundles with",
+      );
+    }
     const auth = this.auth;
     this.link = new AgentLink({
       url: config.mqtt.url,
@@ -217,6 +256,7 @@ export class Agent {
       },
       publishBatch: (reports) => this.publishReports(reports),
       log: this.log,
+      ...(this.updater ? { recovered: (row, at) => this.updater?.recovered(row, at) } : {}),
     });
   }
 
@@ -306,6 +346,7 @@ export class Agent {
             capacity: { concurrency: c.capacity.concurrency, queue: c.capacity.queue },
             tags: c.tags,
             batchBytes: MAX_DOWN_BYTES,
+            target: this.target,
           },
           sentAt,
         ),
@@ -451,6 +492,7 @@ export class Agent {
         // What is still pending is journaled first and sent by the replay below (not twice).
         this.executor.flush();
         this.welcomed = true;
+        this.confirmUpdate();
         if (this.helloTimer !== undefined) this.clock.clearTimer(this.helloTimer);
         this.helloTimer = undefined;
         this.log("info", "welcomed by the coordinator", {
@@ -676,12 +718,34 @@ export class Agent {
     return this.stopping;
   }
 
+  /**
+   * An update switched the install to its new version: stop as on SIGTERM, without waiting for
+   * the update's own execution (the next process reports it), and exit for systemd to restart.
+   */
+  private restartForUpdate(): void {
+    this.keepRunning = 1;
+    this.log("info", "restarting into the update");
+    this.stop().then(
+      () => this.exit(RESTART_EXIT),
+      () => this.exit(RESTART_EXIT),
+    );
+  }
+
+  /** Welcomed: an update on trial in this very version has registered, so it succeeded. */
+  private confirmUpdate(): void {
+    const outcome = this.updater?.confirm(Date.now());
+    if (!outcome) return;
+    this.executor.finishHeld(outcome.executionId, outcome.round, (row) =>
+      outcomeReport(row, outcome, this.coordNow()),
+    );
+  }
+
   private async shutdown(graceMs: number): Promise<void> {
     this.executor.shuttingDown = true;
     this.shuttingDown = true;
     // Said at once, not at the next period: the coordinator stops routing work here now.
     this.scheduleHeartbeat(0);
-    await this.executor.drainRunning(graceMs);
+    await this.executor.drainRunning(graceMs, this.keepRunning);
     this.stopped = true;
     this.replays.close();
     if (this.helloTimer !== undefined) this.clock.clearTimer(this.helloTimer);

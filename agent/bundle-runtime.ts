@@ -4,6 +4,7 @@ import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 import type { AgentDeps } from "./agent.js";
 import type { AgentParts } from "./parts/types.js";
+import { ROOT_ENV } from "./update/state.js";
 
 /** The manifest written beside the agent by `ax bundle build`. */
 const MANIFEST_FILE = "manifest.json";
@@ -44,11 +45,14 @@ function ownSha256(self: string, agentFile: string): string {
 export function bundleRuntime(
   parts: AgentParts,
   entryUrl: string,
-): Pick<AgentDeps, "bundle" | "nativeBinding" | "sqliteModule"> {
+): Pick<AgentDeps, "bundle" | "nativeBinding" | "sqliteModule" | "update"> {
   const bundle = parts.bundle;
   if (!bundle) return {};
   const self = fileURLToPath(entryUrl);
+  // Started by the A/B launcher (agent/launch.ts): this agent can install updates.
+  const root = process.env[ROOT_ENV];
   return {
+    ...(root ? { update: { root, self } } : {}),
     bundle: {
       version: bundle.version,
       sha256: ownSha256(self, self.slice(dirname(self).length + 1)),

@@ -50,12 +50,20 @@ export interface ExecutorOptions {
   wheelSlots?: number;
   /** The machine's processes, for recovery to stop what outlived a crash. @default the real ones */
   processes?: ProcessControl;
+  /**
+   * Recovery's say for a command found running after a restart, before the rule-13 default: the
+   * report to journal, `hold` to leave it running until {@link Executor.finishHeld}, or
+   * undefined for the default (an update's execution, agent/update/updater.ts).
+   */
+  recovered?(row: CommandRow, finishedAt: number): Finished | "hold" | undefined;
   log(
     level: "debug" | "info" | "warn" | "error",
     message: string,
     fields?: Record<string, unknown>,
   ): void;
 }
+
+type Finished = Extract<ReportBody, { type: "finished" }>;
 
 const OUTCOME_STATE: Record<Outcome, CommandState> = {
   succeeded: "succeeded",
@@ -176,9 +184,15 @@ export class Executor {
     const open = this.o.journal.openCommands();
     // Children are stopped before the transaction: a report must not say "interrupted" while
     // the side effect it is about is still going on, and no transaction waits on a kill.
-    const settled = new Map<number, ReturnType<typeof settleRunning>>();
+    const settled = new Map<number, ReturnType<typeof settleRunning> | "hold">();
     for (const row of open) {
       if (row.state !== "running") continue;
+      // An update's execution: its outcome is the update's, not the process's (agent/update).
+      const update = this.o.recovered?.(row, now);
+      if (update !== undefined) {
+        settled.set(row.id, update === "hold" ? update : { body: update, stopped: [] });
+        continue;
+      }
       const s = settleRunning(
         row,
         this.o.journal.children(row.id),
@@ -208,12 +222,13 @@ export class Executor {
 
   private recoverIn(
     open: readonly CommandRow[],
-    settled: ReadonlyMap<number, ReturnType<typeof settleRunning>>,
+    settled: ReadonlyMap<number, ReturnType<typeof settleRunning> | "hold">,
     now: number,
   ): { rescheduled: number; interrupted: number; expired: number; settled: number } {
     const out = { rescheduled: 0, interrupted: 0, expired: 0, settled: 0 };
     for (const row of open) {
       const s = settled.get(row.id);
+      if (s === "hold") continue; // stays running until finishHeld
       if (row.state === "running" && s) {
         this.move(row, "running", OUTCOME_STATE[s.body.outcome], s.body);
         if (s.body.outcome === "interrupted") out.interrupted++;
@@ -702,10 +717,24 @@ export class Executor {
     }
   }
 
-  /** Resolves when nothing is running (and what finished is journaled), or after `graceMs`. */
-  async drainRunning(graceMs: number): Promise<void> {
+  /**
+   * Ends a command recovery held as running (an update on trial, see ExecutorOptions.recovered)
+   * with the report `body` makes of its row. Nothing when it is no longer running.
+   */
+  finishHeld(executionId: string, round: number, body: (row: CommandRow) => Finished): void {
+    const row = this.o.journal.latest(executionId);
+    if (row?.state !== "running" || row.round !== round || this.active.has(row.id)) return;
+    const report = body(row);
+    this.batch(() => this.move(row, "running", OUTCOME_STATE[report.outcome], report));
+  }
+
+  /**
+   * Resolves when at most `keep` commands are running (and what finished is journaled), or after
+   * `graceMs`.
+   */
+  async drainRunning(graceMs: number, keep = 0): Promise<void> {
     const until = this.o.clock.monoNow() + graceMs;
-    while (this.running > 0 && this.o.clock.monoNow() < until) {
+    while (this.running > keep && this.o.clock.monoNow() < until) {
       await new Promise<void>((resolve) => this.o.clock.setTimer(resolve, 20));
     }
     this.flush();

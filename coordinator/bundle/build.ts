@@ -1,7 +1,7 @@
 import { build, type Metafile, type Plugin } from "esbuild";
 import type { BundleFacts } from "../../agent/parts/types.js";
 import type { FirmwareProfile } from "../../shared/profile.js";
-import { AGENT_ENTRY } from "./catalog.js";
+import { AGENT_ENTRY, LAUNCHER_ENTRY } from "./catalog.js";
 import { includedPartsPlugin, standInsPlugin } from "./plugins.js";
 
 /**
@@ -55,4 +55,21 @@ export async function buildAgentBundle(
     logLevel: "silent",
   });
   return { outfile: options.outfile, metafile: result.metafile };
+}
+
+/** The A/B launcher's file name, in a bundle and in the install root (agent/launch.ts). */
+export const LAUNCHER_FILE = "launch.mjs";
+
+/** Builds the A/B launcher: one small ESM file of Node built-ins only. */
+export async function buildLauncher(outfile: string): Promise<void> {
+  await build({
+    entryPoints: [LAUNCHER_ENTRY],
+    outfile,
+    bundle: true,
+    platform: "node",
+    format: "esm",
+    target: "node20",
+    minify: true,
+    logLevel: "silent",
+  });
 }

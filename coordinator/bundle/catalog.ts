@@ -43,3 +43,6 @@ export const INCLUDED_PARTS_MODULE = agentFile("parts/included.ts");
 
 /** The agent's entry point: `node agent.mjs --config FILE`. */
 export const AGENT_ENTRY = agentFile("cli.ts");
+
+/** The A/B launcher's entry point: `node launch.mjs --config FILE` (docs/rollouts.md). */
+export const LAUNCHER_ENTRY = agentFile("launch.ts");

@@ -16,8 +16,9 @@ export const ENV_FILE = "agent.env";
 export const EXAMPLE_CONFIG_FILE = "agent.example.json";
 
 /**
- * The ExecStart command line: Node with the profile's heap caps, the agent, its config. The
- * benchmark starts agents from this very line (bench/bundle.ts).
+ * The ExecStart command line: Node with the profile's heap caps, the launcher (which starts the
+ * agent of the install's current slot, or the agent beside it), its config. The benchmark starts
+ * agents from this very line (bench/bundle.ts).
  */
 export function execStart(profile: FirmwareProfile, agentFile: string): string {
   const semi = profile.node.maxSemiSpaceMb;

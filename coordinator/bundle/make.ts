@@ -13,8 +13,9 @@ import type { Metafile } from "esbuild";
 import type { BundleFacts } from "../../agent/parts/types.js";
 import { AxError } from "../../shared/errors.js";
 import { type FirmwareProfile, profileAgentDefaults } from "../../shared/profile.js";
+import { type TarEntry, tarGz } from "../../shared/tar.js";
 import { packageJson } from "../package-files.js";
-import { buildAgentBundle } from "./build.js";
+import { buildAgentBundle, buildLauncher, LAUNCHER_FILE } from "./build.js";
 import { IDENTITY_FILE, readIdentityFile } from "./identity.js";
 import {
   ENV_FILE,
@@ -28,7 +29,6 @@ import { fileEntryOf, MANIFEST_FILE, type Manifest } from "./manifest.js";
 import { inspectBinding, localBindingPath, NATIVE_BINDING_FILE } from "./native-binding.js";
 import { loadProfile, PROFILES_DIR } from "./profiles.js";
 import { keyIdOf, SIGNATURE_FILE, signManifest } from "./signature.js";
-import { type TarEntry, tarGz } from "./tar.js";
 
 /** The agent's file name in a bundle. */
 export const AGENT_FILE = "agent.mjs";
@@ -59,6 +59,11 @@ export interface MakeBundleOptions {
    * the bundle, and its archive, then hold that agent's secret.
    */
   identity?: string | undefined;
+  /**
+   * The version the bundle says it is (manifest `ax.version`, what its agent reports in hello).
+   * @default package.json's version
+   */
+  version?: string | undefined;
 }
 
 export interface MadeBundle {
@@ -117,7 +122,7 @@ export async function makeBundle(options: MakeBundleOptions): Promise<MadeBundle
   const identity = options.identity === undefined ? undefined : readIdentityFile(options.identity);
   if (identity && signingKey)
     checkIdentityKey(options.identity as string, identity.identity.bundlePublicKey, signingKey);
-  const pkg = packageInfo();
+  const pkg = { ...packageInfo(), ...(options.version ? { version: options.version } : {}) };
   const bindingPath = resolve(options.nativeBinding ?? localBindingPath());
   const binding = inspectBinding(bindingPath);
   const outDir = resolve(options.outDir ?? join("dist", "bundles"));
@@ -158,12 +163,20 @@ export async function makeBundle(options: MakeBundleOptions): Promise<MadeBundle
     );
   }
 
+  await buildLauncher(join(dir, LAUNCHER_FILE));
   copyFileSync(bindingPath, join(dir, NATIVE_BINDING_FILE));
-  writeFileSync(join(dir, UNIT_FILE), systemdUnit(profile, AGENT_FILE, pkg.version));
+  writeFileSync(join(dir, UNIT_FILE), systemdUnit(profile, LAUNCHER_FILE, pkg.version));
   writeFileSync(join(dir, ENV_FILE), envFile(profile));
   writeFileSync(join(dir, EXAMPLE_CONFIG_FILE), exampleConfig(profile));
 
-  const names = [AGENT_FILE, NATIVE_BINDING_FILE, UNIT_FILE, ENV_FILE, EXAMPLE_CONFIG_FILE];
+  const names = [
+    AGENT_FILE,
+    LAUNCHER_FILE,
+    NATIVE_BINDING_FILE,
+    UNIT_FILE,
+    ENV_FILE,
+    EXAMPLE_CONFIG_FILE,
+  ];
   if (identity) {
     const path = join(dir, IDENTITY_FILE);
     writeFileSync(path, identity.data, { mode: 0o600 });
