@@ -56,7 +56,13 @@ export interface AgentDeps {
    * Set when the A/B launcher started this agent (docs/rollouts.md, "Agent updates"): the
    * install root and this agent's file. The agent then offers `agent.update`.
    */
-  update?: { root: string; self: string } | undefined;
+  update?:
+    | {
+        root: string;
+        self: string;
+        installer: () => Promise<typeof import("./update/installer.js")>;
+      }
+    | undefined;
   /** Ends the process for a restart into an update. @default process.exit */
   exit?: (code: number) => void;
 }
@@ -145,8 +151,6 @@ export class Agent {
   private readonly updater: Updater | undefined;
   private readonly target = nativeTarget();
   private readonly exit: (code: number) => void;
-  /** Running executions a shutdown does not wait for (an update's own, about to restart). */
-  private keepRunning = 0;
   /** When each kind of refusal was last logged: at most one line per kind and minute. */
   private readonly refusalLogged = new Map<string, number>();
 
@@ -207,7 +211,7 @@ export class Agent {
         version: bundle.version,
         target: this.target,
         coordNow: () => this.coordNow(),
-        restart: () => this.restartForUpdate(),
+        restart: (executionId) => this.restartForUpdate(executionId),
         log: this.log,
       });
       this.handlers.add(this.updater.handler as Handler<unknown>);
@@ -722,8 +726,8 @@ export class Agent {
    * An update switched the install to its new version: stop as on SIGTERM, without waiting for
    * the update's own execution (the next process reports it), and exit for systemd to restart.
    */
-  private restartForUpdate(): void {
-    this.keepRunning = 1;
+  private restartForUpdate(executionId: string): void {
+    this.executor.detach(executionId);
     this.log("info", "restarting into the update");
     this.stop().then(
       () => this.exit(RESTART_EXIT),
@@ -745,7 +749,7 @@ export class Agent {
     this.shuttingDown = true;
     // Said at once, not at the next period: the coordinator stops routing work here now.
     this.scheduleHeartbeat(0);
-    await this.executor.drainRunning(graceMs, this.keepRunning);
+    await this.executor.drainRunning(graceMs);
     this.stopped = true;
     this.replays.close();
     if (this.helloTimer !== undefined) this.clock.clearTimer(this.helloTimer);

@@ -1,7 +1,8 @@
 import { readFileSync, statSync } from "node:fs";
 import { createRequire } from "node:module";
 import { dirname, join } from "node:path";
-import { fileURLToPath } from "node:url";
+import { fileURLToPath, pathToFileURL } from "node:url";
+import { INSTALLER_FILE } from "../shared/update-limits.js";
 import type { AgentDeps } from "./agent.js";
 import type { AgentParts } from "./parts/types.js";
 import { ROOT_ENV } from "./update/state.js";
@@ -52,7 +53,16 @@ export function bundleRuntime(
   // Started by the A/B launcher (agent/launch.ts): this agent can install updates.
   const root = process.env[ROOT_ENV];
   return {
-    ...(root ? { update: { root, self } } : {}),
+    ...(root
+      ? {
+          update: {
+            root,
+            self,
+            // Its own file, so its bytes are read only when an update runs.
+            installer: () => import(pathToFileURL(join(dirname(self), INSTALLER_FILE)).href),
+          },
+        }
+      : {}),
     bundle: {
       version: bundle.version,
       sha256: ownSha256(self, self.slice(dirname(self).length + 1)),

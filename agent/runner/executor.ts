@@ -729,12 +729,23 @@ export class Executor {
   }
 
   /**
-   * Resolves when at most `keep` commands are running (and what finished is journaled), or after
-   * `graceMs`.
+   * Lets go of a running command without ending it: no timeout, no slot, nothing for a shutdown to
+   * wait for; it stays `running` in the journal for the next process to settle (an update that
+   * switched to its new version, see ExecutorOptions.recovered).
    */
-  async drainRunning(graceMs: number, keep = 0): Promise<void> {
+  detach(executionId: string): void {
+    for (const active of this.active.values()) {
+      if (active.row.executionId === executionId && active.state === "running") {
+        this.release(active.row);
+        return;
+      }
+    }
+  }
+
+  /** Resolves when nothing is running (and what finished is journaled), or after `graceMs`. */
+  async drainRunning(graceMs: number): Promise<void> {
     const until = this.o.clock.monoNow() + graceMs;
-    while (this.running > keep && this.o.clock.monoNow() < until) {
+    while (this.running > 0 && this.o.clock.monoNow() < until) {
       await new Promise<void>((resolve) => this.o.clock.setTimer(resolve, 20));
     }
     this.flush();

@@ -30,7 +30,6 @@ export type Slot = "a" | "b";
 export const CURRENT_LINK = "current";
 export const STATE_FILE = "update.json";
 export const DOWNLOADS_DIR = "downloads";
-export const LAUNCHER_FILE = "launch.mjs";
 /** The environment variable the launcher sets to the install root for the agent it starts. */
 export const ROOT_ENV = "AX_AGENT_ROOT";
 

@@ -1,7 +1,9 @@
+import { join } from "node:path";
 import { build, type Metafile, type Plugin } from "esbuild";
 import type { BundleFacts } from "../../agent/parts/types.js";
 import type { FirmwareProfile } from "../../shared/profile.js";
-import { AGENT_ENTRY, LAUNCHER_ENTRY } from "./catalog.js";
+import { INSTALLER_FILE, LAUNCHER_FILE } from "../../shared/update-limits.js";
+import { AGENT_ENTRY, INSTALLER_ENTRY, LAUNCHER_ENTRY } from "./catalog.js";
 import { includedPartsPlugin, standInsPlugin } from "./plugins.js";
 
 /**
@@ -57,19 +59,27 @@ export async function buildAgentBundle(
   return { outfile: options.outfile, metafile: result.metafile };
 }
 
-/** The A/B launcher's file name, in a bundle and in the install root (agent/launch.ts). */
-export const LAUNCHER_FILE = "launch.mjs";
+export { INSTALLER_FILE, LAUNCHER_FILE };
 
-/** Builds the A/B launcher: one small ESM file of Node built-ins only. */
-export async function buildLauncher(outfile: string): Promise<void> {
-  await build({
-    entryPoints: [LAUNCHER_ENTRY],
-    outfile,
-    bundle: true,
-    platform: "node",
-    format: "esm",
-    target: "node20",
-    minify: true,
-    logLevel: "silent",
-  });
+/**
+ * Builds the two small files of an A/B install beside the agent, each one ESM file of Node
+ * built-ins only: the launcher (agent/launch.ts) and the installer `agent.update` loads
+ * (agent/update/installer.ts).
+ */
+export async function buildUpdateFiles(dir: string): Promise<void> {
+  for (const [entry, file] of [
+    [LAUNCHER_ENTRY, LAUNCHER_FILE],
+    [INSTALLER_ENTRY, INSTALLER_FILE],
+  ] as const) {
+    await build({
+      entryPoints: [entry],
+      outfile: join(dir, file),
+      bundle: true,
+      platform: "node",
+      format: "esm",
+      target: "node20",
+      minify: true,
+      logLevel: "silent",
+    });
+  }
 }

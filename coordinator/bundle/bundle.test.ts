@@ -120,13 +120,15 @@ describe("ax bundle build", () => {
     }
   });
 
-  it("writes the agent, binding, unit, env file, example config and manifest, and an archive of them", () => {
+  it("writes the agent, launcher, installer, binding, unit, env file, example config and manifest, and an archive of them", () => {
     const b = bundle("sensor-hub");
     expect(readdirSync(b.dir).sort()).toEqual(
       [
         "agent.env",
         "agent.example.json",
         AGENT_FILE,
+        "launch.mjs",
+        "update.mjs",
         "ax-agent.service",
         "better_sqlite3.node",
         "manifest.json",
@@ -152,11 +154,11 @@ describe("ax bundle build", () => {
       const data = readFileSync(join(b.dir, file));
       expect(entry).toEqual({ sha256: sha256(data), bytes: data.length });
     }
-    // The unit starts Node with the profile's heap cap; the env file names the config.
+    // The unit starts Node with the profile's heap cap and the launcher; the env file names the config.
     const unit = readFileSync(join(b.dir, "ax-agent.service"), "utf8");
     expect(unit).toContain(
       // biome-ignore lint/suspicious/noTemplateCurlyInString: systemd's syntax, not JavaScript's
-      "ExecStart=/usr/bin/node --max-old-space-size=32 --max-semi-space-size=1 /opt/ax-agent/agent.mjs --config ${AX_AGENT_CONFIG}",
+      "ExecStart=/usr/bin/node --max-old-space-size=32 --max-semi-space-size=1 /opt/ax-agent/launch.mjs --config ${AX_AGENT_CONFIG}",
     );
     expect(unit).toContain("EnvironmentFile=/etc/ax-agent/agent.env");
     expect(readFileSync(join(b.dir, "agent.env"), "utf8")).toContain(

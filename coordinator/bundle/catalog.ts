@@ -46,3 +46,6 @@ export const AGENT_ENTRY = agentFile("cli.ts");
 
 /** The A/B launcher's entry point: `node launch.mjs --config FILE` (docs/rollouts.md). */
 export const LAUNCHER_ENTRY = agentFile("launch.ts");
+
+/** The installer `agent.update` loads from beside the agent (agent/update/updater.ts). */
+export const INSTALLER_ENTRY = agentFile("update/installer.ts");

@@ -15,7 +15,7 @@ import { AxError } from "../../shared/errors.js";
 import { type FirmwareProfile, profileAgentDefaults } from "../../shared/profile.js";
 import { type TarEntry, tarGz } from "../../shared/tar.js";
 import { packageJson } from "../package-files.js";
-import { buildAgentBundle, buildLauncher, LAUNCHER_FILE } from "./build.js";
+import { buildAgentBundle, buildUpdateFiles, INSTALLER_FILE, LAUNCHER_FILE } from "./build.js";
 import { IDENTITY_FILE, readIdentityFile } from "./identity.js";
 import {
   ENV_FILE,
@@ -163,7 +163,7 @@ export async function makeBundle(options: MakeBundleOptions): Promise<MadeBundle
     );
   }
 
-  await buildLauncher(join(dir, LAUNCHER_FILE));
+  await buildUpdateFiles(dir);
   copyFileSync(bindingPath, join(dir, NATIVE_BINDING_FILE));
   writeFileSync(join(dir, UNIT_FILE), systemdUnit(profile, LAUNCHER_FILE, pkg.version));
   writeFileSync(join(dir, ENV_FILE), envFile(profile));
@@ -172,6 +172,7 @@ export async function makeBundle(options: MakeBundleOptions): Promise<MadeBundle
   const names = [
     AGENT_FILE,
     LAUNCHER_FILE,
+    INSTALLER_FILE,
     NATIVE_BINDING_FILE,
     UNIT_FILE,
     ENV_FILE,

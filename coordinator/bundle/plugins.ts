@@ -64,15 +64,31 @@ const STAND_INS: Record<string, string> = {
   "worker-timers": "module.exports = { setInterval, clearInterval, setTimeout, clearTimeout };",
 };
 
-/** Resolves the packages in {@link STAND_INS} to their stand-ins. */
+/**
+ * better-sqlite3's Database methods the agent never calls — `backup`, `serialize`, `function`,
+ * `aggregate` and `table` (virtual tables) — about 8 KB minified: each is a stand-in that says so.
+ */
+const UNUSED_SQLITE_METHODS = ["backup", "serialize", "function", "aggregate", "table"];
+
+/** Resolves the packages in {@link STAND_INS}, and unused better-sqlite3 methods, to stand-ins. */
 export function standInsPlugin(): Plugin {
   const filter = new RegExp(`^(${Object.keys(STAND_INS).join("|")})$`);
+  const methods = new RegExp(`^\\./methods/(${UNUSED_SQLITE_METHODS.join("|")})$`);
   return {
     name: "ax-stand-ins",
     setup(build) {
       build.onResolve({ filter }, (args) => ({ path: args.path, namespace: "ax-stand-in" }));
+      build.onResolve({ filter: methods }, (args) =>
+        /[\\/]better-sqlite3[\\/]lib[\\/]database\.js$/.test(args.importer)
+          ? { path: args.path, namespace: "ax-sqlite-method" }
+          : undefined,
+      );
       build.onLoad({ filter: /.*/, namespace: "ax-stand-in" }, (args) => ({
         contents: STAND_INS[args.path] ?? "",
+        loader: "js",
+      }));
+      build.onLoad({ filter: /.*/, namespace: "ax-sqlite-method" }, (args) => ({
+        contents: `module.exports = function () { throw new Error("Database.${args.path.slice("./methods/".length)} is not in a bundled agent"); };`,
         loader: "js",
       }));
     },

@@ -109,7 +109,7 @@ describe("ax bundle build and verify: signatures", () => {
     expect(built.code, built.stderr).toBe(0);
     expect(built.stdout).toMatch(/^built sensor-hub \(ax [^)]+\) in \d+ ms → /);
     expect(built.stdout).toMatch(
-      /agent\.mjs: \d+ of 163840 budgeted bytes; for linux-\w+ \(glibc\), Node >=20\.0\.0 <21\.0\.0/,
+      /agent\.mjs: \d+ of 153600 budgeted bytes; for linux-\w+ \(glibc\), Node >=20\.0\.0 <21\.0\.0/,
     );
     expect(built.stdout).toContain(
       `\nsigned: manifest.sig, Ed25519 key ${keyId} (${relative(process.cwd(), join(tmp.dir, "coord", "ax-secrets", "bundle-signing.key"))})\n`,
@@ -131,7 +131,7 @@ describe("ax bundle build and verify: signatures", () => {
       expect(r.code, r.stderr).toBe(0);
       expect(r.stdout).toMatch(
         new RegExp(
-          `^ok: .*sensor-hub\\.tar\\.gz: profile sensor-hub, ax .*; signed by key ${keyId} \\(${source}\\); 6 files match`,
+          `^ok: .*sensor-hub\\.tar\\.gz: profile sensor-hub, ax .*; signed by key ${keyId} \\(${source}\\); 7 files match`,
         ),
       );
     }
@@ -214,7 +214,7 @@ describe("ax bundle build and verify: signatures", () => {
     const allowed = ax(["bundle", "verify", devArchive, "--allow-unsigned"], 60_000, empty);
     expect(allowed.code, allowed.stderr).toBe(0);
     expect(allowed.stdout).toContain(
-      "; UNSIGNED development build (--allow-unsigned): nothing vouches for who built it; 6 files match",
+      "; UNSIGNED development build (--allow-unsigned): nothing vouches for who built it; 7 files match",
     );
     // --allow-unsigned does not pass a signed bundle it has no key for.
     const signed = ax(["bundle", "verify", archive, "--allow-unsigned"], 60_000, empty);

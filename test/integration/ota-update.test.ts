@@ -281,7 +281,50 @@ describe("OTA: agent.update on a real agent", () => {
       (await agentVersion()) === "2.0.0" ? true : undefined,
     );
 
-    const again = await update(v3.sha256);
+    // This time as a rollout, as an operator updates a fleet: it records the same truth.
+    await api("POST", "/api/rollouts", {
+      id: "ro-ota",
+      selector: { agentIds: [AGENT] },
+      command: {
+        handler: "agent.update",
+        params: { bundle: v3.sha256, healthWindowMs: HEALTH_MS },
+        timeout: "2m",
+      },
+      rate: { perMinute: 60 },
+    });
+    const rollout = await waitFor(
+      "the rollout completed",
+      async () => {
+        const r = (
+          await api<{
+            rollout: { state: string; settled: boolean; progress: { byState: object } };
+          }>("GET", "/api/rollouts/ro-ota")
+        ).rollout;
+        return r.settled ? r : undefined;
+      },
+      45_000,
+      100,
+    );
+    expect(rollout.state).toBe("COMPLETED");
+    expect(rollout.progress.byState).toEqual({ SUCCEEDED: 1 });
+    const updates = await api<{
+      items: {
+        executionId: string;
+        fromVersion: string;
+        version: string;
+        rolloutId: string | null;
+        state: string;
+      }[];
+    }>("GET", `/api/agents/${AGENT}/updates`);
+    const latest = updates.items[0];
+    expect(latest).toMatchObject({
+      fromVersion: "2.0.0",
+      version: "3.0.0",
+      rolloutId: "ro-ota",
+      state: "SUCCEEDED",
+    });
+    const again = latest?.executionId as string;
+    executions.push(again);
     const done = await ended(again);
     expect(done.state, done.message).toBe("SUCCEEDED");
     expect(done.result).toMatchObject({ version: "3.0.0" });

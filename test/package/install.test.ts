@@ -85,11 +85,11 @@ describe.skipIf(!ENABLED)("the packed and globally installed ax", () => {
       ["bundle", "build", "--profile", "sensor-hub", "--out", out, "--unsigned"],
       120_000,
     );
-    expect(r.stdout).toMatch(/agent\.mjs: \d+ of 163840 budgeted bytes/);
+    expect(r.stdout).toMatch(/agent\.mjs: \d+ of 153600 budgeted bytes/);
     const archive = join(out, "sensor-hub", "sensor-hub.tar.gz");
     expect(existsSync(archive)).toBe(true);
     const verified = await axIn(["bundle", "verify", archive, "--allow-unsigned"]);
-    expect(verified.stdout).toMatch(/^ok: .*profile sensor-hub, ax \d+\.\d+\.\d+.* 6 files match/);
+    expect(verified.stdout).toMatch(/^ok: .*profile sensor-hub, ax \d+\.\d+\.\d+.* 7 files match/);
   });
 
   it("runs the demo: broker, coordinator, SQLite store and agents, every execution succeeded", async () => {

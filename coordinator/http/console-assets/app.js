@@ -362,9 +362,11 @@ function targetText(t) {
   return `${t.platform}-${t.arch}-${t.libc}${t.nodeAbi == null ? "" : `-abi${t.nodeAbi}`}`;
 }
 
+const agentLink = (id) => `<a href="#/fleet/${h(encodeURIComponent(id))}">${h(id)}</a>`;
+
 function fleetRow(a) {
   return [
-    td(h(a.agentId)),
+    td(agentLink(a.agentId)),
     td(state(a.status)),
     td(h(a.profile)),
     td(
@@ -422,6 +424,63 @@ async function fleetView(seq) {
     (cursor) => fleetPage(filters, cursor),
     (page, n) => drawFleetPage(page, n),
   );
+}
+
+/**
+ * One agent: what its hello and heartbeats said, and its update history (`agent.update`
+ * executions, newest first), refreshed live.
+ */
+async function agentView(seq, id) {
+  const path = `/api/agents/${encodeURIComponent(id)}`;
+  const load = async () => {
+    const [a, updates] = await Promise.all([api(path), api(`${path}/updates?limit=50`)]);
+    if (seq !== renderSeq) return;
+    view.innerHTML = `<h2>Agent ${h(a.agentId)} ${state(a.status)} <span class="muted">(live)</span></h2>
+    <div class="card"><dl class="facts">${[
+      ["profile", h(a.profile)],
+      [
+        "version",
+        `${h(a.bundleVersion)} <span class="muted">${h(String(a.bundleSha256 ?? ""))}</span>`,
+      ],
+      ["native target", h(targetText(a.target))],
+      ["handlers", h((a.handlers ?? []).join(", "))],
+      [
+        "tags",
+        h(
+          Object.entries(a.tags ?? {})
+            .map(([k, v]) => `${k}=${v}`)
+            .join(", ") || "none",
+        ),
+      ],
+      ["last seen", ago(a.lastSeenAt)],
+    ]
+      .map(([k, v]) => `<dt>${h(k)}</dt><dd>${v}</dd>`)
+      .join("")}</dl></div>
+    <h2>Updates</h2>
+    <div id="agent-updates">${
+      updates.items.length === 0
+        ? '<p class="muted">No agent.update sent to this agent.</p>'
+        : table(
+            ["sent", "from", "to", "state", "rollout", "message"],
+            updates.items.map((u) => [
+              td(ago(u.createdAt)),
+              td(h(u.fromVersion ?? "–")),
+              td(h(u.version ?? "–")),
+              td(
+                `<a href="#/executions/${h(encodeURIComponent(u.executionId))}">${state(u.state)}</a>`,
+              ),
+              td(
+                u.rolloutId
+                  ? `<a href="#/rollouts/${h(encodeURIComponent(u.rolloutId))}">${h(u.rolloutId)}</a>`
+                  : "–",
+              ),
+              td(h(u.message ?? "")),
+            ]),
+          )
+    }</div>`;
+  };
+  await load();
+  live(load, 2000);
 }
 
 /** The counts, the rows and the place in the fleet of one page (number `n`, from 1). */
@@ -1207,7 +1266,7 @@ function render() {
   }
   say("");
   const views = {
-    fleet: () => fleetView(seq),
+    fleet: () => (id ? agentView(seq, decodeURIComponent(id)) : fleetView(seq)),
     jobs: () => (id ? jobView(seq, decodeURIComponent(id)) : jobsView(seq)),
     executions: () =>
       id ? executionView(seq, decodeURIComponent(id)) : executionsView(seq, undefined),
