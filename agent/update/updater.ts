@@ -1,5 +1,5 @@
-import { realpathSync } from "node:fs";
-import { basename, dirname } from "node:path";
+import { realpathSync, rmSync } from "node:fs";
+import { basename, dirname, join } from "node:path";
 import {
   AGENT_UPDATE_HANDLER,
   type AgentUpdateParams,
@@ -19,6 +19,7 @@ import type { CommandRow, ReportBody } from "../journal/journal.js";
 import type * as Installer from "./installer.js";
 import {
   currentSlot,
+  DOWNLOADS_DIR,
   otherSlot,
   readState,
   type Slot,
@@ -147,6 +148,7 @@ export class Updater {
       const files = installer.verifyBundle(archive, p, this.o.bundlePublicKey, this.o.target);
       ctx.progress(80, `installing into ${slot}`);
       installer.installSlot(root, slot, files);
+      rmSync(join(root, DOWNLOADS_DIR, `${p.sha256}.tar.gz`), { force: true });
     } catch (err) {
       const retryable = (err as { retryable?: unknown }).retryable;
       throw new HandlerFailure((err as Error).message, {
