@@ -1,6 +1,6 @@
 import { existsSync, readdirSync, readFileSync, statSync } from "node:fs";
 import { basename, join, relative, resolve } from "node:path";
-import { AxError, ERROR_CODES, type ErrorCode, isAxError } from "../../shared/errors.js";
+import { AxError, isAxError } from "../../shared/errors.js";
 import { MAX_BUNDLE_BYTES } from "../../shared/update.js";
 import { MANIFEST_FILE, parseManifest } from "../bundle/manifest.js";
 import { listProfiles, loadProfile } from "../bundle/profiles.js";
@@ -10,7 +10,6 @@ import type { BundleRecord } from "../domain/bundle.js";
 import { flags, unknownSubcommand } from "./args.js";
 import { apiClient, CLIENT_FLAGS, listPages, parseCommand, print, printJson } from "./client.js";
 import { isoTime, table } from "./table.js";
-import { resolveToken } from "./token-source.js";
 
 const out = (text: string) => process.stdout.write(`${text}\n`);
 
@@ -268,56 +267,27 @@ async function publish(argv: string[]): Promise<number> {
       `${c}: ${file}: ${size} bytes, more than the ${MAX_BUNDLE_BYTES} a bundle may have`,
     );
   }
-  const { url } = apiClient(c, f);
-  const { token, from } = resolveToken(c, f);
-  let res: Response;
+  let status: number;
+  let b: BundleRecord;
   try {
-    res = await fetch(`${url}/api/bundles`, {
-      method: "POST",
-      headers: {
-        accept: "application/json",
-        "content-type": "application/gzip",
-        ...(token ? { authorization: `Bearer ${token}` } : {}),
-      },
-      body: readFileSync(file),
-      signal: AbortSignal.timeout(300_000),
-    });
+    ({ status, value: b } = await apiClient(c, f).send<BundleRecord>("POST", "/api/bundles", {
+      bytes: readFileSync(file),
+      contentType: "application/gzip",
+      timeoutMs: 300_000,
+    }));
   } catch (err) {
-    const cause = (err as { cause?: { code?: string; message?: string } }).cause;
-    throw new AxError(
-      "AX_API_UNREACHABLE",
-      `cannot reach the coordinator at ${url}: ${cause?.code ?? cause?.message ?? (err as Error).message}`,
-      { cause: err },
-    );
-  }
-  const text = await res.text();
-  let value: unknown;
-  try {
-    value = JSON.parse(text);
-  } catch {
-    throw new AxError(
-      "AX_API_UNREACHABLE",
-      `${url}/api/bundles answered HTTP ${res.status} with something other than the API's JSON`,
-    );
-  }
-  if (!res.ok) {
-    const e = (value as { error?: { code?: string; message?: string } }).error;
-    const code =
-      e?.code !== undefined && Object.hasOwn(ERROR_CODES, e.code)
-        ? (e.code as ErrorCode)
-        : "AX_API_INTERNAL";
-    const hint = res.status === 401 || res.status === 403 ? ` (token: ${from})` : "";
-    throw new AxError(code, `${c}: ${file}: ${e?.message ?? `HTTP ${res.status}`}${hint}`, {
-      context: { status: res.status, body: value },
+    if (!(err instanceof AxError) || err.code === "AX_API_UNREACHABLE") throw err;
+    throw new AxError(err.code, `${c}: ${file}: ${err.message}`, {
+      cause: err,
+      context: err.context,
     });
   }
-  const b = value as BundleRecord;
   if (f.json) {
     printJson(b);
     return 0;
   }
   print(
-    `${res.status === 201 ? "published" : "already published"}: ${b.sha256}\n` +
+    `${status === 201 ? "published" : "already published"}: ${b.sha256}\n` +
       `profile ${b.profile}, ax ${b.version}, for ${targetText(b)}; ${b.bytes} bytes, ` +
       `signed by key ${b.keyId}; published ${isoTime(b.publishedAt)} by ${b.publishedBy}`,
   );

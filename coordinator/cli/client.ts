@@ -157,6 +157,15 @@ export interface ApiClient {
   readonly url: string;
   /** Calls the API; an error answer is thrown as an AxError with the API's code and message. */
   request<T>(method: string, path: string, body?: unknown): Promise<T>;
+  /**
+   * The same with a body that is not JSON (a bundle archive), and the answer's status (201 or
+   * 200 tell a creation from an idempotent repeat).
+   */
+  send<T>(
+    method: string,
+    path: string,
+    body: { bytes: Buffer; contentType: string; timeoutMs: number },
+  ): Promise<{ status: number; value: T }>;
 }
 
 /**
@@ -184,55 +193,68 @@ export function apiClient(
   }
   const url = base.href.replace(/\/+$/, "");
   const { token, from: tokenFrom } = resolveToken(command, flags, env);
+  const call = async <T>(
+    method: string,
+    path: string,
+    body: { bytes: Buffer | string; contentType: string } | undefined,
+    timeoutMs: number,
+  ): Promise<{ status: number; value: T }> => {
+    let res: Response;
+    try {
+      res = await fetch(`${url}${path}`, {
+        method,
+        headers: {
+          accept: "application/json",
+          ...(token ? { authorization: `Bearer ${token}` } : {}),
+          ...(body === undefined ? {} : { "content-type": body.contentType }),
+        },
+        ...(body === undefined ? {} : { body: body.bytes }),
+        signal: AbortSignal.timeout(timeoutMs),
+      });
+    } catch (err) {
+      const cause = (err as { cause?: { code?: string; message?: string } }).cause;
+      throw new AxError(
+        "AX_API_UNREACHABLE",
+        `cannot reach the coordinator at ${url}: ${cause?.code ?? cause?.message ?? (err as Error).message}`,
+        { cause: err },
+      );
+    }
+    if (res.status === 204) return { status: 204, value: undefined as T };
+    const text = await res.text();
+    let value: unknown;
+    try {
+      value = JSON.parse(text);
+    } catch {
+      throw new AxError(
+        "AX_API_UNREACHABLE",
+        `${url}${path} answered HTTP ${res.status} with something other than the API's JSON`,
+      );
+    }
+    if (!res.ok) {
+      const e = (value as { error?: { code?: string; message?: string } }).error;
+      const code =
+        e?.code !== undefined && Object.hasOwn(ERROR_CODES, e.code)
+          ? (e.code as ErrorCode)
+          : "AX_API_INTERNAL";
+      const message = e?.message ?? `HTTP ${res.status}`;
+      // Which token was sent is the first thing to check on a 401 or 403.
+      const hint = res.status === 401 || res.status === 403 ? ` (token: ${tokenFrom})` : "";
+      throw new AxError(code, `${message}${hint}`, {
+        context: { status: res.status, body: value },
+      });
+    }
+    return { status: res.status, value: value as T };
+  };
   return {
     url,
     async request<T>(method: string, path: string, body?: unknown): Promise<T> {
-      let res: Response;
-      try {
-        res = await fetch(`${url}${path}`, {
-          method,
-          headers: {
-            accept: "application/json",
-            ...(token ? { authorization: `Bearer ${token}` } : {}),
-            ...(body === undefined ? {} : { "content-type": "application/json" }),
-          },
-          ...(body === undefined ? {} : { body: JSON.stringify(body) }),
-          signal: AbortSignal.timeout(30_000),
-        });
-      } catch (err) {
-        const cause = (err as { cause?: { code?: string; message?: string } }).cause;
-        throw new AxError(
-          "AX_API_UNREACHABLE",
-          `cannot reach the coordinator at ${url}: ${cause?.code ?? cause?.message ?? (err as Error).message}`,
-          { cause: err },
-        );
-      }
-      if (res.status === 204) return undefined as T;
-      const text = await res.text();
-      let value: unknown;
-      try {
-        value = JSON.parse(text);
-      } catch {
-        throw new AxError(
-          "AX_API_UNREACHABLE",
-          `${url}${path} answered HTTP ${res.status} with something other than the API's JSON`,
-        );
-      }
-      if (!res.ok) {
-        const e = (value as { error?: { code?: string; message?: string } }).error;
-        const code =
-          e?.code !== undefined && Object.hasOwn(ERROR_CODES, e.code)
-            ? (e.code as ErrorCode)
-            : "AX_API_INTERNAL";
-        const message = e?.message ?? `HTTP ${res.status}`;
-        // Which token was sent is the first thing to check on a 401 or 403.
-        const hint = res.status === 401 || res.status === 403 ? ` (token: ${tokenFrom})` : "";
-        throw new AxError(code, `${message}${hint}`, {
-          context: { status: res.status, body: value },
-        });
-      }
-      return value as T;
+      const json =
+        body === undefined
+          ? undefined
+          : { bytes: JSON.stringify(body), contentType: "application/json" };
+      return (await call<T>(method, path, json, 30_000)).value;
     },
+    send: (method, path, body) => call(method, path, body, body.timeoutMs),
   };
 }
 

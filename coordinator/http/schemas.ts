@@ -34,6 +34,28 @@ import {
  * Cross-field checks run even when a field already failed (zod skips them after an aborting
  * issue by default), so that a 400 lists every problem at once. They read fields defensively.
  */
+
+/** A listing's `limit` query parameter: `noun` per page, 1 to `max`, `def` when not given. */
+export function pageLimit(noun: string, max: number, def: number) {
+  return z.coerce
+    .number()
+    .int()
+    .min(1)
+    .max(max)
+    .default(def)
+    .meta({ description: `${noun} per page (1-${max}).` });
+}
+
+/** A listing's `cursor` query parameter: the previous page's nextCursor. */
+export function pageCursor() {
+  return z
+    .string()
+    .min(1)
+    .max(512)
+    .optional()
+    .meta({ description: "The previous page's nextCursor." });
+}
+
 export const EVEN_WITH_ISSUES = {
   when: (p: { value: unknown }) => typeof p.value === "object" && p.value !== null,
 };
@@ -106,19 +128,8 @@ export const executionsQuery = z
     kind: executionKindSchema.optional(),
     from: queryInstant.optional().meta({ description: "Created at or after this time." }),
     to: queryInstant.optional().meta({ description: "Created before this time." }),
-    limit: z.coerce
-      .number()
-      .int()
-      .min(1)
-      .max(EXECUTIONS_PAGE_MAX)
-      .default(50)
-      .meta({ description: "Executions per page (1-500)." }),
-    cursor: z
-      .string()
-      .min(1)
-      .max(512)
-      .optional()
-      .meta({ description: "The previous page's nextCursor." }),
+    limit: pageLimit("Executions", EXECUTIONS_PAGE_MAX, 50),
+    cursor: pageCursor(),
   })
   .strict()
   .superRefine((q, ctx) => {
@@ -451,19 +462,8 @@ export const rolloutBody = rolloutSpecSchema;
 export const rolloutsQuery = z
   .object({
     state: z.enum(ROLLOUT_STATES).optional(),
-    limit: z.coerce
-      .number()
-      .int()
-      .min(1)
-      .max(500)
-      .default(50)
-      .meta({ description: "Rollouts per page (1-500)." }),
-    cursor: z
-      .string()
-      .min(1)
-      .max(512)
-      .optional()
-      .meta({ description: "The previous page's nextCursor." }),
+    limit: pageLimit("Rollouts", 500, 50),
+    cursor: pageCursor(),
   })
   .strict();
 
@@ -559,19 +559,8 @@ export const bundlesQuery = z
       .max(64)
       .optional()
       .meta({ description: "Only bundles built from this firmware profile." }),
-    limit: z.coerce
-      .number()
-      .int()
-      .min(1)
-      .max(BUNDLES_PAGE_MAX)
-      .default(50)
-      .meta({ description: `Bundles per page (1-${BUNDLES_PAGE_MAX}).` }),
-    cursor: z
-      .string()
-      .min(1)
-      .max(512)
-      .optional()
-      .meta({ description: "The previous page's nextCursor." }),
+    limit: pageLimit("Bundles", BUNDLES_PAGE_MAX, 50),
+    cursor: pageCursor(),
   })
   .strict();
 

@@ -127,6 +127,19 @@ describe.skipIf(CHROMIUM === undefined)("console in headless Chromium", () => {
     await page.screenshot({ path: join(shots, "console-fleet.png") });
   });
 
+  it("opens an agent's page from the fleet: its version, native target and update history", async () => {
+    await page.goto(`${http.url}/#/fleet`);
+    await page.locator('tr[data-agent="console-agent-1"] a').first().click();
+    await page.waitForURL(/#\/fleet\/console-agent-1$/);
+    await expect.poll(() => page.locator("h2").first().textContent()).toContain("console-agent-1");
+    const facts = await page.locator("dl.facts").textContent();
+    expect(facts).toContain(`${process.platform}-${process.arch}-`);
+    expect(facts).toContain("echo");
+    expect(await page.locator("#agent-updates").textContent()).toContain(
+      "No agent.update sent to this agent.",
+    );
+  });
+
   it("creates a job, triggers it, opens its execution and shows the timeline to SUCCEEDED", async () => {
     await page.goto(`${http.url}/#/jobs`);
     const definition = {

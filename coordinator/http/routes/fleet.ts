@@ -11,24 +11,15 @@ import {
   eventParams,
   eventResultSchema,
   idParams,
+  pageCursor,
+  pageLimit,
 } from "../schemas.js";
 
 /** Paging of an agent's update history. */
 const agentUpdatesQuery = z
   .object({
-    limit: z.coerce
-      .number()
-      .int()
-      .min(1)
-      .max(100)
-      .default(20)
-      .meta({ description: "Updates per page (1-100)." }),
-    cursor: z
-      .string()
-      .min(1)
-      .max(512)
-      .optional()
-      .meta({ description: "The previous page's nextCursor." }),
+    limit: pageLimit("Updates", 100, 20),
+    cursor: pageCursor(),
   })
   .strict();
 
