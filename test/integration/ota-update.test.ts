@@ -337,6 +337,47 @@ describe("OTA: agent.update on a real agent", () => {
     );
   }, 90_000);
 
+  it("kill -9 the moment the trial is recorded: the device starts one of its versions, and the record says which", async () => {
+    const v2 = published.v2 as { sha256: string };
+    const before = currentSlotOf(root);
+    const id = await update(v2.sha256);
+    // The trial is written just before the switch: kill as soon as it is on disk, which lands
+    // before the switch, inside it, or after it, whichever the scheduler gives.
+    const state = join(root, "update.json");
+    await waitFor(
+      "the trial recorded",
+      () => {
+        try {
+          return JSON.parse(readFileSync(state, "utf8")).trial?.executionId === id
+            ? true
+            : undefined;
+        } catch {
+          return undefined;
+        }
+      },
+      30_000,
+      1,
+    );
+    await device.kill9();
+    const e = await ended(id);
+    const after = currentSlotOf(root);
+    if (e.state === "SUCCEEDED") {
+      expect(after).not.toBe(before);
+      expect(e.result).toMatchObject({ version: "2.0.0" });
+      await waitFor("online on 2.0.0", async () =>
+        (await agentVersion()) === "2.0.0" ? true : undefined,
+      );
+    } else {
+      expect(e.state, e.message).toBe("FAILED");
+      expect(after).toBe(before);
+      expect(e.message).toMatch(/rolled back to 3\.0\.0|stopped while this was running/);
+      await waitFor("online on 3.0.0", async () =>
+        (await agentVersion()) === "3.0.0" ? true : undefined,
+      );
+    }
+    console.log(`kill at the trial: ${e.state} (${e.message}); current ${before} → ${after}`);
+  }, 90_000);
+
   it("the record is the truth: every update's state is what the agent's journal says", async () => {
     await device.stop();
     const journal = new Database(join(tmp.dir, "journal.sqlite"), { readonly: true });
