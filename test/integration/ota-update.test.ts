@@ -35,8 +35,10 @@ import {
  * that exits at start (rolls back by itself), to one that never registers (rolled back at the end
  * of its health window), and from a bundle whose signature is not the coordinator's (refused
  * before install); it is killed -9 during a download (comes back on its version, the record says
- * interrupted) and the next update resumes the download. Every execution's recorded state is the
- * agent journal's, and the slot it runs is the one the record says.
+ * interrupted) and the next update, a rollout, resumes the download; and it is killed -9 the
+ * moment an update's trial is on disk, at the switch (it starts one of its two versions, and the
+ * record says which). Every execution's recorded state is the agent journal's, and the slot it
+ * runs is the one the record says.
  */
 const AGENT = "ota-dev-1";
 const HEALTH_MS = 4_000;
