@@ -17,17 +17,21 @@ import {
 import { table } from "./table.js";
 
 /**
- * `--bundle SHA256`, of `command send` and `rollout create`: the handler `agent.update` (a
- * `--handler` must then be that one) and `bundle` added to the params, which the coordinator
- * fills in from the published bundle. Returns the handler and the params to send.
+ * The handler and params of `command send` and `rollout create`: `--handler` and `--params`, or
+ * `--bundle SHA256`, which is the handler `agent.update` (a `--handler` must then be that one)
+ * with `bundle` added to the params, for the coordinator to fill in from the published bundle.
+ * Without either, `--handler NAME is required`.
  */
-export function bundleFlag(
+export function handlerFlags(
   c: string,
-  bundle: string | undefined,
-  handler: string | undefined,
-  params: Record<string, unknown> | undefined,
-): { handler: string | undefined; params: Record<string, unknown> | undefined } {
-  if (bundle === undefined) return { handler, params };
+  flags: { bundle?: string | undefined; handler?: string | undefined; params?: string | undefined },
+): { handler: string; params: Record<string, unknown> | undefined } {
+  const params = jsonObjectFlag(c, "params", flags.params);
+  const { bundle, handler } = flags;
+  if (bundle === undefined) {
+    if (!handler) throw new AxError("AX_CLI_USAGE", `${c}: --handler NAME is required`);
+    return { handler, params };
+  }
   if (handler !== undefined && handler !== AGENT_UPDATE_HANDLER) {
     throw new AxError(
       "AX_CLI_USAGE",
@@ -64,13 +68,7 @@ export async function commandCommand(sub: string | undefined, argv: string[]): P
     priority: { type: "string" },
     queue: { type: "boolean" },
   });
-  const { handler, params } = bundleFlag(
-    c,
-    flags.bundle,
-    flags.handler,
-    jsonObjectFlag(c, "params", flags.params),
-  );
-  if (!handler) throw new AxError("AX_CLI_USAGE", `${c}: --handler NAME is required`);
+  const { handler, params } = handlerFlags(c, flags);
   const tags = flags.tag ?? [];
   if ((flags.agent === undefined) === (tags.length === 0)) {
     throw new AxError(

@@ -11,14 +11,13 @@ import {
   durationFlag,
   instantFlag,
   intFlag,
-  jsonObjectFlag,
   listPages,
   parseCommand,
   print,
   printJson,
   tagsFlag,
 } from "./client.js";
-import { bundleFlag } from "./command.js";
+import { handlerFlags } from "./command.js";
 import { durationText, fields, isoTime, table, tagsText } from "./table.js";
 
 /** Executions by state, as the API counts them. */
@@ -197,13 +196,7 @@ async function rolloutCreate(argv: string[]): Promise<number> {
     id: { type: "string" },
     description: { type: "string" },
   });
-  const { handler, params } = bundleFlag(
-    c,
-    flags.bundle,
-    flags.handler,
-    jsonObjectFlag(c, "params", flags.params),
-  );
-  if (!handler) throw usage(c, "--handler NAME is required");
+  const { handler, params } = handlerFlags(c, flags);
   const tags = tagsFlag(c, "tag", flags.tag);
   const selector: RolloutSpecInput["selector"] = {
     ...(Object.keys(tags).length === 0 ? {} : { tags }),

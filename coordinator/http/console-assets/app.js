@@ -362,6 +362,16 @@ function targetText(t) {
   return `${t.platform}-${t.arch}-${t.libc}${t.nodeAbi == null ? "" : `-abi${t.nodeAbi}`}`;
 }
 
+/**
+ * A listing's pager: a back and a forward button (`#NAME-ID`, disabled until a page is drawn)
+ * around the place in the listing (`#NAME-page`).
+ */
+function pagerHtml(name, [backId, backLabel], [forwardId, forwardLabel]) {
+  return `<p class="pager"><button id="${name}-${backId}" disabled>${backLabel}</button>
+    <span id="${name}-page"></span>
+    <button id="${name}-${forwardId}" disabled>${forwardLabel}</button></p>`;
+}
+
 const agentLink = (id) => `<a href="#/fleet/${h(encodeURIComponent(id))}">${h(id)}</a>`;
 
 function fleetRow(a) {
@@ -402,9 +412,7 @@ async function fleetView(seq) {
   </form>
   <p id="fleet-counts"></p>
   <div id="fleet-agents"></div>
-  <p class="pager"><button id="fleet-previous" disabled>Previous</button>
-    <span id="fleet-page"></span>
-    <button id="fleet-next" disabled>Next</button></p>`;
+  ${pagerHtml("fleet", ["previous", "Previous"], ["next", "Next"])}`;
   const previous = view.querySelector("#fleet-previous");
   const next = view.querySelector("#fleet-next");
   view.querySelector("#fleet-filters").addEventListener("submit", (ev) => {
@@ -874,9 +882,7 @@ async function rolloutsView(seq) {
     <button type="submit">Filter</button>
   </form>
   <div id="rollout-list"></div>
-  <p class="pager"><button id="rollouts-newer" disabled>Newer</button>
-    <span id="rollouts-page"></span>
-    <button id="rollouts-older" disabled>Older</button></p>`;
+  ${pagerHtml("rollouts", ["newer", "Newer"], ["older", "Older"])}`;
   const newer = view.querySelector("#rollouts-newer");
   const older = view.querySelector("#rollouts-older");
   view.querySelector("#rollout-filters").addEventListener("submit", (ev) => {
