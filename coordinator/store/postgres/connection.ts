@@ -3,7 +3,7 @@ import { AxError } from "../../../shared/errors.js";
 import type { CoordinatorRecord } from "../port.js";
 import { CommitTracker } from "./commits.js";
 import { clientConfig, type PgStoreConfig } from "./config.js";
-import { GroupCommit } from "./group-commit.js";
+import { type Batchable, GroupCommit } from "./group-commit.js";
 import { type WorkKind, WorkListener, workChannel } from "./listen.js";
 import * as member from "./membership.js";
 import { checkFence, fencedError, type Membership } from "./membership.js";
@@ -28,6 +28,8 @@ export interface WriteOptions {
    * and reports of executions already made.
    */
   later?: boolean;
+  /** How a group may run this write together with others of its kind (group-commit.ts). */
+  batch?: Batchable;
 }
 
 /**
@@ -168,7 +170,13 @@ export class StoreConnection {
     options: WriteOptions,
   ): Promise<T> {
     this.checkOpen(what);
-    return this.groups.write(what, fn, this.fenceOptions(what, options), options.later === true);
+    return this.groups.write(
+      what,
+      fn,
+      this.fenceOptions(what, options),
+      options.later === true,
+      options.batch,
+    );
   }
 
   /** A write's transaction options: fenced once joined (refused at once if fenced already). */

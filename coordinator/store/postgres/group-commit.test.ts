@@ -1,8 +1,8 @@
 import pg from "pg";
-import { afterEach, beforeEach, expect, it } from "vitest";
+import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import { AxError } from "../../../shared/errors.js";
 import { describeOnPg, dropPgSchema, freshPgSchema } from "../../../test/helpers/postgres.js";
-import { GroupCommit } from "./group-commit.js";
+import { type Batchable, GroupCommit } from "./group-commit.js";
 import { type Queryable, transaction } from "./tx.js";
 
 await describeOnPg("GroupCommit (on PostgreSQL)", (url) => {
@@ -164,5 +164,90 @@ await describeOnPg("GroupCommit (on PostgreSQL)", (url) => {
       },
     });
     expect([ownFence, fences]).toEqual([1, 0]);
+  });
+
+  describe("batchable writes", () => {
+    /** Statements the batch runner ran, each with the keys it inserted. */
+    let statements: number[][];
+    /** A write inserting k, batchable as kind `kind` on key `key` (default: its own k). */
+    const batched = (k: number, kind = "insert", key = `k${k}`): Batchable<number> => ({
+      kind,
+      key,
+      item: k,
+      run: async (q, items) => {
+        statements.push(items);
+        const { rows } = await q.query<{ k: number }>({
+          text: `INSERT INTO ${schema}.t (k) SELECT unnest($1::int[]) RETURNING k`,
+          values: [items],
+        });
+        return items.map((i) => rows.some((r) => r.k === i));
+      },
+    });
+    const write = (g: GroupCommit, k: number, kind?: string, key?: string) =>
+      g.write(`insert ${k}`, insert(k), {}, false, batched(k, kind, key));
+    beforeEach(() => {
+      statements = [];
+    });
+
+    it("writes of one kind in a group run as one statement, each with its own result", async () => {
+      const g = groups(2);
+      const out = await Promise.all([1, 2, 3, 4].map((k) => write(g, k)));
+      expect(statements).toEqual([[1, 2, 3, 4]]);
+      expect(out).toEqual([true, true, true, true]);
+      expect(fences).toBe(1);
+      expect(await keys()).toEqual([1, 2, 3, 4]);
+    });
+
+    it("two writes on one key never share a statement, and keep their order", async () => {
+      const g = groups(2);
+      // 2 and 3 on the key of 1: the first batch ends before each of them.
+      await Promise.all([
+        write(g, 1),
+        write(g, 2, "insert", "k1"),
+        write(g, 4),
+        write(g, 3, "insert", "k1"),
+      ]);
+      // 1 alone (its own function), then 2 with 4 in one statement, then 3 alone.
+      expect(statements).toEqual([[2, 4]]);
+      expect(await keys()).toEqual([1, 2, 3, 4]);
+    });
+
+    it("a write that is not batchable runs in its place: what was gathered before it runs first", async () => {
+      const g = groups(2);
+      const plain = () =>
+        g.write(
+          "plain",
+          async (q) => {
+            statements.push([-1]);
+            return insert(10)(q);
+          },
+          {},
+        );
+      await Promise.all([write(g, 1), write(g, 2), plain(), write(g, 3), write(g, 4)]);
+      expect(statements).toEqual([[1, 2], [-1], [3, 4]]);
+      // All in one transaction, fenced once.
+      expect(fences).toBe(1);
+      expect(await keys()).toEqual([1, 2, 3, 4, 10]);
+    });
+
+    it("kinds batch apart; a kind of one write runs that write's own function", async () => {
+      const g = groups(2);
+      await Promise.all([write(g, 1, "a"), write(g, 2, "b"), write(g, 3, "a")]);
+      expect(statements).toEqual([[1, 3]]);
+      expect(await keys()).toEqual([1, 2, 3]);
+    });
+
+    it("a batch that fails rolls the group back, and each write runs alone with its own outcome", async () => {
+      await pool.query(`INSERT INTO ${schema}.t (k) VALUES (2)`);
+      const g = groups(2);
+      const out = await Promise.allSettled([1, 2, 3].map((k) => write(g, k)));
+      expect(out.map((r) => r.status)).toEqual(["fulfilled", "rejected", "fulfilled"]);
+      expect(String((out[1] as PromiseRejectedResult).reason)).toMatch(
+        /insert 2 failed: duplicate key/,
+      );
+      // Alone, each ran its own function, not the batch's.
+      expect(statements).toEqual([[1, 2, 3]]);
+      expect(await keys()).toEqual([1, 2, 3]);
+    });
   });
 });
