@@ -572,6 +572,75 @@ export function storeContract(name: string, makeStore: () => Promise<StoreFixtur
       });
     });
 
+    describe("recordFires", () => {
+      /** A firing of one nominal time with one execution, nothing missed. */
+      const firing = (jobId: string, expectedNext: number, execId: string) => ({
+        jobId,
+        expectedNext,
+        nextFireAt: expectedNext + 1_000,
+        fires: [{ scheduledFor: expectedNext, executions: [newExecution(execId, { jobId })] }],
+        missed: [],
+        at: expectedNext - 50,
+      });
+
+      it("firings issued together are each recorded as they would be one by one", async () => {
+        for (const id of ["job-a", "job-b", "job-c", "job-d"]) {
+          await store.putJob(jobDef(id), 1_000, 10);
+        }
+        // job-d's 1000 is in the ledger already, though the job is still at 1000.
+        expect(
+          await store.recordFire({
+            jobId: "job-d",
+            scheduledFor: 1_000,
+            nextFireAt: 1_000,
+            execution: newExecution("ex-d0", { jobId: "job-d" }),
+            at: 900,
+          }),
+        ).toBe(true);
+        const results = await Promise.all([
+          store.recordFires(firing("job-a", 1_000, "ex-a1")),
+          store.recordFires(firing("job-b", 1_000, "ex-b1")),
+          // Stale: job-c is at 1000, not 500.
+          store.recordFires(firing("job-c", 500, "ex-c1")),
+          // Advances, but the nominal time is fired already: no second execution.
+          store.recordFires(firing("job-d", 1_000, "ex-d1")),
+          // job-a's next, in the same burst: after its first.
+          store.recordFires(firing("job-a", 2_000, "ex-a2")),
+        ]);
+        expect(results).toEqual([true, true, false, true, true]);
+        const next = async (id: string) => (await store.getJob(id))?.nextFireAt;
+        expect([await next("job-a"), await next("job-b"), await next("job-c")]).toEqual([
+          3_000, 2_000, 1_000,
+        ]);
+        expect(await next("job-d")).toBe(2_000);
+        expect(
+          (await store.listExecutions({ jobId: "job-a" }))
+            .map((e) => [e.id, e.scheduledFor])
+            .sort(),
+        ).toEqual([
+          ["ex-a1", 1_000],
+          ["ex-a2", 2_000],
+        ]);
+        expect((await store.listExecutions({ jobId: "job-b" })).map((e) => e.id)).toEqual([
+          "ex-b1",
+        ]);
+        expect(await store.getExecution("ex-c1")).toBeUndefined();
+        expect(await store.getExecution("ex-d1")).toBeUndefined();
+        expect(await store.getTimeline("ex-d1")).toEqual([]);
+        const b1 = await mustGet(store, "ex-b1");
+        expect(b1).toMatchObject({ state: "PENDING", round: 0, attempt: 1, jobId: "job-b" });
+        expect(await store.getTimeline("ex-a2")).toEqual([
+          expect.objectContaining({
+            seq: 1,
+            at: 1_950,
+            event: "created",
+            toState: "PENDING",
+            detail: { scheduledFor: 2_000 },
+          }),
+        ]);
+      });
+    });
+
     describe("applyTransition", () => {
       it("is a compare-and-set on (state, round): the same write succeeds once", async () => {
         const e = await firedExecution("ex-1");
@@ -595,6 +664,95 @@ export function storeContract(name: string, makeStore: () => Promise<StoreFixtur
           "created",
           "dispatch",
         ]);
+      });
+
+      it("transitions issued together each get their own result and entries, as one by one", async () => {
+        const ex = await Promise.all(
+          [1, 2, 3, 4, 5].map((n) => firedExecution(`ex-${n}`, { jobId: `job-${n}` })),
+        );
+        const [e1, e2, e3, e4, e5] = ex as [
+          ExecutionRecord,
+          ExecutionRecord,
+          ExecutionRecord,
+          ExecutionRecord,
+          ExecutionRecord,
+        ];
+        const dispatch = (e: ExecutionRecord, agentId: string, at: number) =>
+          move(e, { state: "DISPATCHED", round: 1, dispatches: 1 }, "dispatch", at, {
+            agentId,
+            dispatchedAt: at,
+          });
+        const stale = dispatch(e3, "agent-3", 1_001);
+        stale.expected = { state: "PENDING", round: 7 };
+        const dispatched4 = { ...e4, state: "DISPATCHED" as const, round: 1, dispatches: 1 };
+        const results = await Promise.all([
+          store.applyTransition(dispatch(e1, "agent-1", 1_001)),
+          store.applyTransition(dispatch(e2, "agent-2", 1_002)),
+          store.applyTransition(stale),
+          store.applyTransition({ ...dispatch(e1, "agent-1", 1_001), executionId: "ex-none" }),
+          // Two on one execution in one burst: the second is based on the first.
+          store.applyTransition(dispatch(e4, "agent-4", 1_003)),
+          store.applyTransition(
+            move(dispatched4, { state: "SCHEDULED" }, "accepted", 1_004, {}, { queue: 1 }),
+          ),
+          // Folded steps, the agent not named: the entries name the row's.
+          store.applyTransition({
+            ...move(e5, { state: "RUNNING" }, "started", 1_005, { startedAt: 1_005 }),
+            steps: [
+              {
+                event: "dispatch",
+                from: "PENDING",
+                to: "DISPATCHED",
+                round: 1,
+                agentId: null,
+                at: 1_005,
+              },
+              {
+                event: "started",
+                from: "DISPATCHED",
+                to: "RUNNING",
+                round: 1,
+                agentId: null,
+                at: 1_006,
+              },
+            ],
+          }),
+        ]);
+        expect(results).toEqual([true, true, false, false, true, true, true]);
+        expect(await mustGet(store, "ex-1")).toMatchObject({
+          state: "DISPATCHED",
+          agentId: "agent-1",
+          dispatchedAt: 1_001,
+        });
+        expect(await mustGet(store, "ex-2")).toMatchObject({
+          state: "DISPATCHED",
+          agentId: "agent-2",
+        });
+        expect(await mustGet(store, "ex-3")).toEqual(e3);
+        expect(await store.getExecution("ex-none")).toBeUndefined();
+        expect(await mustGet(store, "ex-4")).toMatchObject({
+          state: "SCHEDULED",
+          agentId: "agent-4",
+        });
+        expect(await mustGet(store, "ex-5")).toMatchObject({ state: "RUNNING", startedAt: 1_005 });
+        const entries = async (id: string) =>
+          (await store.getTimeline(id)).map((t) => [t.seq, t.event, t.agentId]);
+        expect(await entries("ex-1")).toEqual([
+          [1, "created", null],
+          [2, "dispatch", "agent-1"],
+        ]);
+        expect(await entries("ex-3")).toEqual([[1, "created", null]]);
+        expect(await entries("ex-4")).toEqual([
+          [1, "created", null],
+          [2, "dispatch", "agent-4"],
+          [3, "accepted", "agent-4"],
+        ]);
+        expect(await entries("ex-5")).toEqual([
+          [1, "created", null],
+          [2, "dispatch", null],
+          [3, "started", null],
+        ]);
+        expect((await store.getTimeline("ex-4"))[2]?.detail).toEqual({ queue: 1 });
       });
 
       it("fails when the state matches but the round does not, or the other way round", async () => {
@@ -1042,6 +1200,16 @@ export function storeContract(name: string, makeStore: () => Promise<StoreFixtur
         const later = await store.listDue(6_000, 1_500, 2);
         expect(ids(later.pending)).toEqual(["p-high", "p-early"]);
         expect(ids(later.dispatchTimedOut).sort()).toEqual(["d-fast", "d-slow"]);
+        // pendingLimit bounds the pending list alone, first rows first; no limit (-1) lets it.
+        const few = await store.listDue(6_000, 1_500, 100, { pendingLimit: 1 });
+        expect(ids(few.pending)).toEqual(["p-high"]);
+        expect(ids(few.dispatchTimedOut).sort()).toEqual(["d-fast", "d-slow"]);
+        expect(ids(few.retry).sort()).toEqual(["r-due", "r-expired"]);
+        const unbounded = await store.listDue(6_000, 1_500, -1, { pendingLimit: 2 });
+        expect(ids(unbounded.pending)).toEqual(["p-high", "p-early"]);
+        expect(ids((await store.listDue(6_000, 1_500, 1, { pendingLimit: 5 })).pending)).toEqual([
+          "p-high",
+        ]);
       });
 
       it("listDue leaves out commands for agents out of reach, until their deadline has passed", async () => {

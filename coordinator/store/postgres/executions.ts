@@ -1,5 +1,5 @@
 import type { ExecState } from "../../../shared/fsm.js";
-import type { ExecutionRecord, NewExecution, TransitionWrite } from "../port.js";
+import type { ExecutionRecord, NewExecution, TimelineStep, TransitionWrite } from "../port.js";
 import { capUtf8, type PeerRow, transitionColumns } from "../stored-text.js";
 import { OPEN_STATES_SQL } from "./migrations.js";
 import {
@@ -7,6 +7,7 @@ import {
   executionColumns,
   NEW_EXECUTION_COLUMNS,
   PATCH_COLUMNS,
+  pushRow,
   toExecution,
 } from "./rows.js";
 import { type Queryable, run, type Statement } from "./tx.js";
@@ -104,6 +105,51 @@ function transitionStatement(shape: number): Statement {
   return st;
 }
 
+/** A transition's patch: its shape (a bit per PATCH_COLUMNS entry it sets) and values. */
+function patchOf(w: TransitionWrite, maxTextBytes: number): { shape: number; values: unknown[] } {
+  const p = w.patch;
+  const values: unknown[] = [];
+  let shape = 0;
+  PATCH_COLUMNS.forEach(([key], bit) => {
+    if (!(key in p)) return;
+    shape |= 1 << bit;
+    const value: unknown = p[key] ?? null;
+    if (key === "result") {
+      values.push(value === null ? null : JSON.stringify(value));
+    } else if (key === "message") {
+      const capped = typeof value === "string" ? capUtf8(value, maxTextBytes) : null;
+      values.push(capped?.text ?? null, capped?.bytes ?? null);
+    } else {
+      values.push(value);
+    }
+  });
+  return { shape, values };
+}
+
+/**
+ * A transition's timeline entries: the folded steps as given, or one entry expected → next.
+ * Its agent is the patch's, else the caller's, else (`agentKnown` false: not known here) the
+ * row's after the update.
+ */
+function entriesOf(w: TransitionWrite): { steps: TimelineStep[]; agentKnown: boolean } {
+  const p = w.patch;
+  const steps = w.steps ?? [
+    {
+      at: w.at,
+      event: w.event,
+      from: w.expected.state,
+      to: w.next.state,
+      round: w.next.round,
+      agentId: p.agentId ?? w.agentId ?? null,
+      ...(w.detail === undefined ? {} : { detail: w.detail }),
+    },
+  ];
+  return {
+    steps,
+    agentKnown: w.steps !== undefined || p.agentId != null || w.agentId !== undefined,
+  };
+}
+
 /**
  * Writes a transition if the execution is still in `expected` (Store.applyTransition). True
  * when it was written. Of two writers applying a transition to one execution, the second waits
@@ -115,37 +161,10 @@ export async function applyTransition(
   maxTextBytes: number,
   detailJson: (detail: Record<string, unknown> | null) => string | null,
 ): Promise<boolean> {
-  const p = w.patch;
-  const args = transitionColumns(w);
-  let shape = 0;
-  PATCH_COLUMNS.forEach(([key], bit) => {
-    if (!(key in p)) return;
-    shape |= 1 << bit;
-    const value: unknown = p[key] ?? null;
-    if (key === "result") {
-      args.push(value === null ? null : JSON.stringify(value));
-    } else if (key === "message") {
-      const capped = typeof value === "string" ? capUtf8(value, maxTextBytes) : null;
-      args.push(capped?.text ?? null, capped?.bytes ?? null);
-    } else {
-      args.push(value);
-    }
-  });
-  args.push(w.executionId, w.expected.state, w.expected.round);
-  // The entries: the folded steps as given, or one entry expected → next. Its agent is the
-  // patch's, else the caller's, else (not known here) the row's after the update.
-  const steps = w.steps ?? [
-    {
-      at: w.at,
-      event: w.event,
-      from: w.expected.state,
-      to: w.next.state,
-      round: w.next.round,
-      agentId: p.agentId ?? w.agentId ?? null,
-      detail: w.detail,
-    },
-  ];
-  const agentKnown = w.steps !== undefined || p.agentId != null || w.agentId !== undefined;
+  const { shape, values } = patchOf(w, maxTextBytes);
+  const args = [...transitionColumns(w), ...values, w.executionId, w.expected.state];
+  args.push(w.expected.round);
+  const { steps, agentKnown } = entriesOf(w);
   args.push(
     steps.map((s) => s.at),
     steps.map((s) => s.event),
@@ -158,6 +177,132 @@ export async function applyTransition(
   );
   const r = await run<{ moved: number }>(q, transitionStatement(shape), args);
   return (r.rows[0]?.moved ?? 0) > 0;
+}
+
+/** The key under which transitions of one patch shape run together (transitionsOfShape). */
+export function transitionShape(w: TransitionWrite): number {
+  let shape = 0;
+  PATCH_COLUMNS.forEach(([key], bit) => {
+    if (key in w.patch) shape |= 1 << bit;
+  });
+  return shape;
+}
+
+/** The array type of each column a transition sets. */
+const TRANSITION_TYPES: Record<string, string> = {
+  state: "text",
+  round: "integer",
+  attempt: "integer",
+  max_attempts: "integer",
+  dispatches: "integer",
+  max_dispatches: "integer",
+  updated_at: "double precision",
+  agent_id: "text",
+  dispatched_at: "double precision",
+  started_at: "double precision",
+  finished_at: "double precision",
+  late_ms: "double precision",
+  next_attempt_at: "double precision",
+  result: "text",
+  message: "text",
+  message_bytes: "integer",
+  fire_at: "double precision",
+  deadline: "double precision",
+};
+
+/** The columns a transition of `shape` sets, in the order of transitionColumns then the patch. */
+function shapeColumns(shape: number): string[] {
+  const columns = ["state", "round", "attempt", "max_attempts", "dispatches", "max_dispatches"];
+  columns.push("updated_at");
+  PATCH_COLUMNS.forEach(([key, column], bit) => {
+    if ((shape & (1 << bit)) === 0) return;
+    if (key === "message") columns.push("message", "message_bytes");
+    else columns.push(column);
+  });
+  return columns;
+}
+
+/** The statement of {@link applyTransitions} for one shape, made when first needed. */
+const batchStatements = new Map<number, string>();
+
+/**
+ * Many transitions of one patch shape, on distinct executions, in one statement: each row's
+ * compare-and-set on (id, state, round) as {@link applyTransition}'s, and the timeline entries
+ * of the rows that moved, numbered after each one's last seq. Not prepared by name: planned
+ * for the arrays at hand, it looks each row up by its key (a generic plan may not).
+ */
+function transitionBatchText(shape: number): string {
+  let text = batchStatements.get(shape);
+  if (text === undefined) {
+    const columns = shapeColumns(shape);
+    const rows = [...columns, "id", "expected_state", "expected_round", "k"];
+    const types = [
+      ...columns.map((c) => TRANSITION_TYPES[c] as string),
+      "text",
+      "text",
+      "integer",
+      "integer",
+    ];
+    const e = rows.length + 1;
+    text = `WITH t AS (
+        SELECT * FROM unnest(${types.map((type, i) => `$${i + 1}::${type}[]`).join(", ")})
+          AS t(${rows.join(", ")})),
+      moved AS (
+        UPDATE executions x SET ${columns.map((c) => `${c} = t.${c}`).join(", ")}
+          FROM t
+          WHERE x.id = t.id AND x.state = t.expected_state AND x.round = t.expected_round
+          RETURNING t.k, x.id, x.agent_id),
+      entries AS (
+        INSERT INTO timeline (execution_id, seq, at, event, from_state, to_state, round, agent_id,
+            detail)
+        SELECT moved.id, last.seq + s.n, s.at, s.event, s.from_state, s.to_state, s.round,
+          CASE WHEN s.agent_known THEN s.agent_id ELSE moved.agent_id END, s.detail
+        FROM moved
+          JOIN unnest($${e}::integer[], $${e + 1}::integer[], $${e + 2}::double precision[],
+            $${e + 3}::text[], $${e + 4}::text[], $${e + 5}::text[], $${e + 6}::integer[],
+            $${e + 7}::text[], $${e + 8}::text[], $${e + 9}::boolean[])
+            AS s(k, n, at, event, from_state, to_state, round, agent_id, detail, agent_known)
+            ON s.k = moved.k
+          CROSS JOIN LATERAL (SELECT COALESCE(MAX(seq), 0) AS seq FROM timeline
+            WHERE execution_id = moved.id) last)
+      SELECT k FROM moved`;
+    batchStatements.set(shape, text);
+  }
+  return text;
+}
+
+/**
+ * Transitions of one patch shape ({@link transitionShape}), each on a different execution, in
+ * one statement; each one's result as {@link applyTransition} would return it.
+ */
+export async function applyTransitions(
+  q: Queryable,
+  ws: readonly TransitionWrite[],
+  maxTextBytes: number,
+  detailJson: (detail: Record<string, unknown> | null) => string | null,
+): Promise<boolean[]> {
+  const first = ws[0];
+  if (first === undefined) return [];
+  const shape = transitionShape(first);
+  const width = shapeColumns(shape).length + 4;
+  const rows: unknown[][] = Array.from({ length: width }, () => []);
+  const entries: unknown[][] = Array.from({ length: 10 }, () => []);
+  ws.forEach((w, k) => {
+    const patch = patchOf(w, maxTextBytes);
+    if (patch.shape !== shape) throw new Error("applyTransitions: transitions of one shape only");
+    const values = [...transitionColumns(w), ...patch.values, w.executionId, w.expected.state];
+    values.push(w.expected.round, k);
+    pushRow(rows, values);
+    const { steps, agentKnown } = entriesOf(w);
+    steps.forEach((s, n) => {
+      const entry: unknown[] = [k, n + 1, s.at, s.event, s.from, s.to, s.round, s.agentId];
+      entry.push(detailJson(s.detail ?? null), agentKnown);
+      pushRow(entries, entry);
+    });
+  });
+  const r = await run<{ k: number }>(q, transitionBatchText(shape), [...rows, ...entries]);
+  const moved = new Set(r.rows.map((row) => row.k));
+  return ws.map((_, k) => moved.has(k));
 }
 
 export const SELECT_EXECUTION: Statement = {

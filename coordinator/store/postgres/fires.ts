@@ -1,5 +1,6 @@
 import type { FireBatch, NewExecution } from "../port.js";
 import { insertExecutions } from "./executions.js";
+import { executionColumns, NEW_EXECUTION_COLUMNS, pushRow } from "./rows.js";
 import { type Queryable, run, type Statement } from "./tx.js";
 
 /*
@@ -111,4 +112,92 @@ export async function recordFires(
   }
   await insertExecutions(q, executions, batch.at, details);
   return true;
+}
+
+/**
+ * True for the firing most are: one nominal time, one execution, nothing missed. Such firings
+ * of different jobs can be recorded together ({@link recordSimpleFires}).
+ */
+export function isSimpleFire(batch: FireBatch): boolean {
+  return (
+    batch.missed.length === 0 && batch.fires.length === 1 && batch.fires[0]?.executions.length === 1
+  );
+}
+
+const m = NEW_EXECUTION_COLUMNS.length;
+
+/**
+ * Simple firings of distinct jobs in one statement, each as {@link recordFires} records it: the
+ * job compare-and-set from its expected next fire time, the fire row where the job advanced
+ * (and the nominal time is not in the ledger yet), the execution and its created entry where
+ * the fire row went in. $1…$6 the firings, then the executions' columns, then their details.
+ */
+const RECORD_SIMPLE_FIRES = `WITH b AS (
+    SELECT * FROM unnest($1::text[], $2::double precision[], $3::double precision[],
+        $4::double precision[], $5::double precision[], $6::text[])
+      AS b(job_id, expected, next_fire_at, at, scheduled_for, execution_id)),
+  advanced AS (
+    UPDATE jobs j SET next_fire_at = b.next_fire_at, updated_at = b.at
+      FROM b WHERE j.id = b.job_id AND j.next_fire_at = b.expected
+      RETURNING j.id),
+  fired AS (
+    INSERT INTO fires (job_id, scheduled_for, fired_at, execution_id, status)
+      SELECT b.job_id, b.scheduled_for, b.at, b.execution_id, 'fired'
+      FROM b JOIN advanced ON advanced.id = b.job_id
+      ON CONFLICT DO NOTHING
+      RETURNING execution_id),
+  created AS (
+    INSERT INTO executions (${NEW_EXECUTION_COLUMNS.map(([c]) => c).join(", ")},
+        agent_id, state, round, attempt, dispatches, updated_at)
+      SELECT ${NEW_EXECUTION_COLUMNS.map(([c]) => `t.${c}`).join(", ")},
+        NULL, 'PENDING', 0, 1, 0, t.created_at
+      FROM unnest(${NEW_EXECUTION_COLUMNS.map(([, type], i) => `$${i + 7}::${type}[]`).join(", ")})
+        AS t(${NEW_EXECUTION_COLUMNS.map(([c]) => c).join(", ")})
+      JOIN fired ON fired.execution_id = t.id
+      RETURNING id),
+  entries AS (
+    INSERT INTO timeline (execution_id, seq, at, event, from_state, to_state, round, agent_id,
+        detail)
+      SELECT created.id, 1, b.at, 'created', NULL, 'PENDING', 0, NULL, d.detail
+      FROM created
+        JOIN b ON b.execution_id = created.id
+        JOIN unnest($6::text[], $${m + 7}::text[]) AS d(id, detail) ON d.id = created.id)
+  SELECT id FROM advanced`;
+
+/**
+ * Records simple firings ({@link isSimpleFire}) of distinct jobs together; each one's result as
+ * {@link recordFires} would return it (true when its job advanced).
+ */
+export async function recordSimpleFires(
+  q: Queryable,
+  batches: readonly FireBatch[],
+  detailJson: (detail: Record<string, unknown>) => string | null,
+): Promise<boolean[]> {
+  const firings: unknown[][] = [[], [], [], [], [], []];
+  const executions: NewExecution[] = [];
+  const details: (string | null)[] = [];
+  for (const batch of batches) {
+    const fire = batch.fires[0];
+    const e = fire?.executions[0];
+    if (fire === undefined || e === undefined || !isSimpleFire(batch)) {
+      throw new Error("recordSimpleFires: simple firings only");
+    }
+    const values = [batch.jobId, batch.expectedNext, batch.nextFireAt, batch.at];
+    values.push(fire.scheduledFor, e.id);
+    pushRow(firings, values);
+    executions.push({ ...e, scheduledFor: fire.scheduledFor });
+    details.push(
+      detailJson({
+        scheduledFor: fire.scheduledFor,
+        ...(e.shardTotal ? { shard: `${e.shardIndex}/${e.shardTotal}` } : {}),
+      }),
+    );
+  }
+  const r = await run<{ id: string }>(q, RECORD_SIMPLE_FIRES, [
+    ...firings,
+    ...executionColumns(executions),
+    details,
+  ]);
+  const advanced = new Set(r.rows.map((row) => row.id));
+  return batches.map((b) => advanced.has(b.jobId));
 }

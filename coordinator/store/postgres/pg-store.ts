@@ -329,8 +329,23 @@ export class PgStore implements Store {
     // commits on the notification queue. What operators create (commands, jobs) is announced.
     return this.db.write("recordFires", (q) => fires.recordFires(q, batch, this.detailJson), {
       later: true,
+      // The firings of a wheel tick, each of another job, share one statement.
+      ...(fires.isSimpleFire(batch)
+        ? {
+            batch: {
+              kind: "simple fire",
+              key: `job ${batch.jobId}`,
+              item: batch,
+              run: this.runSimpleFires,
+            },
+          }
+        : {}),
     });
   }
+
+  /** Runs a group's simple firings together (GroupCommit's batch). */
+  private readonly runSimpleFires = (q: Queryable, items: unknown[]) =>
+    fires.recordSimpleFires(q, items as FireBatch[], this.detailJson);
 
   async createExecution(
     execution: NewExecution,
@@ -419,8 +434,30 @@ export class PgStore implements Store {
 
   async applyTransition(write: TransitionWrite): Promise<boolean> {
     const max = this.db.config.maxErrorTextBytes;
-    return this.one("applyTransition", (q) => ex.applyTransition(q, write, max, this.detailJson));
+    return this.db.write(
+      "applyTransition",
+      (q) => ex.applyTransition(q, write, max, this.detailJson),
+      {
+        single: true,
+        // A burst of transitions (a dispatch pass, a batch of reports) shares one statement.
+        batch: {
+          kind: `transition ${ex.transitionShape(write)}`,
+          key: `execution ${write.executionId}`,
+          item: write,
+          run: this.runTransitions,
+        },
+      },
+    );
   }
+
+  /** Runs a group's transitions of one shape together (GroupCommit's batch). */
+  private readonly runTransitions = (q: Queryable, items: unknown[]) =>
+    ex.applyTransitions(
+      q,
+      items as TransitionWrite[],
+      this.db.config.maxErrorTextBytes,
+      this.detailJson,
+    );
 
   async getTimeline(executionId: string): Promise<TimelineEntry[]> {
     return this.db.read("getTimeline", (q) => listings.getTimeline(q, executionId));

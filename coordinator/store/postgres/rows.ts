@@ -106,13 +106,15 @@ function executionValues(e: NewExecution): unknown[] {
   ];
 }
 
+/** Appends a row's values to column arrays (one multi-row statement's parameters), in order. */
+export function pushRow(columns: unknown[][], values: readonly unknown[]): void {
+  for (let i = 0; i < columns.length; i++) columns[i]?.push(values[i]);
+}
+
 /** New executions as one array per column (the parameters of one multi-row INSERT). */
 export function executionColumns(executions: readonly NewExecution[]): unknown[][] {
   const columns: unknown[][] = NEW_EXECUTION_COLUMNS.map(() => []);
-  for (const e of executions) {
-    const values = executionValues(e);
-    for (let i = 0; i < columns.length; i++) columns[i]?.push(values[i]);
-  }
+  for (const e of executions) pushRow(columns, executionValues(e));
   return columns;
 }
 
