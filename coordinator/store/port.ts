@@ -127,6 +127,18 @@ export interface DueOptions {
    * {@link Store.applyTransition} stays what makes a dispatch happen once.
    */
   claim?: DueClaim;
+  /**
+   * At most this many `pending` rows (the other lists keep `limit`): a dispatcher with room for
+   * only a few more dispatches reads only as many. @default limit
+   */
+  pendingLimit?: number;
+}
+
+/** The limit of `pending` in {@link Store.listDue}: `limit` (negative: none), or less. */
+export function pendingLimitOf(limit: number, options: DueOptions): number {
+  const p = options.pendingLimit;
+  if (p === undefined) return limit;
+  return limit < 0 ? p : Math.min(limit, p);
 }
 
 /** What overlap, group and concurrency rules need of an execution. */

@@ -1,4 +1,4 @@
-import type { DueClaim, DueOptions, ExecutionRecord } from "../port.js";
+import { type DueClaim, type DueOptions, type ExecutionRecord, pendingLimitOf } from "../port.js";
 import { DB_NOW_MS, DUE_ORDER, dueOrder, sqlLimit } from "./executions.js";
 import { TERMINAL_STATES_SQL } from "./migrations.js";
 import { purgeRollouts } from "./rollouts.js";
@@ -22,8 +22,12 @@ const DUE_WHERE = {
 type DueList = keyof typeof DUE_WHERE;
 const LISTS = Object.keys(DUE_WHERE) as DueList[];
 
+/** The LIMIT parameter of each list: $5, but $6 for `pending` (DueOptions.pendingLimit). */
+const LIMIT_PARAM: Record<DueList, string> = { pending: "$6", retry: "$5", dispatchTimedOut: "$5" };
+
 /**
- * The three lists in one statement, each row tagged with its list; $5 the limit of each. (A
+ * The three lists in one statement, each row tagged with its list; $5 the limit of each but
+ * `pending`'s, $6. (A
  * command for an agent out of reach is still read once its deadline has passed, so that it is
  * expired rather than left PENDING for ever.)
  */
@@ -31,7 +35,7 @@ const LIST_DUE: Statement = {
   name: "ax_list_due",
   text: LISTS.map(
     (list) =>
-      `(SELECT '${list}' AS due, * FROM executions WHERE ${DUE_WHERE[list]} ${DUE_ORDER} LIMIT $5)`,
+      `(SELECT '${list}' AS due, * FROM executions WHERE ${DUE_WHERE[list]} ${DUE_ORDER} LIMIT ${LIMIT_PARAM[list]})`,
   ).join(" UNION ALL "),
 };
 
@@ -39,7 +43,7 @@ const LIST_DUE: Statement = {
  * The three lists, claimed for a holder in the same statement: the candidates of each list
  * are read `FOR UPDATE SKIP LOCKED` (rows another coordinator is claiming or writing right now
  * are passed over, not waited for), leaving out rows another holder claims until a time still
- * ahead by the database clock; the rows returned are claimed for $6 until that clock plus $7.
+ * ahead by the database clock; the rows returned are claimed for $7 until that clock plus $8.
  */
 const CLAIM_DUE: Statement = {
   name: "ax_claim_due",
@@ -47,11 +51,11 @@ const CLAIM_DUE: Statement = {
     ${LISTS.map(
       (list) => `${list} AS (
       SELECT id FROM executions WHERE ${DUE_WHERE[list]}
-        AND (claimed_by IS NULL OR claimed_by = $6 OR claim_until <= (SELECT ms FROM clock))
-        ${DUE_ORDER} LIMIT $5 FOR UPDATE SKIP LOCKED)`,
+        AND (claimed_by IS NULL OR claimed_by = $7 OR claim_until <= (SELECT ms FROM clock))
+        ${DUE_ORDER} LIMIT ${LIMIT_PARAM[list]} FOR UPDATE SKIP LOCKED)`,
     ).join(",\n    ")},
     picked AS (${LISTS.map((list) => `SELECT id, '${list}' AS due FROM ${list}`).join(" UNION ALL ")})
-    UPDATE executions e SET claimed_by = $6, claim_until = (SELECT ms FROM clock) + $7::bigint
+    UPDATE executions e SET claimed_by = $7, claim_until = (SELECT ms FROM clock) + $8::bigint
       FROM picked WHERE e.id = picked.id
       RETURNING picked.due, e.*`,
 };
@@ -71,6 +75,7 @@ export async function listDue(
 ): Promise<DueLists> {
   const commandsBy = Math.max(pendingBy, options.commandsBy ?? pendingBy);
   const args: unknown[] = [now, pendingBy, commandsBy, options.skipTargets ?? [], sqlLimit(limit)];
+  args.push(sqlLimit(pendingLimitOf(limit, options)));
   const claim: DueClaim | undefined = options.claim;
   const r = claim
     ? await run<ExecutionRow & { due: DueList }>(q, CLAIM_DUE, [

@@ -1,4 +1,4 @@
-import type { DueOptions, ExecutionRecord } from "../port.js";
+import { type DueOptions, type ExecutionRecord, pendingLimitOf } from "../port.js";
 import type { StoreContext } from "./context.js";
 import { type ExecutionRow, toExecution } from "./rows.js";
 import { OPEN_SQL } from "./statements.js";
@@ -59,7 +59,7 @@ function selectDue(
       // it is expired rather than left PENDING for ever.
       ...(skip.length > 0 ? [now, JSON.stringify(skip)] : []),
       ...tailArgs,
-      limit,
+      pendingLimitOf(limit, options),
     ),
     retry: selectExecutions(
       ctx,
