@@ -27,6 +27,8 @@ interface Rig {
   agentId: string;
   journalId: () => string;
   heartbeats: Heartbeat[];
+  /** The QoS each up message reached a QoS 1 subscriber with, by message type. */
+  upQos: { type: string; qos: number }[];
   /** What the agent logged at warn and above. */
   warnings: string[];
 }
@@ -47,13 +49,15 @@ async function rig(options: RigOptions = {}): Promise<Rig> {
   await peer.start();
   cleanups.push(() => peer.close());
   const heartbeats: Heartbeat[] = [];
+  const upQos: { type: string; qos: number }[] = [];
   const observer = await mqtt.connectAsync(broker.url, { reconnectPeriod: 0 });
   cleanups.push(() => observer.endAsync(true));
   await observer.subscribeAsync(peer.topics.allUp, { qos: 1 });
-  observer.on("message", (topic, payload) => {
+  observer.on("message", (topic, payload, packet) => {
     const r = decode(topic, payload, { prefix: broker.prefix });
-    if (r.ok && r.value.channel === "up" && r.value.message.type === "heartbeat") {
-      heartbeats.push(r.value.message);
+    if (r.ok && r.value.channel === "up") {
+      upQos.push({ type: r.value.message.type, qos: packet.qos });
+      if (r.value.message.type === "heartbeat") heartbeats.push(r.value.message);
     }
   });
   const agentId = `${broker.prefix}-a`;
@@ -90,7 +94,7 @@ async function rig(options: RigOptions = {}): Promise<Rig> {
   cleanups.push(() => agent.stop(0));
   await waitFor("the welcome", () => (agent.stats.welcomed ? true : undefined));
   const journalId = () => peer.hellos.at(-1)?.journalId ?? "?";
-  return { broker, peer, agent, agentId, journalId, heartbeats, warnings };
+  return { broker, peer, agent, agentId, journalId, heartbeats, upQos, warnings };
 }
 
 const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms));
@@ -136,6 +140,23 @@ describe("agent: acks", () => {
     await sleep(1_200);
     expect(r.agent.stats.replays).toBeLessThanOrEqual(replaysBefore + 2);
     expect(r.peer.received.length).toBeLessThanOrEqual(before + 6 * 3);
+  });
+});
+
+describe("agent: QoS", () => {
+  it("publishes heartbeats with QoS 0 and every other up message with QoS 1 (protocol.md, Transport)", async () => {
+    const r = await rig();
+    r.peer.dispatch(r.agentId, { executionId: "q-1", handler: "echo", params: {} });
+    await waitFor("finished", () =>
+      r.peer.of(r.agentId, "finished", "q-1").length ? true : undefined,
+    );
+    await waitFor("two heartbeats", () => (r.heartbeats.length >= 2 ? true : undefined));
+    const byType = new Map<string, Set<number>>();
+    for (const { type, qos } of r.upQos) byType.set(type, (byType.get(type) ?? new Set()).add(qos));
+    expect([...(byType.get("heartbeat") ?? [])]).toEqual([0]);
+    for (const type of ["hello", "accepted", "started", "finished"]) {
+      expect([type, [...(byType.get(type) ?? [])]]).toEqual([type, [1]]);
+    }
   });
 });
 

@@ -646,6 +646,10 @@ export class Agent {
             },
             sentAt,
           ),
+          undefined,
+          // QoS 0: a heartbeat lost with its connection is one missed heartbeat (presence takes
+          // three), and one the broker need not acknowledge costs both ends and the broker less.
+          0,
         ),
       );
       // Unacknowledged reports are re-sent in order (rule 1) when acknowledgements have stopped

@@ -120,12 +120,12 @@ export class AgentLink {
    * Does nothing while not ready; rejects when the connection ends before the PUBACK. `json`,
    * when given, is `message` already serialised (the text the journal wrote it as).
    */
-  async publishUp(message: { type: string }, json?: string): Promise<void> {
+  async publishUp(message: { type: string }, json?: string, qos: 0 | 1 = 1): Promise<void> {
     const session = this.session;
     if (!session || !this.ready) return;
     const topic = this.options.topics.up(this.options.agentId);
     const payload = json === undefined ? encode(message) : Buffer.from(json);
-    await session.publish(topic, this.sealed(topic, payload), { qos: 1 });
+    await session.publish(topic, this.sealed(topic, payload), { qos });
   }
 
   /**

@@ -348,15 +348,20 @@ export class SimAgent {
     socket.write(bytes);
   }
 
-  private publish(topic: string, payload: Buffer, retain = false): void {
-    this.write(encodePublish({ topic, payload, qos: 1, retain, packetId: this.nextPacketId() }));
+  private publish(topic: string, payload: Buffer, retain = false, qos: 0 | 1 = 1): void {
+    this.write(
+      qos === 0
+        ? encodePublish({ topic, payload, qos, retain })
+        : encodePublish({ topic, payload, qos, retain, packetId: this.nextPacketId() }),
+    );
   }
 
   /** Seals a body for the up topic at a strictly rising time, and publishes it. */
-  private publishUp(body: string): void {
+  private publishUp(body: string, qos: 0 | 1 = 1): void {
     const at = Math.max(Math.floor(this.coordNow()), this.lastSignedAt + 1);
     this.lastSignedAt = at;
-    this.publish(this.topicUp, seal(body, this.topicUp, this.spec.key, this.spec.generation, at));
+    const sealed = seal(body, this.topicUp, this.spec.key, this.spec.generation, at);
+    this.publish(this.topicUp, sealed, false, qos);
   }
 
   private envelope(body: Record<string, unknown>, sentAt = this.coordNow()): string {
@@ -414,6 +419,7 @@ export class SimAgent {
         },
         sentAt,
       ),
+      0, // as the reference agent: heartbeats at QoS 0
     );
     // As the reference agent: acknowledgements that stopped moving for three heartbeats (5 s at
     // least) mean a report was lost beyond a gap, or the coordinator restarted; re-send.
