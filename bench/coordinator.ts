@@ -49,7 +49,7 @@ import { bundleBenchEntry, finishRun, machineAtStart, printTable, writeResults }
  * The issue's rates, and two lower ones that show where the coordinator stops keeping up (it is
  * far from the issue's rates yet; see the findings in docs/benchmarks.md).
  */
-const RATES = [50, 100, 500, 2_000, 5_000];
+const RATES = [50, 100, 500, 2_000, 5_000, 10_000];
 /** A rate it keeps up with (late) and the target rate, each a separate run under the profiler. */
 const PROFILE_RATES = [500, TARGET_RATE];
 
