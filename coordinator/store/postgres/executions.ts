@@ -23,6 +23,22 @@ export const DB_NOW_MS = "(floor(extract(epoch FROM clock_timestamp()) * 1000)):
 const n = NEW_EXECUTION_COLUMNS.length;
 
 /**
+ * The INSERT of new executions, PENDING, from one array per column ({@link executionColumns}),
+ * parameters from `$first` on, returning their ids; `join` (a JOIN clause on the unnested rows,
+ * `t`) keeps only some of them.
+ */
+export function insertNewExecutions(first: number, join = ""): string {
+  const columns = NEW_EXECUTION_COLUMNS.map(([c]) => c).join(", ");
+  return `INSERT INTO executions (${columns}, agent_id, state, round, attempt, dispatches, updated_at)
+      SELECT ${NEW_EXECUTION_COLUMNS.map(([c]) => `t.${c}`).join(", ")},
+        NULL, 'PENDING', 0, 1, 0, t.created_at
+      FROM unnest(${NEW_EXECUTION_COLUMNS.map(([, type], i) => `$${i + first}::${type}[]`).join(", ")})
+        AS t(${columns})
+      ${join}
+      RETURNING id`;
+}
+
+/**
  * New executions (one array per column, {@link executionColumns}) and their first timeline
  * entries (seq 1, `created`), in one statement: $1…$n the columns, then the entries' time and
  * details. A row whose id exists fails the whole batch, on the executions key: the entries are
@@ -30,14 +46,7 @@ const n = NEW_EXECUTION_COLUMNS.length;
  */
 export const INSERT_EXECUTIONS: Statement = {
   name: "ax_insert_executions",
-  text: `WITH created AS (
-      INSERT INTO executions (${NEW_EXECUTION_COLUMNS.map(([c]) => c).join(", ")},
-          agent_id, state, round, attempt, dispatches, updated_at)
-        SELECT ${NEW_EXECUTION_COLUMNS.map(([c]) => `t.${c}`).join(", ")},
-          NULL, 'PENDING', 0, 1, 0, t.created_at
-        FROM unnest(${NEW_EXECUTION_COLUMNS.map(([, type], i) => `$${i + 1}::${type}[]`).join(", ")})
-          AS t(${NEW_EXECUTION_COLUMNS.map(([c]) => c).join(", ")})
-        RETURNING id)
+  text: `WITH created AS (${insertNewExecutions(1)})
     INSERT INTO timeline (execution_id, seq, at, event, from_state, to_state, round, agent_id, detail)
       SELECT d.id, 1, $${n + 1}, 'created', NULL, 'PENDING', 0, NULL, d.detail
       FROM created JOIN unnest($1::text[], $${n + 2}::text[]) AS d(id, detail) ON d.id = created.id`,

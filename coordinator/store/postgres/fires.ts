@@ -1,5 +1,5 @@
 import type { FireBatch, NewExecution } from "../port.js";
-import { insertExecutions } from "./executions.js";
+import { insertExecutions, insertNewExecutions } from "./executions.js";
 import { executionColumns, NEW_EXECUTION_COLUMNS, pushRow } from "./rows.js";
 import { type Queryable, run, type Statement } from "./tx.js";
 
@@ -146,15 +146,7 @@ const RECORD_SIMPLE_FIRES = `WITH b AS (
       FROM b JOIN advanced ON advanced.id = b.job_id
       ON CONFLICT DO NOTHING
       RETURNING execution_id),
-  created AS (
-    INSERT INTO executions (${NEW_EXECUTION_COLUMNS.map(([c]) => c).join(", ")},
-        agent_id, state, round, attempt, dispatches, updated_at)
-      SELECT ${NEW_EXECUTION_COLUMNS.map(([c]) => `t.${c}`).join(", ")},
-        NULL, 'PENDING', 0, 1, 0, t.created_at
-      FROM unnest(${NEW_EXECUTION_COLUMNS.map(([, type], i) => `$${i + 7}::${type}[]`).join(", ")})
-        AS t(${NEW_EXECUTION_COLUMNS.map(([c]) => c).join(", ")})
-      JOIN fired ON fired.execution_id = t.id
-      RETURNING id),
+  created AS (${insertNewExecutions(7, "JOIN fired ON fired.execution_id = t.id")}),
   entries AS (
     INSERT INTO timeline (execution_id, seq, at, event, from_state, to_state, round, agent_id,
         detail)
