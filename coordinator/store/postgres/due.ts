@@ -27,9 +27,8 @@ const LIMIT_PARAM: Record<DueList, string> = { pending: "$6", retry: "$5", dispa
 
 /**
  * The three lists in one statement, each row tagged with its list; $5 the limit of each but
- * `pending`'s, $6. (A
- * command for an agent out of reach is still read once its deadline has passed, so that it is
- * expired rather than left PENDING for ever.)
+ * `pending`'s, $6. (A command for an agent out of reach is still read once its deadline has
+ * passed, so that it is expired rather than left PENDING for ever.)
  */
 const LIST_DUE: Statement = {
   name: "ax_list_due",
