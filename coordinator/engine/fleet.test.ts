@@ -102,3 +102,50 @@ describe("Fleet: heartbeat figures", () => {
     expect((await f.store.getAgent("a1"))?.load).toBe(4);
   });
 });
+
+describe("Fleet: who is out of reach", () => {
+  it("answers from memory, and again after every change of status, instance or draining", async () => {
+    const f = fleet();
+    await f.fleet.hello(hello("a1", f.now()), f.now());
+    await f.fleet.hello(hello("a2", f.now()), f.now());
+    expect(f.fleet.unreachable()).toEqual([]);
+    // Asked again with nothing changed: the same answer, not a new walk of the fleet.
+    expect(f.fleet.unreachable()).toBe(f.fleet.unreachable());
+
+    // Silent past three heartbeats: a1 goes offline (a2 kept beating).
+    f.advance(16_000);
+    expect(f.fleet.heartbeatInMemory("a2", beat("a2", f.now(), 0), f.now())).toBe(true);
+    await f.fleet.sweep(f.now(), f.now() - 16_000);
+    expect(f.fleet.unreachable()).toEqual(["a1"]);
+    // Back with a heartbeat.
+    expect(await f.fleet.heartbeat("a1", beat("a1", f.now(), 0), f.now())).toBe(true);
+    expect(f.fleet.unreachable()).toEqual([]);
+    // Shutting down, then a new instance.
+    f.fleet.markDraining("a2");
+    expect(f.fleet.unreachable()).toEqual(["a2"]);
+    await f.fleet.hello({ ...hello("a2", f.now()), instanceId: "i-a2-next" }, f.now());
+    expect(f.fleet.unreachable()).toEqual([]);
+    // Its will, then a revocation.
+    await f.fleet.presence("a2", "offline", "i-a2-next");
+    expect(f.fleet.unreachable()).toEqual(["a2"]);
+    await f.fleet.revoked("a1");
+    expect([...f.fleet.unreachable()].sort()).toEqual(["a1", "a2"]);
+  });
+
+  it("looks for silent agents a fifteenth of the silence limit apart, not every pass", async () => {
+    const f = fleet();
+    await f.fleet.hello(hello("a1", f.now()), f.now());
+    const since = f.now();
+    // The default heartbeat is 5 s: silence over 15 s takes an agent offline, and a sweep
+    // looks at most once a second.
+    f.advance(14_900);
+    await f.fleet.sweep(f.now(), since);
+    expect(f.fleet.get("a1")?.status).toBe("online");
+    f.advance(200); // silent 15.1 s, but the last look was 200 ms ago
+    await f.fleet.sweep(f.now(), since);
+    expect(f.fleet.get("a1")?.status).toBe("online");
+    f.advance(800);
+    await f.fleet.sweep(f.now(), since);
+    expect(f.fleet.get("a1")?.status).toBe("offline");
+  });
+});
