@@ -444,7 +444,11 @@ export const coordinatorConfigSchema = z
       ),
     pollMs: durationSchema
       .default(100)
-      .meta(doc("How often the engine looks for work to dispatch, time out, retry or expire.")),
+      .meta(
+        doc(
+          "How often the engine looks for work to dispatch, time out, retry or expire. While all the pending work waits for agents out of reach, it is read again at most once a second, and at once on what can move it: a new execution, an agent back in reach, a report.",
+        ),
+      ),
     lookAheadMs: durationSchema
       .default(5_000)
       .meta(doc("Jobs due within this window are held on the firing wheel.")),

@@ -329,6 +329,8 @@ export class Coordinator {
     this.executionLoop = new ExecutionLoop(this.ctx, this.fleet, leases);
     this.retention = new RetentionLoop(this.ctx);
     this.inbound.onChange = () => this.executionLoop.kick();
+    // An agent back in reach (a heartbeat after silence, say) has its pending work read at once.
+    this.fleet.onReachability = () => this.executionLoop.kick();
     this.triggers = new EventTriggers(this.ctx, () => this.executionLoop.kick());
     this.inbound.onEvent = (name, msgId, payload) => this.triggers.onEvent(name, msgId, payload);
     this.events.on("transition", (e) => {

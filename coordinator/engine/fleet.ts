@@ -55,7 +55,7 @@ export class Fleet {
 
   async load(): Promise<void> {
     for (const a of await this.ctx.store.listAgents()) this.agents.set(a.agentId, a);
-    this.reachabilityChanged();
+    this.unreachableCache = undefined;
   }
 
   /**
@@ -67,7 +67,11 @@ export class Fleet {
 
   private reachabilityChanged(): void {
     this.unreachableCache = undefined;
+    this.onReachability();
   }
+
+  /** Called when an agent comes within reach or goes out of it: its pending work may move. */
+  onReachability: () => void = () => {};
 
   get(agentId: string): AgentRecord | undefined {
     return this.agents.get(agentId);

@@ -129,7 +129,7 @@ export interface DueOptions {
   claim?: DueClaim;
   /**
    * At most this many `pending` rows (the other lists keep `limit`): a dispatcher with room for
-   * only a few more dispatches reads only as many. @default limit
+   * only a few more dispatches reads only as many; 0 reads none. @default limit
    */
   pendingLimit?: number;
 }

@@ -1210,6 +1210,14 @@ export function storeContract(name: string, makeStore: () => Promise<StoreFixtur
         expect(ids((await store.listDue(6_000, 1_500, 1, { pendingLimit: 5 })).pending)).toEqual([
           "p-high",
         ]);
+        // 0: no pending rows at all (the dispatcher has no reason to read them), the rest as ever.
+        const none = await store.listDue(6_000, 1_500, 100, {
+          pendingLimit: 0,
+          skipTargets: ["a-gone"],
+        });
+        expect(none.pending).toEqual([]);
+        expect(ids(none.dispatchTimedOut).sort()).toEqual(["d-fast", "d-slow"]);
+        expect(ids(none.retry).sort()).toEqual(["r-due", "r-expired"]);
       });
 
       it("listDue leaves out commands for agents out of reach, until their deadline has passed", async () => {

@@ -46,21 +46,27 @@ function selectDue(
 ): DueWork {
   const commandsBy = Math.max(pendingBy, options.commandsBy ?? pendingBy);
   const skip = options.skipTargets ?? [];
+  const pendingLimit = pendingLimitOf(limit, options);
   return {
-    pending: selectExecutions(
-      ctx,
-      `FROM executions WHERE ${OPEN_SQL} AND state = 'PENDING' AND fire_at <= ?
+    // No pending rows asked for (the dispatcher reads them only when they may have changed):
+    // not even the list of agents out of reach is bound.
+    pending:
+      pendingLimit === 0
+        ? []
+        : selectExecutions(
+            ctx,
+            `FROM executions WHERE ${OPEN_SQL} AND state = 'PENDING' AND fire_at <= ?
            AND (fire_at <= ? OR kind = 'command')
            ${skip.length > 0 ? "AND (target_agent_id IS NULL OR deadline < ? OR target_agent_id NOT IN (SELECT value FROM json_each(?)))" : ""}
            ${tail}`,
-      commandsBy,
-      pendingBy,
-      // A command for an agent out of reach is still read once its deadline has passed, so that
-      // it is expired rather than left PENDING for ever.
-      ...(skip.length > 0 ? [now, JSON.stringify(skip)] : []),
-      ...tailArgs,
-      pendingLimitOf(limit, options),
-    ),
+            commandsBy,
+            pendingBy,
+            // A command for an agent out of reach is still read once its deadline has passed,
+            // so that it is expired rather than left PENDING for ever.
+            ...(skip.length > 0 ? [now, JSON.stringify(skip)] : []),
+            ...tailArgs,
+            pendingLimit,
+          ),
     retry: selectExecutions(
       ctx,
       `FROM executions WHERE ${OPEN_SQL} AND state = 'RETRY_WAITING'
