@@ -51,13 +51,14 @@ describe("commands waiting for an agent out of reach", () => {
     const window = reads.filter((r) => r.at - now >= 500);
     // Passes still run every poll (100 ms) for retries and dispatch timeouts...
     expect(window.length).toBeGreaterThanOrEqual(10);
-    // ...but read the pending rows about once a second, not at each of them.
-    expect(window.filter((r) => r.pending).length).toBeLessThanOrEqual(4);
-    // The clock's part is not forgotten: the first command expired at its deadline, at most
-    // that second late.
+    // ...but read the pending rows about once a second (and again after the expiry below moved
+    // one), not at each of them.
+    expect(window.filter((r) => r.pending).length).toBeLessThanOrEqual(6);
+    // The clock's part is not forgotten: the first command expired at its deadline, about that
+    // second late at most.
     const expired = await coordinator.store.getExecution(soon);
     expect(expired?.state).toBe("EXPIRED");
-    expect(expired?.updatedAt).toBeLessThanOrEqual(now + 1_200 + 1_100);
+    expect(expired?.updatedAt).toBeLessThanOrEqual(now + 1_200 + 1_500);
     expect(agent.received.some(isDispatch)).toBe(false);
 
     // A heartbeat after the silence brings the agent back (no hello): its command goes at once,
@@ -66,7 +67,7 @@ describe("commands waiting for an agent out of reach", () => {
     await agent.heartbeat();
     const d = await agent.waitFor("the waiting command's dispatch", isDispatch);
     expect(d.executionId).toBe(later);
-    expect(Date.now() - back).toBeLessThan(300);
+    expect(Date.now() - back).toBeLessThan(400);
     expect((await coordinator.store.getExecution(later))?.state).toBe("DISPATCHED");
   });
 });
