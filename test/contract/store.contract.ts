@@ -558,6 +558,51 @@ export function storeContract(name: string, makeStore: () => Promise<StoreFixtur
         await store.createExecutions([], 907);
       });
 
+      it("stores a fan-out's batch (ids and targets differ, all else shared) as it stores each alone", async () => {
+        const shared = {
+          kind: "command" as const,
+          jobId: null,
+          jobVersion: null,
+          params: { path: "/gpio/17", value: 1, nested: { list: [1, "two", null] } },
+          tags: { site: "s-1", "odd key": 'quote " and \\ backslash' },
+        };
+        const ids = Array.from({ length: 40 }, (_, i) => i);
+        await store.createExecutions(
+          ids.map((i) => newExecution(`fan-${i}`, { ...shared, targetAgentId: `agent-${i} "é"` })),
+          905,
+          { actor: "ops" },
+        );
+        for (const i of [0, 39]) {
+          await store.createExecution(
+            newExecution(`one-${i}`, { ...shared, targetAgentId: `agent-${i} "é"` }),
+            905,
+            { actor: "ops" },
+          );
+        }
+        const all = await store.listExecutions();
+        const byId = new Map(all.map((e) => [e.id, e]));
+        for (const i of [0, 39]) {
+          const batched = byId.get(`fan-${i}`);
+          const alone = byId.get(`one-${i}`);
+          expect(batched).toBeDefined();
+          expect({ ...batched, id: "x" }).toEqual({ ...alone, id: "x" });
+          expect(await store.getExecution(`fan-${i}`)).toEqual(batched);
+          const [entry] = await store.getTimeline(`fan-${i}`);
+          const [entryAlone] = await store.getTimeline(`one-${i}`);
+          expect({ ...entry, executionId: "x" }).toEqual({ ...entryAlone, executionId: "x" });
+        }
+        expect(ids.every((i) => byId.has(`fan-${i}`))).toBe(true);
+        // One id that exists: the whole batch is refused, none of it written.
+        const clash = ids.map((i) =>
+          newExecution(i === 20 ? "fan-20" : `late-${i}`, { ...shared, targetAgentId: `a-${i}` }),
+        );
+        await expect(store.createExecutions(clash, 906)).rejects.toMatchObject({
+          code: "AX_STORE_FAILED",
+        });
+        expect(await store.getExecution("late-0")).toBeUndefined();
+        expect((await mustGet(store, "fan-20")).targetAgentId).toBe('agent-20 "é"');
+      });
+
       it("refuses an id that exists with AX_STORE_FAILED and leaves the first untouched", async () => {
         await store.createExecution(newExecution("cmd-1", { handler: "first" }), 905);
         await expect(

@@ -106,10 +106,104 @@ export function createExecutions(
       // One detail for the batch, serialised once; each execution is new, so its first
       // timeline entry is seq 1 without looking.
       const json = detailJson(detail ?? null, ctx.maxErrorTextBytes);
+      if (executions.length >= UNIFORM_BATCH_MIN && isUniform(executions)) {
+        insertUniform(ctx, executions, at, json);
+        return;
+      }
       for (const e of executions) insertExecution(ctx, e, at, detail ?? null, json);
     }),
   );
 }
+
+/** Below this many, a batch is inserted row by row: one statement each costs no more. */
+const UNIFORM_BATCH_MIN = 16;
+
+/**
+ * True when the executions differ in id and target agent only, as the commands of one fan-out
+ * do: the same params object (or none differs in its JSON), and every other field equal.
+ */
+function isUniform(executions: readonly NewExecution[]): boolean {
+  const first = executions[0] as NewExecution;
+  const params = JSON.stringify(first.params);
+  const tags = first.tags && Object.keys(first.tags).length > 0 ? JSON.stringify(first.tags) : null;
+  for (const e of executions) {
+    if (
+      e.kind !== first.kind ||
+      e.jobId !== first.jobId ||
+      e.jobVersion !== first.jobVersion ||
+      e.handler !== first.handler ||
+      e.maxAttempts !== first.maxAttempts ||
+      e.maxDispatches !== first.maxDispatches ||
+      e.fireAt !== first.fireAt ||
+      e.deadline !== first.deadline ||
+      e.timeoutMs !== first.timeoutMs ||
+      e.dispatchTimeoutMs !== first.dispatchTimeoutMs ||
+      e.priority !== first.priority ||
+      e.retryBaseMs !== first.retryBaseMs ||
+      e.retryCapMs !== first.retryCapMs ||
+      e.createdAt !== first.createdAt ||
+      (e.scheduledFor ?? null) !== (first.scheduledFor ?? null) ||
+      (e.shardIndex ?? null) !== (first.shardIndex ?? null) ||
+      (e.shardTotal ?? null) !== (first.shardTotal ?? null) ||
+      (e.groupKey ?? null) !== (first.groupKey ?? null)
+    ) {
+      return false;
+    }
+    if (e.params !== first.params && JSON.stringify(e.params) !== params) return false;
+    if (e.tags !== first.tags) {
+      const t = e.tags && Object.keys(e.tags).length > 0 ? JSON.stringify(e.tags) : null;
+      if (t !== tags) return false;
+    }
+  }
+  return true;
+}
+
+/**
+ * Inserts a uniform batch ({@link isUniform}) with two statements, each over a JSON array of
+ * `[id, targetAgentId]`: what the rows share is bound once. A statement run per row cost a
+ * quarter of a 10,000-agent command's insert in binding 23 values and crossing into SQLite.
+ */
+function insertUniform(
+  ctx: StoreContext,
+  executions: readonly NewExecution[],
+  at: number,
+  detailText: string | null,
+): void {
+  const { args, record } = newExecutionRow(executions[0] as NewExecution);
+  const pairs = JSON.stringify(executions.map((e) => [e.id, e.targetAgentId]));
+  // args: id first, target seventh (see EXECUTION_VALUES); the rest as they are.
+  const shared = [...args.slice(1, 6), ...args.slice(7)];
+  ctx.statements
+    .prepare(
+      `INSERT INTO executions (${EXECUTION_COLUMNS})
+         SELECT j.value ->> 0, ?, ?, ?, ?, ?, j.value ->> 1, NULL, 'PENDING', 0, 1, ?, 0, ?, ?, ?,
+           ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?
+         FROM json_each(?) AS j`,
+    )
+    .run(...shared, pairs);
+  ctx.statements
+    .prepare(
+      `INSERT INTO timeline (execution_id, seq, at, event, from_state, to_state, round, agent_id, detail)
+         SELECT j.value ->> 0, 1, ?, 'created', NULL, 'PENDING', 0, NULL, ? FROM json_each(?) AS j`,
+    )
+    .run(at, detailText, pairs);
+  // Each cached record has params and tags of its own, as if read back.
+  for (const e of executions) {
+    ctx.executions.add({
+      ...record,
+      id: e.id,
+      targetAgentId: e.targetAgentId,
+      params: JSON.parse(args[5] as string) as Record<string, unknown>,
+      tags: { ...record.tags },
+    });
+  }
+}
+
+/** The columns a new execution's INSERT sets, in the order of its values. */
+const EXECUTION_COLUMNS = `id, kind, job_id, job_version, handler, params, target_agent_id, agent_id,
+  state, round, attempt, max_attempts, dispatches, max_dispatches, fire_at, deadline, timeout_ms,
+  dispatch_timeout_ms, priority, retry_base_ms, retry_cap_ms, created_at, updated_at,
+  scheduled_for, shard_index, shard_total, group_key, tags`;
 
 /** Inserts a new execution and its first timeline entry inside the caller's write; caches it. */
 export function insertExecution(
@@ -119,6 +213,29 @@ export function insertExecution(
   detail: Record<string, unknown> | null,
   detailText: string | null = detailJson(detail, ctx.maxErrorTextBytes),
 ): void {
+  const { args, record } = newExecutionRow(e);
+  // Positional parameters: binding named ones cost a property lookup each, per row.
+  ctx.statements
+    .prepare(
+      `INSERT INTO executions (${EXECUTION_COLUMNS})
+         VALUES (?, ?, ?, ?, ?, ?, ?, NULL, 'PENDING', 0, 1, ?, 0, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+    )
+    .run(...args);
+  // A new execution's first entry: seq 1, with no look at the timeline.
+  ctx.statements
+    .prepare(
+      `INSERT INTO timeline (execution_id, seq, at, event, from_state, to_state, round, agent_id, detail)
+         VALUES (?, 1, ?, 'created', NULL, 'PENDING', 0, NULL, ?)`,
+    )
+    .run(e.id, at, detailText);
+  ctx.executions.add(record);
+}
+
+/**
+ * A new execution's INSERT values (the `?` of {@link insertExecution}'s statement, in order: id,
+ * kind, job, version, handler, params, target, then the rest) and its record as read back.
+ */
+function newExecutionRow(e: NewExecution): { args: unknown[]; record: ExecutionRecord } {
   const params = JSON.stringify(e.params);
   const tags = e.tags && Object.keys(e.tags).length > 0 ? JSON.stringify(e.tags) : null;
   // The row as toExecution would read it back (JSON values parsed from what is stored).
@@ -160,48 +277,32 @@ export function insertExecution(
     groupKey: e.groupKey ?? null,
     tags: tags === null ? {} : (JSON.parse(tags) as Record<string, string>),
   };
-  // Positional parameters: binding named ones cost a property lookup each, per row.
-  ctx.statements
-    .prepare(
-      `INSERT INTO executions (id, kind, job_id, job_version, handler, params, target_agent_id, agent_id,
-           state, round, attempt, max_attempts, dispatches, max_dispatches, fire_at, deadline, timeout_ms,
-           dispatch_timeout_ms, priority, retry_base_ms, retry_cap_ms, created_at, updated_at,
-           scheduled_for, shard_index, shard_total, group_key, tags)
-         VALUES (?, ?, ?, ?, ?, ?, ?, NULL, 'PENDING', 0, 1, ?, 0, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
-    )
-    .run(
-      r.id,
-      r.kind,
-      r.jobId,
-      r.jobVersion,
-      r.handler,
-      params,
-      r.targetAgentId,
-      r.maxAttempts,
-      r.maxDispatches,
-      r.fireAt,
-      r.deadline,
-      r.timeoutMs,
-      r.dispatchTimeoutMs,
-      r.priority,
-      r.retryBaseMs,
-      r.retryCapMs,
-      r.createdAt,
-      r.createdAt,
-      r.scheduledFor,
-      r.shardIndex,
-      r.shardTotal,
-      r.groupKey,
-      tags,
-    );
-  // A new execution's first entry: seq 1, with no look at the timeline.
-  ctx.statements
-    .prepare(
-      `INSERT INTO timeline (execution_id, seq, at, event, from_state, to_state, round, agent_id, detail)
-         VALUES (?, 1, ?, 'created', NULL, 'PENDING', 0, NULL, ?)`,
-    )
-    .run(e.id, at, detailText);
-  ctx.executions.add(r);
+  const args = [
+    r.id,
+    r.kind,
+    r.jobId,
+    r.jobVersion,
+    r.handler,
+    params,
+    r.targetAgentId,
+    r.maxAttempts,
+    r.maxDispatches,
+    r.fireAt,
+    r.deadline,
+    r.timeoutMs,
+    r.dispatchTimeoutMs,
+    r.priority,
+    r.retryBaseMs,
+    r.retryCapMs,
+    r.createdAt,
+    r.createdAt,
+    r.scheduledFor,
+    r.shardIndex,
+    r.shardTotal,
+    r.groupKey,
+    tags,
+  ];
+  return { args, record: r };
 }
 
 /** Store.applyTransition: compare-and-set on (state, round), then the timeline entries. */
