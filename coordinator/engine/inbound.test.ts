@@ -3,7 +3,7 @@ import { afterEach, describe, expect, it } from "vitest";
 import { systemClock } from "../../shared/clock.js";
 import { envelope } from "../../shared/message.js";
 import type { Decoded } from "../../shared/protocol/index.js";
-import { idleHeartbeat, tempDir } from "../../test/helpers/env.js";
+import { helloBody, idleHeartbeat, tempDir, waitFor } from "../../test/helpers/env.js";
 import { parseCoordinatorConfig } from "../config.js";
 import { CoordinatorLink } from "../link/mqtt-link.js";
 import { SqliteStore } from "../store/sqlite/sqlite-store.js";
@@ -17,7 +17,11 @@ afterEach(async () => {
   for (const c of cleanups.splice(0).reverse()) await c();
 });
 
-function inbound(): { inbound: Inbound; store: SqliteStore } {
+function inbound(log: (level: string, msg: string) => void = () => {}): {
+  inbound: Inbound;
+  store: SqliteStore;
+  link: CoordinatorLink;
+} {
   const tmp = tempDir();
   cleanups.push(tmp.cleanup);
   const store = new SqliteStore({ path: join(tmp.dir, "ax.sqlite"), groupCommit: true });
@@ -36,10 +40,10 @@ function inbound(): { inbound: Inbound; store: SqliteStore } {
     store,
     link,
     clock: systemClock,
-    log: () => {},
+    log,
     events: new EngineEventBus(),
   };
-  return { inbound: new Inbound(ctx, new Fleet(ctx), new Leases(15_000, 10_000)), store };
+  return { inbound: new Inbound(ctx, new Fleet(ctx), new Leases(15_000, 10_000)), store, link };
 }
 
 describe("Inbound", () => {
@@ -72,5 +76,32 @@ describe("Inbound", () => {
     expect(seen.some((b) => b > 0 && b < total)).toBe(true);
     expect(Math.max(...seen.filter((b) => b < total))).toBeLessThanOrEqual(total - INBOUND_CHUNK);
     expect((await store.counters()).superseded_messages).toBe(total);
+  });
+
+  it("warns of an answer it could not send, but not once the link was closed to stop", async () => {
+    const warnings: string[] = [];
+    const { inbound: ib, store, link } = inbound((level, msg) => {
+      if (level === "warn") warnings.push(msg);
+    });
+    const hello = (agentId: string): Decoded =>
+      ({
+        channel: "up",
+        agentId,
+        message: envelope(helloBody(agentId), Date.now()),
+      }) as Decoded;
+    // Never started: the welcome cannot go, and that is a fault worth a line.
+    ib.handle(hello("a1"), Date.now());
+    await ib.drain();
+    await waitFor("the warning", () => (warnings.length > 0 ? true : undefined));
+    expect(warnings.join("\n")).toMatch(/welcome to a1 failed: link not started/);
+    // Closed to stop: what is handled still counts, and its answers are not owed a warning.
+    warnings.length = 0;
+    await link.close();
+    expect(link.closed).toBe(true);
+    ib.handle(hello("a2"), Date.now());
+    await ib.drain();
+    await new Promise((r) => setTimeout(r, 50));
+    expect(warnings).toEqual([]);
+    expect((await store.getAgent("a2"))?.status).toBe("online");
   });
 });

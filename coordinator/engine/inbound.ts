@@ -641,10 +641,13 @@ export class Inbound {
    * this queue is working through, while the link holds its socket (MAX_INBOUND_BACKLOG).
    */
   private publish(agentId: string, message: DownMessage): void {
-    this.ctx.link.send(agentId, message).catch((err: unknown) =>
+    this.ctx.link.send(agentId, message).catch((err: unknown) => {
+      // Stopping: what is handled after the link closed is stored all the same, and the next
+      // start's ack (after its welcome) tells the agent so. Nothing to warn about.
+      if (this.ctx.link.closed) return;
       this.ctx.log("warn", `${message.type} to ${agentId} failed: ${(err as Error).message}`, {
         agentId,
-      }),
-    );
+      });
+    });
   }
 }

@@ -105,6 +105,8 @@ export class CoordinatorLink {
   private flushWrites: () => void = () => {};
   /** Wall time the current connection came up; undefined while disconnected. */
   private upAt: number | undefined;
+  /** Set by {@link close}: the coordinator is stopping, and sends nothing more. */
+  private closed_ = false;
 
   constructor(
     private readonly options: CoordinatorLinkOptions,
@@ -283,7 +285,7 @@ export class CoordinatorLink {
    * (docs/protocol.md, "Batches of commands"); it resolves when that message is acknowledged.
    */
   async send(agentId: string, message: DownMessage): Promise<void> {
-    if (!this.client) throw new AxError("AX_LINK_FAILED", "link not started");
+    if (!this.client) throw this.notOpen();
     const batchBytes = BATCHABLE.has(message.type) ? this.batchBytesOf(agentId) : undefined;
     if (batchBytes === undefined) {
       // A `time` may be lost: the agent asks again in its next heartbeat (it matches answers by
@@ -362,7 +364,7 @@ export class CoordinatorLink {
     qos: 0 | 1 = 1,
   ): Promise<void> {
     const client = this.client;
-    if (!client) throw new AxError("AX_LINK_FAILED", "link not started");
+    if (!client) throw this.notOpen();
     this.inFlight++;
     try {
       const topic = this.topics.down(agentId);
@@ -384,7 +386,17 @@ export class CoordinatorLink {
     }
   }
 
+  /** True once the link was closed: the coordinator is stopping. */
+  get closed(): boolean {
+    return this.closed_;
+  }
+
+  private notOpen(): AxError {
+    return new AxError("AX_LINK_FAILED", this.closed_ ? "link closed" : "link not started");
+  }
+
   async close(): Promise<void> {
+    this.closed_ = true;
     const client = this.client;
     this.client = undefined;
     if (client) await client.endAsync();
