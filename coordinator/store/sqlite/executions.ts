@@ -171,7 +171,7 @@ function insertUniform(
 ): void {
   const { args, record } = newExecutionRow(executions[0] as NewExecution);
   const pairs = JSON.stringify(executions.map((e) => [e.id, e.targetAgentId]));
-  // args: id first, target seventh (see EXECUTION_VALUES); the rest as they are.
+  // args: id first and target seventh (see newExecutionRow); what is between and after is shared.
   const shared = [...args.slice(1, 6), ...args.slice(7)];
   ctx.statements
     .prepare(
