@@ -80,7 +80,11 @@ describe("Inbound", () => {
 
   it("warns of an answer it could not send, but not once the link was closed to stop", async () => {
     const warnings: string[] = [];
-    const { inbound: ib, store, link } = inbound((level, msg) => {
+    const {
+      inbound: ib,
+      store,
+      link,
+    } = inbound((level, msg) => {
       if (level === "warn") warnings.push(msg);
     });
     const hello = (agentId: string): Decoded =>
