@@ -1,7 +1,7 @@
 import mqtt from "mqtt";
 import { afterEach, describe, expect, it } from "vitest";
 import { envelope } from "../../shared/message.js";
-import { encode, topics } from "../../shared/protocol/index.js";
+import { decodeAll, encode, topics } from "../../shared/protocol/index.js";
 import { idleHeartbeat, type TestBroker, testBroker, waitFor } from "../../test/helpers/env.js";
 import { CoordinatorLink, MAX_INBOUND_BACKLOG } from "./mqtt-link.js";
 
@@ -75,5 +75,66 @@ describe("CoordinatorLink: backpressure", () => {
     expect(link.congested).toBe(true);
     await Promise.all([first, second]);
     expect(link.congested).toBe(false);
+  });
+});
+
+describe("CoordinatorLink: time answers", () => {
+  it("stamps t2 as each leaves, and writes those of one turn in one system call", async () => {
+    const broker: TestBroker = await testBroker();
+    cleanups.push(() => broker.close());
+    let now = 1_000;
+    const link = new CoordinatorLink(
+      { url: broker.url, prefix: broker.prefix, clientId: `ax-c-${broker.prefix}` },
+      () => now,
+    );
+    await link.start({ message: () => {}, invalid: () => {}, backlog: () => 0 });
+    cleanups.push(() => link.close());
+    const agents = await mqtt.connectAsync(broker.url);
+    cleanups.push(() => agents.endAsync(true));
+    const t = topics(broker.prefix);
+    const got: { agentId: string; t1: number; t2: number }[] = [];
+    agents.on("message", (topic, payload) => {
+      for (const d of decodeAll(topic, payload, { prefix: broker.prefix })) {
+        if (!d.ok || d.value.channel !== "down" || d.value.message.type !== "time") continue;
+        const { t1, t2 } = d.value.message.clock;
+        got.push({ agentId: d.value.agentId, t1, t2 });
+      }
+    });
+    await agents.subscribeAsync(t.down("+"), { qos: 1 });
+    // Past the connection's first turns, where mqtt.js may still hold what is published.
+    await new Promise((r) => setTimeout(r, 100));
+
+    // Count the system calls that write the link's socket.
+    let calls = 0;
+    const stream = (link as unknown as { client: { stream: { _handle: Record<string, unknown> } } })
+      .client.stream;
+    for (const name of ["writev", "writeBuffer", "writeUtf8String", "writeLatin1String"]) {
+      const original = stream._handle[name] as ((...a: unknown[]) => unknown) | undefined;
+      if (!original) continue;
+      stream._handle[name] = function (this: unknown, ...a: unknown[]) {
+        calls++;
+        return original.apply(this, a);
+      };
+    }
+
+    // Ten answers made in one turn of the loop, each in a tick of its own, as the engine answers
+    // heartbeats that mqtt.js hands over one per tick. The clock moves on before they leave, and
+    // t2 says when they did.
+    const sends: Promise<void>[] = [];
+    await new Promise<void>((resolve) => {
+      const next = (i: number) => {
+        if (i === 10) return resolve();
+        const time = { type: "time" as const, clock: { t0: 1, t1: 2, t2: 3 } };
+        sends.push(link.send(`a${i}`, envelope(time, 3)));
+        process.nextTick(() => next(i + 1));
+      };
+      next(0);
+    });
+    now = 5_000;
+    await Promise.all(sends);
+    expect(calls).toBe(1);
+    await waitFor("the ten answers", () => (got.length === 10 ? true : undefined));
+    expect(new Set(got.map((g) => g.agentId)).size).toBe(10);
+    for (const g of got) expect(g).toMatchObject({ t1: 2, t2: 5_000 });
   });
 });
