@@ -2,6 +2,7 @@ import type { ErrorCode } from "../../shared/errors.js";
 import { type Decoded, decode, type ProtocolError } from "../../shared/protocol/codec.js";
 import { type Sealed, seal, unseal, verifyTag } from "../../shared/protocol/mac.js";
 import { parseTopic } from "../../shared/protocol/topics.js";
+import { COMPILED_SCHEMAS } from "./compiled-schemas.js";
 
 /** Where the link finds an agent's key: an enrolled, unrevoked agent's, else undefined. */
 export interface KeyRing {
@@ -75,7 +76,11 @@ export class LinkAuth {
     let agentId: string;
     let event: Decoded | undefined;
     if (parsed.kind === "event") {
-      const d = decode(topic, sealed.body, { prefix: this.prefix, maxBytes });
+      const d = decode(topic, sealed.body, {
+        prefix: this.prefix,
+        maxBytes,
+        schemas: COMPILED_SCHEMAS,
+      });
       if (!d.ok) return { ok: false, error: { ...d.error, source: claimed } };
       const from = (d.value.message as { from?: string }).from;
       if (from === undefined) {

@@ -13,6 +13,7 @@ import {
 import { MAX_SEAL_BYTES, type Sealed, unseal } from "../../shared/protocol/mac.js";
 import type { LinkAuth, Refusal } from "./auth.js";
 import { type CorkableStream, coalesceWrites } from "./coalesce.js";
+import { COMPILED_SCHEMAS } from "./compiled-schemas.js";
 
 export interface CoordinatorLinkOptions {
   url: string;
@@ -193,7 +194,7 @@ export class CoordinatorLink {
     client.on("message", (topic, payload) => {
       const receivedAt = this.now();
       const maxBytes = this.options.maxPayloadBytes ?? 65_536;
-      const options = { prefix: this.topics.prefix, maxBytes };
+      const options = { prefix: this.topics.prefix, maxBytes, schemas: COMPILED_SCHEMAS };
       const auth = this.options.auth;
       let body: Buffer = payload;
       let signedAt = receivedAt;

@@ -1,4 +1,5 @@
 import type * as z from "zod/mini";
+import { safeParse } from "zod/mini";
 import type { ErrorCode } from "../errors.js";
 import { DEFAULT_MAX_PAYLOAD_BYTES, PROTOCOL_VERSION } from "./envelope.js";
 import type { Event } from "./event.js";
@@ -33,7 +34,17 @@ export interface DecodeOptions {
   prefix?: string;
   /** Largest payload accepted, in bytes. @default 65536 */
   maxBytes?: number;
+  /**
+   * The schemas to check messages with, by channel and type: {@link SCHEMAS_BY_CHANNEL}, or the
+   * same schemas compiled to check faster (the coordinator's). @default SCHEMAS_BY_CHANNEL
+   */
+  schemas?: SchemaTable;
 }
+
+/** The schema of each message type, per channel, as {@link SCHEMAS_BY_CHANNEL} holds them. */
+export type SchemaTable = {
+  readonly [C in keyof typeof SCHEMAS_BY_CHANNEL]: Readonly<Record<string, z.ZodMiniType>>;
+};
 
 const decoder = new TextDecoder("utf-8", { fatal: true });
 
@@ -188,7 +199,7 @@ export function decode(
   options: DecodeOptions = {},
 ): DecodeResult {
   const p = parsePayload(topic, payload, options);
-  return p.ok ? decodeValue(p.topic, p.raw) : p.result;
+  return p.ok ? decodeValue(p.topic, p.raw, options.schemas ?? SCHEMAS_BY_CHANNEL) : p.result;
 }
 
 /**
@@ -207,7 +218,8 @@ export function decodeAll(
 ): DecodeResult[] {
   const p = parsePayload(topic, payload, options);
   if (!p.ok) return [p.result];
-  if (!Array.isArray(p.raw)) return [decodeValue(p.topic, p.raw)];
+  const table = options.schemas ?? SCHEMAS_BY_CHANNEL;
+  if (!Array.isArray(p.raw)) return [decodeValue(p.topic, p.raw, table)];
   if (p.topic.kind !== "agent" || (p.topic.channel !== "up" && p.topic.channel !== "down")) {
     return [
       fail(
@@ -235,7 +247,7 @@ export function decodeAll(
         type,
       });
     }
-    const r = decodeValue(p.topic, item);
+    const r = decodeValue(p.topic, item, table);
     if (r.ok) return r;
     const { field, message } = r.error;
     return {
@@ -253,6 +265,7 @@ export function decodeAll(
 function decodeValue(
   parsedTopic: NonNullable<ReturnType<typeof parseTopic>>,
   raw: unknown,
+  table: SchemaTable,
 ): DecodeResult {
   const channel = parsedTopic.kind === "event" ? "event" : parsedTopic.channel;
   if (typeof raw !== "object" || raw === null || Array.isArray(raw)) {
@@ -267,7 +280,7 @@ function decodeValue(
       { field: "v", ...ref },
     );
   }
-  const schemas: Readonly<Record<string, z.ZodMiniType>> = SCHEMAS_BY_CHANNEL[channel];
+  const schemas: Readonly<Record<string, z.ZodMiniType>> = table[channel];
   const schema = typeof obj.type === "string" ? schemas[obj.type] : undefined;
   if (schema === undefined || !Object.hasOwn(schemas, obj.type as string)) {
     return fail(
@@ -276,7 +289,12 @@ function decodeValue(
       { field: "type", ...ref },
     );
   }
-  const result = schema.safeParse(obj, { error: describeIssue });
+  // Checked without the English messages first: a parse given them costs several times one that
+  // is not (zod copies its context for each), and only a message that fails needs them.
+  let result = safeParse(schema, obj);
+  if (!result.success) {
+    result = safeParse(schema, obj, { error: describeIssue });
+  }
   if (!result.success) {
     const issues = result.error.issues;
     const first = issues[0];
