@@ -54,6 +54,14 @@ function fleet() {
   };
 }
 
+/** An agent record as the store holds one, for a test to write before the fleet loads it. */
+async function seed(f: ReturnType<typeof fleet>, agentId: string) {
+  await f.fleet.hello(hello(agentId, f.now()), f.now());
+  const a = f.fleet.get(agentId);
+  if (a === undefined) throw new Error("no record");
+  return { ...a };
+}
+
 const hello = (agentId: string, at: number): Hello => envelope(helloBody(agentId), at) as Hello;
 
 const beat = (agentId: string, at: number, load: number): Heartbeat =>
@@ -130,6 +138,73 @@ describe("Fleet: who is out of reach", () => {
     expect(f.fleet.unreachable()).toEqual(["a2"]);
     await f.fleet.revoked("a1");
     expect([...f.fleet.unreachable()].sort()).toEqual(["a1", "a2"]);
+  });
+
+  it("takes offline exactly the silent agents, in whatever order they were heard", async () => {
+    const f = fleet();
+    const since = f.now();
+    // Loaded from the store as at a start: one online but silent 20 s, one online and fresh.
+    const base = { ...(await seed(f, "s-old")), status: "online" as const };
+    await f.store.putAgent({ ...base, agentId: "s-old", lastSeenAt: f.now() - 20_000 });
+    await f.store.putAgent({ ...base, agentId: "s-new", lastSeenAt: f.now() });
+    await f.fleet.load();
+    for (const id of ["a1", "a2", "a3", "a4"]) await f.fleet.hello(hello(id, f.now()), f.now());
+    f.advance(8_000);
+    // Heard again in another order than they said hello; a4 goes offline and comes back.
+    f.fleet.heartbeatInMemory("a3", beat("a3", f.now(), 0), f.now());
+    await f.fleet.presence("a4", "offline", "i-a4");
+    f.advance(4_000);
+    f.fleet.heartbeatInMemory("a1", beat("a1", f.now(), 0), f.now());
+    await f.fleet.hello(hello("a4", f.now()), f.now());
+    f.advance(4_000); // a2 and s-new silent 16 s; a3 8 s, a1 and a4 4 s
+    await f.fleet.sweep(f.now(), since);
+    const status = (id: string) => f.fleet.get(id)?.status;
+    expect(["s-old", "s-new", "a1", "a2", "a3", "a4"].map(status)).toEqual([
+      "offline",
+      "offline",
+      "online",
+      "offline",
+      "online",
+      "online",
+    ]);
+    f.advance(8_000); // a3 silent 16 s
+    await f.fleet.sweep(f.now(), since);
+    expect(["a1", "a2", "a3", "a4"].map(status)).toEqual([
+      "online",
+      "offline",
+      "offline",
+      "online",
+    ]);
+  });
+
+  it("reads only the silent agents, and the first one that is not", async () => {
+    const f = fleet();
+    const since = f.now();
+    for (let i = 0; i < 1_000; i++) await f.fleet.hello(hello(`a${i}`, f.now()), f.now());
+    f.advance(10_000);
+    for (let i = 0; i < 1_000; i++) {
+      if (i !== 7) f.fleet.heartbeatInMemory(`a${i}`, beat(`a${i}`, f.now(), 0), f.now());
+    }
+    let reads = 0;
+    for (let i = 0; i < 1_000; i++) {
+      const a = f.fleet.get(`a${i}`) as { lastSeenAt: number };
+      let value = a.lastSeenAt;
+      Object.defineProperty(a, "lastSeenAt", {
+        get: () => {
+          reads++;
+          return value;
+        },
+        set: (v: number) => {
+          value = v;
+        },
+      });
+    }
+    f.advance(6_000); // a7 silent 16 s, the others 6 s
+    await f.fleet.sweep(f.now(), since);
+    expect(f.fleet.get("a7")?.status).toBe("offline");
+    expect(f.fleet.get("a8")?.status).toBe("online");
+    // a7's check and its write to the store, then a0's check; not the other 998.
+    expect(reads).toBeLessThanOrEqual(10);
   });
 
   it("looks for silent agents a fifteenth of the silence limit apart, not every pass", async () => {

@@ -18,9 +18,7 @@ export const PRESENCE_PERSIST_CHUNK = 1_000;
 
 /**
  * The least time between two sweeps for silent agents: silence is counted in heartbeats, so a
- * fifteenth of the silence that takes an agent offline, and never less than this. A sweep reads
- * every agent: at 10,000 agents one every 250 ms was 40,000 records a second looked at for
- * nothing.
+ * fifteenth of the silence that takes an agent offline, and never less than this.
  */
 const SWEEP_INTERVAL_MS = 250;
 const SWEEPS_PER_LIMIT = 15;
@@ -31,6 +29,12 @@ const SWEEPS_PER_LIMIT = 15;
  */
 export class Fleet {
   private readonly agents = new Map<string, AgentRecord>();
+  /**
+   * The agents online, least recently heard first (each heard moves to the end): the sweep for
+   * silent ones reads from the front and stops at the first that is not, instead of reading the
+   * whole fleet each time (at 10,000 agents, 10,000 records a second for nothing).
+   */
+  private readonly bySeen = new Map<string, AgentRecord>();
   /** The largest batch of commands each agent's current instance reads (its hello said so). */
   private readonly batchBytes = new Map<string, number>();
   /** Agents whose heartbeat figures are newer in memory than in the store. */
@@ -54,7 +58,12 @@ export class Fleet {
   }
 
   async load(): Promise<void> {
-    for (const a of await this.ctx.store.listAgents()) this.agents.set(a.agentId, a);
+    const agents = await this.ctx.store.listAgents();
+    for (const a of agents) this.agents.set(a.agentId, a);
+    this.bySeen.clear();
+    const online = agents.filter((a) => a.status === "online");
+    for (const a of online.sort((x, y) => x.lastSeenAt - y.lastSeenAt))
+      this.bySeen.set(a.agentId, a);
     this.unreachableCache = undefined;
   }
 
@@ -176,6 +185,7 @@ export class Fleet {
       outboxDepth: 0,
     };
     this.agents.set(h.agentId, record);
+    this.seen(record);
     this.reachabilityChanged();
     this.unsaved.delete(h.agentId);
     if (h.batchBytes === undefined) this.batchBytes.delete(h.agentId);
@@ -211,6 +221,7 @@ export class Fleet {
   /** What a heartbeat says of its agent, into its record (memory only). */
   private takeFigures(a: AgentRecord, hb: Heartbeat, now: number): void {
     a.lastSeenAt = now;
+    this.seen(a);
     if (a.status !== "online") {
       a.status = "online";
       this.reachabilityChanged();
@@ -221,6 +232,12 @@ export class Fleet {
     a.journalDepth = hb.journal.depth;
     a.outboxDepth = hb.journal.outboxDepth;
     if (hb.shuttingDown === true) this.markDraining(a.agentId);
+  }
+
+  /** Moves an agent just heard (online) to the end of {@link bySeen}. */
+  private seen(a: AgentRecord): void {
+    this.bySeen.delete(a.agentId);
+    this.bySeen.set(a.agentId, a);
   }
 
   /** A heartbeat from the current instance; false (and counted) when it is from a superseded one. */
@@ -273,6 +290,7 @@ export class Fleet {
   /** Marks an online agent offline, stores it, logs it and tells the listeners why. */
   private async takeOffline(a: AgentRecord, reason: string, level: "info" | "warn"): Promise<void> {
     a.status = "offline";
+    this.bySeen.delete(a.agentId);
     this.reachabilityChanged();
     this.unsaved.delete(a.agentId);
     await this.ctx.store.putAgent(a);
@@ -350,26 +368,30 @@ export class Fleet {
     const limit = this.ctx.config.heartbeatMs * MISSED_HEARTBEATS;
     if (now - this.sweptAt < Math.max(SWEEP_INTERVAL_MS, limit / SWEEPS_PER_LIMIT)) return;
     this.sweptAt = now;
-    for (const a of this.agents.values()) {
-      if (a.status === "online" && now - Math.max(a.lastSeenAt, linkUpSince) > limit) {
-        a.status = "offline";
-        this.reachabilityChanged();
-        this.unsaved.delete(a.agentId);
-        await this.ctx.store.putAgent(a);
-        this.ctx.log(
-          "info",
-          `agent ${a.agentId} offline (${MISSED_HEARTBEATS} heartbeats missed)`,
-          {
-            agentId: a.agentId,
-          },
-        );
-        this.ctx.events.emit("agent", {
-          agentId: a.agentId,
-          status: "offline",
-          reason: `${MISSED_HEARTBEATS} heartbeats missed`,
-          at: now,
-        });
+    // Least recently heard first: past the first agent heard within the limit, all were. (What
+    // is heard is handled a little out of order across agents, and a wall clock stepped back
+    // puts an agent behind one heard before it: such an agent is taken offline late by at most
+    // that much, or at the next sweep.)
+    for (const a of this.bySeen.values()) {
+      if (a.status !== "online") {
+        this.bySeen.delete(a.agentId);
+        continue;
       }
+      if (now - Math.max(a.lastSeenAt, linkUpSince) <= limit) break;
+      a.status = "offline";
+      this.bySeen.delete(a.agentId);
+      this.reachabilityChanged();
+      this.unsaved.delete(a.agentId);
+      await this.ctx.store.putAgent(a);
+      this.ctx.log("info", `agent ${a.agentId} offline (${MISSED_HEARTBEATS} heartbeats missed)`, {
+        agentId: a.agentId,
+      });
+      this.ctx.events.emit("agent", {
+        agentId: a.agentId,
+        status: "offline",
+        reason: `${MISSED_HEARTBEATS} heartbeats missed`,
+        at: now,
+      });
     }
   }
 }
