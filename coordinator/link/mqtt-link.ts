@@ -102,6 +102,13 @@ interface HeldClock {
  */
 const CLOCKS_PER_WRITE = 16;
 
+/**
+ * How long the first `time` answer held waits for others to leave with it. Nothing the agent
+ * measures grows by it (see sendClocks); its sample arrives this much later, within a heartbeat
+ * period many times over.
+ */
+export const CLOCK_HOLD_MS = 20;
+
 interface HeldCommand {
   payload: Buffer;
   resolve: () => void;
@@ -293,8 +300,9 @@ export class CoordinatorLink {
   /** Commands held until the end of this turn of the loop, per agent, to leave as batches. */
   private batches = new Map<string, HeldCommand[]>();
 
-  /** `time` answers held until the end of this turn, to leave together (sendClocks). */
+  /** `time` answers held to leave together (sendClocks), and the timer that sends them. */
   private clocks: HeldClock[] = [];
+  private clockTimer: ReturnType<typeof setTimeout> | undefined;
 
   /**
    * Publishes a message on an agent's down topic, QoS 1; resolves once the broker has it. A
@@ -305,10 +313,12 @@ export class CoordinatorLink {
   async send(agentId: string, message: DownMessage): Promise<void> {
     if (!this.client) throw this.notOpen();
     if (message.type === "time") {
-      // Stamped and sent at the end of this turn with the others (sendClocks).
+      // Stamped and sent with the others held, CLOCK_HOLD_MS from the first (sendClocks).
       await new Promise<void>((resolve, reject) => {
         this.clocks.push({ agentId, message, resolve, reject });
-        if (this.clocks.length === 1) setImmediate(() => this.sendClocks());
+        if (this.clocks.length === 1) {
+          this.clockTimer = setTimeout(() => this.sendClocks(), CLOCK_HOLD_MS);
+        }
       });
       return;
     }
@@ -330,19 +340,21 @@ export class CoordinatorLink {
   }
 
   /**
-   * Sends the `time` answers held this turn, each stamped `t2` as it leaves (docs/protocol.md,
-   * "Clock exchange": t2 is when the coordinator sent the answer), then writes them in one system
-   * call. Holding them costs the sample nothing: the time held is between t1 and t2, which the
-   * agent takes out of the round trip. Each used to be written on its own, so that a `t2` stamped
-   * by the engine would not age in a held write: at 10,000 agents that was hundreds of system
-   * calls a second. A run is written every {@link CLOCKS_PER_WRITE} answers, so that the first
-   * stamps of a run do not age while the rest are sealed.
+   * Sends the `time` answers held for the last {@link CLOCK_HOLD_MS}, each stamped `t2` as it
+   * leaves (docs/protocol.md, "Clock exchange": t2 is when the coordinator sent the answer), then
+   * writes them in one system call. Holding them costs the sample nothing: the time held is
+   * between t1 and t2, which the agent takes out of the round trip. Each used to be written on its
+   * own, so that a `t2` stamped by the engine would not age in a held write: at 10,000 agents that
+   * was hundreds of system calls a second, spread evenly enough that few shared a turn of the
+   * loop. A run is written every {@link CLOCKS_PER_WRITE} answers, so that the first stamps of a
+   * run do not age while the rest are sealed.
    *
    * A `welcome` is not held: the `ack` sent after it must not overtake it.
    */
   private sendClocks(): void {
     const held = this.clocks;
     this.clocks = [];
+    this.clockTimer = undefined;
     for (let i = 0; i < held.length; i++) {
       const c = held[i] as HeldClock;
       const m = c.message;
@@ -442,6 +454,9 @@ export class CoordinatorLink {
 
   async close(): Promise<void> {
     this.closed_ = true;
+    if (this.clockTimer !== undefined) clearTimeout(this.clockTimer);
+    this.clockTimer = undefined;
+    for (const c of this.clocks.splice(0)) c.reject(this.notOpen());
     const client = this.client;
     this.client = undefined;
     if (client) await client.endAsync();
