@@ -274,14 +274,16 @@ The command's executions are created in one write (\`createExecutions\`); with o
 target the same POST took 332 ms p50 on an earlier machine. The rows of a fan-out differ only in
 their id and agent, so they are inserted by two statements over a JSON array of those pairs, with
 what they share bound once; a statement per row (23 values bound, a crossing into SQLite, for each
-of 20,000 rows) took this POST to 112 ms p50 here (Intel Xeon, 2026-12-03). What remains is
-mostly SQLite's own work on the rows and their indexes.
+of 20,000 rows) took this POST to 112 ms p50 on an Intel Xeon machine, where the two statements
+take it to 84–88 ms (2026-12-03). The bench machines differ: on an AMD EPYC one the same code
+measures about twice those times, so compare rows of one run, or runs of one day. What remains
+is mostly SQLite's own work on the rows and their indexes.
 
 **Commands waiting for offline agents.** After the rounds above, ${(targets * RUNS).toLocaleString("en-US")} commands wait
 \`PENDING\` for agents that are offline; the row before last is this process's CPU over
 ${QUEUED_IDLE_MS / 1000} s with nothing else to do. Every pass of the dispatcher (ten a second) read pending work
 past each of them to find none: 35 ms a pass at 120,000, and 17.4 % of a core at 50,000 in this
-bench (Intel Xeon, 2026-12-03). Now a pass that nothing kicked reads pending work at most once a
+bench (Intel Xeon, 2026-12-03; 2.4–3.7 % there since). Now a pass that nothing kicked reads pending work at most once a
 second while the last read found none.
 
 **Fan-out.** The last row is a fresh coordinator whose ${AGENTS.toLocaleString("en-US")} agents each said hello (online, reading
@@ -291,5 +293,9 @@ ${AGENTS.toLocaleString("en-US")} dispatches leaving (written \`DISPATCHED\` and
 ≤ ${TARGET_FAN_OUT_MS} ms: ${fan.max <= TARGET_FAN_OUT_MS ? "met" : "**not met**"}. The dispatcher takes 500 due executions per pass; it used to wait a poll
 (100 ms) between passes, so ${AGENTS.toLocaleString("en-US")} dispatches took 20 polls, over 2 s, to leave. A pass that
 finds a full batch and moves it now runs the next at once. The embedded broker, the answering
-client and the coordinator share this one process.`,
+client and the coordinator share this one process, which is busy throughout: in a CPU profile,
+SQLite (the writes of each dispatch and its answer, their commits, the dispatcher's reads) is a
+quarter of it, the broker and the answering client a third, and the rest is spread thin
+(decoding, sealing, publishing, garbage collection). On the Intel machine the fan-out took
+1.7–1.8 s p50 and up to 2.2 s (2026-12-03).`,
 );
