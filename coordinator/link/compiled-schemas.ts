@@ -6,7 +6,7 @@ import { SCHEMAS_BY_CHANNEL, type SchemaTable } from "../../shared/protocol/inde
  * The protocol's schemas (shared/protocol, zod/mini) rebuilt so that every object in them checks
  * its fields with code zod generates for that object's shape (`$ZodObjectJIT`), as zod's classic
  * `z.object` does, instead of zod/mini's loop over the shape. Same definitions, same checks, same
- * issues; a heartbeat is checked in well under half the time. zod/mini leaves the generator out
+ * issues; a heartbeat's fields are checked in about half the time. zod/mini leaves the generator out
  * to keep the agent's bundle small: only the coordinator, which checks every message of a fleet,
  * takes it.
  *

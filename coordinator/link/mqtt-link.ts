@@ -87,8 +87,7 @@ const COMMA = Buffer.from(",");
  */
 export const MAX_SENT_BATCH = 64;
 
-/** A command waiting for the end of the loop turn, and its sender's promise. */
-/** A `time` answer waiting for the end of this turn of the loop. */
+/** A `time` answer waiting to leave with others (sendClocks), and its sender's promise. */
 interface HeldClock {
   agentId: string;
   message: Extract<DownMessage, { type: "time" }>;
@@ -109,6 +108,7 @@ const CLOCKS_PER_WRITE = 16;
  */
 export const CLOCK_HOLD_MS = 20;
 
+/** A command waiting for the end of the loop turn, and its sender's promise. */
 interface HeldCommand {
   payload: Buffer;
   resolve: () => void;
