@@ -1,4 +1,5 @@
 import * as z from "zod/mini";
+import { text } from "./protocol/envelope.js";
 import {
   DEFAULT_HEALTH_WINDOW_MS,
   MAX_HEALTH_WINDOW_MS,
@@ -23,11 +24,11 @@ export const AGENT_UPDATE_HANDLER = "agent.update";
 /** What a native addon runs on, and what a device reports in `hello.target` (NativeTarget). */
 export const nativeTargetSchema: z.ZodMiniType<NativeTarget> = z.object({
   /** Node's `process.platform`: linux. */
-  platform: z.string().check(z.minLength(1), z.maxLength(32)),
+  platform: text(32, 1),
   /** Node's `process.arch`: x64, arm64, arm, … */
-  arch: z.string().check(z.minLength(1), z.maxLength(32)),
+  arch: text(32, 1),
   /** The C library: glibc, musl, or unknown. */
-  libc: z.string().check(z.minLength(1), z.maxLength(32)),
+  libc: text(32, 1),
   /** NODE_MODULE_VERSION (`process.versions.modules`); null when not known. */
   nodeAbi: z.nullable(z.int().check(z.gte(1))),
 });
@@ -47,9 +48,9 @@ export const agentUpdateParamsSchema = z.object({
   /** The archive's size in bytes. */
   bytes: z.int().check(z.gte(1), z.lte(MAX_BUNDLE_BYTES)),
   /** The ax version the bundle was built from. */
-  version: z.string().check(z.minLength(1), z.maxLength(64)),
+  version: text(64, 1),
   /** The firmware profile it was built for. */
-  profile: z.string().check(z.minLength(1), z.maxLength(64)),
+  profile: text(64, 1),
   /** What its native addon runs on. */
   target: nativeTargetSchema,
   /** How long the new agent has to register after each start, before the device goes back. */

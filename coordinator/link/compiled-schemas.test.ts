@@ -26,6 +26,32 @@ describe("compileSchemas", () => {
     }
   });
 
+  it("counts string bounds in UTF-16 units, as the plain schemas do", () => {
+    const finished = (message: string) =>
+      JSON.stringify({
+        v: 1,
+        msgId: "m1",
+        sentAt: 1,
+        type: "finished",
+        executionId: "e1",
+        round: 1,
+        seq: 1,
+        outcome: "failed",
+        retryable: false,
+        finishedAt: 2,
+        message,
+      });
+    for (const [message, ok] of [
+      ["😀".repeat(2048), true],
+      ["😀".repeat(2049), false],
+      [`${"a".repeat(4095)}😀`, false],
+    ] as const) {
+      const plain = decodeAll(TOPIC.up, finished(message));
+      expect(decodeAll(TOPIC.up, finished(message), { schemas: compiled })).toStrictEqual(plain);
+      expect(plain[0]?.ok).toBe(ok);
+    }
+  });
+
   // The fuzzer's payloads, valid and broken in every way it knows (wrong types, missing and
   // extra fields, bad ids, overflowing numbers, batches), decode to the same result, error
   // messages and fields included, through either set of schemas.

@@ -338,6 +338,38 @@ describe("decode/encode round trip", () => {
     );
   });
 
+  it("counts string bounds in UTF-16 code units, as JavaScript's length does", () => {
+    // An emoji is one code point and two UTF-16 units: 2,048 of them are 4,096 units, the most
+    // `finished.message` may hold, and one more is over it (as one more ASCII letter is).
+    const finished = (message: string) => ({ ...sample("finished"), message });
+    expectOk(decode(TOPIC.up, encode(finished("😀".repeat(2048)))));
+    expectOk(decode(TOPIC.up, encode(finished("a".repeat(4096)))));
+    for (const over of ["😀".repeat(2049), "a".repeat(4097), `${"a".repeat(4095)}😀`]) {
+      expect(expectError(decode(TOPIC.up, encode(finished(over))))).toMatchObject({
+        code: "AX_PROTO_INVALID_FIELD",
+        field: "message",
+        message: "finished message: field message: must have at most 4096 characters",
+      });
+    }
+    // A tag value of 65 emoji is 130 units, over its 128; a profile of one emoji is 2 units, in.
+    const hello = (over: Partial<Msg>) => broken("hello", { agentId: AGENT, ...over });
+    expect(
+      expectError(decode(TOPIC.up, encode(hello({ tags: { t: "😀".repeat(65) } })))).field,
+    ).toBe("tags.t");
+    expectOk(decode(TOPIC.up, encode(hello({ profile: "😀" }))));
+    expect(expectError(decode(TOPIC.up, encode(hello({ profile: "" })))).message).toContain(
+      "field profile: must have at least 1 characters",
+    );
+  });
+
+  it("refuses a byte order mark, in bytes as in a string", () => {
+    const text = JSON.stringify(sample("ack"));
+    const bom = Buffer.concat([Buffer.from([0xef, 0xbb, 0xbf]), Buffer.from(text)]);
+    expect(expectError(decode(TOPIC.down, bom)).code).toBe("AX_PROTO_BAD_JSON");
+    expect(expectError(decode(TOPIC.down, `\uFEFF${text}`)).code).toBe("AX_PROTO_BAD_JSON");
+    expectOk(decode(TOPIC.down, Buffer.from(text)));
+  });
+
   it("counts the limit in bytes, not characters", () => {
     // "é" is 2 bytes in UTF-8: the string is under the limit in characters, over it in bytes.
     const msg = { ...sample("ack"), pad: "é".repeat(DEFAULT_MAX_PAYLOAD_BYTES / 2) };
@@ -973,6 +1005,22 @@ describe("decodeAll: batches of reports on an up topic", () => {
       code: "AX_PROTO_UNKNOWN_TYPE",
       field: "0.type",
     });
+    // So is a session message of the down channel in a batch on up, and the other way round.
+    for (const [topic, type] of [
+      [up, "welcome"],
+      [up, "time"],
+      [up, "ack"],
+      [down, "hello"],
+      [down, "heartbeat"],
+    ] as const) {
+      const other = topic === up ? sample("accepted") : sample("dispatch");
+      const [wrong, good] = decodeAll(topic, batch([sample(type), other]));
+      expect(expectError(wrong as DecodeResult), type).toMatchObject({
+        code: "AX_PROTO_UNKNOWN_TYPE",
+        field: "0.type",
+      });
+      expect(good?.ok, type).toBe(true);
+    }
     // decode itself never takes a batch.
     expect(expectError(decode(up, batch([sample("accepted")]))).code).toBe("AX_PROTO_NOT_OBJECT");
   });

@@ -46,7 +46,11 @@ export type SchemaTable = {
   readonly [C in keyof typeof SCHEMAS_BY_CHANNEL]: Readonly<Record<string, z.ZodMiniType>>;
 };
 
-const decoder = new TextDecoder("utf-8", { fatal: true });
+/**
+ * Strict UTF-8, and a byte order mark is kept, so that JSON.parse refuses it (protocol.md: UTF-8
+ * without one), as it does a payload given as a string.
+ */
+const decoder = new TextDecoder("utf-8", { fatal: true, ignoreBOM: true });
 
 function fail(code: ErrorCode, message: string, extra: Partial<ProtocolError> = {}): DecodeResult {
   return { ok: false, error: { code, message, ...extra } };
@@ -125,16 +129,15 @@ export const MAX_BATCH_REPORTS = 256;
 export const MAX_BATCH_COMMANDS = MAX_BATCH_REPORTS;
 
 /**
- * Message types that are never in a batch: on `up` the session messages (not reports), on `down`
- * the session messages (`welcome` and `time` carry a clock sample, `ack` prunes the outbox).
+ * Message types that are never in a batch, by channel: on `up` the session messages (not
+ * reports), on `down` the session messages (`welcome` and `time` carry a clock sample, `ack`
+ * prunes the outbox). A session message of the other channel in a batch is a type of another
+ * channel, as it would be alone (AX_PROTO_UNKNOWN_TYPE).
  */
-const SESSION_TYPES: ReadonlySet<string> = new Set([
-  "hello",
-  "heartbeat",
-  "welcome",
-  "time",
-  "ack",
-]);
+const SESSION_TYPES: Readonly<Record<"up" | "down", ReadonlySet<string>>> = {
+  up: new Set(["hello", "heartbeat"]),
+  down: new Set(["welcome", "time", "ack"]),
+};
 
 /** A payload's topic and JSON value, or why it has none. */
 type Parsed =
@@ -230,6 +233,7 @@ export function decodeAll(
   }
   const items: unknown[] = p.raw;
   const what = p.topic.channel === "up" ? "reports" : "commands";
+  const session = SESSION_TYPES[p.topic.channel];
   if (items.length === 0 || items.length > MAX_BATCH_REPORTS) {
     return [
       fail(
@@ -241,7 +245,7 @@ export function decodeAll(
   return items.map((item, i) => {
     const type =
       typeof item === "object" && item !== null ? (item as { type?: unknown }).type : undefined;
-    if (typeof type === "string" && SESSION_TYPES.has(type)) {
+    if (typeof type === "string" && session.has(type)) {
       return fail("AX_PROTO_BAD_BATCH", `batch item ${i}: a ${type} message is never batched`, {
         field: `${i}.type`,
         type,

@@ -15,6 +15,35 @@ export const id = () =>
 export const handlerName = () =>
   z.string().check(z.regex(HANDLER_NAME_PATTERN, "must be a handler name such as mqtt.publish"));
 
+/**
+ * A string of `min` to `max` characters counted in UTF-16 code units, as protocol.md counts them
+ * (and as JavaScript's `length` does). zod's own length checks count code points instead, which
+ * would let a string of emoji carry twice its bound.
+ */
+export const text = (max: number, min = 0) =>
+  z.string().check(
+    z.check<string>((ctx) => {
+      const n = ctx.value.length;
+      if (n > max) {
+        ctx.issues.push({
+          code: "too_big",
+          origin: "string",
+          maximum: max,
+          inclusive: true,
+          input: ctx.value,
+        });
+      } else if (n < min) {
+        ctx.issues.push({
+          code: "too_small",
+          origin: "string",
+          minimum: min,
+          inclusive: true,
+          input: ctx.value,
+        });
+      }
+    }),
+  );
+
 /** UTC milliseconds on the coordinator's clock; fractions allowed (rule 4). */
 export const timestamp = () => z.number().check(z.gte(0));
 

@@ -7,6 +7,7 @@ import {
   handlerName,
   jsonObject,
   seqShape,
+  text,
   timestamp,
 } from "./envelope.js";
 
@@ -30,7 +31,7 @@ export const dispatchSchema = z.object({
     ),
   ),
   priority: z.int().check(z.gte(-1000), z.lte(1000)),
-  sig: z.optional(z.string().check(z.maxLength(1024))),
+  sig: z.optional(text(1024)),
 });
 export type Dispatch = z.infer<typeof dispatchSchema>;
 
@@ -83,7 +84,7 @@ export const rejectedSchema = z.object({
   ...seqShape,
   type: z.literal("rejected"),
   reason: z.enum(REJECT_REASONS),
-  message: z.optional(z.string().check(z.maxLength(4096))),
+  message: z.optional(text(4096)),
 });
 export type Rejected = z.infer<typeof rejectedSchema>;
 
@@ -103,7 +104,7 @@ export const progressSchema = z.object({
   ...seqShape,
   type: z.literal("progress"),
   percent: z.optional(z.number().check(z.gte(0), z.lte(100))),
-  note: z.optional(z.string().check(z.maxLength(1024))),
+  note: z.optional(text(1024)),
 });
 export type Progress = z.infer<typeof progressSchema>;
 
@@ -124,7 +125,7 @@ export const finishedSchema = z.object({
   type: z.literal("finished"),
   outcome: z.enum(OUTCOMES),
   retryable: z.boolean(),
-  message: z.string().check(z.maxLength(4096)),
+  message: text(4096),
   result: z.optional(jsonObject()),
   startedAt: z.optional(timestamp()),
   finishedAt: timestamp(),
@@ -156,6 +157,6 @@ export const stateSchema = z.object({
   ...seqShape,
   type: z.literal("state"),
   localState: z.enum(LOCAL_STATES),
-  reason: z.optional(z.string().check(z.maxLength(256))),
+  reason: z.optional(text(256)),
 });
 export type State = z.infer<typeof stateSchema>;

@@ -10,6 +10,7 @@ import {
   MAX_TAGS,
   maxKeys,
   positive,
+  text,
   timestamp,
 } from "./envelope.js";
 
@@ -21,7 +22,7 @@ export const clockSampleSchema = z.object({
 });
 export type ClockSample = z.infer<typeof clockSampleSchema>;
 
-const tagValue = z.string().check(z.maxLength(128));
+const tagValue = text(128);
 
 /** Agent → coordinator, first message of every connection. */
 export const helloSchema = z.object({
@@ -31,9 +32,9 @@ export const helloSchema = z.object({
   instanceId: id(),
   journalId: id(),
   lastSeq: count(),
-  profile: z.string().check(z.minLength(1), z.maxLength(64)),
+  profile: text(64, 1),
   bundle: z.object({
-    version: z.string().check(z.minLength(1), z.maxLength(64)),
+    version: text(64, 1),
     sha256: z.string().check(z.regex(/^([0-9a-f]{64}|dev)$/, "must be 64 hex digits or 'dev'")),
   }),
   handlers: z.array(handlerName()).check(z.maxLength(256)),
