@@ -4,6 +4,7 @@ import mqtt from "mqtt";
 import { afterEach, describe, expect, it } from "vitest";
 import type { ClockSyncOptions } from "../shared/clock-sync.js";
 import { decode, type Heartbeat, type UpMessage } from "../shared/protocol/index.js";
+import { seal } from "../shared/protocol/mac.js";
 import { CoordinatorPeer } from "../test/helpers/coordinator-peer.js";
 import { type TestBroker, tempDir, testBroker, waitFor } from "../test/helpers/env.js";
 import { Agent } from "./agent.js";
@@ -301,6 +302,33 @@ describe("agent: batches of commands", () => {
     expect(r.peer.of(r.agentId, "accepted").map((a) => a.executionId)).toEqual(["s-0", "s-1"]);
     expect(r.agent.stats.dispatches).toBe(2);
     expect(r.peer.unverified).toEqual([]);
+  });
+});
+
+describe("agent: the size limit", () => {
+  it("refuses a sealed payload over the limit by its size, before its MAC", async () => {
+    const r = await rig({ sealed: true });
+    const k = r.peer.keys.get(r.agentId) as { key: Buffer; generation: number };
+    const dispatch = (pad: number) =>
+      JSON.stringify({
+        v: 1,
+        msgId: "big-1",
+        sentAt: Date.now(),
+        ...r.peer.dispatchBody({ executionId: "big-0" }),
+        pad: "x".repeat(pad),
+      });
+    // The body alone is within the 65,536 bytes; sealed, the payload is not.
+    const body = dispatch(65_536 - Buffer.byteLength(dispatch(0)) - 10);
+    const topic = r.peer.topics.down(r.agentId);
+    const payload = seal(body, topic, k.key, k.generation, Date.now());
+    expect(Buffer.byteLength(payload)).toBeGreaterThan(65_536);
+    await r.peer.sendRaw(r.agentId, payload);
+    await waitFor("refused", () => (r.agent.stats.invalidMessages === 1 ? true : undefined));
+    expect(r.warnings).toContain(
+      `rejected message: AX_PROTO_TOO_LARGE: payload is ${Buffer.byteLength(payload)} bytes, more than the limit of 65536`,
+    );
+    expect(r.agent.stats.authRefused).toBe(0);
+    expect(r.agent.stats.dispatches).toBe(0);
   });
 });
 

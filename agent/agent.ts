@@ -395,6 +395,15 @@ export class Agent {
     const receivedLocal = this.arrivedAt();
     let body = payload;
     let signedAt: number | undefined;
+    // The limit is the sealed payload's, checked before anything reads it (protocol.md, "Size
+    // limit"): the coordinator keeps its batches the seal's 82 bytes under it.
+    if (payload.byteLength > MAX_DOWN_BYTES) {
+      this.rejected(topic, {
+        code: "AX_PROTO_TOO_LARGE",
+        message: `payload is ${payload.byteLength} bytes, more than the limit of ${MAX_DOWN_BYTES}`,
+      });
+      return;
+    }
     if (this.auth !== undefined) {
       const opened = this.auth.open(topic, payload);
       if (!opened.ok) {

@@ -205,6 +205,18 @@ export class CoordinatorLink {
       const auth = this.options.auth;
       let body: Buffer = payload;
       let signedAt = receivedAt;
+      // The limit is the sealed payload's, checked before anything reads it (protocol.md, "Size
+      // limit"): neither the MAC check nor the copy of the body runs on an oversized payload.
+      if (payload.byteLength > maxBytes) {
+        handlers.invalid(
+          {
+            code: "AX_PROTO_TOO_LARGE",
+            message: `payload is ${payload.byteLength} bytes, more than the limit of ${maxBytes}`,
+          },
+          topic,
+        );
+        return;
+      }
       if (auth !== undefined) {
         const opened = auth.open(topic, payload, receivedAt, maxBytes);
         if (!opened.ok) {

@@ -27,6 +27,7 @@ describe("authenticated messages: forgeries and replays are refused", () => {
   let sniffer: MqttClient;
   const wire: { topic: string; payload: Buffer }[] = [];
   const refusals: EngineEvents["refusedMessage"][] = [];
+  const invalids: EngineEvents["invalidMessage"][] = [];
   const agents: AgentProcess[] = [];
   const ids: Record<"A" | "B", IdentityFile> = {} as Record<"A" | "B", IdentityFile>;
   let A: string;
@@ -95,6 +96,7 @@ describe("authenticated messages: forgeries and replays are refused", () => {
       }),
     );
     coordinator.events.on("refusedMessage", (e) => refusals.push(e));
+    coordinator.events.on("invalidMessage", (e) => invalids.push(e));
     await coordinator.start();
     sniffer = await mqtt.connectAsync(broker.url, { clientId: `${broker.prefix}-sniff` });
     sniffer.on("message", (t, payload) => wire.push({ topic: t, payload: Buffer.from(payload) }));
@@ -286,6 +288,36 @@ describe("authenticated messages: forgeries and replays are refused", () => {
       "AX_AUTH_UNSIGNED",
       "AX_AUTH_UNSIGNED",
     ]);
+  }, 30_000);
+
+  it("refuses a payload over the size limit by its size, sealed or not, before its MAC", async () => {
+    const n = refusals.length;
+    const m = invalids.length;
+    const ack = (pad: number) =>
+      JSON.stringify({
+        v: 1,
+        type: "accepted",
+        msgId: newId(),
+        sentAt: Date.now(),
+        seq: 1_000_000,
+        executionId: "ex-size",
+        round: 1,
+        pad: "x".repeat(pad),
+      });
+    // The body alone is within the 65,536 bytes; sealed with A's own key, the payload is not.
+    const bodyBytes = Buffer.byteLength(ack(0));
+    const sealed = seal(ack(65_536 - bodyBytes - 10), topic(A, "up"), keyOf("A"), 1, Date.now());
+    expect(Buffer.byteLength(sealed)).toBeGreaterThan(65_536);
+    await publish(topic(A, "up"), sealed);
+    await publish(topic(A, "up"), ack(70_000));
+    await waitFor("both refused", () => (invalids.length >= m + 2 ? true : undefined));
+    expect(invalids.slice(m).map((e) => e.code)).toEqual([
+      "AX_PROTO_TOO_LARGE",
+      "AX_PROTO_TOO_LARGE",
+    ]);
+    expect(invalids.slice(m)[0]?.message).toContain("more than the limit of 65536");
+    // Neither was taken for a forgery: the size decided before the MAC was looked at.
+    expect(refusedSince(n)).toEqual([]);
   }, 30_000);
 
   it("refuses replays of real messages, both ways", async () => {
