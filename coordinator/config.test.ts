@@ -136,6 +136,20 @@ describe("coordinator config: durations end in Ms; the 0.x names are read as dep
       'heartbeatMs: must be milliseconds or a duration such as 500ms, 2s, 5m, 1h (got "fast")',
     ]);
   });
+
+  it("holds heartbeatMs to what a welcome may carry: whole ms from 100 to 600000", () => {
+    expect(problems({ ...base, heartbeatMs: "15m" })).toEqual([
+      "heartbeatMs: must be at most 600000 ms (10 minutes)",
+    ]);
+    expect(problems({ ...base, heartbeatMs: 50 })).toEqual([
+      "heartbeatMs: must be at least 100 ms",
+    ]);
+    expect(problems({ ...base, heartbeatMs: 1500.5 })).toEqual([
+      "heartbeatMs: must be a whole number of milliseconds",
+    ]);
+    expect(parseCoordinatorConfig({ ...base, heartbeatMs: "10m" }).heartbeatMs).toBe(600_000);
+    expect(parseCoordinatorConfig({ ...base, heartbeatMs: "100ms" }).heartbeatMs).toBe(100);
+  });
 });
 
 describe("coordinator config: paths", () => {

@@ -422,10 +422,19 @@ export const coordinatorConfigSchema = z
         ),
       ),
     heartbeatMs: durationSchema
+      // The welcome carries it, and protocol.md bounds its heartbeatMs to whole milliseconds from
+      // 100 to 600000: an agent refuses a welcome outside that, and would never be welcomed.
+      .pipe(
+        z
+          .number()
+          .int("must be a whole number of milliseconds")
+          .min(100, "must be at least 100 ms")
+          .max(600_000, "must be at most 600000 ms (10 minutes)"),
+      )
       .default(5_000)
       .meta(
         doc(
-          "How often agents send heartbeats (the coordinator's welcome tells them); three missed and an agent is offline.",
+          "How often agents send heartbeats (the coordinator's welcome tells them), 100 ms to 10 minutes; three missed and an agent is offline.",
         ),
       ),
     dispatchLeadMs: durationSchema
