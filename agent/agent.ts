@@ -237,7 +237,7 @@ export class Agent {
             now: () => this.coordNow(),
           }),
       reconnect: config.mqtt.reconnect,
-      will: this.presence("offline"),
+      will: () => this.presence("offline"),
       transports: transportsFor(parts.features),
     });
     this.executor = new Executor({

@@ -60,7 +60,7 @@ function startLink(url: string, options: Partial<AgentLinkOptions> = {}): Harnes
     agentId: AGENT,
     topics: t,
     keepaliveS: 30,
-    will: WILL,
+    will: () => WILL,
     ...options,
   });
   const h: Harness = { link, t, ready: 0, down: 0, messages: [] };
@@ -131,8 +131,14 @@ describe("AgentLink", () => {
   it("reconnects to a restarted broker, subscribes again before ready, and drops publishes made while down", async () => {
     const first = await broker();
     const port = first.port;
-    const h = startLink(first.url, { reconnect: { baseMs: 100, capMs: 400, random: () => 1 } });
+    // Each connection's will is made anew (its own msgId and sentAt), not the first one's again.
+    let wills = 0;
+    const h = startLink(first.url, {
+      reconnect: { baseMs: 100, capMs: 400, random: () => 1 },
+      will: () => Buffer.from(`will ${++wills}`),
+    });
     await waitFor("ready", () => h.ready === 1);
+    expect(wills).toBe(1);
 
     await first.close();
     await waitFor("down", () => h.down === 1);
@@ -146,6 +152,7 @@ describe("AgentLink", () => {
     const up = await peer(second.url, h.t.up(AGENT));
     await waitFor("ready again", () => h.ready === 2, 5_000);
     expect(h.link.connected).toBe(true);
+    expect(wills).toBeGreaterThanOrEqual(2);
 
     // A message to the down topic arrives only if the new session subscribed again.
     const coord = await peer(second.url);

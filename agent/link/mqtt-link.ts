@@ -24,8 +24,11 @@ export interface AgentLinkOptions {
   keepaliveS: number;
   username?: string | undefined;
   password?: string | undefined;
-  /** The retained `offline` presence the broker publishes if this connection dies. */
-  will: Buffer;
+  /**
+   * The retained `offline` presence the broker publishes if a connection dies: made anew for
+   * each connection, so that each will has its own msgId and sentAt.
+   */
+  will: () => Buffer;
   /** Reconnect backoff; see {@link ReconnectPolicy} for the defaults. */
   reconnect?: ReconnectPolicy | undefined;
   /** How to reach the broker by URL protocol. @default plain TCP only */
@@ -183,7 +186,7 @@ export class AgentLink {
         connectTimeoutMs: CONNECT_TIMEOUT_MS,
         will: {
           topic: willTopic,
-          payload: this.sealed(willTopic, o.will, this.connectionAt),
+          payload: this.sealed(willTopic, o.will(), this.connectionAt),
           qos: 1,
           retain: true,
         },
