@@ -107,6 +107,21 @@ describe("message MAC", () => {
     );
   });
 
+  it("reads kid and at only as written in plain decimal, so one tag has one token", () => {
+    const key = randomBytes(32);
+    const topic = "ax/v1/agents/A/up";
+    const payload = seal('{"v":1}', topic, key, 1, 1767225600000).toString();
+    expect(verifyTag(opened(Buffer.from(payload)), topic, key)).toBe(true);
+    // The same tag under "01" or a zero-padded at would verify if the numbers were read loosely.
+    for (const token of [
+      payload.replace('{"mac":"1.', '{"mac":"01.'),
+      payload.replace(".1767225600000.", ".01767225600000."),
+      payload.replace('{"mac":"1.', '{"mac":"0.'),
+    ]) {
+      expect(unseal(Buffer.from(token)), token.slice(0, 30)).toBe("malformed");
+    }
+  });
+
   it("matches the test vectors published in docs/protocol.md", () => {
     const doc = readFileSync(new URL("../../docs/protocol.md", import.meta.url), "utf8");
     const v = VECTOR;

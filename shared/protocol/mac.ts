@@ -95,7 +95,11 @@ const CANONICAL_LAST: ReadonlySet<number> = new Set(
   [..."AEIMQUYcgkosw048"].map((c) => c.charCodeAt(0)),
 );
 
-const TOKEN = /^(\d{1,9})\.(\d{1,16})\.([A-Za-z0-9_-]{43})$/;
+/**
+ * `kid.at.tag`, each number in plain decimal without leading zeros: the tag is made over them as
+ * written, and the verifier writes them back from their values, so `01` must not stand for `1`.
+ */
+const TOKEN = /^([1-9]\d{0,8})\.(0|[1-9]\d{0,15})\.([A-Za-z0-9_-]{43})$/;
 
 /**
  * Reads a payload's auth member without checking it: `unsigned` when there is none, `malformed`
