@@ -221,6 +221,12 @@ export class CoordinatorLink {
         const opened = auth.open(topic, payload, receivedAt, maxBytes);
         if (!opened.ok) {
           const e = opened.error;
+          // An event is decoded before its MAC is checked (its sender is named in it): one that
+          // does not decode is invalid, counted as such, not a refused forgery.
+          if (e.code.startsWith("AX_PROTO_")) {
+            handlers.invalid(e, topic);
+            return;
+          }
           let stale: Decoded | undefined;
           if (e.resync !== undefined) {
             const d = decode(topic, (unseal(payload) as Sealed).body, options);

@@ -411,6 +411,14 @@ describe("authenticated messages: forgeries and replays are refused", () => {
       return list.length > 0 ? list : undefined;
     });
     expect((await waitForEnd(coordinator, exec?.id ?? "", 20_000)).state).toBe("SUCCEEDED");
+    // A sealed event that does not decode is an invalid message, not a refused forgery.
+    const m = invalids.length;
+    const r = refusals.length;
+    const bad = JSON.stringify({ v: 2, type: "event", msgId: newId(), sentAt: Date.now(), from: B });
+    await publish(t, seal(bad, t, keyOf("B"), 1, Date.now()));
+    await waitFor("the invalid event", () => (invalids.length > m ? true : undefined));
+    expect(invalids.slice(m).map((e) => e.code)).toEqual(["AX_PROTO_BAD_VERSION"]);
+    expect(refusedSince(r)).toEqual([]);
   }, 30_000);
 
   it("stops hearing a revoked agent at once and sends it nothing more", async () => {
