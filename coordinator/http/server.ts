@@ -1,6 +1,6 @@
 import { createServer, type IncomingMessage, type ServerResponse } from "node:http";
 import type { AddressInfo } from "node:net";
-import type { z } from "zod";
+import { z } from "zod";
 import { AxError, type ErrorCode, isAxError } from "../../shared/errors.js";
 import { type HttpConfigInput, httpConfigSchema } from "../config.js";
 import type { Coordinator } from "../coordinator.js";
@@ -297,7 +297,7 @@ async function handle(req: IncomingMessage, res: ServerResponse, s: ServerState)
   const issues: Issue[] = [];
   const input = {
     params: check("params", route.params, params, issues),
-    query: check("query", route.query, queryObject(url.searchParams), issues),
+    query: check("query", route.query ?? NOTHING, queryObject(url.searchParams), issues),
     body: undefined as unknown,
   };
   if (route.body) {
@@ -315,7 +315,16 @@ async function handle(req: IncomingMessage, res: ServerResponse, s: ServerState)
     if (raw.length === 0 || value !== undefined)
       input.body = check("body", route.body, value, issues);
   } else {
-    req.resume();
+    // A route that takes no body refuses one that says anything: invalid JSON, or any field.
+    // An empty body, or `{}`, is nothing.
+    const raw = await readBody(req, s.maxBodyBytes);
+    if (raw.length > 0) {
+      try {
+        check("body", NOTHING, JSON.parse(raw.toString("utf8")), issues);
+      } catch (err) {
+        issues.push({ path: "body", message: `not valid JSON: ${(err as Error).message}` });
+      }
+    }
   }
   if (issues.length > 0) {
     throw new AxError(
@@ -343,6 +352,9 @@ interface Issue {
   path: string;
   message: string;
 }
+
+/** What a route without a query or body schema takes: nothing (every key is unknown). */
+const NOTHING = z.object({}).strict();
 
 /** Validates one part of a request; its issues are added with their path under `where`. */
 function check(

@@ -308,6 +308,40 @@ describe("HTTP API", () => {
       expect((await get("/api/jobs")).status).toBe(200);
     });
 
+    it("refuses a query parameter or body a route does not take, and writes nothing", async () => {
+      await post("/api/jobs", { id: "strict-1", handler: "echo", trigger: { type: "manual" } });
+      const unknownQuery = [
+        await get("/api/jobs/strict-1?bogus=1"),
+        await get("/api/health?foo=1", null),
+        await get("/api/ready?bogus=1", null),
+        await post("/api/jobs/strict-1/trigger?bogus=1"),
+      ];
+      for (const a of unknownQuery) {
+        expect(expectError(a, 400, "AX_API_INVALID_REQUEST", ["query"]).message).toContain(
+          'query: Unrecognized key: "',
+        );
+      }
+      const withBody = [
+        await post("/api/jobs/strict-1/trigger", { bogus: 1 }),
+        await post("/api/jobs/strict-1/pause", "{not json"),
+        await post("/api/jobs/strict-1/pause", [1]),
+      ];
+      expect(withBody[0] && errorOf(withBody[0]).message).toContain(
+        'body: Unrecognized key: "bogus"',
+      );
+      expect(withBody[1] && errorOf(withBody[1]).message).toContain("body: not valid JSON");
+      for (const a of withBody) expectError(a, 400, "AX_API_INVALID_REQUEST", ["body"]);
+      const big = await post("/api/jobs/strict-1/pause", { pad: "x".repeat(2_000_000) });
+      expectError(big, 413, "AX_API_TOO_LARGE");
+      // Nothing was triggered or paused by any of them.
+      expect(await coordinator.store.listExecutions({ jobId: "strict-1" })).toHaveLength(0);
+      expect((await coordinator.store.getJob("strict-1"))?.paused).toBe(false);
+      // An empty body, or one that says nothing, is taken.
+      expect((await post("/api/jobs/strict-1/pause", {})).status).toBe(200);
+      expect((await post("/api/jobs/strict-1/resume")).status).toBe(200);
+      expect((await del("/api/jobs/strict-1")).status).toBe(204);
+    });
+
     it("previews a job's next fire times and a trigger's", async () => {
       await post(
         "/api/jobs",
