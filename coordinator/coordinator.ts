@@ -40,6 +40,7 @@ import { packageJson } from "./package-files.js";
 import { ApiTokens } from "./security/api-tokens.js";
 import { Identities } from "./security/identities.js";
 import { loadOrCreateSecrets, mqttPassword, type Secrets } from "./security/secrets.js";
+import { setCursorKey } from "./store/cursor.js";
 import type { ExecutionRecord, IdentityRecord, Store, StoredJob } from "./store/port.js";
 import { PgStore } from "./store/postgres/pg-store.js";
 import { SqliteStore } from "./store/sqlite/sqlite-store.js";
@@ -244,6 +245,8 @@ export class Coordinator {
       this.fleet.load().catch(() => {});
     };
     this.secrets = loadOrCreateSecrets(secretsDir(config));
+    // Paging cursors are tagged with a key every coordinator sharing this fleet key derives alike.
+    setCursorKey(this.secrets.fleet);
     this.identities = new Identities(this.store, this.secrets, () => clock.wallNow());
     const mosquitto = config.broker.mosquitto;
     if (mosquitto !== undefined) {

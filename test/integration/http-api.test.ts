@@ -565,6 +565,17 @@ describe("HTTP API", () => {
         );
       }
       expectError(await get("/api/executions?cursor=garbage!"), 400, "AX_STORE_BAD_CURSOR");
+      // A cursor altered in one character, or made up in the format of one, is not a position.
+      const first = executionPageSchema.parse(
+        (await get("/api/executions?agent=pager&limit=7")).body,
+      );
+      const real = first.nextCursor as string;
+      const altered = `${real.slice(0, 3)}${real[3] === "A" ? "B" : "A"}${real.slice(4)}`;
+      const madeUp = Buffer.from(JSON.stringify([9e15, "zzz"])).toString("base64url");
+      for (const c of [altered, madeUp, `${madeUp}.${real.split(".")[1]}`]) {
+        expectError(await get(`/api/executions?cursor=${c}`), 400, "AX_STORE_BAD_CURSOR");
+      }
+      expect((await get(`/api/executions?agent=pager&limit=7&cursor=${real}`)).status).toBe(200);
     });
 
     it("filters executions by job, state, agent, kind and time range", async () => {
