@@ -208,6 +208,13 @@ export class ExecutionLoop {
       due.dispatchTimedOut.length >= BATCH;
     let moved = 0;
 
+    // A retry made PENDING here is dispatchable at once: the next pass reads pending work now,
+    // not after the quiet second (a backoff of 1 ms waited 1 s, and a fleet's jittered retries
+    // left together).
+    if (due.retry.length > 0) {
+      this.pendingChanged = true;
+      this.again = true;
+    }
     for (const exec of due.retry) {
       moved++;
       if (exec.deadline < now) await applyEvent(this.ctx, exec.id, { type: "expire" });
