@@ -1,8 +1,12 @@
 import type { z } from "zod";
 import { AxError } from "../../shared/errors.js";
-import { TERMINAL_STATE_NAMES } from "../../shared/fsm.js";
 import { parseDuration } from "../domain/duration.js";
-import { ROLLOUT_STATES, type RolloutRecord, type RolloutSpecInput } from "../domain/rollout.js";
+import {
+  ABORT_ON_STATES,
+  ROLLOUT_STATES,
+  type RolloutRecord,
+  type RolloutSpecInput,
+} from "../domain/rollout.js";
 import type { rolloutDetailSchema, rolloutSchema } from "../http/schemas.js";
 import { unknownSubcommand } from "./args.js";
 import {
@@ -37,8 +41,8 @@ type RolloutDetail = Omit<z.output<typeof rolloutDetailSchema>, "rollout"> & {
   rollout: RolloutView;
 };
 
-/** The end states an abort criterion may count as failures: every one but SUCCEEDED. */
-const FAILURE_STATES: readonly string[] = TERMINAL_STATE_NAMES.filter((s) => s !== "SUCCEEDED");
+/** The end states an abort criterion may count as failures (the API's own list). */
+const FAILURE_STATES: readonly string[] = ABORT_ON_STATES;
 
 const NUMBER = /^\d+(?:\.\d+)?$/;
 

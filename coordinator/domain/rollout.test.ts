@@ -55,6 +55,10 @@ describe("rollout spec", () => {
     expect(refusal({ ...base, abort: { thresholdPercent: 10, on: ["SUCCEEDED"] } })).toMatch(
       /^abort\.on\.0: /,
     );
+    // Only FAILED, TIMED_OUT, EXPIRED and CANCELED count as failures (docs/rollouts.md).
+    expect(refusal({ ...base, abort: { thresholdPercent: 10, on: ["SKIPPED"] } })).toMatch(
+      /^abort\.on\.0: /,
+    );
     expect(refusal({ ...base, rate: { perMinute: 0 } })).toMatch(/^rate/);
     expect(refusal({ ...base, command: { handler: "echo", startWithin: 10 } })).toBe(
       "command.startWithin: must be at least 1s",

@@ -1,5 +1,5 @@
 import { z } from "zod";
-import { type ExecState, TERMINAL_STATE_NAMES } from "../../shared/fsm.js";
+import type { ExecState } from "../../shared/fsm.js";
 import { HANDLER_NAME_PATTERN } from "../../shared/ids.js";
 import { durationSchema } from "./duration.js";
 import { idSchema, instantSchema, paramsSchema, tagsSchema } from "./job.js";
@@ -14,8 +14,12 @@ export const ROLLOUT_STATES = ["CREATED", "IN_PROGRESS", "PAUSED", "ABORTED", "C
 export type RolloutState = (typeof ROLLOUT_STATES)[number];
 export const FINAL_ROLLOUT_STATES: ReadonlySet<RolloutState> = new Set(["ABORTED", "COMPLETED"]);
 
-/** End states an abort criterion may count as failures (SUCCEEDED never is). */
-const FAILURE_STATES = TERMINAL_STATE_NAMES.filter((s) => s !== "SUCCEEDED");
+/**
+ * End states an abort criterion may count as failures (docs/rollouts.md): FAILED, TIMED_OUT,
+ * EXPIRED, and CANCELED. Never SUCCEEDED, nor SKIPPED, which a rollout's commands never end in.
+ */
+export const ABORT_ON_STATES = ["FAILED", "TIMED_OUT", "EXPIRED", "CANCELED"] as const;
+const FAILURE_STATES = ABORT_ON_STATES;
 
 /** Defaults applied when the spec leaves a field out; docs/rollouts.md lists them. */
 export const ROLLOUT_DEFAULTS = {

@@ -333,7 +333,7 @@ describe("ax rollout", () => {
     ],
     [
       ["create", "--handler", "echo", "--tag", "a=b", "--abort-threshold", "5", "--abort-on", "ok"],
-      'rollout create: --abort-on "OK" is not an end state that can count as a failure; give one or more of FAILED, TIMED_OUT, EXPIRED, CANCELED, SKIPPED',
+      'rollout create: --abort-on "OK" is not an end state that can count as a failure; give one or more of FAILED, TIMED_OUT, EXPIRED, CANCELED',
     ],
     [
       ["create", "--handler", "echo", "--tag", "a=b", "--abort-min", "5"],
