@@ -1,5 +1,5 @@
 import { createHash } from "node:crypto";
-import { appendFileSync, unlinkSync, writeFileSync } from "node:fs";
+import { appendFileSync, mkdirSync, symlinkSync, unlinkSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { pathToFileURL } from "node:url";
 import { afterAll, describe, expect, it } from "vitest";
@@ -7,6 +7,7 @@ import { tempDir } from "../test/helpers/env.js";
 import { bundleRuntime } from "./bundle-runtime.js";
 import { PARTS } from "./parts/included.js";
 import type { AgentParts } from "./parts/types.js";
+import { ROOT_ENV } from "./update/state.js";
 
 const tmp = tempDir("ax-runtime-");
 afterAll(() => tmp.cleanup());
@@ -43,6 +44,27 @@ describe("bundleRuntime", () => {
     expect(bundleRuntime(bundled, url).bundle?.sha256).toBe(actual);
     unlinkSync(join(tmp.dir, "manifest.json"));
     expect(bundleRuntime(bundled, url).bundle?.sha256).toBe(actual);
+  });
+
+  it("offers updates only from an A/B slot the launcher started it in, not from a flat install", () => {
+    const root = join(tmp.dir, "root");
+    mkdirSync(join(root, "a"), { recursive: true });
+    writeFileSync(join(root, "a", "agent.mjs"), "console.log(1);\n");
+    writeFileSync(join(root, "agent.mjs"), "console.log(1);\n");
+    symlinkSync("a", join(root, "current"));
+    const before = process.env[ROOT_ENV];
+    process.env[ROOT_ENV] = root;
+    try {
+      const viaCurrent = pathToFileURL(join(root, "current", "agent.mjs")).href;
+      expect(bundleRuntime(bundled, viaCurrent).update?.root).toBe(root);
+      const flat = pathToFileURL(join(root, "agent.mjs")).href;
+      expect(bundleRuntime(bundled, flat).update).toBeUndefined();
+      delete process.env[ROOT_ENV];
+      expect(bundleRuntime(bundled, viaCurrent).update).toBeUndefined();
+    } finally {
+      if (before === undefined) delete process.env[ROOT_ENV];
+      else process.env[ROOT_ENV] = before;
+    }
   });
 
   it("says nothing for an agent run from source", () => {

@@ -1,11 +1,21 @@
-import { readFileSync, statSync } from "node:fs";
+import { readFileSync, realpathSync, statSync } from "node:fs";
 import { createRequire } from "node:module";
-import { dirname, join } from "node:path";
+import { basename, dirname, join } from "node:path";
 import { fileURLToPath, pathToFileURL } from "node:url";
 import { INSTALLER_FILE } from "../shared/update-limits.js";
 import type { AgentDeps } from "./agent.js";
 import type { AgentParts } from "./parts/types.js";
 import { ROOT_ENV } from "./update/state.js";
+
+/** True when the agent file is in an A/B slot's folder (`a` or `b`), links resolved. */
+function inSlot(self: string): boolean {
+  try {
+    const slot = basename(dirname(realpathSync(self)));
+    return slot === "a" || slot === "b";
+  } catch {
+    return false;
+  }
+}
 
 /** The manifest written beside the agent by `ax bundle build`. */
 const MANIFEST_FILE = "manifest.json";
@@ -50,10 +60,12 @@ export function bundleRuntime(
   const bundle = parts.bundle;
   if (!bundle) return {};
   const self = fileURLToPath(entryUrl);
-  // Started by the A/B launcher (agent/launch.ts): this agent can install updates.
+  // Started by the A/B launcher (agent/launch.ts) from slot a or b: this agent can install
+  // updates. A bundle unpacked flat and started the same way has no slot to install into, so it
+  // does not offer agent.update (docs/rollouts.md, "The device side").
   const root = process.env[ROOT_ENV];
   return {
-    ...(root
+    ...(root && inSlot(self)
       ? {
           update: {
             root,
