@@ -238,6 +238,13 @@ describe("ax bundle verify checks the signature", () => {
       expect.stringMatching(/^agent\.env: \d+ bytes, the manifest says \d+$/),
       expect.stringMatching(/^agent\.env: sha256 /),
     ]);
+     // A signed build whose manifest.sig was taken away is not a development build.
+    const stripped = join(tmp.dir, "stripped-copy");
+    cpSync(made.dir, stripped, { recursive: true });
+    unlinkSync(join(stripped, "manifest.sig"));
+    const r2 = verifyBundle(stripped, { allowUnsigned: true });
+    expect(r2.problems).toEqual(["manifest.sig missing: the bundle is unsigned"]);
+    expect(r2.signature).toBe("unsigned");
   });
 });
 

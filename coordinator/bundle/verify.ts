@@ -123,6 +123,15 @@ function unreadable(source: string, name: string, err: unknown): VerifyResult {
   };
 }
 
+/** True when a manifest says it is of a development build (`"unsigned": true`). */
+function markedUnsigned(text: Buffer): boolean {
+  try {
+    return (JSON.parse(text.toString("utf8")) as { unsigned?: unknown }).unsigned === true;
+  } catch {
+    return false;
+  }
+}
+
 /** The verdict on a bundle's files, read from its archive or its folder. */
 function checkFiles(
   source: string,
@@ -141,8 +150,12 @@ function checkFiles(
     };
   }
   const sig = read.files.get(SIGNATURE_FILE);
+  // --allow-unsigned passes a build made unsigned (its manifest says so), never a signed one
+  // whose manifest.sig was taken away.
   const sigProblems =
-    sig === undefined && options.allowUnsigned ? [] : checkSignature(text, sig, options.trusted);
+    sig === undefined && options.allowUnsigned && markedUnsigned(text)
+      ? []
+      : checkSignature(text, sig, options.trusted);
   const signature = sig === undefined ? "unsigned" : sigProblems.length === 0 ? "valid" : "invalid";
   const parsed = parseManifest(text.toString("utf8"));
   if (!parsed.ok) {
