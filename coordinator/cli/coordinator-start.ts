@@ -41,7 +41,14 @@ export async function coordinatorStart(argv: string[]): Promise<number> {
     fenced = resolve;
   });
   coordinator.onFenced = (reason) => fenced?.(reason);
-  await coordinator.start();
+  try {
+    await coordinator.start();
+  } catch (err) {
+    // A broker out of reach or refusing the login at start: stop what started and exit 1, for
+    // the supervisor to start it again (Restart=always), rather than hang half started.
+    await coordinator.close().catch(() => {});
+    throw err;
+  }
   let http: HttpServer;
   try {
     // Before the API is served, so no API edit races the file's.

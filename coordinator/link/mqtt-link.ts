@@ -262,6 +262,10 @@ export class CoordinatorLink {
     await new Promise<void>((resolve, reject) => {
       const onError = (err: Error) => {
         client.removeListener("connect", onConnect);
+        // A start that fails leaves no client behind reconnecting under this coordinator's id
+        // (it would take the id over from the next start's, on a broker that came back).
+        if (this.client === client) this.client = undefined;
+        client.end(true);
         reject(
           new AxError("AX_LINK_FAILED", `cannot connect to MQTT broker ${url}: ${err.message}`, {
             cause: err,

@@ -1,5 +1,6 @@
 import { type ChildProcess, spawn, spawnSync } from "node:child_process";
 import { readFileSync, writeFileSync } from "node:fs";
+import { createServer } from "node:net";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -181,6 +182,48 @@ describe("ax agent start and a bundled agent share one command line", () => {
       `ax: AX_CONFIG_INVALID: ${badConfig}: invalid agent config`,
     );
   });
+
+  it("exits 1 when the coordinator cannot reach its broker at start, leaving nothing running", async () => {
+    // A port nothing listens on.
+    const server = createServer();
+    await new Promise<void>((r) => server.listen(0, "127.0.0.1", r));
+    const port = (server.address() as { port: number }).port;
+    await new Promise<void>((r) => server.close(() => r()));
+    const dir = tempDir("ax-no-broker-");
+    try {
+      const config = join(dir.dir, "coordinator.json");
+      writeFileSync(
+        config,
+        JSON.stringify({
+          store: { path: join(dir.dir, "ax.sqlite") },
+          mqtt: { url: `mqtt://127.0.0.1:${port}` },
+          http: { port: 0 },
+        }),
+      );
+      const child = spawn(process.execPath, [AX, "coordinator", "start", "--config", config], {
+        stdio: ["ignore", "pipe", "pipe"],
+        env: { ...process.env, AX_URL: "", AX_TOKEN: "", AX_TOKEN_FILE: "" },
+      });
+      let err = "";
+      child.stderr?.on("data", (c: Buffer) => {
+        err += c.toString("utf8");
+      });
+      const code = await new Promise<number | null>((resolve) => {
+        const t = setTimeout(() => {
+          child.kill("SIGKILL");
+          resolve(-1);
+        }, 20_000);
+        child.on("exit", (c) => {
+          clearTimeout(t);
+          resolve(c);
+        });
+      });
+      expect(code, err).toBe(1);
+      expect(err).toContain("AX_LINK_FAILED");
+    } finally {
+      dir.cleanup();
+    }
+  }, 30_000);
 
   it("exits 0 after a clean shutdown on SIGTERM", async () => {
     expect(await stopsCleanly([agentFile, "--config", goodConfig("bundled")])).toBe(0);
