@@ -148,6 +148,8 @@ export class Alerts {
         headers,
         body,
         signal: AbortSignal.timeout(cfg.timeoutMs),
+        // A redirect is an answer other than 2xx, not a delivery: it is not followed.
+        redirect: "manual",
       });
       // The body is not needed, but must be consumed for the connection to be reused.
       await res.arrayBuffer().catch(() => undefined);

@@ -24,6 +24,8 @@ async function receiver(statuses: number[] = [], hang = false) {
       received.push({ headers: req.headers, body });
       if (hang) return; // never answers
       res.statusCode = statuses.shift() ?? 200;
+      // A redirect points back at the hook itself, to show whether it is followed.
+      if (res.statusCode >= 300 && res.statusCode < 400) res.setHeader("location", "/hook");
       res.end("ok");
     });
   });
@@ -110,6 +112,25 @@ describe("alerts: webhooks", () => {
     expect(last.headers["x-ax-signature"]).toBe(
       `sha256=${createHmac("sha256", secret).update(last.body).digest("hex")}`,
     );
+  });
+
+  it("takes a redirect for a failed attempt, not a delivery, and does not follow it", async () => {
+    const hook = await receiver([302]);
+    servers.push(hook);
+    const c = await startCoordinator({
+      webhooks: [{ url: hook.url }],
+      maxAttempts: 5,
+      backoffBaseMs: 20,
+      backoffCapMs: 100,
+    });
+    await expireOne(c);
+    const alert = await waitFor("delivered", async () => {
+      const [a] = await c.store.listAlerts();
+      return a?.status === "delivered" ? a : undefined;
+    });
+    expect(alert.attempts).toBe(2);
+    // Two POSTs: the redirected attempt and the retry; no request that followed the redirect.
+    expect(hook.received).toHaveLength(2);
   });
 
   it("records an alert failed after its last attempt, and sends each hook only the kinds it asked for", async () => {
