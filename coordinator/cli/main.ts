@@ -55,6 +55,8 @@ Operating a running coordinator (its HTTP API):
                [--limit N] [--cursor C | --all]
                                         the agents the coordinator knows, by id, paged
   ax fleet show ID                      one agent
+  ax fleet updates ID [--limit N] [--cursor C | --all]
+                                        the agent's agent.update executions, newest first
   ax fleet enroll AGENT_ID [--tag K=V ...] [--rotate] [--out FILE] [--force]
                                         enrol an agent; writes its identity file (0600,
                                         default ./AGENT_ID.identity.json)
