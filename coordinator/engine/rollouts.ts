@@ -221,9 +221,15 @@ export class RolloutEngine {
     );
     const ended = now >= endAt;
     const last = r.waves.length - 1;
+    const reached = await this.reachedSet(r.id);
+    // Reached and still matching: an agent reached and since revoked (or no longer tagged) is not
+    // one of the matching agents a wave or the completion counts.
+    let reachedMatching = 0;
+    for (const a of matching) if (reached.has(a.agentId)) reachedMatching++;
     // Completed: every matching agent reached and done, or its end passed with nothing open.
     // One that matches no agent yet waits for one (or its end, or an abort).
-    const allReached = r.wave >= last && matching.length > 0 && t.reached >= matching.length;
+    const allReached =
+      r.wave >= last && matching.length > 0 && reachedMatching === matching.length;
     if (t.open === 0 && (allReached || ended)) {
       const why = ended
         ? `${endAt === window ? "its start window" : "its end"} passed: ${t.reached} of ${matching.length} matching agents reached`
@@ -239,11 +245,10 @@ export class RolloutEngine {
     if (ended) return;
 
     const cap = waveCap(r.waves, r.wave, matching.length);
-    const reached = await this.reachedSet(r.id);
     // A wave that holds no agent yet (none matches) is not done: it waits for agents, so a
     // rollout created before its fleet still starts with its canary.
     if (cap === 0) return;
-    if (reached.size >= cap && r.wave < last) {
+    if (reachedMatching >= cap && r.wave < last) {
       // The wave is reached: the next starts once its executions all ended and it soaked.
       if (t.open > 0) return;
       if (r.soakUntil === null) {
@@ -263,8 +268,8 @@ export class RolloutEngine {
       this.wake();
       return;
     }
-    if (reached.size >= cap) return;
-    await this.reach(r, t, matching, reached, cap, now);
+    if (reachedMatching >= cap) return;
+    await this.reach(r, t, matching, reached, cap - reachedMatching, now);
   }
 
   private async matching(r: RolloutRecord): Promise<AgentRecord[]> {
@@ -307,7 +312,7 @@ export class RolloutEngine {
     t: RolloutTally,
     matching: AgentRecord[],
     reached: Set<string>,
-    cap: number,
+    room: number,
     now: number,
   ): Promise<void> {
     let bucket = this.buckets.get(r.id);
@@ -317,7 +322,7 @@ export class RolloutEngine {
     }
     const allowed = Math.min(
       bucket.available(now, ratePerMinute(r.rate, t.succeeded)),
-      cap - reached.size,
+      room,
       MAX_REACH_PER_PASS,
     );
     if (allowed <= 0) return;

@@ -256,6 +256,39 @@ function rolloutTests(
     expect(execs[0]?.startedAt).toBeGreaterThanOrEqual(at);
   }, 60_000);
 
+  it("completes only once every agent that still matches was reached, not when as many were", async () => {
+    await agents(["rv-a", "rv-b"], { fleet: "revoke" });
+    // rv-c matches but is offline: it is reached when it comes back.
+    const gone = await agents(["rv-c"], { fleet: "revoke" });
+    const cSpec = (gone.agents[0] as (typeof gone.agents)[number]).spec;
+    gone.close();
+    await waitFor("rv-c offline", () =>
+      coordinator.fleet.get("rv-c")?.status === "offline" ? true : undefined,
+    );
+    await create({
+      id: "ro-revoke",
+      selector: { tags: { fleet: "revoke" } },
+      command: { handler: "echo", params: { rollout: "ro-revoke" } },
+      rate: { perMinute: 6_000 },
+    });
+    await waitFor("rv-a and rv-b reached and done", async () => {
+      const p = (await coordinator.rollouts.get("ro-revoke")).progress;
+      return p.reached === 2 && p.open === 0 ? true : undefined;
+    });
+    // Two reached of three matching; then one of the two is revoked. Two still match, and two
+    // were reached: but rv-c, which matches, was not, so the rollout is not done.
+    await coordinator.identities.revoke("rv-a", "test");
+    await new Promise((r) => setTimeout(r, 1_500));
+    expect((await coordinator.rollouts.get("ro-revoke")).state).toBe("IN_PROGRESS");
+    const back = new Simulator({ host: "127.0.0.1", port: broker.port, prefix, agents: [cSpec] });
+    sims.push(back);
+    back.start();
+    const done = await until("ro-revoke", ["COMPLETED"]);
+    const targets = await coordinator.store.listRolloutTargets("ro-revoke");
+    expect(targets.map((t) => t.agentId).sort()).toEqual(["rv-a", "rv-b", "rv-c"]);
+    expect(done.reason).toMatch(/^every matching agent reached/);
+  }, 60_000);
+
   it("runs its waves in order, each after the one before ended and soaked, and reaches an agent that comes online later", async () => {
     const ids = Array.from({ length: 19 }, (_, i) => `wv-${String(i).padStart(2, "0")}`);
     await agents(ids, { fleet: "waves" });
