@@ -118,8 +118,11 @@ export async function download(w: Wanted, o: DownloadOptions): Promise<Buffer> {
   const sha = createHash("sha256").update(data).digest("hex");
   if (sha !== w.sha256) {
     rmSync(part, { force: true });
+    // Not a download to resume or retry: bytes of the announced size that are not the bundle
+    // (rollouts.md, "What happens on failure": refused before install).
     throw new InstallFailure(
-      `download: sha256 ${sha.slice(0, 12)}…, expected ${w.sha256.slice(0, 12)}…`,
+      `refused before install: the archive's sha256 is ${sha.slice(0, 12)}…, the command names ${w.sha256.slice(0, 12)}…`,
+      false,
     );
   }
   return data;
