@@ -1,4 +1,4 @@
-import { existsSync, writeFileSync } from "node:fs";
+import { chmodSync, existsSync, writeFileSync } from "node:fs";
 import { resolve } from "node:path";
 import { AxError } from "../../shared/errors.js";
 import type { IdentityRecord } from "../store/port.js";
@@ -43,6 +43,8 @@ export async function fleetEnroll(argv: string[]): Promise<number> {
     ...(flags.rotate ? { rotate: true } : {}),
   });
   writeFileSync(out, `${JSON.stringify(r.file, null, 2)}\n`, { mode: 0o600 });
+  // The mode applies only to a file created here: one overwritten (--force) is made 0600 too.
+  chmodSync(out, 0o600);
   if (flags.json) printJson({ identity: r.identity, file: out });
   else
     print(

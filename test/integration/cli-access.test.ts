@@ -173,6 +173,8 @@ describe("ax and the admin token, API tokens and enrolment", () => {
     const rotated = await ax(["fleet", "enroll", "dev-7", "--rotate", "--out", out], tmp.dir, env);
     expect(rotated.code, rotated.stderr).toBe(0);
     expect(JSON.parse(readFileSync(out, "utf8")).generation).toBe(2);
+    // A file others could read, overwritten with --force, holds the key only at 0600.
+    chmodSync(out, 0o644);
     const forced = await ax(
       ["fleet", "enroll", "dev-7", "--rotate", "--out", out, "--force"],
       tmp.dir,
@@ -180,6 +182,7 @@ describe("ax and the admin token, API tokens and enrolment", () => {
     );
     expect(forced.code, forced.stderr).toBe(0);
     expect(JSON.parse(readFileSync(out, "utf8")).generation).toBe(3);
+    expect(statSync(out).mode & 0o777).toBe(0o600);
 
     const list = await ax(["fleet", "identities"], tmp.dir, env);
     expect(list.stdout).toMatch(/^dev-7\s+enrolled\s+3\s+site=north\s+\S+\s+admin$/m);
