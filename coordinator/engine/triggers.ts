@@ -71,8 +71,9 @@ export class EventTriggers {
       jobId: e.jobId,
       executionId: e.executionId,
       state: e.to,
-      ...(exec?.result ? { result: exec.result } : {}),
-      ...(exec?.message ? { message: exec.message } : {}),
+      // Always both keys (scheduling.md): null when the execution ended without one.
+      result: exec?.result ?? null,
+      message: exec?.message ?? null,
     };
     for (const job of followers) {
       await this.create(job, { ...job.definition.params, after }, { after: e.executionId });

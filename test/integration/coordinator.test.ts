@@ -197,6 +197,29 @@ describe("coordinator: control and leases", () => {
         },
       },
     });
+    // An execution that ended without a result still gives both keys, null.
+    await coordinator.putJob({
+      id: "step-f",
+      handler: "fail",
+      params: { message: "boom" },
+      trigger: { type: "manual" },
+    });
+    await coordinator.putJob({
+      id: "step-g",
+      handler: "echo",
+      trigger: { type: "after", job: "step-f", states: ["FAILED"] },
+    });
+    const f = await coordinator.triggerJob("step-f");
+    await ended(f);
+    const [g] = await waitFor("step-g to fire", async () => {
+      const list = await coordinator.store.listExecutions({ jobId: "step-g" });
+      return list.length > 0 ? list : undefined;
+    });
+    expect((await ended(g?.id ?? "")).result).toEqual({
+      echo: {
+        after: { jobId: "step-f", executionId: f, state: "FAILED", result: null, message: "boom" },
+      },
+    });
     await expect(
       coordinator.putJob({ id: "loop", handler: "echo", trigger: { type: "after", job: "loop" } }),
     ).rejects.toSatisfy(
