@@ -41,6 +41,18 @@ describe("defineHandler and HandlerRegistry", () => {
     expect(registry.names()).toEqual(["alpha", "echo", "fail", "sleep", "zeta"]);
   });
 
+  it("refuses a name the protocol would refuse in hello", () => {
+    const noop = async () => undefined;
+    for (const name of ["1 bad/name", "", "a".repeat(65), "-x", "x y"]) {
+      expect(() => new HandlerRegistry([defineHandler(name, z.object({}), noop)]), name).toThrow(
+        TypeError,
+      );
+    }
+    expect(
+      new HandlerRegistry([defineHandler("site.valve-2_open", z.object({}), noop)]).names(),
+    ).toEqual(["site.valve-2_open"]);
+  });
+
   it("refuses a name defined twice", () => {
     const again = defineHandler("echo", z.object({}), async () => undefined);
     expect(() => new HandlerRegistry([echoHandler, again])).toThrow(

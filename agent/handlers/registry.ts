@@ -1,4 +1,5 @@
 import type * as z from "zod/mini";
+import { HANDLER_NAME_PATTERN } from "../../shared/ids.js";
 
 /** What a handler is told about the execution it runs. */
 export interface HandlerContext {
@@ -73,6 +74,12 @@ export class HandlerRegistry {
   }
 
   add(handler: Handler<unknown>): void {
+    // A name the protocol refuses would only fail later, in every hello (handlers.md).
+    if (!HANDLER_NAME_PATTERN.test(handler.name)) {
+      throw new TypeError(
+        `handler name ${JSON.stringify(handler.name)} must match ${HANDLER_NAME_PATTERN.source}`,
+      );
+    }
     if (this.handlers.has(handler.name))
       throw new TypeError(`handler "${handler.name}" is defined twice`);
     this.handlers.set(handler.name, handler);

@@ -114,9 +114,12 @@ describe("file.write", () => {
     const dangling = await failureOf(
       handler.run(testContext(), { path: join(out, "dangling"), value: "x" }),
     );
-    expect(dangling.message).toMatch(
-      new RegExp(`^file\\.write: cannot resolve "${join(out, "dangling")}": ENOENT`),
-    );
+    // A link to nothing outside is refused for where it points, for good (not "retry later").
+    expect(dangling).toEqual({
+      name: "HandlerFailure",
+      message: `file.write: "${join(out, "dangling")}" leads through a symbolic link to ${join(outside, "missing")}, outside the allowed prefixes`,
+      retryable: false,
+    });
     expect(existsSync(join(outside, "missing"))).toBe(false);
   });
 

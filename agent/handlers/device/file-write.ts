@@ -1,5 +1,5 @@
 import { constants } from "node:fs";
-import { appendFile, lstat, realpath, statfs, writeFile } from "node:fs/promises";
+import { appendFile, lstat, readlink, realpath, statfs, writeFile } from "node:fs/promises";
 import { basename, dirname, isAbsolute, join, relative, resolve, sep } from "node:path";
 import * as z from "zod/mini";
 import type { HandlerPart } from "../../parts/types.js";
@@ -110,7 +110,16 @@ export async function resolveWritePath(allowed: readonly string[], raw: string):
   try {
     real = join(await realpath(dirname(path)), basename(path));
     const st = await lstat(real).catch(() => undefined);
-    if (st?.isSymbolicLink()) real = await realpath(real);
+    if (st?.isSymbolicLink()) {
+      const link = real;
+      real = await realpath(link).catch(async (err: NodeJS.ErrnoException) => {
+        if (err.code !== "ENOENT") throw err;
+        // A dangling link: judged by where it points, as any link at the file is.
+        const target = resolve(dirname(link), await readlink(link));
+        const dir = await realpath(dirname(target)).catch(() => dirname(target));
+        return join(dir, basename(target));
+      });
+    }
   } catch (err) {
     throw fsFailure(err, `resolve ${shown}`);
   }
