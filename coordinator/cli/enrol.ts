@@ -1,5 +1,5 @@
-import { chmodSync, existsSync, writeFileSync } from "node:fs";
-import { resolve } from "node:path";
+import { accessSync, chmodSync, constants, existsSync, statSync, writeFileSync } from "node:fs";
+import { dirname, resolve } from "node:path";
 import { AxError } from "../../shared/errors.js";
 import type { IdentityRecord } from "../store/port.js";
 import { apiClient, CLIENT_FLAGS, parseCommand, print, printJson, tagsFlag } from "./client.js";
@@ -31,6 +31,25 @@ export async function fleetEnroll(argv: string[]): Promise<number> {
     throw new AxError(
       "AX_CLI_FILE_EXISTS",
       `${c}: ${out} exists; pass --force to overwrite it or --out FILE for another`,
+      { context: { path: out } },
+    );
+  }
+  // --out's folder too: an enrolment whose identity file cannot be written is one in vain. (The
+  // default is in this folder; an agent id that would make it a path is refused by the API.)
+  const folder = dirname(out);
+  let writable = flags.out === undefined;
+  if (!writable) {
+    try {
+      writable = statSync(folder).isDirectory();
+      accessSync(folder, constants.W_OK);
+    } catch {
+      writable = false;
+    }
+  }
+  if (!writable) {
+    throw new AxError(
+      "AX_CLI_USAGE",
+      `${c}: cannot write ${out}: its folder ${folder} does not exist or is not writable`,
       { context: { path: out } },
     );
   }

@@ -65,11 +65,11 @@ Operating a running coordinator (its HTTP API):
   ax token create NAME --role viewer|operator|admin
                                         make an API token (printed once)
   ax token list | revoke NAME           the API's tokens; revoke one
-  ax command send --handler H (--agent ID [--queue] | --tag K=V ...) [--params JSON]
-               [--at T] [--deadline T] [--timeout D] [--priority N]
+  ax command send (--handler H | --bundle SHA256) (--agent ID [--queue] | --tag K=V ...)
+               [--params JSON] [--at T] [--deadline T] [--timeout D] [--priority N]
                                         a device command (T: ISO time, UTC ms or +10s)
-  ax rollout create --handler H [--tag K=V ...] [--agent ID ...] [--profile P]
-               [--agent-version V] [--params JSON] [--at T] [--start-within D] [--timeout D]
+  ax rollout create (--handler H | --bundle SHA256) [--tag K=V ...] [--agent ID ...]
+               [--profile P] [--agent-version V] [--params JSON] [--at T] [--start-within D] [--timeout D]
                [--rate N/min | --rate exp:BASE,FACTOR,STEP[,MAX]] [--waves P%[:SOAK],...]
                [--abort-threshold PCT [--abort-min N] [--abort-on S,S]] [--ends-at T]
                [--paused] [--id ID] [--description TEXT]
@@ -81,7 +81,7 @@ Operating a running coordinator (its HTTP API):
   ax rollout show ID                    a rollout, its progress by state and wave, timeline
   ax rollout pause | abort ID [--reason TEXT]
   ax rollout resume ID                  pause, abort, or resume (or start) a rollout
-  ax bundle publish PATH                publish a built, signed bundle (NAME.tar.gz or its
+  ax bundle publish PATH [--json]       publish a built, signed bundle (NAME.tar.gz or its
                                         folder) for over-the-air updates; prints its sha256
   ax bundle published [--profile P] [--limit N] [--cursor C | --all]
                                         the published bundles, newest first

@@ -189,6 +189,14 @@ describe("ax and the admin token, API tokens and enrolment", () => {
     const rev = await ax(["fleet", "revoke", "dev-7"], tmp.dir, env);
     expect(rev.stdout).toContain('agent "dev-7" revoked');
     expect(coordinator.identities.get("dev-7")?.status).toBe("revoked");
+    // --out into a folder that is not there: refused before the coordinator is asked.
+    const nowhere = join(tmp.dir, "no-such-folder", "dev-8.json");
+    const noFolder = await ax(["fleet", "enroll", "dev-8", "--out", nowhere], tmp.dir, env);
+    expect(noFolder.code, noFolder.stderr).toBe(2);
+    expect(noFolder.stderr).toContain(
+      `ax: AX_CLI_USAGE: fleet enroll: cannot write ${nowhere}: its folder ${join(tmp.dir, "no-such-folder")} does not exist or is not writable`,
+    );
+    expect(coordinator.identities.get("dev-8")).toBeUndefined();
     const none = await ax(["fleet", "enroll", "a/b"], tmp.dir, env);
     expect(none.code).toBe(1);
     expect(none.stderr).toContain("body.agentId: must be 1-128 of");
