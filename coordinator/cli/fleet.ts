@@ -3,7 +3,15 @@ import type { AgentList, AgentView } from "../http/schemas.js";
 import type { AgentUpdateEntry, AgentUpdatePage } from "../operations/agent-update.js";
 import type { AgentRecord } from "../store/port.js";
 import { unknownSubcommand } from "./args.js";
-import { apiClient, CLIENT_FLAGS, listPages, parseCommand, print, printJson } from "./client.js";
+import {
+  apiClient,
+  CLIENT_FLAGS,
+  listPages,
+  parseCommand,
+  print,
+  printJson,
+  tagsFlag,
+} from "./client.js";
 import { fields, isoTime, table, tagsText } from "./table.js";
 
 /** `ax fleet list|show|enroll|revoke|identities`. */
@@ -91,7 +99,11 @@ async function fleetList(argv: string[]): Promise<number> {
     }
     query.set("status", flags.status);
   }
-  if (flags.tag !== undefined) query.set("tag", flags.tag);
+  if (flags.tag !== undefined) {
+    // K=V[,K=V]: each pair checked here, a usage error as every other command's --tag.
+    tagsFlag(c, "tag", flags.tag.split(","));
+    query.set("tag", flags.tag);
+  }
   if (flags.profile !== undefined) query.set("profile", flags.profile);
   if (flags["bundle-version"] !== undefined) query.set("version", flags["bundle-version"]);
   if (flags.handler !== undefined) query.set("handler", flags.handler);

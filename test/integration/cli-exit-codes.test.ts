@@ -89,6 +89,7 @@ describe("ax exit codes", () => {
       "agent start: unknown flag --confg; did you mean --config?",
     ],
     [["agent", "start"], "agent start: --config FILE is required"],
+    [["fleet", "list", "--tag", "site=n,bad"], 'fleet list: --tag must be KEY=VALUE, got "bad"'],
   ])("exits 2 for the usage error %j, word for word", (args, message) => {
     expect(ax(args)).toEqual({ code: 2, stdout: "", stderr: `ax: AX_CLI_USAGE: ${message}\n` });
   });
