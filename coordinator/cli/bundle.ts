@@ -1,5 +1,6 @@
 import { existsSync, readdirSync, readFileSync, statSync } from "node:fs";
 import { basename, join, relative, resolve } from "node:path";
+import { parseFlags } from "../../shared/command-line.js";
 import { AxError, isAxError } from "../../shared/errors.js";
 import { MAX_BUNDLE_BYTES } from "../../shared/update.js";
 import { MANIFEST_FILE, parseManifest } from "../bundle/manifest.js";
@@ -104,18 +105,22 @@ async function build(argv: string[]): Promise<number> {
 }
 
 async function verify(argv: string[]): Promise<number> {
-  const [file, ...rest] = argv;
-  if (file === undefined || file.startsWith("-")) {
+  // FILE may come before or after the flags, as every command's arguments may.
+  const { values: f, positionals } = parseFlags("bundle verify", argv, {
+    "public-key": { type: "string" },
+    config: { type: "string" },
+    "allow-unsigned": { type: "boolean" },
+  });
+  const [file, extra] = positionals;
+  if (file === undefined) {
     throw new AxError(
       "AX_CLI_USAGE",
       "bundle verify: FILE is required (NAME.tar.gz or its folder)",
     );
   }
-  const f = flags("bundle verify", rest, {
-    "public-key": { type: "string" },
-    config: { type: "string" },
-    "allow-unsigned": { type: "boolean" },
-  });
+  if (extra !== undefined) {
+    throw new AxError("AX_CLI_USAGE", `bundle verify: unexpected argument "${extra}"`);
+  }
   if (!existsSync(file)) throw new AxError("AX_CLI_USAGE", `bundle verify: ${file}: no such file`);
   // Loaded here: verifying needs neither esbuild nor the store.
   const { verifyBundle } = await import("../bundle/verify.js");

@@ -1,3 +1,4 @@
+import { parseFlags } from "../../shared/command-line.js";
 import { AxError } from "../../shared/errors.js";
 import { utcOffsetMs } from "../domain/dst.js";
 import type { Trigger } from "../domain/job.js";
@@ -185,7 +186,8 @@ async function jobPreview(argv: string[]): Promise<number> {
     after: { type: "string" },
     trigger: { type: "string" },
   } as const;
-  const withId = argv.length > 0 && !(argv[0] as string).startsWith("-");
+  // An ID anywhere among the flags, as every command's arguments may be.
+  const withId = parseFlags("job preview", argv, options).positionals.length > 0;
   const { flags, args } = parseCommand("job preview", argv, options, withId ? ["ID"] : []);
   const n = intFlag("job preview", "count", flags.count, { min: 1, max: 1000 }) ?? 10;
   const after = instantFlag("job preview", "after", flags.after);

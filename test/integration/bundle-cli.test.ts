@@ -211,7 +211,8 @@ describe("ax bundle build and verify: signatures", () => {
     const refused = ax(["bundle", "verify", devArchive, "--config", configFile]);
     expect(refused.code).toBe(1);
     expect(refused.stderr).toContain("\nmanifest.sig missing: the bundle is unsigned\n");
-    const allowed = ax(["bundle", "verify", devArchive, "--allow-unsigned"], 60_000, empty);
+    // FILE after the flags reads the same.
+    const allowed = ax(["bundle", "verify", "--allow-unsigned", devArchive], 60_000, empty);
     expect(allowed.code, allowed.stderr).toBe(0);
     expect(allowed.stdout).toContain(
       "; UNSIGNED development build (--allow-unsigned): nothing vouches for who built it; 7 files match",

@@ -147,8 +147,9 @@ describe("ax operator commands", () => {
     );
     const active = await ax(["job", "show", "cli-b"], cli.env);
     expect(active.stdout).toMatch(/^next fire {2,}\d{4}-\d\d-\d\dT/m);
+    // The ID may come after the flags.
     const preview = await ax(
-      ["job", "preview", "cli-b", "--count", "3", "--after", "0", "--json"],
+      ["job", "preview", "--count", "3", "--after", "0", "cli-b", "--json"],
       cli.env,
     );
     expect(JSON.parse(preview.stdout)).toEqual({ times: [10_000, 20_000, 30_000] });
