@@ -1,3 +1,4 @@
+import { existsSync, statSync } from "node:fs";
 import { userInfo } from "node:os";
 import { resolve } from "node:path";
 import { AxError } from "../../shared/errors.js";
@@ -87,13 +88,16 @@ async function config(argv: string[]): Promise<number> {
   if (!f.config) throw usage("--config FILE (the coordinator's config) is required");
   const listen = listenFromFlags(f);
   const coordinatorConfig = loadCoordinatorConfig(f.config);
-  // The fleet is read from the store; a missing one is a wrong path, not an empty fleet.
-  requireStore(coordinatorConfig, f.config, COMMAND);
   const outDir = f.out ?? coordinatorConfig.broker.mosquitto?.dir;
   if (outDir === undefined) {
     throw usage("--out DIR is required (or broker.mosquitto.dir in the coordinator's config)");
   }
   const dir = resolve(outDir);
+  if (existsSync(dir) && !statSync(dir).isDirectory()) {
+    throw usage(`--out DIR: ${dir} is a file, not a folder`);
+  }
+  // The fleet is read from the store; a missing one is a wrong path, not an empty fleet.
+  requireStore(coordinatorConfig, f.config, COMMAND);
   const secrets = loadOrCreateSecrets(secretsDir(coordinatorConfig));
   const login = requireLogin(coordinatorMqttLogin(coordinatorConfig, secrets));
   const store = await openStore(coordinatorConfig);

@@ -61,6 +61,14 @@ describe("ax broker config", () => {
       expect(statSync(join(out, MOSQUITTO_FILES.passwords)).mode & 0o777).toBe(0o600);
       expect(readFileSync(join(out, MOSQUITTO_FILES.conf), "utf8")).toContain("listener 1884\n");
       expect(readFileSync(join(out, MOSQUITTO_FILES.acl), "utf8")).not.toContain("dev-2");
+      // --out naming a file, not a folder: a usage error, not an internal one.
+      const aFile = join(dir, "not-a-folder");
+      writeFileSync(aFile, "x");
+      const onFile = ax(["broker", "config", "--config", file, "--out", aFile]);
+      expect(onFile.code).toBe(2);
+      expect(onFile.stderr).toBe(
+        `ax: AX_CLI_USAGE: broker config: --out DIR: ${aFile} is a file, not a folder\n`,
+      );
     } finally {
       cleanup();
     }
