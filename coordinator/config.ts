@@ -275,7 +275,7 @@ export const coordinatorConfigSchema = z
           .default("ax.sqlite")
           .meta(
             doc(
-              "The SQLite file of the store. Created by `ax coordinator start`; the commands that only read it (`ax bundle fleet`, `ax broker config`) refuse a missing one.",
+              "The SQLite file of the store. Created by `ax coordinator start` (or `ax store migrate`); the commands that only read it (`ax bundle fleet`, `ax broker config`) refuse a missing one.",
             ),
           ),
         url: z
@@ -387,7 +387,7 @@ export const coordinatorConfigSchema = z
           .meta(
             doc(
               "The coordinator's MQTT client id. It is fixed across restarts so that the broker keeps the coordinator's session (`clean: false`) and queues what agents report while it is down. Each coordinator on one broker needs its own.",
-              "`ax-c-` and 16 hex digits derived from the prefix and the store's path",
+              "`ax-c-` and 16 hex digits derived from the prefix and the store's path (on a PostgreSQL store, its URL, the host name and `http.port`)",
             ),
           ),
         persistentSession: z
