@@ -314,6 +314,7 @@ export class Coordinator {
           log(
             "error",
             `taking revoked agent ${identity.agentId} offline failed: ${(err as Error).message}`,
+            { agentId: identity.agentId },
           );
         });
       }

@@ -187,6 +187,7 @@ async function perform(
           .catch((err: unknown) =>
             ctx.log("warn", `dispatch to ${agentId} not published: ${(err as Error).message}`, {
               executionId: exec.id,
+              agentId,
             }),
           );
       } else if (effect.type === "send_cancel" && exec.agentId) {
@@ -204,6 +205,7 @@ async function perform(
           .catch((err: unknown) =>
             ctx.log("warn", `cancel to ${agentId} not published: ${(err as Error).message}`, {
               executionId: exec.id,
+              agentId,
             }),
           );
       } else if (effect.type === "terminal") {
