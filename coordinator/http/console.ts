@@ -1,6 +1,7 @@
 import { readFileSync } from "node:fs";
 import type { IncomingMessage, ServerResponse } from "node:http";
 import { pathToFileURL } from "node:url";
+import { AxError } from "../../shared/errors.js";
 import { packageFile } from "../package-files.js";
 import type { RawRoute } from "./route.js";
 
@@ -48,9 +49,8 @@ export const consoleAssetsRoute: RawRoute = {
     const name = params["*"] ?? "";
     const type = TYPES[name];
     if (type === undefined) {
-      res.writeHead(404, { "content-type": "text/plain; charset=utf-8" });
-      res.end("not found\n");
-      return;
+      // Answered as every API error is (errors.md): 404 with the JSON error body.
+      throw new AxError("AX_API_NOT_FOUND", `no console asset "${name}"; see /api/openapi.json`);
     }
     send(res, file(name, type));
   },

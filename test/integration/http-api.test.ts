@@ -139,7 +139,7 @@ describe("HTTP API", () => {
         /^text\/css/,
       );
       expect((await get("/assets/../../package.json", null)).status).toBe(404);
-      expect((await get("/assets/nope.js", null)).status).toBe(404);
+      expectError(await get("/assets/nope.js", null), 404, "AX_API_NOT_FOUND");
     });
   });
 
