@@ -238,7 +238,7 @@ describe("ax bundle verify checks the signature", () => {
       expect.stringMatching(/^agent\.env: \d+ bytes, the manifest says \d+$/),
       expect.stringMatching(/^agent\.env: sha256 /),
     ]);
-     // A signed build whose manifest.sig was taken away is not a development build.
+    // A signed build whose manifest.sig was taken away is not a development build.
     const stripped = join(tmp.dir, "stripped-copy");
     cpSync(made.dir, stripped, { recursive: true });
     unlinkSync(join(stripped, "manifest.sig"));

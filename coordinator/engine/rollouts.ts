@@ -228,8 +228,7 @@ export class RolloutEngine {
     for (const a of matching) if (reached.has(a.agentId)) reachedMatching++;
     // Completed: every matching agent reached and done, or its end passed with nothing open.
     // One that matches no agent yet waits for one (or its end, or an abort).
-    const allReached =
-      r.wave >= last && matching.length > 0 && reachedMatching === matching.length;
+    const allReached = r.wave >= last && matching.length > 0 && reachedMatching === matching.length;
     if (t.open === 0 && (allReached || ended)) {
       const why = ended
         ? `${endAt === window ? "its start window" : "its end"} passed: ${t.reached} of ${matching.length} matching agents reached`

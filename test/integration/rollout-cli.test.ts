@@ -370,7 +370,7 @@ describe("ax rollout", () => {
   it("is in ax help", async () => {
     const help = await ax(["rollout", "--help"]);
     expect(help.code).toBe(0);
-    expect(help.stdout).toContain("ax rollout create --handler H");
+    expect(help.stdout).toContain("ax rollout create (--handler H | --bundle SHA256)");
     expect(help.stdout).toContain("ax rollout pause | abort ID [--reason TEXT]");
   });
 });

@@ -414,7 +414,13 @@ describe("authenticated messages: forgeries and replays are refused", () => {
     // A sealed event that does not decode is an invalid message, not a refused forgery.
     const m = invalids.length;
     const r = refusals.length;
-    const bad = JSON.stringify({ v: 2, type: "event", msgId: newId(), sentAt: Date.now(), from: B });
+    const bad = JSON.stringify({
+      v: 2,
+      type: "event",
+      msgId: newId(),
+      sentAt: Date.now(),
+      from: B,
+    });
     await publish(t, seal(bad, t, keyOf("B"), 1, Date.now()));
     await waitFor("the invalid event", () => (invalids.length > m ? true : undefined));
     expect(invalids.slice(m).map((e) => e.code)).toEqual(["AX_PROTO_BAD_VERSION"]);
