@@ -69,7 +69,8 @@ Operating a running coordinator (its HTTP API):
                [--params JSON] [--at T] [--deadline T] [--timeout D] [--priority N]
                                         a device command (T: ISO time, UTC ms or +10s)
   ax rollout create (--handler H | --bundle SHA256) [--tag K=V ...] [--agent ID ...]
-               [--profile P] [--agent-version V] [--params JSON] [--at T] [--start-within D] [--timeout D]
+               [--profile P] [--agent-version V] [--params JSON] [--at T]
+               [--start-within D] [--timeout D]
                [--rate N/min | --rate exp:BASE,FACTOR,STEP[,MAX]] [--waves P%[:SOAK],...]
                [--abort-threshold PCT [--abort-min N] [--abort-on S,S]] [--ends-at T]
                [--paused] [--id ID] [--description TEXT]
@@ -125,10 +126,35 @@ function version(): string {
   return packageJson().version;
 }
 
-/** True when `--help` or `-h` is among the arguments (before a `--`). */
+/** The flags of every command that take no value: any other `--name` takes the next word. */
+const BOOLEAN_FLAGS: ReadonlySet<string> = new Set([
+  "all",
+  "allow-unsigned",
+  "force",
+  "help",
+  "json",
+  "paused",
+  "queue",
+  "require-client-cert",
+  "rotate",
+  "unsigned",
+  "version",
+]);
+
+/**
+ * True when `--help` or `-h` is among the arguments (before a `--`) where a flag stands: not as
+ * the value of a flag before it (`--search -h`), since a value may start with a single dash.
+ */
 function asksForHelp(argv: string[]): boolean {
-  const end = argv.indexOf("--");
-  return (end === -1 ? argv : argv.slice(0, end)).some((a) => a === "--help" || a === "-h");
+  for (let i = 0; i < argv.length; i++) {
+    const a = argv[i] as string;
+    if (a === "--") return false;
+    if (a === "--help" || a === "-h") return true;
+    const next = argv[i + 1];
+    const takesValue = a.startsWith("--") && !a.includes("=") && !BOOLEAN_FLAGS.has(a.slice(2));
+    if (takesValue && next !== undefined && !next.startsWith("--")) i++;
+  }
+  return false;
 }
 
 /**

@@ -90,6 +90,11 @@ describe("ax exit codes", () => {
     ],
     [["agent", "start"], "agent start: --config FILE is required"],
     [["fleet", "list", "--tag", "site=n,bad"], 'fleet list: --tag must be KEY=VALUE, got "bad"'],
+    // -h as a flag's value is the value, not a request for help.
+    [
+      ["job", "preview", "--trigger", "-h"],
+      "job preview: --trigger: not valid JSON at column 2: No number after minus sign",
+    ],
   ])("exits 2 for the usage error %j, word for word", (args, message) => {
     expect(ax(args)).toEqual({ code: 2, stdout: "", stderr: `ax: AX_CLI_USAGE: ${message}\n` });
   });
