@@ -167,30 +167,41 @@ describe("coordinator: control and leases", () => {
   }, 30_000);
 
   it("fires a job after another ends in a listed state, with its outcome in params", async () => {
-    await coordinator.putJob({
-      id: "step-a",
-      handler: "echo",
-      params: { n: 1 },
-      trigger: { type: "manual" },
-    });
-    await coordinator.putJob({
-      id: "step-b",
-      handler: "echo",
-      trigger: { type: "after", job: "step-a", states: ["SUCCEEDED"] },
-    });
-    const a = await coordinator.triggerJob("step-a");
-    await ended(a);
-    const [b] = await waitFor("step-b to fire", async () => {
-      const list = await coordinator.store.listExecutions({ jobId: "step-b" });
-      return list.length > 0 ? list : undefined;
-    });
-    const done = await ended(b?.id ?? "");
-    expect(done.state).toBe("SUCCEEDED");
-    expect(done.result).toEqual({
+    /**
+     * Defines `source` (run by hand) and `follower` (after it, in `state`), runs the source and
+     * waits for the follower's end: the source's execution id and the follower's result.
+     */
+    const follow = async (
+      source: { id: string; handler: string; params: Record<string, unknown> },
+      follower: string,
+      state: "SUCCEEDED" | "FAILED",
+    ) => {
+      await coordinator.putJob({ ...source, trigger: { type: "manual" } });
+      await coordinator.putJob({
+        id: follower,
+        handler: "echo",
+        trigger: { type: "after", job: source.id, states: [state] },
+      });
+      const sourceExec = await coordinator.triggerJob(source.id);
+      await ended(sourceExec);
+      const [exec] = await waitFor(`${follower} to fire`, async () => {
+        const list = await coordinator.store.listExecutions({ jobId: follower });
+        return list.length > 0 ? list : undefined;
+      });
+      const done = await ended(exec?.id ?? "");
+      expect(done.state).toBe("SUCCEEDED");
+      return { sourceExec, result: done.result };
+    };
+    const a = await follow(
+      { id: "step-a", handler: "echo", params: { n: 1 } },
+      "step-b",
+      "SUCCEEDED",
+    );
+    expect(a.result).toEqual({
       echo: {
         after: {
           jobId: "step-a",
-          executionId: a,
+          executionId: a.sourceExec,
           state: "SUCCEEDED",
           result: { echo: { n: 1 } },
           message: "ok",
@@ -198,26 +209,20 @@ describe("coordinator: control and leases", () => {
       },
     });
     // An execution that ended without a result still gives both keys, null.
-    await coordinator.putJob({
-      id: "step-f",
-      handler: "fail",
-      params: { message: "boom" },
-      trigger: { type: "manual" },
-    });
-    await coordinator.putJob({
-      id: "step-g",
-      handler: "echo",
-      trigger: { type: "after", job: "step-f", states: ["FAILED"] },
-    });
-    const f = await coordinator.triggerJob("step-f");
-    await ended(f);
-    const [g] = await waitFor("step-g to fire", async () => {
-      const list = await coordinator.store.listExecutions({ jobId: "step-g" });
-      return list.length > 0 ? list : undefined;
-    });
-    expect((await ended(g?.id ?? "")).result).toEqual({
+    const f = await follow(
+      { id: "step-f", handler: "fail", params: { message: "boom" } },
+      "step-g",
+      "FAILED",
+    );
+    expect(f.result).toEqual({
       echo: {
-        after: { jobId: "step-f", executionId: f, state: "FAILED", result: null, message: "boom" },
+        after: {
+          jobId: "step-f",
+          executionId: f.sourceExec,
+          state: "FAILED",
+          result: null,
+          message: "boom",
+        },
       },
     });
     await expect(
