@@ -80,7 +80,15 @@ const STATUS: Partial<Record<ErrorCode, number>> = {
   AX_API_UNSUPPORTED_MEDIA_TYPE: 415,
   // 421 Misdirected Request (RFC 9110 §15.5.20): this server does not answer for that name.
   AX_API_HOST_REFUSED: 421,
+  // The store refused for now (PostgreSQL kept failing the transaction with a retryable error, or
+  // this coordinator's membership lapsed and it is stepping down): nothing was written, and the
+  // same request may succeed in a moment, here or at another coordinator.
+  AX_STORE_BUSY: 503,
+  AX_STORE_FENCED: 503,
 };
+
+/** Seconds a client is asked to wait (`Retry-After`) before repeating a request answered 503. */
+const RETRY_AFTER_S = 1;
 
 /**
  * The routes every server has: the API, its OpenAPI document (of `all()`, the routes served),
@@ -192,7 +200,9 @@ export async function startHttpServer(
   const server = createServer((req, res) => {
     handle(req, res, state).catch((err: unknown) => {
       const status = isAxError(err) ? (STATUS[err.code] ?? 500) : 500;
-      if (status >= 500) {
+      if (status === 503) {
+        log("warn", `http ${req.method} ${req.url}: ${(err as Error).message}`);
+      } else if (status >= 500) {
         log("error", `http ${req.method} ${req.url}: ${(err as Error).stack ?? String(err)}`);
       }
       if (res.headersSent) {
@@ -436,6 +446,7 @@ function sendError(
     : undefined;
   for (const [k, v] of Object.entries(headers)) res.setHeader(k, v);
   if (status === 401) res.setHeader("www-authenticate", 'Bearer realm="ax"');
+  if (status === 503) res.setHeader("retry-after", String(RETRY_AFTER_S));
   send(
     res,
     status,

@@ -1,6 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { Coordinator } from "../../coordinator/coordinator.js";
-import type { AnyRoute } from "../../coordinator/http/route.js";
+import { type AnyRoute, apiRoute } from "../../coordinator/http/route.js";
 import {
   errorSchema,
   executionDetailSchema,
@@ -12,6 +12,7 @@ import {
   readinessSchema,
 } from "../../coordinator/http/schemas.js";
 import { builtinRoutes, type HttpServer, startHttpServer } from "../../coordinator/http/server.js";
+import { AxError } from "../../shared/errors.js";
 import { startTestCoordinator, type TestBroker, tempDir, testBroker } from "../helpers/env.js";
 import { type Answer, call, errorOf } from "../helpers/http.js";
 
@@ -114,6 +115,46 @@ describe("HTTP API", () => {
         expect(r.body).toEqual({ times: [1000, 2000] });
       } finally {
         await open.close();
+      }
+    });
+
+    it("answers a store that refuses for now 503 with Retry-After, and logs it as a warning", async () => {
+      const logged: [string, string][] = [];
+      const refusing = (code: "AX_STORE_BUSY" | "AX_STORE_FENCED", path: string): AnyRoute =>
+        apiRoute({
+          method: "POST",
+          path,
+          role: "operator",
+          operationId: `test${code}`,
+          summary: "a write the store refuses",
+          tag: "test",
+          success: { status: 200, description: "never" },
+          handle: async () => {
+            throw new AxError(code, `${code} from the store`);
+          },
+        });
+      const server = await startHttpServer(coordinator, {
+        port: 0,
+        auth: { tokens: [{ token: OPERATE, role: "operator" }] },
+        routes: [
+          refusing("AX_STORE_BUSY", "/test/busy"),
+          refusing("AX_STORE_FENCED", "/test/fenced"),
+        ],
+        log: (level, message) => logged.push([level, message]),
+      });
+      try {
+        for (const [path, code] of [
+          ["/test/busy", "AX_STORE_BUSY"],
+          ["/test/fenced", "AX_STORE_FENCED"],
+        ] as const) {
+          const r = await call(server.url, "POST", path, { token: OPERATE, body: {} });
+          expectError(r, 503, code);
+          expect(r.headers.get("retry-after")).toBe("1");
+        }
+        const about = logged.filter(([, m]) => m.includes("/test/"));
+        expect(about.map(([level]) => level)).toEqual(["warn", "warn"]);
+      } finally {
+        await server.close();
       }
     });
 
