@@ -14,8 +14,8 @@ interface Compiled {
 }
 
 /**
- * Matches request paths to routes: `{name}` matches one segment, a last segment `*` the rest (a
- * static folder). Literal segments win over parameters when both match, whatever the order.
+ * Matches request paths to routes: `{name}` matches one segment that is not empty, a last
+ * segment `*` the rest (a static folder). Literal segments win over parameters when both match, whatever the order.
  */
 export class Router {
   private readonly compiled: Compiled[];
@@ -47,6 +47,9 @@ export class Router {
         if (name === undefined) {
           ok = seg === part;
           literals++;
+        } else if (part === "") {
+          // `/api/jobs/` names no job: a parameter is never empty, so the path is not a route's.
+          ok = false;
         } else {
           const value = decode(part);
           if (value === undefined) return undefined;

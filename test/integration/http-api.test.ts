@@ -161,6 +161,9 @@ describe("HTTP API", () => {
     it("answers 404 for an unknown path and 405 with Allow for a wrong method", async () => {
       expectError(await get("/api/nothing"), 404, "AX_API_NOT_FOUND");
       expectError(await get("/api"), 404, "AX_API_NOT_FOUND");
+      // An empty segment is no id: not a request for the job "" (which would be a 400).
+      expectError(await get("/api/jobs/"), 404, "AX_API_NOT_FOUND");
+      expectError(await post("/api/executions//cancel", {}, OPERATE), 404, "AX_API_NOT_FOUND");
       const wrong = await del("/api/executions");
       expectError(wrong, 405, "AX_API_METHOD_NOT_ALLOWED");
       expect(wrong.headers.get("allow")).toBe("GET");
