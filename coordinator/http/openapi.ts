@@ -90,6 +90,7 @@ export function openApiDocument(routes: readonly AnyRoute[], version: string): J
         content: { [route.contentType]: { schema: { type: "string" } } },
       };
       for (const s of route.errors ?? []) responses[String(s)] = errorResponse(s);
+      if (route.noQuery) responses["400"] ??= errorResponse(400);
     } else {
       if (route.description) op.description = route.description;
       const params = [...parameters("path", route.params), ...parameters("query", route.query)];

@@ -87,6 +87,12 @@ export interface RawRoute {
   /** The Content-Type of a successful answer, for the OpenAPI document. */
   contentType: string;
   /**
+   * The route takes no query string: a request with any query parameter is refused
+   * (AX_API_INVALID_REQUEST), as the JSON routes refuse unknown ones. Pages and files a browser
+   * loads leave it unset, so that a cache-buster (`app.js?v=2`) still loads them. @default false
+   */
+  noQuery?: boolean;
+  /**
    * A body that is not JSON: the Content-Types taken (instead of application/json) and the most
    * bytes read ({@link RawRouteContext.readBody}).
    */

@@ -113,6 +113,7 @@ export function builtinRoutes(all: () => readonly AnyRoute[]): AnyRoute[] {
       summary: "This API's OpenAPI 3.1 document",
       tag: "meta",
       contentType: "application/json",
+      noQuery: true,
       handle: (_req, res) => {
         document ??= JSON.stringify(openApiDocument(all(), VERSION));
         send(res, 200, document);
@@ -127,6 +128,7 @@ export function builtinRoutes(all: () => readonly AnyRoute[]): AnyRoute[] {
       summary: "Prometheus metrics",
       tag: "meta",
       contentType: "text/plain",
+      noQuery: true,
       handle: async (_req, res, { coordinator }) => {
         const text = await coordinator.metrics.render();
         res.writeHead(200, { "content-type": coordinator.metrics.contentType });
@@ -294,6 +296,7 @@ async function handle(req: IncomingMessage, res: ServerResponse, s: ServerState)
       ? route.authenticate?.(header, { coordinator: s.coordinator, params })
       : undefined) ?? authorize(s.auth, header, route.role);
   if (route.kind === "raw") {
+    if (route.noQuery) refuseIssues(checked("query", NOTHING, queryObject(url.searchParams)));
     const maxBytes = route.body?.maxBytes ?? s.maxBodyBytes;
     await route.handle(req, res, {
       coordinator: s.coordinator,
@@ -336,15 +339,7 @@ async function handle(req: IncomingMessage, res: ServerResponse, s: ServerState)
       }
     }
   }
-  if (issues.length > 0) {
-    throw new AxError(
-      "AX_API_INVALID_REQUEST",
-      `invalid request\n${issues.map((i) => `${i.path}: ${i.message}`).join("\n")}`,
-      {
-        context: { issues },
-      },
-    );
-  }
+  refuseIssues(issues);
   const result = await route.handle({
     ...input,
     headers: req.headers,
@@ -365,6 +360,23 @@ interface Issue {
 
 /** What a route without a query or body schema takes: nothing (every key is unknown). */
 const NOTHING = z.object({}).strict();
+
+/** Refuses a request whose validation found issues, listing each with its path. */
+function refuseIssues(issues: readonly Issue[]): void {
+  if (issues.length === 0) return;
+  throw new AxError(
+    "AX_API_INVALID_REQUEST",
+    `invalid request\n${issues.map((i) => `${i.path}: ${i.message}`).join("\n")}`,
+    { context: { issues } },
+  );
+}
+
+/** The issues of one part of a request, each with its path under `where`. */
+function checked(where: "params" | "query" | "body", schema: z.ZodType, value: unknown): Issue[] {
+  const issues: Issue[] = [];
+  check(where, schema, value, issues);
+  return issues;
+}
 
 /** Validates one part of a request; its issues are added with their path under `where`. */
 function check(

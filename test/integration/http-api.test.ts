@@ -118,6 +118,26 @@ describe("HTTP API", () => {
       }
     });
 
+    it("refuses a query string on the routes that take none, and lets a browser's pass", async () => {
+      const metrics = expectError(
+        await get("/metrics?format=json", READ),
+        400,
+        "AX_API_INVALID_REQUEST",
+      );
+      expect(metrics.paths).toEqual(["query"]);
+      expect(metrics.message).toContain('Unrecognized key: "format"');
+      expectError(await get("/api/openapi.json?v=1", null), 400, "AX_API_INVALID_REQUEST");
+      expectError(
+        await get(`/api/bundles/${"0".repeat(64)}/archive?from=0`, READ),
+        400,
+        "AX_API_INVALID_REQUEST",
+      );
+      // The console's page and files load with a cache-buster.
+      expect((await get("/?v=2", null)).status).toBe(200);
+      expect((await get("/assets/app.js?v=2", null)).status).toBe(200);
+      expect((await get("/metrics", READ)).status).toBe(200);
+    });
+
     it("answers a store that refuses for now 503 with Retry-After, and logs it as a warning", async () => {
       const logged: [string, string][] = [];
       const refusing = (code: "AX_STORE_BUSY" | "AX_STORE_FENCED", path: string): AnyRoute =>

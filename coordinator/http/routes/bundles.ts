@@ -99,6 +99,7 @@ const publish: RawRoute = {
     "(its sha256) is already published.",
   tag: "bundles",
   contentType: "application/json",
+  noQuery: true,
   body: {
     contentTypes: BUNDLE_CONTENT_TYPES,
     maxBytes: MAX_BUNDLE_BYTES,
@@ -127,6 +128,7 @@ const archive: RawRoute = {
     `an agent with Authorization: ${BUNDLE_AUTH_SCHEME} <agentId> <kid>.<at>.<tag> (docs/api.md).`,
   tag: "bundles",
   contentType: "application/gzip",
+  noQuery: true,
   errors: [400, 404, 416],
   authenticate: (header, { coordinator, params }) => {
     if (header === undefined || !/^AX-Agent\s/i.test(header)) return undefined;
