@@ -52,6 +52,11 @@ describe("coordinator config: unknown keys", () => {
     ]);
   });
 
+  it("says a missing key is required, and of what type, without zod's wording", () => {
+    expect(problems({})).toEqual(["mqtt: is required (object)"]);
+    expect(problems({ mqtt: {} })).toEqual(["mqtt.url: is required (string)"]);
+  });
+
   it("offers nothing for a key far from every known one", () => {
     expect(problems({ ...base, colour: "red" })).toEqual(["colour: unknown key"]);
   });

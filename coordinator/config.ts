@@ -1,3 +1,4 @@
+import "./domain/zod-messages.js";
 import { existsSync, readFileSync } from "node:fs";
 import { dirname, isAbsolute, join, resolve } from "node:path";
 import { z } from "zod";

@@ -36,8 +36,8 @@ describe("parseJobFile: the shapes of ax job add and the jobsFile", () => {
     expect(axFailure(() => parseJobFile([job("a"), { handler: "echo" }], "j.json"))).toBe(
       [
         "AX_JOB_INVALID: j.json: invalid job definitions",
-        "[1].id: Invalid input: expected string, received undefined",
-        "[1].trigger: Invalid input: expected object, received undefined",
+        "[1].id: is required (string)",
+        "[1].trigger: is required (object)",
       ].join("\n"),
     );
   });

@@ -240,7 +240,7 @@ describe("ax bundle verify", () => {
     cpSync(b.dir, noManifest, { recursive: true });
     writeFileSync(join(noManifest, "manifest.json"), '{"format":1,"files":{}}');
     expect(verifyBundle(noManifest, { trusted }).problems).toContain(
-      "manifest.json: profile: Invalid input: expected object, received undefined",
+      "manifest.json: profile: is required (object)",
     );
   });
 });

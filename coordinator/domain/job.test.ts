@@ -326,7 +326,7 @@ describe("jobDefinitionSchema", () => {
     {
       name: "missing handler",
       input: { id: "j1", trigger: base.trigger },
-      issues: "handler: Invalid input: expected string, received undefined",
+      issues: "handler: is required (string)",
     },
     {
       name: "bad handler name",
@@ -737,7 +737,7 @@ describe("jobDefinitionSchema", () => {
     {
       name: "event without a name",
       input: { ...base, trigger: { type: "event" } },
-      issues: "trigger.name: Invalid input: expected string, received undefined",
+      issues: "trigger.name: is required (string)",
     },
     {
       name: "event name with a topic wildcard",
@@ -752,7 +752,7 @@ describe("jobDefinitionSchema", () => {
     {
       name: "after without a job",
       input: { ...base, trigger: { type: "after" } },
-      issues: "trigger.job: Invalid input: expected string, received undefined",
+      issues: "trigger.job: is required (string)",
     },
     {
       name: "after a job id starting with $",

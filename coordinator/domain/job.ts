@@ -1,3 +1,4 @@
+import "./zod-messages.js";
 import { z } from "zod";
 import { TERMINAL_STATE_NAMES } from "../../shared/fsm.js";
 import { HANDLER_NAME_PATTERN, ID_PATTERN } from "../../shared/ids.js";
