@@ -1,5 +1,7 @@
 import { createServer, type Server } from "node:net";
 import { Aedes, type AedesOptions, type Client } from "aedes";
+import { LogThrottle } from "../domain/log-throttle.js";
+import type { Logger } from "../engine/context.js";
 import { coalesceWrites } from "../link/coalesce.js";
 import type { IdentityRecord } from "../store/port.js";
 import type { BrokerLogin, BrokerLogins, LoginRefusal } from "./logins.js";
@@ -39,6 +41,11 @@ export interface EmbeddedBrokerAuth {
 export interface EmbeddedBrokerOptions {
   /** Refuse unknown logins and enforce `rules.ts`. @default none: the broker is open to all */
   auth?: EmbeddedBrokerAuth;
+  /**
+   * Where refused logins, publishes and subscribes are told (`warn`), as Mosquitto logs them:
+   * once per client and reason a minute, so a client retrying cannot flood the log. @default none
+   */
+  log?: Logger;
 }
 
 /** CONNACK return codes of MQTT 3.1.1 (§3.2.2.3). */
@@ -60,8 +67,23 @@ function refused(code: number, message: string): Error & { returnCode: number } 
 function authHooks(
   auth: EmbeddedBrokerAuth,
   logins: WeakMap<Client, BrokerLogin>,
+  log: Logger,
 ): Pick<AedesOptions, "preConnect" | "authenticate" | "authorizePublish" | "authorizeSubscribe"> {
   const wills = new WeakMap<Client, string>();
+  const throttle = new LogThrottle();
+  // What a client sent is quoted as JSON in the message: a client id or topic cannot start a line.
+  const tell = (client: Client | null, what: string, reason: string, fields: object) => {
+    const clientId = client?.id ?? null;
+    if (!throttle.allow(`${clientId}\u0000${what}\u0000${reason}`, Date.now())) return;
+    const remote = (client as unknown as { conn?: { remoteAddress?: string } } | null)?.conn
+      ?.remoteAddress;
+    log("warn", `broker: refused ${what} of client ${JSON.stringify(clientId)}: ${reason}`, {
+      clientId,
+      ...(remote === undefined ? {} : { remote }),
+      reason,
+      ...fields,
+    });
+  };
   return {
     preConnect(client, packet, done) {
       if (packet.will) wills.set(client, packet.will.topic);
@@ -75,6 +97,7 @@ function authHooks(
       }
       const r = from.check(username, password, client.id);
       if (!r.ok) {
+        tell(client, "login", r.refusal, { username: username ?? null });
         done(refused(CONNACK[r.refusal], r.refusal), false);
         return;
       }
@@ -83,6 +106,7 @@ function authHooks(
       // than left to be dropped silently later.
       const will = wills.get(client);
       if (will !== undefined && !mayPublish(r.login.user, will, auth.prefix)) {
+        tell(client, "login", "will-topic", { username: username ?? null, topic: will });
         done(refused(5, `will on ${will} not allowed`), false);
         return;
       }
@@ -93,15 +117,24 @@ function authHooks(
       // aedes also asks for wills it finds of clients no longer here (client null): refused, as
       // no login vouches for them.
       const login = client === null ? undefined : logins.get(client);
-      if (login !== undefined && mayPublish(login.user, packet.topic, auth.prefix)) done(null);
-      else done(new Error(`publish on ${packet.topic} not allowed`));
+      if (login !== undefined && mayPublish(login.user, packet.topic, auth.prefix)) {
+        done(null);
+        return;
+      }
+      // A will of a client long gone (client null) is no one's attempt: not told.
+      if (client !== null) tell(client, "publish", "not-allowed", { topic: packet.topic });
+      done(new Error(`publish on ${packet.topic} not allowed`));
     },
     authorizeSubscribe(client, sub, done) {
       const login = logins.get(client);
       // (null, null) refuses this one filter with granted QoS 0x80 in the SUBACK
       // [MQTT-3.9.3-2]; an error would drop the whole connection.
-      if (login !== undefined && maySubscribe(login.user, sub.topic, auth.prefix)) done(null, sub);
-      else done(null, null);
+      if (login !== undefined && maySubscribe(login.user, sub.topic, auth.prefix)) {
+        done(null, sub);
+        return;
+      }
+      tell(client, "subscribe", "not-allowed", { topic: sub.topic });
+      done(null, null);
     },
   };
 }
@@ -125,7 +158,7 @@ export async function startEmbeddedBroker(
 ): Promise<EmbeddedBroker> {
   const logins = new WeakMap<Client, BrokerLogin>();
   const broker = await Aedes.createBroker(
-    options.auth === undefined ? {} : authHooks(options.auth, logins),
+    options.auth === undefined ? {} : authHooks(options.auth, logins, options.log ?? (() => {})),
   );
   const connected = new Set<Client>();
   // Rule 10 applies to the broker too: without TCP_NODELAY its small writes (a welcome, a time

@@ -46,15 +46,15 @@ export async function runDemo(argv: string[]): Promise<number> {
     // The broker enforces who may publish where, as Mosquitto with `ax broker config` does: the
     // coordinator and the enrolled agents log in with their derived passwords, no one else can.
     let logins: BrokerLogins | undefined;
-    broker = await startEmbeddedBroker(0, { auth: { prefix: "ax", logins: () => logins } });
+    // The broker's refusals go to the coordinator's log, as a production broker's to its own.
+    const log = jsonLogger({ file: join(dir, "coordinator.log") });
+    broker = await startEmbeddedBroker(0, { auth: { prefix: "ax", logins: () => logins }, log });
     const config = parseCoordinatorConfig({
       store: { path: join(dir, "ax.sqlite") },
       mqtt: { url: broker.url },
       heartbeatMs: 1000,
     });
-    coordinator = new Coordinator(config, {
-      log: jsonLogger({ file: join(dir, "coordinator.log") }),
-    });
+    coordinator = new Coordinator(config, { log });
     logins = identityLogins(
       coordinator.identities,
       requireLogin(coordinatorMqttLogin(config, coordinator.secrets)),

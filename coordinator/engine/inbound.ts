@@ -8,6 +8,7 @@ import type {
   Report,
   UpMessage,
 } from "../../shared/protocol/index.js";
+import { LogThrottle } from "../domain/log-throttle.js";
 import type { Refusal } from "../link/auth.js";
 import { MAX_INBOUND_BACKLOG } from "../link/mqtt-link.js";
 import type { EngineContext } from "./context.js";
@@ -68,8 +69,8 @@ export class Inbound {
   private readonly replayAskedAt = new Map<string, number>();
   /** Agents heard from (a heartbeat) since the link last came up. */
   private readonly heardSinceUp = new Set<string>();
-  /** When each refused source and reason was last logged. */
-  private readonly refusalLogged = new Map<string, number>();
+  /** Refusals logged: once per source and reason a minute. */
+  private readonly refusalLogged = new LogThrottle();
   /** When each agent was last sent a clock sample for a stale message. */
   private readonly resyncAt = new Map<string, number>();
 
@@ -239,11 +240,7 @@ export class Inbound {
       message: error.message,
       at,
     });
-    const key = `${error.source}\u0000${error.code}`;
-    const last = this.refusalLogged.get(key);
-    if (last === undefined || at - last >= 60_000) {
-      if (this.refusalLogged.size >= 10_000) this.refusalLogged.clear();
-      this.refusalLogged.set(key, at);
+    if (this.refusalLogged.allow(`${error.source}\u0000${error.code}`, at)) {
       this.ctx.log("warn", `refused message on ${topic}: ${error.code}: ${error.message}`, {
         topic,
         code: error.code,

@@ -342,3 +342,56 @@ describe.each(backends)("broker security: $name", ({ start, embedded, skip }) =>
     expect(a.connected).toBe(true);
   });
 });
+
+describe("embedded broker: its refusals are logged, once per client and reason a minute", () => {
+  it("tells a wrong password, a publish and a subscribe out of bounds, each naming the client", async () => {
+    const tmp = tempDir("ax-broker-log-");
+    const f = await fleet(tmp.dir);
+    const lines: { level: string; message: string; fields: Record<string, unknown> }[] = [];
+    const broker = await startEmbeddedBroker(0, {
+      auth: { prefix: PREFIX, logins: () => identityLogins(f.identities, f.coordinator) },
+      log: (level, message, fields = {}) => lines.push({ level, message, fields }),
+    });
+    const opened: MqttClient[] = [];
+    try {
+      const base = { reconnectPeriod: 0, connectTimeout: 5_000, protocolVersion: 4 } as const;
+      // Twice the same wrong password: one line.
+      for (let i = 0; i < 2; i++) {
+        await expect(
+          mqtt.connectAsync(broker.url, { ...base, clientId: "a", username: "a", password: "x" }),
+        ).rejects.toThrow();
+      }
+      const a = await mqtt.connectAsync(broker.url, {
+        ...base,
+        clientId: "a",
+        username: "a",
+        password: f.password("a"),
+      });
+      opened.push(a);
+      const refusedSub = await a.subscribeAsync(t.down("b"), { qos: 1 }).catch((e) => e);
+      expect(refusedSub).toBeInstanceOf(Error);
+      // A forbidden publish ends the connection; QoS 0 so nothing waits for an ack.
+      a.publish(t.up("b"), "{}", { qos: 0 });
+      await waitFor("the refusals to be logged", () => (lines.length >= 3 ? true : undefined));
+      expect(lines.map((l) => [l.level, l.fields.clientId, l.fields.reason])).toEqual([
+        ["warn", "a", "bad-credentials"],
+        ["warn", "a", "not-allowed"],
+        ["warn", "a", "not-allowed"],
+      ]);
+      expect(lines[0]?.message).toBe('broker: refused login of client "a": bad-credentials');
+      expect(lines[0]?.fields.username).toBe("a");
+      expect(lines[0]?.fields.remote).toMatch(/127\.0\.0\.1/);
+      expect(lines[1]?.fields).toMatchObject({ topic: t.down("b") });
+      expect(lines[1]?.message).toContain("refused subscribe");
+      expect(lines[2]?.fields).toMatchObject({ topic: t.up("b") });
+      expect(lines[2]?.message).toContain("refused publish");
+      // Nothing about a password was logged.
+      expect(JSON.stringify(lines)).not.toContain(f.password("a"));
+    } finally {
+      await Promise.all(opened.map((c) => c.endAsync(true)));
+      await broker.close();
+      await f.store.close();
+      tmp.cleanup();
+    }
+  });
+});
