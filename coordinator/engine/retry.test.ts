@@ -17,7 +17,11 @@ afterEach(async () => {
   for (const s of stores.splice(0)) await s.close();
 });
 
-function context(): { ctx: EngineContext; clock: FakeClock; store: SqliteStore } {
+function context(log: EngineContext["log"] = () => {}): {
+  ctx: EngineContext;
+  clock: FakeClock;
+  store: SqliteStore;
+} {
   const clock = new FakeClock({ wall: 1_900_000_000_000 });
   const store = new SqliteStore({ path: ":memory:", now: () => clock.wallNow() });
   stores.push(store);
@@ -30,7 +34,7 @@ function context(): { ctx: EngineContext; clock: FakeClock; store: SqliteStore }
       () => clock.wallNow(),
     ),
     clock,
-    log: () => {},
+    log,
     events: new EngineEventBus(),
   };
   return { ctx, clock, store };
@@ -97,5 +101,55 @@ describe("retry timing", () => {
     // Rounds rise across attempts and never restart (rule 2).
     const rounds = timeline.map((t) => t.round);
     expect([...rounds].sort((a, b) => a - b)).toEqual(rounds);
+  });
+});
+
+describe("a report the state machine does not allow", () => {
+  it("is dropped, counted and logged with AX_FSM_ILLEGAL_TRANSITION; a stale round without it", async () => {
+    const lines: { msg: string; fields: Record<string, unknown> | undefined }[] = [];
+    const { ctx, clock, store } = context((_level, msg, fields) => lines.push({ msg, fields }));
+    const now = clock.wallNow();
+    await store.createExecution(
+      {
+        id: "ex-i",
+        kind: "command",
+        jobId: null,
+        jobVersion: null,
+        handler: "echo",
+        params: {},
+        targetAgentId: "a1",
+        fireAt: now,
+        deadline: now + 3_600_000,
+        timeoutMs: 1000,
+        dispatchTimeoutMs: 5000,
+        maxAttempts: 1,
+        maxDispatches: 3,
+        priority: 0,
+        retryBaseMs: 1000,
+        retryCapMs: 3000,
+        createdAt: now,
+      },
+      now,
+    );
+    await applyEvent(ctx, "ex-i", { type: "dispatch" }, () => ({ agentId: "a1" }));
+    const round = (await store.getExecution("ex-i"))?.round ?? 0;
+    await applyEvent(ctx, "ex-i", { type: "started", round });
+    await applyEvent(ctx, "ex-i", {
+      type: "finished",
+      round,
+      outcome: "succeeded",
+      retryable: false,
+    });
+    // A second start of the same round, after it finished: illegal.
+    expect(await applyEvent(ctx, "ex-i", { type: "started", round })).not.toBe("applied");
+    // A report of an older round: fenced, not illegal.
+    await applyEvent(ctx, "ex-i", { type: "started", round: round - 1 });
+    expect((await store.getExecution("ex-i"))?.state).toBe("SUCCEEDED");
+    const counters = await store.counters();
+    expect(counters.illegal_transitions).toBe(1);
+    expect(counters.stale_reports).toBe(1);
+    const drops = lines.filter((l) => l.msg.startsWith("dropped "));
+    expect(drops.map((l) => l.fields?.code ?? null)).toEqual(["AX_FSM_ILLEGAL_TRANSITION", null]);
+    expect(drops[0]?.msg).toBe("dropped started: event started is not allowed in state SUCCEEDED");
   });
 });

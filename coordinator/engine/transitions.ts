@@ -123,7 +123,11 @@ export async function applyEvents(
         d.code === "stale_round" ? "stale_reports" : "illegal_transitions",
       );
       ctx.events.emit("dropped", { executionId, reason: d.message, at: now });
-      ctx.log("debug", `dropped ${d.event}: ${d.message}`, { executionId });
+      // An illegal one carries its code (docs/errors.md); a stale round is fencing at work.
+      ctx.log("debug", `dropped ${d.event}: ${d.message}`, {
+        executionId,
+        ...(d.code === "stale_round" ? {} : { code: "AX_FSM_ILLEGAL_TRANSITION" }),
+      });
     }
     for (const t of applied) {
       ctx.events.emit("transition", {
