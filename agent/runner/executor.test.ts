@@ -28,6 +28,8 @@ interface Harness {
   clock: FakeClock;
   ex: Executor;
   reports: ReportBody[];
+  /** What the executor logged. */
+  logs: { level: string; message: string; fields?: Record<string, unknown> }[];
   /** How many times the `count` handler ran, per executionId. */
   runs: Map<string, number>;
   /** The signal each `block` / `hang` run got, per executionId. */
@@ -59,6 +61,7 @@ function setup(
 ) {
   const clock = new FakeClock();
   const reports: ReportBody[] = [];
+  const logs: { level: string; message: string; fields?: Record<string, unknown> }[] = [];
   const runs = new Map<string, number>();
   const signals = new Map<string, AbortSignal>();
   const settlers = new Map<
@@ -119,13 +122,14 @@ function setup(
       const parsed = upMessageSchema.safeParse(message);
       if (!parsed.success) invalidReports.push({ message, issues: parsed.error.issues });
     },
-    log: () => {},
+    log: (level, message, fields) => logs.push({ level, message, ...(fields ? { fields } : {}) }),
   });
   executors.push(ex);
   const h: Harness = {
     clock,
     ex,
     reports,
+    logs,
     runs,
     signals,
     async release(id, outcome = {}) {
@@ -405,6 +409,13 @@ describe("Executor: expired and invalid dispatches (rules 5, 6)", () => {
       },
     ]);
     expect(h.ex.counts.open).toBe(0);
+    expect(h.logs).toEqual([
+      {
+        level: "warn",
+        message: 'rejected e1: no handler "nope" on this agent',
+        fields: { executionId: "e1", handler: "nope", code: "AX_HANDLER_UNKNOWN" },
+      },
+    ]);
   });
 
   it("rejects params that fail the handler's schema, naming the field", () => {
@@ -418,6 +429,11 @@ describe("Executor: expired and invalid dispatches (rules 5, 6)", () => {
     h.dispatch({ executionId: "e3", handler: "sleep", params: { ms: -1 } });
     expect(h.of("rejected", "e3")[0]?.message).toBe("params.ms: must be at least 0");
     expect(h.ex.counts.open).toBe(0);
+    expect(h.logs.map((l) => l.fields?.code)).toEqual([
+      "AX_HANDLER_PARAMS",
+      "AX_HANDLER_PARAMS",
+      "AX_HANDLER_PARAMS",
+    ]);
   });
 
   it("rejects with journal_full when maxPending executions are held", () => {

@@ -287,16 +287,26 @@ export class Executor {
       reject("shutting_down", "the agent is shutting down");
       return;
     }
+    // A dispatch this agent cannot run is the job's or the routing's fault: said in the log too,
+    // with its code (docs/errors.md), as well as in the report.
+    const refuse = (reason: "unknown_handler" | "invalid_params", message: string) => {
+      this.o.log("warn", `rejected ${id}: ${message}`, {
+        executionId: id,
+        handler: d.handler,
+        code: reason === "unknown_handler" ? "AX_HANDLER_UNKNOWN" : "AX_HANDLER_PARAMS",
+      });
+      reject(reason, message);
+    };
     const handler = this.o.handlers.get(d.handler);
     if (!handler) {
-      reject("unknown_handler", `no handler "${d.handler}" on this agent`);
+      refuse("unknown_handler", `no handler "${d.handler}" on this agent`);
       return;
     }
     const params = handler.params.safeParse(d.params, { error: describeIssue });
     if (!params.success) {
       const first = params.error.issues[0];
       const path = ["params", ...(first?.path.map(String) ?? [])].join(".");
-      reject("invalid_params", `${path}: ${first?.message ?? "invalid"}`);
+      refuse("invalid_params", `${path}: ${first?.message ?? "invalid"}`);
       return;
     }
     const full = this.o.journal.fullReason();
