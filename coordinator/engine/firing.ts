@@ -62,8 +62,11 @@ export class FiringLoop {
 
   /**
    * Fires a job's next nominal time now if it is already due (a job just resumed, whose next fire
-   * time passed while it was paused), by the same path and misfire policy as the wheel; then
-   * rescans. Resolves once the fire is recorded, so the job's next fire time is the one after now.
+   * time passed while it was paused), by the same path as the wheel; then rescans. Every nominal
+   * time up to now goes to the job's misfire policy, however little it was missed by: the
+   * threshold that lets a busy coordinator fire a time a few seconds late as on time is not for
+   * a pause, whose times would otherwise fire one by one whatever the policy. Resolves once the
+   * fire is recorded, so the job's next fire time is the one after now.
    */
   async fireIfDue(jobId: string): Promise<void> {
     const job = await this.ctx.store.getJob(jobId);
@@ -73,7 +76,7 @@ export class FiringLoop {
       job.nextFireAt !== null &&
       job.nextFireAt <= this.ctx.clock.wallNow()
     ) {
-      await this.fireAsync({ jobId, scheduledFor: job.nextFireAt });
+      await this.fireAsync({ jobId, scheduledFor: job.nextFireAt }, 0);
     }
     await this.scan();
   }
@@ -194,7 +197,10 @@ export class FiringLoop {
     return this.waiting.length - this.waitingHead;
   }
 
-  private async fireAsync(p: PlannedFire): Promise<void> {
+  private async fireAsync(
+    p: PlannedFire,
+    thresholdMs = this.ctx.config.misfireThresholdMs,
+  ): Promise<void> {
     const { store, clock, config } = this.ctx;
     const job = await store.getJob(p.jobId);
     if (!job || job.nextFireAt !== p.scheduledFor || job.paused) return;
@@ -209,7 +215,7 @@ export class FiringLoop {
         policy: def.misfire.policy,
         maxCatchUp: def.misfire.maxCatchUp,
         windowMs: def.misfire.windowMs,
-        thresholdMs: config.misfireThresholdMs,
+        thresholdMs,
         enumerateMax: 1000,
       },
     );

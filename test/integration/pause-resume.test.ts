@@ -98,6 +98,39 @@ describe("pause and resume", () => {
     },
   );
 
+  it.each([
+    ["SKIP", 0],
+    ["FIRE_ONCE", 1],
+    ["CATCH_UP", 3],
+  ] as const)(
+    "hands every time missed in a pause shorter than the misfire threshold to policy %s too",
+    async (policy, fired) => {
+      const id = `short-${policy.toLowerCase()}`;
+      // Half a second past a whole one, so that the pause below spans four of the job's times.
+      clock.advance(1_500 - (clock.wallNow() % 1_000));
+      await coordinator.settle();
+      await coordinator.putJob({
+        id,
+        handler: "echo",
+        trigger: { type: "every", every: "1s", anchor: 0 },
+        misfire: { policy, maxCatchUp: 3 },
+      });
+      await coordinator.pauseJob(id);
+      const missedBefore = (await coordinator.store.counters()).missed_fires ?? 0;
+      // Four nominal times pass, each less than the 5 s threshold ago at the resume.
+      clock.advance(4_300);
+      await coordinator.settle();
+      const resumedAt = clock.wallNow();
+      const resumed = await coordinator.resumeJob(id);
+      expect(resumed.nextFireAt).toBeGreaterThan(resumedAt);
+      const runs = await executions(id);
+      expect(runs).toHaveLength(fired);
+      for (const e of runs) expect(e.fireAt).toBe(resumedAt);
+      expect((await coordinator.store.counters()).missed_fires).toBe(missedBefore + 4 - fired);
+      await coordinator.deleteJob(id);
+    },
+  );
+
   it("keeps a paused job paused when its definition is stored again (a jobs file re-read)", async () => {
     const def = { id: "reloaded", handler: "echo", trigger: { type: "every", every: "1m" } };
     await coordinator.putJob(def, "jobs-file");
