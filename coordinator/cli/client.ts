@@ -2,6 +2,7 @@ import { type FlagSpecs, type FlagValues, parseFlags } from "../../shared/comman
 import { AxError, ERROR_CODES, type ErrorCode } from "../../shared/errors.js";
 import { parseJsonText } from "../../shared/json-text.js";
 import { parseDuration } from "../domain/duration.js";
+import { noZoneProblem, parseIsoInstant } from "../domain/instant.js";
 import { resolveToken, type TokenFlags } from "./token-source.js";
 
 /** Flags every command that talks to the coordinator takes. */
@@ -78,7 +79,11 @@ export function instantFlag(
     const d = parseDuration(v.slice(1));
     ms = d === undefined ? undefined : base + d;
   } else if (/^\d+(\.\d+)?$/.test(v)) ms = Number(v);
-  else if (/^\d{4}-\d{2}-\d{2}/.test(v)) ms = Date.parse(v);
+  else if (/^\d{4}-\d{2}-\d{2}/.test(v)) {
+    const noZone = noZoneProblem(v);
+    if (noZone !== undefined) throw new AxError("AX_CLI_USAGE", `${command}: --${name} ${noZone}`);
+    ms = parseIsoInstant(v);
+  }
   if (ms === undefined || !Number.isFinite(ms)) {
     throw new AxError(
       "AX_CLI_USAGE",

@@ -406,6 +406,18 @@ describe("jobDefinitionSchema", () => {
         'trigger.at: must be UTC milliseconds or an ISO 8601 time such as 2026-01-31T12:00:00Z (got "not a date")',
     },
     {
+      name: "at without a time zone",
+      input: { ...base, trigger: { type: "at", at: "2026-12-24T18:00:00" } },
+      issues:
+        'trigger.at: has no time zone: add Z for UTC or an offset such as +01:00 (got "2026-12-24T18:00:00")',
+    },
+    {
+      name: "at in a form that is not ISO 8601",
+      input: { ...base, trigger: { type: "at", at: "Dec 24 2026 18:00 GMT" } },
+      issues:
+        'trigger.at: must be UTC milliseconds or an ISO 8601 time such as 2026-01-31T12:00:00Z (got "Dec 24 2026 18:00 GMT")',
+    },
+    {
       name: "at before the epoch",
       input: { ...base, trigger: { type: "at", at: -1 } },
       issues:
@@ -862,5 +874,23 @@ describe("params bounds (a dispatch must be able to carry them)", () => {
     let deep: Record<string, unknown> = {};
     for (let i = 1; i < 30; i++) deep = { d: deep };
     expect(jobDefinitionSchema.safeParse(job(deep)).success).toBe(true);
+  });
+});
+
+describe("instants: ISO 8601 with their zone, never the host's", () => {
+  it.each([
+    ["2026-12-24T18:00:00Z", Date.UTC(2026, 11, 24, 18)],
+    ["2026-12-24T19:00:00+01:00", Date.UTC(2026, 11, 24, 18)],
+    ["2026-12-24T13:00:00.250-0500", Date.UTC(2026, 11, 24, 18, 0, 0, 250)],
+    ["2026-12-24 18:00Z", Date.UTC(2026, 11, 24, 18)],
+    ["2026-12-24", Date.UTC(2026, 11, 24)],
+    [1_798_135_200_000, 1_798_135_200_000],
+  ])("reads %s", (at, ms) => {
+    const job = jobDefinitionSchema.parse({
+      id: "i",
+      handler: "echo",
+      trigger: { type: "at", at },
+    });
+    expect(job.trigger).toEqual({ type: "at", at: ms });
   });
 });

@@ -6,6 +6,7 @@ import { MAX_OBJECT_KEYS } from "../../shared/protocol/envelope.js";
 import { MAX_JSON_DEPTH } from "../../shared/protocol/json-depth.js";
 import { durationSchema } from "./duration.js";
 import { MAX_VIRTUAL_NODES } from "./hash-ring.js";
+import { noZoneProblem, parseIsoInstant } from "./instant.js";
 import { isValidTimeZone, validateCron } from "./schedule.js";
 
 const ID_MESSAGE = "must be 1-128 of A-Z a-z 0-9 . _ : - and start with a letter or digit";
@@ -15,8 +16,13 @@ export const idSchema = z.string().regex(ID_PATTERN, ID_MESSAGE);
 
 /** An instant: UTC milliseconds or an ISO 8601 time; resolves to UTC milliseconds. */
 export const instantSchema = z.union([z.number(), z.string()]).transform((value, ctx) => {
-  const ms = typeof value === "number" ? value : Date.parse(value);
-  if (!Number.isFinite(ms) || ms < 0) {
+  const noZone = typeof value === "string" ? noZoneProblem(value) : undefined;
+  if (noZone !== undefined) {
+    ctx.addIssue({ code: "custom", message: noZone });
+    return z.NEVER;
+  }
+  const ms = typeof value === "number" ? value : parseIsoInstant(value);
+  if (ms === undefined || !Number.isFinite(ms) || ms < 0) {
     ctx.addIssue({
       code: "custom",
       message: `must be UTC milliseconds or an ISO 8601 time such as 2026-01-31T12:00:00Z (got ${JSON.stringify(value)})`,

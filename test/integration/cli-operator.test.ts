@@ -340,6 +340,10 @@ describe("ax operator commands", () => {
     [["exec", "list", "--state", "DONE"], 'exec list: --state "DONE" is not a state'],
     [["exec", "list", "--from", "yesterday"], "exec list: --from must be an ISO time"],
     [
+      ["exec", "list", "--from", "2026-01-01T00:00:00"],
+      'exec list: --from has no time zone: add Z for UTC or an offset such as +01:00 (got "2026-01-01T00:00:00")',
+    ],
+    [
       ["fleet", "list", "--status", "gone"],
       'fleet list: --status must be online or offline, got "gone"',
     ],
