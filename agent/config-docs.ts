@@ -92,7 +92,7 @@ export const AGENT_FIELD_DOCS: Readonly<Record<string, AgentFieldDoc>> = {
   },
   tags: {
     description:
-      "Tags reported in hello, for routing (at most 256; names of letters, digits, `.`, `_` and `-`, values at most 128 characters). An enrolled agent is routed by the tags it was enrolled with instead.",
+      "Tags reported in hello, for routing (at most 256; names of 1–64 letters, digits, `.`, `_` and `-`, values at most 128 characters). An enrolled agent is routed by the tags it was enrolled with instead.",
   },
   journal: {
     description: "The agent's journal: its memory of what it was told and did (docs/agent.md).",

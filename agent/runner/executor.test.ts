@@ -99,6 +99,17 @@ function setup(
     ctx.progress(50, "half way");
     return { done: true };
   });
+  // A handler in plain JavaScript may return a value that is not an object.
+  const plain = defineHandler("plain", z.object({}), async () => "done" as never);
+  // What a handler in plain JavaScript may pass: none of it may make an invalid report.
+  const oddProgress = defineHandler("odd-progress", z.object({}), async (ctx) => {
+    const loose = ctx.progress as (percent?: unknown, note?: unknown) => void;
+    loose(Number.NaN);
+    loose("50", "a string percent");
+    loose(150);
+    loose(Number.NEGATIVE_INFINITY, 42);
+    return { done: true };
+  });
   const journal = new Journal({
     path: ":memory:",
     maxOpen: capacity.maxPending ?? 100,
@@ -109,7 +120,17 @@ function setup(
     journal,
     envelope: (body, seq) => ({ ...envelope(body, clock.wallNow()), seq }) as Report,
     clock,
-    handlers: new HandlerRegistry([...BUILTIN_HANDLERS, count, block, hang, boom, final, progress]),
+    handlers: new HandlerRegistry([
+      ...BUILTIN_HANDLERS,
+      count,
+      block,
+      hang,
+      boom,
+      final,
+      progress,
+      oddProgress,
+      plain,
+    ]),
     coordNow: () => clock.wallNow(),
     toMono: (t) => t - (clock.wallNow() - clock.monoNow()),
     uncertaintyMs: () => clockUncertaintyMs,
@@ -845,6 +866,30 @@ describe("Executor: handler outcomes", () => {
       percent: 50,
       note: "half way",
     });
+  });
+
+  it("sends only valid progress, whatever the handler passes (each report is checked after the test)", async () => {
+    const h = setup();
+    h.dispatch({ executionId: "e1", handler: "odd-progress", fireAt: h.clock.wallNow() });
+    await flush();
+    const base = { type: "progress", executionId: "e1", round: 1 };
+    expect(h.of("progress")).toEqual([
+      base,
+      { ...base, note: "a string percent" },
+      { ...base, percent: 100 },
+      { ...base, percent: 0, note: "42" },
+    ]);
+    expect(h.of("finished")[0]?.outcome).toBe("succeeded");
+  });
+
+  it("says a result that is not an object was not sent, rather than dropping it unsaid", async () => {
+    const h = setup();
+    h.dispatch({ executionId: "e1", handler: "plain", fireAt: h.clock.wallNow() });
+    await flush();
+    const [finished] = h.of("finished", "e1");
+    expect(finished?.outcome).toBe("succeeded");
+    expect(finished?.result).toEqual({ truncated: true, reason: "not_json" });
+    expect(finished?.message).toMatch(/^ok \[result not sent: /);
   });
 });
 

@@ -605,12 +605,16 @@ export class Executor {
       },
       progress: (percent?: number, note?: string) => {
         if (!current()) return;
+        // Whatever a handler passes, the report must be valid: one the coordinator refuses is
+        // never acknowledged, and every report behind it in the outbox waits. A percent that is
+        // not a number (NaN, a string) is left out.
+        const pct = typeof percent === "number" && !Number.isNaN(percent) ? percent : undefined;
         this.report({
           type: "progress",
           executionId: d.executionId,
           round: d.round,
-          ...(percent === undefined ? {} : { percent: Math.min(100, Math.max(0, percent)) }),
-          ...(note === undefined ? {} : { note: note.slice(0, 1024) }),
+          ...(pct === undefined ? {} : { percent: Math.min(100, Math.max(0, pct)) }),
+          ...(note === undefined || note === null ? {} : { note: String(note).slice(0, 1024) }),
         });
       },
       log: (message: string, fields?: Record<string, unknown>) =>
@@ -640,7 +644,9 @@ export class Executor {
             outcome: "succeeded",
             retryable: false,
             message: "ok",
-            ...(result && typeof result === "object" ? { result } : {}),
+            // Anything returned is sent, or stands as a marker (fit-report.ts): a string or a
+            // number is not a result, and is said to be dropped rather than dropped unsaid.
+            ...(result === undefined ? {} : { result: result as Record<string, unknown> }),
           });
         },
         (err: unknown) => {

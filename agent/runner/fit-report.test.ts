@@ -123,6 +123,9 @@ describe("fitFinished", () => {
       "too_many_keys",
     ],
     ["that is an array", () => [1, 2, 3], "not_json"],
+    ["that is a string", () => "done", "not_json"],
+    ["that is a number", () => 5, "not_json"],
+    ["that is null", () => null, "not_json"],
     ["holding a BigInt", () => ({ n: 10n }), "not_json"],
     [
       "with a cycle",
