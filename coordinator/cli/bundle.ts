@@ -136,8 +136,11 @@ async function verify(argv: string[]): Promise<number> {
   }
   const r = verifyBundle(file, { trusted, allowUnsigned: f["allow-unsigned"] });
   if (r.problems.length > 0) {
+    // A missing manifest.sig is a checksum matter only for a build made unsigned (its manifest
+    // says so) and let through by --allow-unsigned; on a signed build it is the signature's.
+    const allowedUnsigned = f["allow-unsigned"] && r.manifest?.unsigned === true;
     const badSignature =
-      r.signature === "invalid" || (r.signature === "unsigned" && !f["allow-unsigned"]);
+      r.signature === "invalid" || (r.signature === "unsigned" && !allowedUnsigned);
     throw new AxError(
       badSignature ? "AX_BUNDLE_SIGNATURE" : "AX_BUNDLE_VERIFY",
       `${r.source}: ${badSignature ? "refused: its signature is missing or does not verify" : "does not match its manifest"}\n${r.problems.join("\n")}`,

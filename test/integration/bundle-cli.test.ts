@@ -157,6 +157,11 @@ describe("ax bundle build and verify: signatures", () => {
     expect(unsigned.stderr).toBe(
       `ax: AX_BUNDLE_SIGNATURE: ${nosig}: refused: its signature is missing or does not verify\nmanifest.sig missing: the bundle is unsigned\n`,
     );
+    // --allow-unsigned does not make a signed build whose manifest.sig was taken away a matter of
+    // checksums: the files match; its signature is what is missing.
+    const stripped = ax(["bundle", "verify", nosig, "--config", configFile, "--allow-unsigned"]);
+    expect(stripped.code).toBe(1);
+    expect(stripped.stderr).toBe(unsigned.stderr);
 
     const otherPub = join(tmp.dir, "other.pub");
     const other = generateKeyPairSync("ed25519").publicKey;
