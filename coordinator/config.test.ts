@@ -50,6 +50,12 @@ describe("coordinator config: unknown keys", () => {
     expect(problems({ mqt: { url: "mqtt://x" } })).toEqual([
       'mqt: unknown key; did you mean "mqtt"? (mqtt is required)',
     ]);
+    // Inside http.auth, read on its own, the hint still names the key by its full path.
+    expect(
+      problems({ ...base, http: { auth: { tokens: [{ token: "t".repeat(16), rol: "viewer" }] } } }),
+    ).toEqual([
+      'http.auth.tokens.0.rol: unknown key; did you mean "role"? (http.auth.tokens.0.role is required)',
+    ]);
   });
 
   it("says a missing key is required, and of what type, without zod's wording", () => {

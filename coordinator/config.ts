@@ -145,7 +145,7 @@ const httpAuthSchema = z.unknown().transform((value, ctx) => {
   }
   const r = tokensAuthSchema.safeParse(value, { error: unknownKeys });
   if (r.success) return r.data;
-  for (const { path, message } of keyedIssues(r.error.issues, value)) {
+  for (const { path, message } of keyedIssues(r.error.issues, value, ["http", "auth"])) {
     ctx.addIssue({ code: "custom", message, path });
   }
   return z.NEVER;

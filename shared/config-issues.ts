@@ -50,7 +50,12 @@ export interface KeyedIssue {
  * mean "agentId"? (agentId is required)`. `input` is what was parsed, to tell a missing key from a
  * bad one.
  */
-export function keyedIssues(issues: readonly IssueLike[], input?: unknown): KeyedIssue[] {
+export function keyedIssues(
+  issues: readonly IssueLike[],
+  input?: unknown,
+  /** Where `input` sits in the whole file, so that the hint names the key by its full path. */
+  root: readonly PropertyKey[] = [],
+): KeyedIssue[] {
   const all: KeyedIssue[] = [];
   for (const i of issues) {
     if (i.code !== "unrecognized_keys" || !i.keys) {
@@ -76,7 +81,7 @@ export function keyedIssues(issues: readonly IssueLike[], input?: unknown): Keye
     );
     if (missing === undefined) continue;
     dropped.add(missing);
-    i.message += ` (${target} is required)`;
+    i.message += ` (${pathText([...root, ...path])} is required)`;
   }
   return all.filter((i) => !dropped.has(i));
 }
