@@ -38,9 +38,11 @@ function notFound(id: string): AxError {
   return new AxError("AX_ROLLOUT_NOT_FOUND", `rollout "${id}" not found`, { context: { id } });
 }
 
-function invalid(message: string, path: (string | number)[], problem: string): AxError {
-  return new AxError("AX_API_INVALID_REQUEST", message, {
-    context: { issues: [{ path: ["body", ...path], message: problem }] },
+/** A spec refused after its schema passed, in the words of the schema's refusals: path, problem. */
+function invalid(path: (string | number)[], problem: string): AxError {
+  const at = ["body", ...path];
+  return new AxError("AX_API_INVALID_REQUEST", `invalid request\n${at.join(".")}: ${problem}`, {
+    context: { issues: [{ path: at, message: problem }] },
   });
 }
 
@@ -63,13 +65,12 @@ export class RolloutOperations {
   async create(spec: RolloutSpec, actor = "system"): Promise<RolloutView> {
     const now = this.ctx.clock.wallNow();
     if (spec.endsAt !== undefined && spec.endsAt <= now) {
-      throw invalid("the rollout's end has passed", ["endsAt"], "must be in the future");
+      throw invalid(["endsAt"], "must be in the future: the rollout's end has passed");
     }
     if (spec.command.at !== undefined && spec.command.at + spec.command.startWithin <= now) {
       throw invalid(
-        "the rollout's command could only expire",
         ["command", "at"],
-        "at + startWithin is in the past",
+        "at + startWithin is in the past: the rollout's command could only expire",
       );
     }
     // Filled in once, here: every agent the rollout reaches is sent these same params.

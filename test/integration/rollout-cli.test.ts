@@ -291,6 +291,34 @@ describe("ax rollout", () => {
         "body.waves.1.percent: must be more than the wave before (percents are cumulative)\n" +
         "body.waves.1.percent: the last wave must be 100 (every matching agent)\n",
     );
+    // So are times already past, in the same words.
+    const ended = await ax(
+      [
+        "rollout",
+        "create",
+        "--handler",
+        "echo",
+        "--tag",
+        "a=b",
+        "--ends-at",
+        "2020-01-01T00:00:00Z",
+      ],
+      cli.env,
+    );
+    expect(ended.code).toBe(1);
+    expect(ended.stderr).toBe(
+      "ax: AX_API_INVALID_REQUEST: invalid request\n" +
+        "body.endsAt: must be in the future: the rollout's end has passed\n",
+    );
+    const late = await ax(
+      ["rollout", "create", "--handler", "echo", "--tag", "a=b", "--at", "2020-01-01T00:00:00Z"],
+      cli.env,
+    );
+    expect(late.code).toBe(1);
+    expect(late.stderr).toBe(
+      "ax: AX_API_INVALID_REQUEST: invalid request\n" +
+        "body.command.at: at + startWithin is in the past: the rollout's command could only expire\n",
+    );
   });
 
   it.each([
