@@ -191,22 +191,23 @@ async function jobPreview(argv: string[]): Promise<number> {
   const { flags, args } = parseCommand("job preview", argv, options, withId ? ["ID"] : []);
   const n = intFlag("job preview", "count", flags.count, { min: 1, max: 1000 }) ?? 10;
   const after = instantFlag("job preview", "after", flags.after);
+  // The command line is checked whole before the token is looked for (cli.md, "Usage errors").
+  if (withId && flags.trigger !== undefined) {
+    throw new AxError("AX_CLI_USAGE", "job preview: give a job ID or --trigger, not both");
+  }
+  const trigger = withId ? undefined : jsonObjectFlag("job preview", "trigger", flags.trigger);
+  if (!withId && !trigger) {
+    throw new AxError("AX_CLI_USAGE", "job preview: give a job ID or --trigger JSON");
+  }
   const api = apiClient("job preview", flags);
   let r: { times: number[]; tz?: string };
   if (withId) {
-    if (flags.trigger !== undefined) {
-      throw new AxError("AX_CLI_USAGE", "job preview: give a job ID or --trigger, not both");
-    }
     const query = new URLSearchParams({
       n: String(n),
       ...(after === undefined ? {} : { after: String(after) }),
     });
     r = await api.request("GET", `${path(args[0] as string)}/preview?${query}`);
   } else {
-    const trigger = jsonObjectFlag("job preview", "trigger", flags.trigger);
-    if (!trigger) {
-      throw new AxError("AX_CLI_USAGE", "job preview: give a job ID or --trigger JSON");
-    }
     r = await api.request("POST", "/api/preview", {
       trigger,
       n,

@@ -27,7 +27,9 @@ Usage:
                                         signature (default ./ax-secrets/bundle-signing.pub)
                                         and every file's size and sha256
   ax bundle profiles                    list the firmware profiles
-  ax bundle fleet --config FILE         which agent runs which build (coordinator config)
+  ax bundle fleet --config FILE [--bundles DIR]
+                                        which agent runs which build (coordinator config;
+                                        builds in DIR, default dist/bundles)
   ax broker config --config FILE [--out DIR] [--port N] [--host ADDR] [--user NAME]
                [--tls-cert FILE --tls-key FILE [--tls-ca FILE] [--require-client-cert]]
                                         write Mosquitto 2's password file, ACL and

@@ -75,7 +75,13 @@ export function rateFlag(command: string, value: string | undefined): RolloutSpe
     throw bad();
   }
   const [base, factor, step, max] = parts.map(Number) as [number, number, number, number?];
-  if (base <= 0 || !Number.isInteger(step) || step < 1 || (max !== undefined && max <= 0)) {
+  if (
+    base <= 0 ||
+    factor < 1 ||
+    !Number.isInteger(step) ||
+    step < 1 ||
+    (max !== undefined && max <= 0)
+  ) {
     throw bad();
   }
   return {
@@ -104,6 +110,12 @@ export function wavesFlag(command: string, value: string | undefined): RolloutSp
       );
     }
     const percent = Number(m[1]);
+    if (!(percent > 0 && percent <= 100)) {
+      throw usage(
+        command,
+        `--waves: each wave is a percent above 0, at most 100, got "${item}" in "${value}"`,
+      );
+    }
     if (m[2] === undefined) return { percent };
     const soak = parseDuration(m[2]);
     if (soak === undefined) {

@@ -89,6 +89,15 @@ describe("ax exit codes", () => {
       "agent start: unknown flag --confg; did you mean --config?",
     ],
     [["agent", "start"], "agent start: --config FILE is required"],
+    // The command line is checked before the token is looked for.
+    [
+      ["job", "preview", "--token-file", "/no/such/token", "--trigger", '{"type":"cron"'],
+      "job preview: --trigger: not valid JSON at column 15: unexpected end of the value",
+    ],
+    [
+      ["job", "preview", "backup", "--trigger", "{}", "--token-file", "/no/such/token"],
+      "job preview: give a job ID or --trigger, not both",
+    ],
     [["fleet", "list", "--tag", "site=n,bad"], 'fleet list: --tag must be KEY=VALUE, got "bad"'],
     // -h as a flag's value is the value, not a request for help.
     [

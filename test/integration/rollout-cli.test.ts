@@ -335,6 +335,18 @@ describe("ax rollout", () => {
       'rollout create: --waves: the soak of "10%:x" must be a duration such as 30s, 10m, 1h, got "x"',
     ],
     [
+      ["create", "--handler", "echo", "--tag", "a=b", "--waves", "0%,100%"],
+      'rollout create: --waves: each wave is a percent above 0, at most 100, got "0%" in "0%,100%"',
+    ],
+    [
+      ["create", "--handler", "echo", "--tag", "a=b", "--waves", "150%"],
+      'rollout create: --waves: each wave is a percent above 0, at most 100, got "150%" in "150%"',
+    ],
+    [
+      ["create", "--handler", "echo", "--tag", "a=b", "--rate", "exp:10,0.5,10"],
+      'rollout create: --rate must be N/min (such as 60/min) or exp:BASE,FACTOR,STEP[,MAX] (such as exp:10,2,10,1000), got "exp:10,0.5,10"',
+    ],
+    [
       ["create", "--handler", "echo", "--tag", "a=b", "--waves", "10%,all"],
       'rollout create: --waves must be PERCENT%[:SOAK],… (such as 1%:10m,10%:10m,100%), got "all" in "10%,all"',
     ],
