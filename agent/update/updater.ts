@@ -65,6 +65,8 @@ export interface UpdaterOptions {
 export class Updater {
   readonly handler: Handler<AgentUpdateParams>;
   private readonly slot: Slot | undefined;
+  /** The update downloading or installing in this process: one at a time (they share the slot). */
+  private inProgress: string | undefined;
 
   constructor(private readonly o: UpdaterOptions) {
     const slot = basename(dirname(realpathSync(o.self)));
@@ -132,6 +134,12 @@ export class Updater {
     if (mismatch) {
       throw new HandlerFailure(`refused before download: ${mismatch}`, { retryable: false });
     }
+    // Two updates at once (two rollouts reaching this device together) would download to one file
+    // and install into one slot over each other. The second waits for a retry.
+    if (this.inProgress !== undefined) {
+      throw new HandlerFailure(`another update (${this.inProgress}) is in progress on this device`);
+    }
+    this.inProgress = ctx.executionId;
     const slot = otherSlot(running);
     try {
       const installer = await this.o.installer();
@@ -150,6 +158,7 @@ export class Updater {
       installer.installSlot(root, slot, files);
       rmSync(join(root, DOWNLOADS_DIR, `${p.sha256}.tar.gz`), { force: true });
     } catch (err) {
+      this.inProgress = undefined;
       const retryable = (err as { retryable?: unknown }).retryable;
       throw new HandlerFailure((err as Error).message, {
         retryable: typeof retryable === "boolean" ? retryable : true,
