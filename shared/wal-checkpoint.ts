@@ -72,7 +72,19 @@ export function onCheckpointThread(): boolean {
   return (globalThis as Record<symbol, unknown>)[Symbol.for(WORKER_FLAG)] === true;
 }
 
-/** The worker: one connection, a PASSIVE checkpoint per request. An ES module in a data: URL. */
+/**
+ * The worker: one connection, a PASSIVE checkpoint per request. An ES module in a data: URL (its
+ * text ships in every agent bundle as written, so what it does is told here, not in it).
+ *
+ * A PASSIVE checkpoint that cannot catch up with the writer leaves the pages it copied in the
+ * OS's cache: only one that copies the whole WAL syncs the database file, and under steady
+ * writes that is the writer's own, which starts the WAL over. It then paid for every page the
+ * thread had copied since the last sync (up to 135 ms held on an agent at 2,000 fires/s). So when
+ * the WAL is long enough for the writer to finish it, this thread syncs the file first (an
+ * fdatasync through any descriptor writes the file's pages out), makes a second pass for what
+ * came in meanwhile, and syncs again: the writer is left the last few frames. Syncing only then,
+ * not after every pass, lets a page the passes rewrite go to disk once per WAL, as before.
+ */
 const WORKER_SOURCE = `
 import { closeSync, fdatasyncSync, openSync } from "node:fs";
 import { parentPort, workerData } from "node:worker_threads";
@@ -84,14 +96,6 @@ const db = new Database(workerData.path, {
   ...(workerData.nativeBinding ? { nativeBinding: workerData.nativeBinding } : {}),
 });
 db.pragma("synchronous = " + workerData.synchronous);
-// A PASSIVE checkpoint that cannot catch up with the writer leaves the pages it copied in the
-// OS's cache: only one that copies the whole WAL syncs the database file, and under steady
-// writes that is the writer's own, which starts the WAL over. It then paid for every page the
-// thread had copied since the last sync (up to 135 ms held on an agent at 2,000 fires/s). So when
-// the WAL is long enough for the writer to finish it, this thread syncs the file first (an
-// fdatasync through any descriptor writes the file's pages out), makes a second pass for what
-// came in meanwhile, and syncs again: the writer is left the last few frames. Syncing only then,
-// not after every pass, lets a page the passes rewrite go to disk once per WAL, as before.
 let dbFd;
 try {
   dbFd = openSync(workerData.path, "r+");
