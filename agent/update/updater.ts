@@ -165,22 +165,29 @@ export class Updater {
         cause: err,
       });
     }
-    // The trial first, then the switch: a power cut between them leaves the old version running
-    // and the trial recorded, which the launcher turns into a failed update at the next start.
-    writeState(root, {
-      trial: {
-        executionId: ctx.executionId,
-        round: ctx.round,
-        slot,
-        previous: running,
-        version: p.version,
-        fromVersion: this.o.version,
-        sha256: p.sha256,
-        healthWindowMs: p.healthWindowMs ?? DEFAULT_HEALTH_WINDOW_MS,
-        starts: 0,
-      },
-    });
-    switchTo(root, slot);
+    try {
+      // The trial first, then the switch: a power cut between them leaves the old version running
+      // and the trial recorded, which the launcher turns into a failed update at the next start.
+      writeState(root, {
+        trial: {
+          executionId: ctx.executionId,
+          round: ctx.round,
+          slot,
+          previous: running,
+          version: p.version,
+          fromVersion: this.o.version,
+          sha256: p.sha256,
+          healthWindowMs: p.healthWindowMs ?? DEFAULT_HEALTH_WINDOW_MS,
+          starts: 0,
+        },
+      });
+      switchTo(root, slot);
+    } catch (err) {
+      // Not switched: this process may take another update (a trial left on disk is still
+      // refused above, and the launcher fails it at the next start).
+      this.inProgress = undefined;
+      throw err;
+    }
     ctx.log("switched: restarting into the new version", { slot, version: p.version });
     this.o.restart(ctx.executionId);
     // Reported by the next process: on success by the new version, otherwise by the old one.

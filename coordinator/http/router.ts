@@ -15,7 +15,8 @@ interface Compiled {
 
 /**
  * Matches request paths to routes: `{name}` matches one segment that is not empty, a last
- * segment `*` the rest (a static folder). Literal segments win over parameters when both match, whatever the order.
+ * segment `*` the rest (a static folder). Literal segments win over parameters when both match,
+ * whatever the order.
  */
 export class Router {
   private readonly compiled: Compiled[];
