@@ -2,6 +2,7 @@ import { afterEach, describe, expect, it } from "vitest";
 import { FakeClock } from "../../shared/clock.js";
 import { parseCoordinatorConfig } from "../config.js";
 import { CoordinatorLink } from "../link/mqtt-link.js";
+import type { NewExecution } from "../store/port.js";
 import { SqliteStore } from "../store/sqlite/sqlite-store.js";
 import type { EngineContext } from "./context.js";
 import { EngineEventBus } from "./events.js";
@@ -40,32 +41,34 @@ function context(log: EngineContext["log"] = () => {}): {
   return { ctx, clock, store };
 }
 
+/** A command for agent a1, due `now`, retried with base 1 s and cap 3 s. */
+function command(id: string, handler: string, maxAttempts: number, now: number): NewExecution {
+  return {
+    id,
+    kind: "command",
+    jobId: null,
+    jobVersion: null,
+    handler,
+    params: {},
+    targetAgentId: "a1",
+    fireAt: now,
+    deadline: now + 3_600_000,
+    timeoutMs: 1000,
+    dispatchTimeoutMs: 5000,
+    maxAttempts,
+    maxDispatches: 3,
+    priority: 0,
+    retryBaseMs: 1000,
+    retryCapMs: 3000,
+    createdAt: now,
+  };
+}
+
 describe("retry timing", () => {
   it("waits a jittered, capped backoff after each retryable failure, and stops after the last attempt", async () => {
     const { ctx, clock, store } = context();
     const now = clock.wallNow();
-    await store.createExecution(
-      {
-        id: "ex-r",
-        kind: "command",
-        jobId: null,
-        jobVersion: null,
-        handler: "fail",
-        params: {},
-        targetAgentId: "a1",
-        fireAt: now,
-        deadline: now + 3_600_000,
-        timeoutMs: 1000,
-        dispatchTimeoutMs: 5000,
-        maxAttempts: 4,
-        maxDispatches: 3,
-        priority: 0,
-        retryBaseMs: 1000,
-        retryCapMs: 3000,
-        createdAt: now,
-      },
-      now,
-    );
+    await store.createExecution(command("ex-r", "fail", 4, now), now);
     const ceilings = [1000, 2000, 3000]; // base·2^(n−1), capped at 3000
     for (let attempt = 1; attempt <= 4; attempt++) {
       expect(await applyEvent(ctx, "ex-r", { type: "dispatch" }, () => ({ agentId: "a1" }))).toBe(
@@ -109,28 +112,7 @@ describe("a report the state machine does not allow", () => {
     const lines: { msg: string; fields: Record<string, unknown> | undefined }[] = [];
     const { ctx, clock, store } = context((_level, msg, fields) => lines.push({ msg, fields }));
     const now = clock.wallNow();
-    await store.createExecution(
-      {
-        id: "ex-i",
-        kind: "command",
-        jobId: null,
-        jobVersion: null,
-        handler: "echo",
-        params: {},
-        targetAgentId: "a1",
-        fireAt: now,
-        deadline: now + 3_600_000,
-        timeoutMs: 1000,
-        dispatchTimeoutMs: 5000,
-        maxAttempts: 1,
-        maxDispatches: 3,
-        priority: 0,
-        retryBaseMs: 1000,
-        retryCapMs: 3000,
-        createdAt: now,
-      },
-      now,
-    );
+    await store.createExecution(command("ex-i", "echo", 1, now), now);
     await applyEvent(ctx, "ex-i", { type: "dispatch" }, () => ({ agentId: "a1" }));
     const round = (await store.getExecution("ex-i"))?.round ?? 0;
     await applyEvent(ctx, "ex-i", { type: "started", round });
