@@ -40,14 +40,17 @@ describe("pause and resume", () => {
     tmp?.cleanup();
   });
 
-  const executions = async (jobId: string) =>
-    coordinator.store.listExecutions({ jobId, limit: 1000 });
-
-  it.each([
+  /** Each misfire policy, and how many of the times missed in a pause it fires (maxCatchUp 3). */
+  const POLICIES = [
     ["SKIP", 0],
     ["FIRE_ONCE", 1],
     ["CATCH_UP", 3],
-  ] as const)(
+  ] as const;
+
+  const executions = async (jobId: string) =>
+    coordinator.store.listExecutions({ jobId, limit: 1000 });
+
+  it.each(POLICIES)(
     "keeps the version, fires nothing while paused, and resumes by policy %s",
     async (policy, fired) => {
       const id = `paused-${policy.toLowerCase()}`;
@@ -98,11 +101,7 @@ describe("pause and resume", () => {
     },
   );
 
-  it.each([
-    ["SKIP", 0],
-    ["FIRE_ONCE", 1],
-    ["CATCH_UP", 3],
-  ] as const)(
+  it.each(POLICIES)(
     "hands every time missed in a pause shorter than the misfire threshold to policy %s too",
     async (policy, fired) => {
       const id = `short-${policy.toLowerCase()}`;
