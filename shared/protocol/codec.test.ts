@@ -926,6 +926,24 @@ describe("decode names the execution of an invalid message (rule 6)", () => {
     expect(error).not.toHaveProperty("round");
   });
 
+  it("carries a report's seq when it is a whole number from 1, so the report can be acknowledged", () => {
+    const upTopic = "ax/v1/agents/pump-7/up";
+    const bad = {
+      v: 1,
+      type: "progress",
+      msgId: "m1",
+      sentAt: 1,
+      executionId: "ex_0001",
+      round: 2,
+    };
+    const withSeq = expectError(decode(upTopic, JSON.stringify({ ...bad, seq: 7, percent: null })));
+    expect(withSeq).toMatchObject({ code: "AX_PROTO_INVALID_FIELD", field: "percent", seq: 7 });
+    for (const seq of [0, 1.5, "7", 2 ** 53]) {
+      const error = expectError(decode(upTopic, JSON.stringify({ ...bad, seq, percent: null })));
+      expect(error).not.toHaveProperty("seq");
+    }
+  });
+
   it("reads each of the two on its own", () => {
     const onlyRound = expectError(decode(down, encode(broken("dispatch", { executionId: "a b" }))));
     expect(onlyRound).not.toHaveProperty("executionId");

@@ -25,6 +25,8 @@ export interface ProtocolError {
   /** Present when the executionId and round could be read, so the sender can be answered. */
   executionId?: string;
   round?: number;
+  /** Present when a report's seq could be read, so that it can be acknowledged all the same. */
+  seq?: number;
 }
 
 export type DecodeResult = { ok: true; value: Decoded } | { ok: false; error: ProtocolError };
@@ -58,7 +60,7 @@ function fail(code: ErrorCode, message: string, extra: Partial<ProtocolError> = 
 
 function readRef(obj: Record<string, unknown>): Partial<ProtocolError> {
   const out: Partial<ProtocolError> = {};
-  const { executionId, round, type } = obj;
+  const { executionId, round, seq, type } = obj;
   if (typeof type === "string") out.type = type;
   if (typeof executionId === "string" && /^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$/.test(executionId)) {
     out.executionId = executionId;
@@ -66,6 +68,7 @@ function readRef(obj: Record<string, unknown>): Partial<ProtocolError> {
   // Safe integers only, as the schema's: a round of 1e21 echoed in `rejected` would make the
   // agent's own report invalid, refused by the coordinator and re-sent forever.
   if (typeof round === "number" && Number.isSafeInteger(round) && round >= 1) out.round = round;
+  if (typeof seq === "number" && Number.isSafeInteger(seq) && seq >= 1) out.seq = seq;
   return out;
 }
 
