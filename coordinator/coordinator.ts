@@ -458,7 +458,7 @@ export class Coordinator {
     this.inbound.onCaughtUp = () => this.ctx.link.resume();
     await this.ctx.link.start({
       message: (decoded, receivedAt) => this.inbound.handle(decoded, receivedAt),
-      invalid: (error, topic) => this.inbound.invalid(error, topic),
+      invalid: (error, topic, sender) => this.inbound.invalid(error, topic, sender),
       refused: (error, topic, stale) => this.inbound.refused(error, topic, stale),
       backlog: () => this.inbound.backlog,
       up: (at) => {

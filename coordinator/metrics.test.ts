@@ -124,6 +124,7 @@ describe("CoordinatorMetrics", () => {
     await store.bumpCounter("missed_fires", 3);
     await store.bumpCounter("stale_reports", 2);
     await store.bumpCounter("superseded_messages");
+    await store.bumpCounter("unreadable_reports", 5);
     await store.bumpCounter("invalid_messages", 4);
     for (const id of ["a", "b"]) {
       await store.createExecution(
@@ -137,6 +138,7 @@ describe("CoordinatorMetrics", () => {
       expect(series(text, "ax_reports_dropped_total", { reason: "stale_round" })).toBe(2);
       expect(series(text, "ax_reports_dropped_total", { reason: "superseded" })).toBe(1);
       expect(series(text, "ax_reports_dropped_total", { reason: "duplicate" })).toBe(0);
+      expect(series(text, "ax_reports_dropped_total", { reason: "unreadable" })).toBe(5);
       expect(series(text, "ax_invalid_messages_total")).toBe(4);
       expect(series(text, "ax_executions", { state: "PENDING" })).toBe(2);
       expect(series(text, "ax_executions", { state: "RUNNING" })).toBe(0);

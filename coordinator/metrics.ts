@@ -22,6 +22,7 @@ const DROPPED_REASONS = {
   duplicate: "duplicate_reports",
   out_of_order: "out_of_order_reports",
   unknown_agent: "reports_from_unknown_agents",
+  unreadable: "unreadable_reports",
 } as const;
 
 /**

@@ -1,12 +1,15 @@
-import { TERMINAL_STATES } from "../../shared/fsm.js";
+import type { ErrorCode } from "../../shared/errors.js";
+import { snapshotOf, TERMINAL_STATES } from "../../shared/fsm.js";
 import { envelope } from "../../shared/message.js";
-import type {
-  Decoded,
-  DownMessage,
-  Heartbeat,
-  ProtocolError,
-  Report,
-  UpMessage,
+import {
+  type Decoded,
+  type DownMessage,
+  type Heartbeat,
+  OUTCOMES,
+  type Outcome,
+  type ProtocolError,
+  type Report,
+  type UpMessage,
 } from "../../shared/protocol/index.js";
 import { LogThrottle } from "../domain/log-throttle.js";
 import type { Refusal } from "../link/auth.js";
@@ -31,18 +34,72 @@ export const MAX_AHEAD_REPORTS = 10_000;
 /** At most one replay request per agent in this long: the first one already asks for everything. */
 export const REPLAY_REQUEST_INTERVAL_MS = 1_000;
 
+/**
+ * A report that came authentic from its agent but could not be read: a bug of the agent's, or a
+ * field this coordinator does not know. What it says cannot be applied, but its `seq` is the
+ * agent's, so it is acknowledged in its turn. Held back, it would stop every report behind it for
+ * good: the gap it leaves is replayed, and refused again, at every request.
+ */
+interface UnreadableReport {
+  type: "unreadable";
+  seq: number;
+  /** "" when it could not be read. */
+  executionId: string;
+  round?: number;
+  /** The `type` it was sent as, when that was a string. */
+  sentAs?: string;
+  code: ErrorCode;
+  message: string;
+}
+
+/** What an agent's outbox holds, in seq order: reports, and those that could not be read. */
+type InboundReport = Report | UnreadableReport;
+
+/** An unreadable report in its agent's queue. */
+interface Unreadable {
+  channel: "unreadable";
+  agentId: string;
+  report: UnreadableReport;
+}
+
 /** A message waiting in its sender's queue, with when it arrived. */
 interface Queued {
-  decoded: Decoded;
+  decoded: Decoded | Unreadable;
   receivedAt: number;
 }
 
 /** The report in a message from an agent, if it is one (not a hello or heartbeat). */
-function reportOf(d: Decoded): Report | undefined {
+function reportOf(d: Decoded | Unreadable): InboundReport | undefined {
+  if (d.channel === "unreadable") return d.report;
   if (d.channel !== "up") return undefined;
   const m = d.message;
   return m.type === "hello" || m.type === "heartbeat" ? undefined : m;
 }
+
+/**
+ * The report an invalid message was, if it can be acknowledged: protocol v1, a report (not a
+ * `hello` or `heartbeat`), its `seq` readable, and refused for a field or its type, not for its
+ * version or its sender.
+ */
+function unreadableReport(error: ProtocolError): UnreadableReport | undefined {
+  if (error.seq === undefined) return undefined;
+  if (error.code !== "AX_PROTO_INVALID_FIELD" && error.code !== "AX_PROTO_UNKNOWN_TYPE") {
+    return undefined;
+  }
+  if (error.type === "hello" || error.type === "heartbeat") return undefined;
+  return {
+    type: "unreadable",
+    seq: error.seq,
+    executionId: error.executionId ?? "",
+    ...(error.round === undefined ? {} : { round: error.round }),
+    ...(error.type === undefined ? {} : { sentAs: error.type.slice(0, 64) }),
+    code: error.code,
+    message: error.message.slice(0, 512),
+  };
+}
+
+/** Executions whose `finished` report could not be read, remembered for their agent's answer. */
+const MAX_UNREADABLE_FINISHES = 10_000;
 
 /**
  * Everything that arrives from agents. Messages of one agent are handled one at a time, in order,
@@ -64,7 +121,10 @@ export class Inbound {
     | undefined;
 
   /** Reports that arrived beyond a gap, per agent, by seq (with the journal they belong to). */
-  private readonly ahead = new Map<string, { journalId: string; bySeq: Map<number, Report> }>();
+  private readonly ahead = new Map<
+    string,
+    { journalId: string; bySeq: Map<number, InboundReport> }
+  >();
   /** When a replay was last asked of each agent (wall ms). */
   private readonly replayAskedAt = new Map<string, number>();
   /** Agents heard from (a heartbeat) since the link last came up. */
@@ -73,6 +133,11 @@ export class Inbound {
   private readonly refusalLogged = new LogThrottle();
   /** When each agent was last sent a clock sample for a stale message. */
   private readonly resyncAt = new Map<string, number>();
+  /**
+   * Executions whose `finished` could not be read, with the round and why: the agent is asked
+   * for the execution's state, and its answer settles the outcome (see {@link unreadable}).
+   */
+  private readonly unreadableFinishes = new Map<string, { round: number; why: string }>();
 
   /** Executions of one burst of reports applied side by side (see {@link storeLanes}). */
   private readonly lanes: number;
@@ -100,7 +165,7 @@ export class Inbound {
     return this.waiting;
   }
 
-  handle(decoded: Decoded, receivedAt: number): void {
+  handle(decoded: Decoded | Unreadable, receivedAt: number): void {
     const key = decoded.channel === "event" ? `event:${decoded.name}` : decoded.agentId;
     const queued = this.queues.get(key);
     // A heartbeat with nothing ahead of it from its agent is handled at once, in memory: at
@@ -167,20 +232,19 @@ export class Inbound {
       const run = items.slice(i, end);
       i = end;
       try {
-        if (decoded.channel === "up" && reportOf(decoded)) {
+        if (decoded.channel !== "event" && decoded.channel !== "presence" && reportOf(decoded)) {
           await this.reports(
             decoded.agentId,
-            run.map((x) => reportOf(x.decoded) as Report),
+            run.map((x) => reportOf(x.decoded) as InboundReport),
           );
-        } else {
+        } else if (decoded.channel !== "unreadable") {
           await this.handleMessage(decoded, receivedAt);
         }
       } catch (err) {
-        this.ctx.log(
-          "error",
-          `handling a ${decoded.message.type} failed: ${(err as Error).message}`,
-          { count: run.length },
-        );
+        const type = decoded.channel === "unreadable" ? "report" : decoded.message.type;
+        this.ctx.log("error", `handling a ${type} failed: ${(err as Error).message}`, {
+          count: run.length,
+        });
       }
     }
   }
@@ -210,12 +274,22 @@ export class Inbound {
       );
   }
 
-  /** An undecodable message: rejected, logged with its reason, counted; never a crash. */
-  invalid(error: ProtocolError, topic: string): void {
-    this.ctx.log("warn", `rejected message on ${topic}: ${error.code}: ${error.message}`, {
-      topic,
-      code: error.code,
-    });
+  /**
+   * An undecodable message: rejected, logged with its reason, counted; never a crash. One that
+   * `sender` sent (it passed authentication, on its `up` topic) and that was a report whose
+   * `seq` could be read joins that agent's reports in their order, to be acknowledged in its turn
+   * (and logged then): {@link UnreadableReport}.
+   */
+  invalid(error: ProtocolError, topic: string, sender?: string): void {
+    const report = sender === undefined ? undefined : unreadableReport(error);
+    if (sender !== undefined && report !== undefined) {
+      this.handle({ channel: "unreadable", agentId: sender, report }, this.ctx.clock.wallNow());
+    } else {
+      this.ctx.log("warn", `rejected message on ${topic}: ${error.code}: ${error.message}`, {
+        topic,
+        code: error.code,
+      });
+    }
     this.ctx.store.bumpCounter("invalid_messages").catch(() => {});
     this.ctx.events.emit("invalidMessage", {
       topic,
@@ -345,7 +419,7 @@ export class Inbound {
    * one execution apply in their order, as one write; those about different executions are
    * independent. An ack never covers a report that was not applied.
    */
-  private async reports(agentId: string, rs: Report[]): Promise<void> {
+  private async reports(agentId: string, rs: InboundReport[]): Promise<void> {
     const agent = this.fleet.get(agentId);
     if (!agent) {
       await this.ctx.store.bumpCounter("reports_from_unknown_agents", rs.length);
@@ -367,7 +441,7 @@ export class Inbound {
       await this.ctx.store.bumpCounter("duplicate_reports", duplicates);
       this.owe(agentId, agent.ackedSeq);
     }
-    const byExecution = new Map<string, Report[]>();
+    const byExecution = new Map<string, InboundReport[]>();
     let next = start;
     for (let r = held.bySeq.get(next); r !== undefined; r = held.bySeq.get(next)) {
       held.bySeq.delete(next);
@@ -391,17 +465,18 @@ export class Inbound {
     let ackTo = next - 1;
     await inLanes(
       [...byExecution.values()],
-      (group) => (group[0] as Report).executionId,
+      (group) => (group[0] as InboundReport).executionId,
       this.lanes,
       async (group) => {
         try {
           await this.applyReports(agentId, group);
         } catch (err) {
-          ackTo = Math.min(ackTo, (group[0] as Report).seq - 1);
+          const first = group[0] as InboundReport;
+          ackTo = Math.min(ackTo, first.seq - 1);
           this.ctx.log(
             "error",
-            `applying ${group.length} report(s) about ${(group[0] as Report).executionId} failed: ${(err as Error).message}`,
-            { agentId, executionId: (group[0] as Report).executionId },
+            `applying ${group.length} report(s) about ${first.executionId || "no execution"} failed: ${(err as Error).message}`,
+            { agentId, executionId: first.executionId },
           );
         }
       },
@@ -442,7 +517,7 @@ export class Inbound {
   }
 
   /** Applies in-order reports about one execution; their transitions as one write. */
-  private async applyReports(agentId: string, rs: Report[]): Promise<void> {
+  private async applyReports(agentId: string, rs: InboundReport[]): Promise<void> {
     const steps: EventStep[] = [];
     const stepReports: Report[] = [];
     let id = "";
@@ -458,7 +533,14 @@ export class Inbound {
         await this.lateFact(agentId, r);
       }
     };
-    for (const r of rs) {
+    for (const report of rs) {
+      if (report.type === "unreadable") {
+        await flush();
+        await this.unreadable(agentId, report);
+        continue;
+      }
+      // The answer that settles a finish that could not be read stands in for that finish.
+      const r = this.settlesUnreadable(report) ?? report;
       id = r.executionId;
       if (r.type !== "progress" && r.type !== "state") stepReports.push(r);
       switch (r.type) {
@@ -517,6 +599,99 @@ export class Inbound {
       }
     }
     await flush();
+  }
+
+  /**
+   * An authentic report that could not be read, in its turn: counted, logged, and written to its
+   * execution's timeline when it names one of this agent's (event `report_unreadable`); it
+   * changes no state. When it was the `finished` of the round the record follows, the agent is
+   * asked for the execution's state, and its answer stands in for the finish
+   * ({@link settlesUnreadable}); without an answer the execution ends as any other whose finish
+   * never came (its lease lapses, or its run times out).
+   */
+  private async unreadable(agentId: string, r: UnreadableReport): Promise<void> {
+    await this.ctx.store.bumpCounter("unreadable_reports");
+    const what = `${r.sentAs === undefined ? "report" : `${r.sentAs} report`} seq ${r.seq}`;
+    this.ctx.log(
+      "warn",
+      `${what} from ${agentId}${r.executionId ? ` about ${r.executionId}` : ""} could not be read, and is acknowledged without effect: ${r.code}: ${r.message}`,
+      {
+        agentId,
+        seq: r.seq,
+        code: r.code,
+        ...(r.executionId ? { executionId: r.executionId } : {}),
+      },
+    );
+    if (!r.executionId) return;
+    const exec = await this.ctx.store.getExecution(r.executionId);
+    if (!exec || (exec.agentId !== agentId && exec.targetAgentId !== agentId)) return;
+    const now = this.ctx.clock.wallNow();
+    await this.ctx.store.applyTransition({
+      executionId: exec.id,
+      expected: { state: exec.state, round: exec.round },
+      next: snapshotOf(exec),
+      patch: {},
+      at: now,
+      event: "report_unreadable",
+      agentId,
+      detail: {
+        seq: r.seq,
+        ...(r.sentAs === undefined ? {} : { type: r.sentAs }),
+        ...(r.round === undefined ? {} : { round: r.round }),
+        code: r.code,
+        reason: r.message,
+      },
+    });
+    if (
+      r.sentAs !== "finished" ||
+      r.round === undefined ||
+      r.round !== exec.round ||
+      exec.agentId !== agentId ||
+      TERMINAL_STATES.has(exec.state)
+    ) {
+      return;
+    }
+    if (this.unreadableFinishes.size >= MAX_UNREADABLE_FINISHES) {
+      const oldest = this.unreadableFinishes.keys().next().value as string;
+      this.unreadableFinishes.delete(oldest);
+    }
+    this.unreadableFinishes.set(exec.id, { round: r.round, why: `${r.code}: ${r.message}` });
+    this.ctx.store.afterCommit(() =>
+      this.publish(
+        agentId,
+        envelope({ type: "query", executionId: exec.id, round: r.round as number }, now),
+      ),
+    );
+  }
+
+  /**
+   * A `state` answer with a final local state, about a round whose `finished` could not be read:
+   * the `finished` it stands for (its outcome, never retryable, since whether the failure was
+   * cannot be known; the time of the answer, and no result).
+   */
+  private settlesUnreadable(r: Report): Report | undefined {
+    if (r.type !== "state") return undefined;
+    const pending = this.unreadableFinishes.get(r.executionId);
+    if (pending === undefined || pending.round !== r.round) return undefined;
+    if (!(OUTCOMES as readonly string[]).includes(r.localState)) return undefined;
+    this.unreadableFinishes.delete(r.executionId);
+    return {
+      v: r.v,
+      msgId: r.msgId,
+      sentAt: r.sentAt,
+      type: "finished",
+      executionId: r.executionId,
+      round: r.round,
+      seq: r.seq,
+      outcome: r.localState as Outcome,
+      retryable: false,
+      message:
+        `the agent's finished report could not be read (${pending.why}); outcome from its state answer`.slice(
+          0,
+          4096,
+        ),
+      finishedAt: this.ctx.clock.wallNow(),
+    };
   }
 
   /**

@@ -7,6 +7,7 @@ import {
   decodeAll,
   encode,
   type ProtocolError,
+  parseTopic,
   type Topics,
   topics,
 } from "../../shared/protocol/index.js";
@@ -45,7 +46,13 @@ export interface CoordinatorLinkOptions {
 
 export interface LinkHandlers {
   message(decoded: Decoded, receivedAt: number): void;
-  invalid(error: ProtocolError, topic: string): void;
+  /**
+   * A message that does not decode. `sender` is the agent of its `up` topic when the message
+   * passed authentication: what it says, though unreadable, is that agent's, so a report whose
+   * seq could be read may be acknowledged (inbound.ts). Never set when messages are not
+   * authenticated: anyone on the broker could then cost an agent a report.
+   */
+  invalid(error: ProtocolError, topic: string, sender?: string): void;
   /**
    * A message that failed authentication: it changes nothing. With `body`, the message was
    * authentic but stale (decoded, so its sender can be sent a clock sample).
@@ -243,9 +250,16 @@ export class CoordinatorLink {
         signedAt = opened.at;
       }
       // A batch of an agent's reports is one MQTT message; each report is handled on its own.
+      // Without authentication an unreadable message could be anyone's: it is nobody's.
+      let sender: string | undefined | null = auth === undefined ? undefined : null;
       for (const result of decodeAll(topic, body, options)) {
         if (!result.ok) {
-          handlers.invalid(result.error, topic);
+          if (sender === null) {
+            const parsed = parseTopic(topic, this.topics.prefix);
+            sender =
+              parsed?.kind === "agent" && parsed.channel === "up" ? parsed.agentId : undefined;
+          }
+          handlers.invalid(result.error, topic, sender);
           continue;
         }
         const replay = auth?.admit(result.value, signedAt);

@@ -12,6 +12,7 @@ import {
   topics,
   type UpMessage,
 } from "../../shared/protocol/index.js";
+import { seal, unseal } from "../../shared/protocol/mac.js";
 import { type TestBroker, tempDir, testBroker, waitFor } from "./env.js";
 
 /**
@@ -45,7 +46,13 @@ export interface FakeAgent {
 export async function fakeAgent(
   broker: TestBroker,
   agentId: string,
-  options: { handlers?: string[]; journalId?: string; batchBytes?: number } = {},
+  options: {
+    handlers?: string[];
+    journalId?: string;
+    batchBytes?: number;
+    /** Its enrolled key (kid 1): every message is sealed with it, and each one received opened. */
+    key?: Buffer;
+  } = {},
 ): Promise<FakeAgent> {
   const t = topics(broker.prefix);
   const client: MqttClient = await mqtt.connectAsync(broker.url, {
@@ -54,8 +61,11 @@ export async function fakeAgent(
   });
   const received: DownMessage[] = [];
   const payloadSizes: number[] = [];
+  const { key } = options;
   client.on("message", (topic, payload) => {
-    const all = decodeAll(topic, payload, { prefix: broker.prefix });
+    const opened = key === undefined ? undefined : unseal(payload);
+    const body = typeof opened === "object" ? opened.body : payload;
+    const all = decodeAll(topic, body, { prefix: broker.prefix });
     payloadSizes.push(all.length);
     for (const d of all) if (d.ok && d.value.channel === "down") received.push(d.value.message);
   });
@@ -63,7 +73,11 @@ export async function fakeAgent(
   const instanceId = newId("i");
   const journalId = options.journalId ?? newId("j");
   const publish = async (m: UpMessage) => {
-    await client.publishAsync(t.up(agentId), encode(m), { qos: 1 });
+    const topic = t.up(agentId);
+    const body = encode(m);
+    await client.publishAsync(topic, key ? seal(body, topic, key, 1, Date.now()) : body, {
+      qos: 1,
+    });
   };
   const agent: FakeAgent = {
     agentId,

@@ -1,7 +1,12 @@
 import { afterEach, describe, expect, it } from "vitest";
-import type { Ack, DownMessage } from "../../shared/protocol/index.js";
+import type { Ack, DownMessage, Query, UpMessage } from "../../shared/protocol/index.js";
 import { waitFor } from "../helpers/env.js";
-import { type Cleanups, coordinatorSetup, fakeAgent } from "../helpers/fake-agent.js";
+import {
+  type Cleanups,
+  coordinatorSetup,
+  type FakeAgent,
+  fakeAgent,
+} from "../helpers/fake-agent.js";
 
 /**
  * Nothing an agent reports is thrown away (issue 15, item 1): reports beyond a gap wait for it,
@@ -104,5 +109,193 @@ describe("report delivery", () => {
     });
     expect(done.finishedAt).toBe(at + 1);
     await agent.waitFor("ack of 3", (m): m is Ack => isAck(m) && m.upTo === 3);
+  });
+  /**
+   * A coordinator that authenticates messages (the default), and an agent enrolled with it that
+   * seals what it sends: an unreadable report is taken as the agent's only when it is authentic.
+   */
+  const sealed = async (name: string) => {
+    const { broker, start } = await coordinatorSetup(cleanups, {
+      security: { messages: "required" },
+    });
+    const coordinator = await start();
+    cleanups.push(() => coordinator.close());
+    const agentId = `${broker.prefix}-${name}`;
+    const { file } = await coordinator.identities.enroll(agentId, { actor: "test" });
+    const agent = await fakeAgent(broker, agentId, { key: Buffer.from(file.key, "base64url") });
+    cleanups.push(() => agent.close());
+    return { coordinator, agent };
+  };
+
+  /** Publishes a report the protocol refuses, as a buggy agent would: envelope, seq, a bad field. */
+  const unreadable = (agent: FakeAgent, body: Record<string, unknown>) =>
+    agent.publish({
+      v: 1,
+      msgId: `m-${body.seq}`,
+      sentAt: Date.now(),
+      ...body,
+    } as unknown as UpMessage);
+
+  it("acknowledges an authentic report it cannot read in its turn, so the reports behind it are applied", async () => {
+    const { coordinator, agent } = await sealed("u");
+    const a = await coordinator.sendCommand({
+      agentId: agent.agentId,
+      handler: "echo",
+      at: Date.now() + 60_000,
+    });
+    const b = await coordinator.sendCommand({ agentId: agent.agentId, handler: "echo" });
+    await waitFor("both dispatched", () =>
+      agent.received.filter((m) => m.type === "dispatch").length === 2 ? true : undefined,
+    );
+    await agent.report({ type: "accepted", executionId: a, round: 1, seq: 1 });
+    await agent.waitFor("ack of 1", (m): m is Ack => isAck(m) && m.upTo === 1);
+    const before = await coordinator.store.getExecution(a);
+    // seq 2: a progress whose percent is null, which the protocol refuses.
+    await unreadable(agent, { type: "progress", executionId: a, round: 1, seq: 2, percent: null });
+    const at = Date.now();
+    await agent.report({ type: "accepted", executionId: b, round: 1, seq: 3 });
+    await agent.report({
+      type: "started",
+      executionId: b,
+      round: 1,
+      seq: 4,
+      startedAt: at,
+      lateMs: 0,
+    });
+    await agent.report({
+      type: "finished",
+      executionId: b,
+      round: 1,
+      seq: 5,
+      outcome: "succeeded",
+      retryable: false,
+      message: "ok",
+      startedAt: at,
+      finishedAt: at + 1,
+    });
+    const done = await waitFor("b succeeded", async () => {
+      const e = await coordinator.store.getExecution(b);
+      return e?.state === "SUCCEEDED" ? e : undefined;
+    });
+    expect(done.finishedAt).toBe(at + 1);
+    await agent.waitFor("ack of 5", (m): m is Ack => isAck(m) && m.upTo === 5);
+    // What it said changed nothing; that it said something unreadable is on the record.
+    const after = await coordinator.store.getExecution(a);
+    expect(after?.state).toBe(before?.state);
+    const note = (await coordinator.store.getTimeline(a)).find(
+      (e) => e.event === "report_unreadable",
+    );
+    expect(note?.detail).toMatchObject({
+      seq: 2,
+      type: "progress",
+      round: 1,
+      code: "AX_PROTO_INVALID_FIELD",
+    });
+    expect(String(note?.detail?.reason)).toContain("percent");
+    const counters = await coordinator.store.counters();
+    expect(counters.unreadable_reports).toBe(1);
+    expect(counters.invalid_messages).toBe(1);
+    expect(agent.received.some((m) => isAck(m) && m.replay === true)).toBe(false);
+  });
+
+  it("settles a finish it cannot read by the agent's answer to a query", async () => {
+    const { coordinator, agent } = await sealed("f");
+    const id = await coordinator.sendCommand({ agentId: agent.agentId, handler: "echo" });
+    await agent.waitFor("dispatch", (m): m is DownMessage => m.type === "dispatch");
+    const at = Date.now();
+    await agent.report({ type: "accepted", executionId: id, round: 1, seq: 1 });
+    await agent.report({
+      type: "started",
+      executionId: id,
+      round: 1,
+      seq: 2,
+      startedAt: at,
+      lateMs: 0,
+    });
+    // A result that is not a JSON object: the protocol refuses the whole report.
+    await unreadable(agent, {
+      type: "finished",
+      executionId: id,
+      round: 1,
+      seq: 3,
+      outcome: "succeeded",
+      retryable: false,
+      message: "ok",
+      result: "done",
+      startedAt: at,
+      finishedAt: at + 5,
+    });
+    const query = await agent.waitFor(
+      "a query",
+      (m): m is Query => m.type === "query" && m.executionId === id,
+    );
+    expect(query.round).toBe(1);
+    await agent.waitFor("ack of 3", (m): m is Ack => isAck(m) && m.upTo === 3);
+    expect((await coordinator.store.getExecution(id))?.state).toBe("RUNNING");
+    await agent.report({
+      type: "state",
+      executionId: id,
+      round: 1,
+      seq: 4,
+      localState: "succeeded",
+    });
+    const done = await waitFor("succeeded", async () => {
+      const e = await coordinator.store.getExecution(id);
+      return e?.state === "SUCCEEDED" ? e : undefined;
+    });
+    expect(done.message).toContain("could not be read");
+    expect(done.message).toContain("result");
+    const events = (await coordinator.store.getTimeline(id)).map((e) => e.event);
+    expect(events).toEqual([
+      "created",
+      "dispatch",
+      "accepted",
+      "started",
+      "report_unreadable",
+      "finished",
+    ]);
+    await agent.waitFor("ack of 4", (m): m is Ack => isAck(m) && m.upTo === 4);
+  });
+
+  it("does not acknowledge an unreadable message that is not a report of protocol v1", async () => {
+    const { coordinator, agent } = await sealed("v");
+    const id = await coordinator.sendCommand({ agentId: agent.agentId, handler: "echo" });
+    await agent.waitFor("dispatch", (m): m is DownMessage => m.type === "dispatch");
+    // Another protocol version, and a heartbeat that carries a seq: neither is a report to count.
+    await agent.publish({
+      v: 2,
+      type: "accepted",
+      msgId: "m-1",
+      sentAt: Date.now(),
+      executionId: id,
+      round: 1,
+      seq: 1,
+    } as unknown as UpMessage);
+    await unreadable(agent, { type: "heartbeat", seq: 1, running: "no" });
+    await waitFor("both refused", async () =>
+      (await coordinator.store.counters()).invalid_messages === 2 ? true : undefined,
+    );
+    await agent.report({ type: "accepted", executionId: id, round: 1, seq: 1 });
+    await agent.waitFor("ack of 1", (m): m is Ack => isAck(m) && m.upTo === 1);
+    expect((await coordinator.store.getExecution(id))?.state).toBe("SCHEDULED");
+    expect((await coordinator.store.counters()).unreadable_reports ?? 0).toBe(0);
+  });
+  it("acknowledges no unreadable report when messages are not authenticated: it could be anyone's", async () => {
+    const { broker, start } = await setup();
+    const coordinator = await start();
+    cleanups.push(() => coordinator.close());
+    const agent = await fakeAgent(broker, `${broker.prefix}-n`);
+    cleanups.push(() => agent.close());
+    const id = await coordinator.sendCommand({ agentId: agent.agentId, handler: "echo" });
+    await agent.waitFor("dispatch", (m): m is DownMessage => m.type === "dispatch");
+    await unreadable(agent, { type: "accepted", executionId: id, round: "1", seq: 1 });
+    await waitFor("refused", async () =>
+      (await coordinator.store.counters()).invalid_messages === 1 ? true : undefined,
+    );
+    // seq 1 is still to come: the real one is applied when it does.
+    await agent.report({ type: "accepted", executionId: id, round: 1, seq: 1 });
+    await agent.waitFor("ack of 1", (m): m is Ack => isAck(m) && m.upTo === 1);
+    expect((await coordinator.store.getExecution(id))?.state).toBe("SCHEDULED");
+    expect((await coordinator.store.counters()).unreadable_reports ?? 0).toBe(0);
   });
 });

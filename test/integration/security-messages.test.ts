@@ -234,13 +234,24 @@ describe("authenticated messages: forgeries and replays are refused", () => {
       topic(A, "up"),
       seal(finished("forge-2"), topic(A, "up"), keyOf("B"), 1, Date.now()),
     );
-    await waitFor("both forgeries refused", () => (refusedSince(n).length >= 2 ? true : undefined));
+    // An unreadable report is acknowledged in its turn only when it is authentic: a forged one,
+    // acknowledged, would make the coordinator pass over the real report of that seq.
+    const unreadable = finished("forge-3").replace('{"forged":true}', '"forged"');
+    await publish(topic(A, "up"), unreadable);
+    await publish(topic(A, "up"), seal(unreadable, topic(A, "up"), keyOf("B"), 1, Date.now()));
+    await waitFor("the forgeries refused", () => (refusedSince(n).length >= 4 ? true : undefined));
     expect((await coordinator.store.getExecution(id))?.state).toBe("RUNNING");
     const done = await waitForEnd(coordinator, id, 20_000);
     expect(done.state).toBe("SUCCEEDED");
     expect(done.result).not.toEqual({ forged: true });
     expect(done.message ?? "").not.toContain("forged");
-    expect(refusedSince(n).map((r) => r.code)).toEqual(["AX_AUTH_UNSIGNED", "AX_AUTH_BAD_MAC"]);
+    expect(refusedSince(n).map((r) => r.code)).toEqual([
+      "AX_AUTH_UNSIGNED",
+      "AX_AUTH_BAD_MAC",
+      "AX_AUTH_UNSIGNED",
+      "AX_AUTH_BAD_MAC",
+    ]);
+    expect((await coordinator.store.counters()).unreadable_reports ?? 0).toBe(0);
   }, 30_000);
 
   it("refuses a forged hello and presence for an existing agent, and an agent that is not enrolled", async () => {
