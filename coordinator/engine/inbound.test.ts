@@ -47,6 +47,25 @@ function inbound(log: (level: string, msg: string) => void = () => {}): {
 }
 
 describe("Inbound", () => {
+  it("logs a flood of invalid messages once per topic and code a minute, and counts every one", async () => {
+    const lines: string[] = [];
+    const { inbound: ib, store } = inbound((level, msg) => {
+      if (level === "warn") lines.push(msg);
+    });
+    const bad = { code: "AX_PROTO_BAD_JSON", message: "not JSON" } as const;
+    for (let i = 0; i < 500; i++) ib.invalid(bad, "ax/v1/agents/a1/up");
+    ib.invalid(bad, "ax/v1/agents/a2/up");
+    ib.invalid({ code: "AX_PROTO_BAD_VERSION", message: "v: 2" }, "ax/v1/agents/a1/up");
+    await waitFor("counted", async () =>
+      (await store.counters()).invalid_messages === 502 ? true : undefined,
+    );
+    expect(lines).toEqual([
+      "rejected message on ax/v1/agents/a1/up: AX_PROTO_BAD_JSON: not JSON",
+      "rejected message on ax/v1/agents/a2/up: AX_PROTO_BAD_JSON: not JSON",
+      "rejected message on ax/v1/agents/a1/up: AX_PROTO_BAD_VERSION: v: 2",
+    ]);
+  });
+
   it("lets the event loop turn between chunks of one agent's backlog", async () => {
     const { inbound: ib, store } = inbound();
     const total = INBOUND_CHUNK * 4;

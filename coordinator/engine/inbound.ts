@@ -131,6 +131,11 @@ export class Inbound {
   private readonly heardSinceUp = new Set<string>();
   /** Refusals logged: once per source and reason a minute. */
   private readonly refusalLogged = new LogThrottle();
+  /**
+   * Invalid messages logged: once per topic and code a minute, unreadable reports once per agent
+   * a minute. Each is still counted, and announced on the event bus.
+   */
+  private readonly invalidLogged = new LogThrottle();
   /** When each agent was last sent a clock sample for a stale message. */
   private readonly resyncAt = new Map<string, number>();
   /**
@@ -281,10 +286,11 @@ export class Inbound {
    * (and logged then): {@link UnreadableReport}.
    */
   invalid(error: ProtocolError, topic: string, sender?: string): void {
+    const at = this.ctx.clock.wallNow();
     const report = sender === undefined ? undefined : unreadableReport(error);
     if (sender !== undefined && report !== undefined) {
-      this.handle({ channel: "unreadable", agentId: sender, report }, this.ctx.clock.wallNow());
-    } else {
+      this.handle({ channel: "unreadable", agentId: sender, report }, at);
+    } else if (this.invalidLogged.allow(`${topic}\u0000${error.code}`, at)) {
       this.ctx.log("warn", `rejected message on ${topic}: ${error.code}: ${error.message}`, {
         topic,
         code: error.code,
@@ -540,7 +546,9 @@ export class Inbound {
         continue;
       }
       // The answer that settles a finish that could not be read stands in for that finish.
-      const r = this.settlesUnreadable(report) ?? report;
+      const settles = this.settlesUnreadable(report);
+      if (settles === null) continue;
+      const r = settles ?? report;
       id = r.executionId;
       if (r.type !== "progress" && r.type !== "state") stepReports.push(r);
       switch (r.type) {
@@ -612,20 +620,22 @@ export class Inbound {
   private async unreadable(agentId: string, r: UnreadableReport): Promise<void> {
     await this.ctx.store.bumpCounter("unreadable_reports");
     const what = `${r.sentAs === undefined ? "report" : `${r.sentAs} report`} seq ${r.seq}`;
-    this.ctx.log(
-      "warn",
-      `${what} from ${agentId}${r.executionId ? ` about ${r.executionId}` : ""} could not be read, and is acknowledged without effect: ${r.code}: ${r.message}`,
-      {
-        agentId,
-        seq: r.seq,
-        code: r.code,
-        ...(r.executionId ? { executionId: r.executionId } : {}),
-      },
-    );
+    const now = this.ctx.clock.wallNow();
+    if (this.invalidLogged.allow(`unreadable\u0000${agentId}`, now)) {
+      this.ctx.log(
+        "warn",
+        `${what} from ${agentId}${r.executionId ? ` about ${r.executionId}` : ""} could not be read, and is acknowledged without effect: ${r.code}: ${r.message}`,
+        {
+          agentId,
+          seq: r.seq,
+          code: r.code,
+          ...(r.executionId ? { executionId: r.executionId } : {}),
+        },
+      );
+    }
     if (!r.executionId) return;
     const exec = await this.ctx.store.getExecution(r.executionId);
     if (!exec || (exec.agentId !== agentId && exec.targetAgentId !== agentId)) return;
-    const now = this.ctx.clock.wallNow();
     await this.ctx.store.applyTransition({
       executionId: exec.id,
       expected: { state: exec.state, round: exec.round },
@@ -667,12 +677,18 @@ export class Inbound {
   /**
    * A `state` answer with a final local state, about a round whose `finished` could not be read:
    * the `finished` it stands for (its outcome, never retryable, since whether the failure was
-   * cannot be known; the time of the answer, and no result).
+   * cannot be known; the time of the answer, and no result). `null` for an `unknown` answer about
+   * it: the agent finished it and has since let it go, so it is not "interrupted" (which would
+   * retry it); the lease settles it. `undefined` for any other report.
    */
-  private settlesUnreadable(r: Report): Report | undefined {
+  private settlesUnreadable(r: Report): Report | null | undefined {
     if (r.type !== "state") return undefined;
     const pending = this.unreadableFinishes.get(r.executionId);
     if (pending === undefined || pending.round !== r.round) return undefined;
+    if (r.localState === "unknown") {
+      this.unreadableFinishes.delete(r.executionId);
+      return null;
+    }
     if (!(OUTCOMES as readonly string[]).includes(r.localState)) return undefined;
     this.unreadableFinishes.delete(r.executionId);
     return {

@@ -257,6 +257,37 @@ describe("report delivery", () => {
     await agent.waitFor("ack of 4", (m): m is Ack => isAck(m) && m.upTo === 4);
   });
 
+  it("does not take an unknown answer about a finish it could not read for an interruption", async () => {
+    const { coordinator, agent } = await sealed("k");
+    const id = await coordinator.sendCommand({ agentId: agent.agentId, handler: "echo" });
+    await agent.waitFor("dispatch", (m): m is DownMessage => m.type === "dispatch");
+    const at = Date.now();
+    await agent.report({ type: "accepted", executionId: id, round: 1, seq: 1 });
+    await agent.report({
+      type: "started",
+      executionId: id,
+      round: 1,
+      seq: 2,
+      startedAt: at,
+      lateMs: 0,
+    });
+    await unreadable(agent, {
+      type: "finished",
+      executionId: id,
+      round: 1,
+      seq: 3,
+      outcome: "done",
+    });
+    await agent.waitFor("a query", (m): m is Query => m.type === "query" && m.executionId === id);
+    // The agent has let the execution go: it finished it, so it was not interrupted.
+    await agent.report({ type: "state", executionId: id, round: 1, seq: 4, localState: "unknown" });
+    await agent.waitFor("ack of 4", (m): m is Ack => isAck(m) && m.upTo === 4);
+    await coordinator.settle();
+    expect((await coordinator.store.getExecution(id))?.state).toBe("RUNNING");
+    const events = (await coordinator.store.getTimeline(id)).map((e) => e.event);
+    expect(events).toEqual(["created", "dispatch", "accepted", "started", "report_unreadable"]);
+  });
+
   it("does not acknowledge an unreadable message that is not a report of protocol v1", async () => {
     const { coordinator, agent } = await sealed("v");
     const id = await coordinator.sendCommand({ agentId: agent.agentId, handler: "echo" });
