@@ -61,8 +61,9 @@ export class ExecutionOperations {
   }
 
   /**
-   * Retries an execution that ended FAILED, TIMED_OUT, EXPIRED or CANCELED, as a new attempt: a
-   * new execution (terminal states stay final) that records which one it retries. Returns its id.
+   * Retries an execution that ended FAILED, TIMED_OUT, EXPIRED or CANCELED, once: a new
+   * execution (terminal states stay final) that runs at most once and records which one it
+   * retries. Returns its id.
    */
   async retry(id: string, actor = "system"): Promise<string> {
     const old = await this.get(id);
@@ -81,7 +82,9 @@ export class ExecutionOperations {
         id: newId,
         fireAt: now,
         deadline: now + Math.max(0, old.deadline - old.fireAt),
-        maxAttempts: Math.max(old.maxAttempts, old.attempt + 1),
+        // One run: the operator asked for one more try, not for the retry policy again (a
+        // retryable failure of the retry must not run the handler once more on its own).
+        maxAttempts: 1,
         createdAt: now,
       },
       now,
