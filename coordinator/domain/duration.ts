@@ -22,3 +22,11 @@ export const durationSchema = z.union([z.number(), z.string()]).transform((value
   }
   return ms;
 });
+
+/**
+ * A duration an agent is given as a whole number of milliseconds from 1 (a run's `timeoutMs`): 0
+ * or a fraction would be accepted here and refused by every agent it was dispatched to.
+ */
+export const positiveDurationSchema = durationSchema.pipe(
+  z.number().int("must be a whole number of milliseconds").min(1, "must be at least 1ms"),
+);

@@ -4,7 +4,7 @@ import { TERMINAL_STATE_NAMES } from "../../shared/fsm.js";
 import { HANDLER_NAME_PATTERN, ID_PATTERN } from "../../shared/ids.js";
 import { MAX_OBJECT_KEYS } from "../../shared/protocol/envelope.js";
 import { MAX_JSON_DEPTH } from "../../shared/protocol/json-depth.js";
-import { durationSchema } from "./duration.js";
+import { durationSchema, positiveDurationSchema } from "./duration.js";
 import { MAX_VIRTUAL_NODES } from "./hash-ring.js";
 import { noZoneProblem, parseIsoInstant } from "./instant.js";
 import { isValidTimeZone, validateCron } from "./schedule.js";
@@ -392,7 +392,7 @@ export const jobDefinitionSchema = z
     /** Most executions of this job running at once across the fleet. @default no limit */
     concurrency: z.number().int().min(1).max(10_000).optional(),
     /** Longest a run may take on the agent. @default 60s */
-    timeout: durationSchema.default(60_000),
+    timeout: positiveDurationSchema.default(60_000),
     /** Latest start after the nominal fire time; past it the execution is EXPIRED. @default 60s */
     deadline: durationSchema.default(60_000),
     /**
@@ -402,7 +402,7 @@ export const jobDefinitionSchema = z
      */
     dispatchLead: durationSchema.refine((ms) => ms <= 86_400_000, "must be at most 24h").optional(),
     /** No `accepted` within this → redispatch with round+1. @default 5s */
-    dispatchTimeout: durationSchema.default(5_000),
+    dispatchTimeout: positiveDurationSchema.default(5_000),
     /** Dispatches per attempt before the attempt fails as undeliverable. @default 3 */
     maxDispatches: z.number().int().min(1).max(20).default(3),
     /** @default { maxAttempts: 1, baseMs: 1000, capMs: 60000 } */

@@ -3,7 +3,8 @@ import { ERROR_CODES, type ErrorCode } from "../../shared/errors.js";
 import { EXEC_STATES, type ExecState } from "../../shared/fsm.js";
 import { HANDLER_NAME_PATTERN } from "../../shared/ids.js";
 import type { BundleRecord } from "../domain/bundle.js";
-import { durationSchema } from "../domain/duration.js";
+import { positiveDurationSchema } from "../domain/duration.js";
+import { noZoneProblem, parseIsoInstant } from "../domain/instant.js";
 import {
   idSchema,
   instantSchema,
@@ -84,21 +85,26 @@ export const eventParams = z.object({
 
 // --- query values ------------------------------------------------------------------------------
 
-/** An instant in a query string: UTC milliseconds or an ISO 8601 time. */
+/**
+ * An instant in a query string: UTC milliseconds or an ISO 8601 time with its zone, as in a body
+ * (domain/instant.ts): a time without one is refused, never read in the coordinator's zone.
+ */
 const queryInstant = z
   .string()
   .transform((value, ctx) => {
-    const ms = /^\d+(\.\d+)?$/.test(value) ? Number(value) : Date.parse(value);
-    if (!Number.isFinite(ms)) {
+    const ms = /^\d+(\.\d+)?$/.test(value) ? Number(value) : parseIsoInstant(value);
+    if (ms === undefined || !Number.isFinite(ms)) {
       ctx.addIssue({
         code: "custom",
-        message: `must be UTC milliseconds or an ISO 8601 time such as 2026-01-31T12:00:00Z (got ${JSON.stringify(value)})`,
+        message:
+          noZoneProblem(value) ??
+          `must be UTC milliseconds or an ISO 8601 time such as 2026-01-31T12:00:00Z (got ${JSON.stringify(value)})`,
       });
       return z.NEVER;
     }
     return ms;
   })
-  .meta({ description: "UTC milliseconds or an ISO 8601 time." });
+  .meta({ description: "UTC milliseconds or an ISO 8601 time with Z or an offset." });
 
 const statesList = z
   .string()
@@ -196,7 +202,9 @@ export const commandBody = z
     deadline: instantSchema.optional().meta({
       description: "Latest start; past it the command is EXPIRED. at + 30 s if not given.",
     }),
-    timeout: durationSchema.optional().meta({ description: "Longest run. 30s if not given." }),
+    timeout: positiveDurationSchema
+      .optional()
+      .meta({ description: "Longest run, at least 1ms. 30s if not given." }),
     priority: z.number().int().min(-1000).max(1000).default(0),
     queue: z
       .boolean()
@@ -366,6 +374,12 @@ const tagFilter = z
           code: "custom",
           message: `must be KEY=VALUE pairs separated by commas, got "${pair}"`,
         });
+        return z.NEVER;
+      }
+      if (Object.hasOwn(tags, key)) {
+        // An agent has one value per tag: two for one key would match nothing, or silently
+        // only the last.
+        ctx.addIssue({ code: "custom", message: `names tag "${key}" twice` });
         return z.NEVER;
       }
       tags[key] = pair.slice(eq + 1).trim();

@@ -533,6 +533,29 @@ describe("HTTP API", () => {
       );
     });
 
+    it("refuses a run timeout no agent would take: 0, or a fraction of a millisecond", async () => {
+      for (const timeout of [0, "0s", 1.5]) {
+        const e = expectError(
+          await post("/api/commands", { agentId: "x", queue: true, handler: "echo", timeout }),
+          400,
+          "AX_API_INVALID_REQUEST",
+          ["body.timeout"],
+        );
+        expect(e.message).toMatch(/body\.timeout: must be (at least 1ms|a whole number)/);
+      }
+      const job = (field: string, value: unknown) =>
+        post("/api/jobs", {
+          id: "zero",
+          handler: "echo",
+          trigger: { type: "manual" },
+          [field]: value,
+        });
+      expectError(await job("timeout", 0), 400, "AX_API_INVALID_REQUEST", ["body.timeout"]);
+      expectError(await job("dispatchTimeout", "0ms"), 400, "AX_API_INVALID_REQUEST", [
+        "body.dispatchTimeout",
+      ]);
+    });
+
     it("creates a command for an agent enrolled but never connected, which waits PENDING", async () => {
       await coordinator.enrollAgent("enrolled-only", { actor: "test" });
       const r = await post("/api/commands", { agentId: "enrolled-only", handler: "echo" });
@@ -669,6 +692,17 @@ describe("HTTP API", () => {
         "AX_API_INVALID_REQUEST",
         ["query.state", "query.limit", "query.kind", "query.to"],
       );
+      // A time in a query string says its zone, as in a body: never read in the coordinator's.
+      const local = expectError(
+        await get("/api/executions?from=2026-12-24T18:00:00&to=Tue,%2001%20Dec%202026"),
+        400,
+        "AX_API_INVALID_REQUEST",
+        ["query.from", "query.to"],
+      );
+      expect(local.message).toContain("query.from: has no time zone");
+      expect(
+        await list(`job=filter-job&from=${encodeURIComponent(new Date(before).toISOString())}`),
+      ).toHaveLength(2);
     });
 
     it("shows an execution with its timeline, cancels it once (then 409), and retries it", async () => {

@@ -250,6 +250,12 @@ describe("HTTP API with a fleet", () => {
     expect(message).toContain('query.tag: must be KEY=VALUE pairs separated by commas, got "site"');
     expect(message).toContain("query.status:");
     expect(message).toContain("query.limit:");
+    // One value per tag: two for one key is a mistake, not a filter on the last of them.
+    const twice = await api("GET", "/api/agents?tag=site%3Deast,site%3Dnorth");
+    expect(twice.status).toBe(400);
+    expect((twice.body as { error: { message: string } }).error.message).toContain(
+      'query.tag: names tag "site" twice',
+    );
   });
 
   // Last: it revokes an agent of the fleet.
