@@ -350,6 +350,69 @@ describe("Executor: duplicates and rounds (rule 3)", () => {
     expect(h.of("started", "e1").map((r) => r.round)).toEqual([2]);
   });
 
+  it("keeps the round it holds when it refuses the higher one: busy", async () => {
+    const h = setup({ concurrency: 1, queue: 0 });
+    const now = h.clock.wallNow();
+    h.dispatch({ executionId: "a", handler: "block", fireAt: now });
+    await flush();
+    h.dispatch({ executionId: "e1", handler: "count", round: 1, fireAt: now + 1000 });
+    h.clock.advance(1000);
+    await flush();
+    // Due, waiting for the one slot; a redispatch due now finds no room and is not taken.
+    h.dispatch({ executionId: "e1", handler: "count", round: 2, fireAt: now + 1000 });
+    expect(h.of("busy", "e1").map((r) => r.round)).toEqual([2]);
+    await h.release("a");
+    h.clock.advance(1000);
+    await flush();
+    expect(h.runs.get("e1")).toBe(1);
+    expect(h.of("started", "e1").map((r) => r.round)).toEqual([1]);
+  });
+
+  it("keeps the round it holds when it refuses the higher one: shutting down", async () => {
+    const h = setup();
+    const now = h.clock.wallNow();
+    h.dispatch({ executionId: "e1", handler: "count", round: 1, fireAt: now + 10_000 });
+    h.ex.shuttingDown = true;
+    h.dispatch({ executionId: "e1", handler: "count", round: 2, fireAt: now + 10_000 });
+    expect(h.of("rejected", "e1")).toMatchObject([{ round: 2, reason: "shutting_down" }]);
+    // Rule 13: it stays journaled, to fire after the restart.
+    expect(h.ex.counts).toMatchObject({ scheduled: 1, open: 1 });
+  });
+
+  it("gives the place of a due command it let go in the same tick to the next (rule 7)", async () => {
+    const h = setup({ concurrency: 1, queue: 0 });
+    const now = h.clock.wallNow();
+    // One batch of commands, handled in one turn: nothing has started between them.
+    const due = (executionId: string, round = 1) =>
+      dispatchSchema.parse({
+        v: 1,
+        type: "dispatch",
+        msgId: `m-${executionId}-${round}`,
+        sentAt: now,
+        executionId,
+        round,
+        attempt: 1,
+        handler: "count",
+        params: {},
+        fireAt: now,
+        deadline: now + 5000,
+        timeoutMs: 10_000,
+        priority: 0,
+      });
+    h.ex.dispatch(due("a"));
+    h.ex.cancel("a", 1);
+    h.ex.dispatch(due("b"));
+    // A replaced one frees its place the same way.
+    h.ex.dispatch(due("b", 2));
+    h.clock.advance(100);
+    await flush();
+    expect(h.of("busy")).toEqual([]);
+    expect(h.of("finished", "a")).toMatchObject([{ outcome: "canceled" }]);
+    expect(h.runs.get("a")).toBeUndefined();
+    expect(h.of("started", "b").map((r) => r.round)).toEqual([2]);
+    expect(h.runs.get("b")).toBe(1);
+  });
+
   it("answers a higher round after start with the round it ran under", async () => {
     const h = setup();
     h.dispatch({ executionId: "e1", handler: "block", fireAt: h.clock.wallNow() });

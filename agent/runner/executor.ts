@@ -255,13 +255,15 @@ export class Executor {
   private dispatchIn(d: Dispatch): void {
     const { executionId: id, round } = d;
     const latest = this.o.journal.latest(id);
+    /** The round held, not started, that this higher one replaces once it is taken (rule 3). */
+    let held: CommandRow | undefined;
     if (latest) {
       const replaceable = latest.state === "scheduled" || latest.state === "queued";
       const retry = !replaceable && latest.state !== "running" && d.attempt > latest.attempt;
       if (round > latest.round && replaceable) {
-        // Rule 3: a higher round for one not yet started replaces it.
-        this.release(latest);
-        this.move(latest, latest.state, "canceled");
+        // Refused (shutting down, busy, …), the new round leaves the held one as it was: accepted
+        // work is never dropped, and an agent holding neither would never run it.
+        held = latest;
       } else if (!(round > latest.round && retry)) {
         // Rule 3: already held (or ran, or a stale round): never run again; say what we know. A
         // retry (a new attempt with its own higher rounds) is new work and falls through.
@@ -309,13 +311,27 @@ export class Executor {
       refuse("invalid_params", `${path}: ${first?.message ?? "invalid"}`);
       return;
     }
-    const full = this.o.journal.fullReason();
+    // A round that replaces one held takes its place: it adds no open work to the journal.
+    const full = held ? undefined : this.o.journal.fullReason();
     if (full !== undefined) {
       reject("journal_full", full);
       return;
     }
     const now = this.o.coordNow();
-    if (now > d.deadline) {
+    const dueNow = d.fireAt <= now;
+    // The held round's place (in line, or due this tick) is the new round's.
+    const freed = held && (this.queue.includes(held.id) || this.arriving.has(held.id)) ? 1 : 0;
+    const expired = now > d.deadline;
+    if (!expired && dueNow && this.waiting() - freed >= this.o.concurrency + this.o.queue) {
+      // Rule 7: due now, no slot and no queue room: busy, and not kept.
+      this.report({ type: "busy", executionId: id, round });
+      return;
+    }
+    if (held) {
+      this.release(held);
+      this.move(held, held.state, "canceled");
+    }
+    if (expired) {
       // Rule 5: expired on arrival — journaled and reported, never started.
       const report = this.o.journal.recordFinished(
         d,
@@ -332,12 +348,6 @@ export class Executor {
         this.o.envelope,
       );
       if (report) this.commits.written(report);
-      return;
-    }
-    const dueNow = d.fireAt <= now;
-    if (dueNow && this.waiting() >= this.o.concurrency + this.o.queue) {
-      // Rule 7: due now, no slot and no queue room: busy, and not kept.
-      this.report({ type: "busy", executionId: id, round });
       return;
     }
     const accepted = this.o.journal.accept(d, this.o.envelope);
@@ -705,6 +715,8 @@ export class Executor {
 
   /** Releases what a command holds in memory: its queue place or slot, timers and deadline entry. */
   private release(row: CommandRow): void {
+    // Due this tick and let go (canceled, replaced): it no longer holds a place in line.
+    this.arriving.delete(row.id);
     const active = this.active.get(row.id);
     if (!active) return;
     if (active.deadlineHandle !== undefined) this.wheel.cancel(active.deadlineHandle);
