@@ -23,6 +23,7 @@ const DROPPED_REASONS = {
   out_of_order: "out_of_order_reports",
   unknown_agent: "reports_from_unknown_agents",
   unreadable: "unreadable_reports",
+  missing: "missing_reports",
 } as const;
 
 /**

@@ -31,6 +31,12 @@ export const INBOUND_CHUNK = 256;
  */
 export const MAX_AHEAD_REPORTS = 10_000;
 
+/**
+ * Times the first report held beyond a gap is sent again, the gap still open, before the reports
+ * of the gap are taken as gone from the agent (see {@link Inbound.reports}).
+ */
+export const GAP_GONE_AFTER_RESENDS = 3;
+
 /** At most one replay request per agent in this long: the first one already asks for everything. */
 export const REPLAY_REQUEST_INTERVAL_MS = 1_000;
 
@@ -123,7 +129,13 @@ export class Inbound {
   /** Reports that arrived beyond a gap, per agent, by seq (with the journal they belong to). */
   private readonly ahead = new Map<
     string,
-    { journalId: string; bySeq: Map<number, InboundReport> }
+    {
+      journalId: string;
+      bySeq: Map<number, InboundReport>;
+      /** The lowest seq held, and how many bursts sent it again while it stayed the lowest. */
+      head?: number;
+      resends?: number;
+    }
   >();
   /** When a replay was last asked of each agent (wall ms). */
   private readonly replayAskedAt = new Map<string, number>();
@@ -435,17 +447,38 @@ export class Inbound {
     if (held?.journalId !== agent.journalId) {
       held = { journalId: agent.journalId, bySeq: new Map() };
     }
-    const start = agent.ackedSeq + 1;
+    let start = agent.ackedSeq + 1;
     let duplicates = 0;
+    let headResent = false;
     for (const r of rs) {
-      if (r.seq < start || held.bySeq.has(r.seq)) duplicates++;
-      else if (held.bySeq.size < MAX_AHEAD_REPORTS || r.seq < start + MAX_AHEAD_REPORTS) {
+      if (r.seq < start || held.bySeq.has(r.seq)) {
+        duplicates++;
+        if (r.seq === held.head) headResent = true;
+      } else if (held.bySeq.size < MAX_AHEAD_REPORTS || r.seq < start + MAX_AHEAD_REPORTS) {
         held.bySeq.set(r.seq, r);
       }
     }
     if (duplicates > 0) {
       await this.ctx.store.bumpCounter("duplicate_reports", duplicates);
       this.owe(agentId, agent.ackedSeq);
+    }
+    if (headResent && !held.bySeq.has(start)) {
+      held.resends = (held.resends ?? 0) + 1;
+      const head = held.head as number;
+      if (held.resends >= GAP_GONE_AFTER_RESENDS) {
+        // The agent re-sends its outbox from its oldest report, and has sent this one again and
+        // again without the ones before it: they are no longer in its outbox. Something
+        // acknowledged them and forgot (a store restored from a backup older than the agent's
+        // acknowledgements). Waiting for them would hold every report of this agent for ever.
+        const gone = head - start;
+        await this.ctx.store.bumpCounter("missing_reports", gone);
+        this.ctx.log(
+          "error",
+          `reports ${start}–${head - 1} of ${agentId} are gone: its outbox starts at ${head}, so they were acknowledged before and the store does not have them (restored from an older backup?); going on from ${head}. What they said is lost: check the executions ${agentId} ran meanwhile.`,
+          { agentId, from: start, to: head - 1 },
+        );
+        start = head;
+      }
     }
     const byExecution = new Map<string, InboundReport[]>();
     let next = start;
@@ -458,6 +491,12 @@ export class Inbound {
     }
     if (held.bySeq.size > 0) {
       // A gap: what follows it waits here, and the agent re-sends from the gap.
+      let head = Number.POSITIVE_INFINITY;
+      for (const seq of held.bySeq.keys()) if (seq < head) head = seq;
+      if (head !== held.head) {
+        held.head = head;
+        held.resends = 0;
+      }
       this.ahead.set(agentId, held);
       await this.ctx.store.bumpCounter("out_of_order_reports", rs.length - duplicates);
       this.askReplay(agentId);

@@ -329,4 +329,43 @@ describe("report delivery", () => {
     expect((await coordinator.store.getExecution(id))?.state).toBe("SCHEDULED");
     expect((await coordinator.store.counters()).unreadable_reports ?? 0).toBe(0);
   });
+  it("goes on past reports the agent no longer has, once it has re-sent its oldest three times", async () => {
+    const { broker, start } = await setup();
+    const coordinator = await start();
+    cleanups.push(() => coordinator.close());
+    const agent = await fakeAgent(broker, `${broker.prefix}-g`);
+    cleanups.push(() => agent.close());
+    const id = await coordinator.sendCommand({ agentId: agent.agentId, handler: "echo" });
+    await agent.waitFor("dispatch", (m): m is DownMessage => m.type === "dispatch");
+    // Seqs 1-4 were acknowledged by a store that has since been restored from an older backup:
+    // the agent's outbox starts at 5, and each re-send of it starts there.
+    const at = Date.now();
+    const outbox = async () => {
+      await agent.report({ type: "accepted", executionId: id, round: 1, seq: 5 });
+      await agent.report({
+        type: "started",
+        executionId: id,
+        round: 1,
+        seq: 6,
+        startedAt: at,
+        lateMs: 0,
+      });
+    };
+    await outbox();
+    await agent.waitFor("a replay request", (m): m is Ack => isAck(m) && m.replay === true);
+    for (let i = 0; i < 2; i++) {
+      await new Promise((r) => setTimeout(r, 100));
+      await outbox();
+    }
+    await new Promise((r) => setTimeout(r, 300));
+    expect((await coordinator.store.getExecution(id))?.state).toBe("DISPATCHED");
+    await outbox();
+    await agent.waitFor("ack of 6", (m): m is Ack => isAck(m) && m.upTo === 6);
+    const running = await waitFor("running", async () => {
+      const e = await coordinator.store.getExecution(id);
+      return e?.state === "RUNNING" ? e : undefined;
+    });
+    expect(running.startedAt).toBe(at);
+    expect((await coordinator.store.counters()).missing_reports).toBe(4);
+  });
 });
