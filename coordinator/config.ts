@@ -79,7 +79,7 @@ export const httpTokenSchema = z
       .optional()
       .meta(
         doc(
-          "A file holding the token (surrounding whitespace ignored), read at start. Give this or `token`.",
+          "A file holding the token (surrounding whitespace ignored), read at start; only its owner may read it (mode 600), or the start is refused. Give this or `token`.",
           "none",
         ),
       ),

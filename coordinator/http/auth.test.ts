@@ -1,4 +1,4 @@
-import { writeFileSync } from "node:fs";
+import { chmodSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import { tempDir } from "../../test/helpers/env.js";
@@ -106,7 +106,16 @@ describe("HTTP auth", () => {
 
   it("reads a token file, trimmed, and names a file it cannot read or a short token", () => {
     const file = join(tmp.dir, "token");
-    writeFileSync(file, `  ${OPERATE}\n`);
+    writeFileSync(file, `  ${OPERATE}\n`, { mode: 0o644 });
+    chmodSync(file, 0o644);
+    // A token file others can read is anyone's on the host: refused, as the CLI refuses it.
+    expect(() => resolveAuth({ tokens: [{ tokenFile: file, role: "operator" }] })).toThrow(
+      expect.objectContaining({
+        code: "AX_SECURITY_KEY",
+        message: `http.auth.tokens.0.tokenFile: ${file}: is readable by others (mode 644); run chmod 600 ${file}`,
+      }),
+    );
+    chmodSync(file, 0o600);
     const a = resolveAuth({ tokens: [{ tokenFile: file, role: "operator" }] });
     expect(() => authorize(a, `Bearer ${OPERATE}`, "operator")).not.toThrow();
 

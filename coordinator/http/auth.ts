@@ -1,8 +1,8 @@
 import { timingSafeEqual } from "node:crypto";
-import { readFileSync } from "node:fs";
 import { AxError } from "../../shared/errors.js";
 import type { ApiRole, HttpConfig } from "../config.js";
 import { type TokenOwner, tokenDigest } from "../security/api-tokens.js";
+import { readPrivate } from "../security/secrets.js";
 import type { Principal, Role } from "./route.js";
 
 /** A config file's token as the server keeps it: only its digest, its name and its role. */
@@ -30,8 +30,13 @@ export function resolveAuth(auth: HttpConfig["auth"], lookup?: TokenLookup): Aut
     let token = t.token;
     if (t.tokenFile !== undefined) {
       try {
-        token = readFileSync(t.tokenFile, "utf8").trim();
+        // Private, as the admin token and the CLI's token files are: a token others can read
+        // is anyone's on the host.
+        token = readPrivate(t.tokenFile).trim();
       } catch (err) {
+        if (err instanceof AxError) {
+          throw new AxError("AX_SECURITY_KEY", `http.auth.tokens.${i}.tokenFile: ${err.message}`);
+        }
         throw new AxError(
           "AX_CONFIG_READ",
           `${t.tokenFile}: cannot read token file: ${(err as Error).message}`,

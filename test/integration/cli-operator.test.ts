@@ -420,7 +420,7 @@ describe("ax coordinator start with an http section", () => {
           },
         }),
       );
-      writeFileSync(join(tmp.dir, "token"), `${TOKEN}\n`);
+      writeFileSync(join(tmp.dir, "token"), `${TOKEN}\n`, { mode: 0o600 });
       const child = spawn(process.execPath, [AX, "coordinator", "start", "--config", config], {
         stdio: ["ignore", "ignore", "pipe"],
       });
