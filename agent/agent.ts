@@ -311,8 +311,23 @@ export class Agent {
       down: () => {
         this.welcomed = false;
       },
+      // Said once a minute at most, and at once when the reason changes: a refused login or a
+      // certificate the agent does not trust is retried for ever, and would otherwise say nothing.
+      failed: (err) => {
+        const now = this.clock.monoNow();
+        if (err.message === this.linkFailure && now - this.linkFailureAt < 60_000) return;
+        this.linkFailure = err.message;
+        this.linkFailureAt = now;
+        this.log("warn", `cannot connect to the broker: ${err.message}`, {
+          code: "AX_LINK_FAILED",
+        });
+      },
     });
   }
+
+  /** The last connect failure logged, and when (monotonic ms). */
+  private linkFailure = "";
+  private linkFailureAt = Number.NEGATIVE_INFINITY;
 
   private presence(status: "online" | "offline"): Buffer {
     return encode(

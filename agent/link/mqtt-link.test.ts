@@ -51,6 +51,8 @@ interface Harness {
   ready: number;
   down: number;
   messages: { topic: string; payload: string }[];
+  /** Why each failed attempt failed. */
+  failures: string[];
 }
 
 function startLink(url: string, options: Partial<AgentLinkOptions> = {}): Harness {
@@ -63,7 +65,7 @@ function startLink(url: string, options: Partial<AgentLinkOptions> = {}): Harnes
     will: () => WILL,
     ...options,
   });
-  const h: Harness = { link, t, ready: 0, down: 0, messages: [] };
+  const h: Harness = { link, t, ready: 0, down: 0, messages: [], failures: [] };
   link.start({
     ready: () => {
       h.ready += 1;
@@ -73,6 +75,9 @@ function startLink(url: string, options: Partial<AgentLinkOptions> = {}): Harnes
     },
     message: (topic, payload) => {
       h.messages.push({ topic, payload: payload.toString() });
+    },
+    failed: (err) => {
+      h.failures.push(err.message);
     },
   });
   cleanups.push(() => link.close());
@@ -284,6 +289,16 @@ describe("AgentLink", () => {
     expect(attempts).toBe(2);
     expect(h.ready).toBe(0);
     await expect(h.link.close()).resolves.toBeUndefined(); // idempotent
+  });
+
+  it("says why each attempt failed, so that the agent can log it", async () => {
+    const b = await broker();
+    const port = b.port;
+    await b.close();
+    const h = startLink(`mqtt://127.0.0.1:${port}`, { reconnect: fast });
+    await waitFor("two failed attempts", () => h.failures.length >= 2);
+    expect(h.failures[0]).toContain("ECONNREFUSED");
+    expect(h.ready).toBe(0);
   });
 
   it("stops when closed while the broker is unreachable", async () => {

@@ -51,6 +51,8 @@ export interface AgentLinkEvents {
   tooLarge?(topic: string, bytes: number): void;
   /** A connection that had been ready was lost (once per ready; reconnecting is automatic). */
   down(): void;
+  /** An attempt to connect failed (refused login, TLS, unreachable); it is retried. */
+  failed?(err: Error): void;
 }
 
 /** Default of {@link ReconnectPolicy.baseMs}. */
@@ -207,7 +209,8 @@ export class AgentLink {
     this.session = session;
     session.connect().then(
       () => this.onConnect(session),
-      () => {}, // the session's close event follows and schedules the next attempt
+      // The session's close event follows and schedules the next attempt.
+      (err: Error) => this.events?.failed?.(err),
     );
   }
 
