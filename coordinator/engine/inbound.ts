@@ -589,6 +589,14 @@ export class Inbound {
       if (settles === null) continue;
       const r = settles ?? report;
       id = r.executionId;
+      if (r.type === "finished" && this.leases.ranRound(id, r.round) !== r.round) {
+        // The record follows an older round that started (a fact adopted), and this round was
+        // cancelled on its agent: its end is a fact about a round not followed, never the
+        // record's end (a `finished canceled` would make it CANCELED while the other runs).
+        await flush();
+        await this.lateFact(agentId, r);
+        continue;
+      }
       if (r.type !== "progress" && r.type !== "state") stepReports.push(r);
       switch (r.type) {
         case "accepted":

@@ -1,5 +1,6 @@
 import { afterEach, describe, expect, it } from "vitest";
-import type { Dispatch, DownMessage } from "../../shared/protocol/index.js";
+import { envelope } from "../../shared/message.js";
+import type { Dispatch, DownMessage, UpMessage } from "../../shared/protocol/index.js";
 import { waitFor } from "../helpers/env.js";
 import { type Cleanups, coordinatorSetup, fakeAgent } from "../helpers/fake-agent.js";
 
@@ -125,4 +126,98 @@ describe("late facts", () => {
       ["finished", first.round, "adopted"],
     ]);
   });
+  it("keeps following an adopted round when the later round's agent answers its cancel", async () => {
+    const { broker, coordinator } = await setup();
+    const a = await fakeAgent(broker, `${broker.prefix}-a`);
+    cleanups.push(() => a.close());
+    // A takes round 1, then says it is stopping: the coordinator sends the next round elsewhere.
+    let aStopping = false;
+    const beatA = setInterval(() => {
+      a.publish(
+        envelope(
+          {
+            type: "heartbeat",
+            instanceId: a.instanceId,
+            running: [],
+            queued: 0,
+            scheduled: 0,
+            load: 0,
+            clockOffset: { offsetMs: 0, uncertaintyMs: 0 },
+            journal: { depth: 0, outboxDepth: aStopping ? 2 : 0 },
+            ...(aStopping ? { shuttingDown: true } : {}),
+          },
+          Date.now(),
+        ) as UpMessage,
+      ).catch(() => {});
+    }, 300);
+    cleanups.push(() => clearInterval(beatA));
+    await coordinator.putJob({
+      id: "x",
+      handler: "echo",
+      trigger: { type: "manual" },
+      dispatchTimeout: "600ms",
+      maxDispatches: 5,
+    });
+    const id = await coordinator.triggerJob("x");
+    const r1 = await a.waitFor("round 1 on A", isDispatch);
+    aStopping = true;
+    const b = await fakeAgent(broker, `${broker.prefix}-b`);
+    cleanups.push(() => b.close());
+    const beatB = setInterval(() => b.heartbeat().catch(() => {}), 300);
+    cleanups.push(() => clearInterval(beatB));
+    await b.waitFor("a later round on B", isDispatch);
+    // A's reports, held up until now: round 1 started. The record follows it; B's round is
+    // cancelled.
+    const at = Date.now();
+    await a.report({ type: "accepted", executionId: id, round: r1.round, seq: 1 });
+    await a.report({
+      type: "started",
+      executionId: id,
+      round: r1.round,
+      seq: 2,
+      startedAt: at,
+      lateMs: 0,
+    });
+    const cancel = await b.waitFor(
+      "the cancel of B's round",
+      (m): m is Extract<DownMessage, { type: "cancel" }> => m.type === "cancel",
+    );
+    // B had not started it: rule 8's answer.
+    await b.report({
+      type: "finished",
+      executionId: id,
+      round: cancel.round,
+      seq: 1,
+      outcome: "canceled",
+      retryable: false,
+      message: "canceled by the coordinator",
+      finishedAt: Date.now(),
+    });
+    await waitFor("B's answer recorded", async () =>
+      (await coordinator.store.getTimeline(id)).some(
+        (e) => e.event === "fact" && e.agentId === b.agentId,
+      )
+        ? true
+        : undefined,
+    );
+    expect((await coordinator.store.getExecution(id))?.state).toBe("RUNNING");
+    await a.report({
+      type: "finished",
+      executionId: id,
+      round: r1.round,
+      seq: 3,
+      outcome: "succeeded",
+      retryable: false,
+      message: "ok",
+      startedAt: at,
+      finishedAt: Date.now(),
+      result: { ok: 1 },
+    });
+    const done = await waitFor("succeeded", async () => {
+      const e = await coordinator.store.getExecution(id);
+      return e?.state === "SUCCEEDED" ? e : undefined;
+    });
+    expect(done.result).toEqual({ ok: 1 });
+    expect(done.agentId).toBe(a.agentId);
+  }, 30_000);
 });
