@@ -1,7 +1,18 @@
+import { paramsSchema } from "../domain/job.js";
 import type { StoredJob } from "../store/port.js";
 import type { EngineContext } from "./context.js";
 import type { EngineEvents } from "./events.js";
 import { jobExecutions } from "./job-executions.js";
+
+/**
+ * Why `params` could not be carried by a dispatch (too many keys, too deep, too large), or
+ * undefined when they can: a job's params merged with what fired it are checked again, since each
+ * part fitting does not make the two together fit.
+ */
+export function paramsMisfit(params: Record<string, unknown>): string | undefined {
+  const r = paramsSchema.safeParse(params);
+  return r.success ? undefined : (r.error.issues[0]?.message ?? "invalid");
+}
 
 /** Event deliveries remembered to drop a redelivery of the same message (QoS 1 may repeat). */
 const SEEN_EVENTS = 10_000;
@@ -46,11 +57,41 @@ export class EventTriggers {
     for (const job of await this.listening()) {
       const t = job.definition.trigger;
       if (t.type !== "event" || t.name !== name || job.paused) continue;
-      await this.create(job, { ...job.definition.params, ...payload }, { event: name, msgId });
+      const params = { ...job.definition.params, ...payload };
+      const misfit = paramsMisfit(params);
+      if (misfit !== undefined) {
+        // No agent could read its dispatch: it would fail undelivered, saying nothing.
+        await this.ctx.store.bumpCounter("events_refused");
+        this.ctx.log(
+          "warn",
+          `event "${name}" does not fire job "${job.id}": its payload merged into the job's params ${misfit}`,
+          { jobId: job.id, event: name },
+        );
+        continue;
+      }
+      await this.create(job, params, { event: name, msgId });
       fired++;
     }
     if (fired === 0) await this.ctx.store.bumpCounter("events_without_jobs");
     return fired;
+  }
+
+  /**
+   * The jobs an event would fire whose params, merged with `payload`, no dispatch could carry,
+   * each with why: the API refuses such an event before it fires anything.
+   */
+  async eventMisfits(
+    name: string,
+    payload: Record<string, unknown>,
+  ): Promise<{ jobId: string; problem: string }[]> {
+    const out: { jobId: string; problem: string }[] = [];
+    for (const job of await this.listening()) {
+      const t = job.definition.trigger;
+      if (t.type !== "event" || t.name !== name || job.paused) continue;
+      const problem = paramsMisfit({ ...job.definition.params, ...payload });
+      if (problem !== undefined) out.push({ jobId: job.id, problem });
+    }
+    return out;
   }
 
   /** A transition: an execution of a job ending in a listed state fires the jobs after it. */
@@ -76,7 +117,17 @@ export class EventTriggers {
       message: exec?.message ?? null,
     };
     for (const job of followers) {
-      await this.create(job, { ...job.definition.params, after }, { after: e.executionId });
+      let params: Record<string, unknown> = { ...job.definition.params, after };
+      if (paramsMisfit(params) !== undefined && after.result !== null) {
+        // A large result of A's does not stop B: B gets the marker a handler's result too large
+        // to report gets (handlers.md), with its size.
+        const bytes = Buffer.byteLength(JSON.stringify(after.result));
+        params = {
+          ...job.definition.params,
+          after: { ...after, result: { truncated: true, reason: "too_large", bytes } },
+        };
+      }
+      await this.create(job, params, { after: e.executionId });
     }
   }
 

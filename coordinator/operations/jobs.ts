@@ -252,6 +252,19 @@ export class JobOperations {
    * with `payload` merged into their params. Returns how many jobs fired.
    */
   async fireEvent(name: string, payload: Record<string, unknown> = {}): Promise<number> {
+    // Each fits alone; together they must fit a dispatch. Refused before anything fires.
+    const misfits = await this.triggers.eventMisfits(name, payload);
+    if (misfits.length > 0) {
+      const issues = misfits.map((m) => ({
+        path: "body.payload",
+        message: `merged into job "${m.jobId}"'s params, ${m.problem}`,
+      }));
+      throw new AxError(
+        "AX_API_INVALID_REQUEST",
+        `invalid request\n${issues.map((i) => `${i.path}: ${i.message}`).join("\n")}`,
+        { context: { issues } },
+      );
+    }
     const fired = await this.triggers.onEvent(
       name,
       newExecutionId(this.ctx.clock.wallNow()),

@@ -486,6 +486,27 @@ describe("HTTP API", () => {
       expectError(await post("/api/events/x", { payload: 3 }), 400, "AX_API_INVALID_REQUEST", [
         "body.payload",
       ]);
+      // Params and payload each fit a dispatch; merged, they must too. Refused, firing nothing.
+      // (The job through the engine: this test's server takes bodies of 4 KiB at most.)
+      await coordinator.putJob({
+        id: "big-door",
+        handler: "echo",
+        params: { plan: "p".repeat(59_900) },
+        trigger: { type: "event", name: "big-door" },
+      });
+      const big = expectError(
+        await post("/api/events/big-door", { payload: { photo: "y".repeat(200) } }),
+        400,
+        "AX_API_INVALID_REQUEST",
+        ["body.payload"],
+      );
+      expect(big.message).toContain('body.payload: merged into job "big-door"\'s params, is ');
+      const none = executionPageSchema.parse((await get("/api/executions?job=big-door")).body);
+      expect(none.items).toEqual([]);
+      expect((await post("/api/events/big-door", { payload: { n: 1 } })).body).toEqual({
+        event: "big-door",
+        fired: 1,
+      });
     });
   });
 
