@@ -111,20 +111,48 @@ describe("report delivery", () => {
     await agent.waitFor("ack of 3", (m): m is Ack => isAck(m) && m.upTo === 3);
   });
   /**
-   * A coordinator that authenticates messages (the default), and an agent enrolled with it that
-   * seals what it sends: an unreadable report is taken as the agent's only when it is authentic.
+   * A coordinator and an agent. `sealed`: the coordinator authenticates messages (the default)
+   * and the agent, enrolled with it, seals what it sends; an unreadable report is taken as the
+   * agent's only then. Otherwise messages are not authenticated.
    */
-  const sealed = async (name: string) => {
-    const { broker, start } = await coordinatorSetup(cleanups, {
-      security: { messages: "required" },
-    });
+  const agentOn = async (name: string, sealed: boolean) => {
+    const { broker, start } = await coordinatorSetup(
+      cleanups,
+      sealed ? { security: { messages: "required" } } : {},
+    );
     const coordinator = await start();
     cleanups.push(() => coordinator.close());
     const agentId = `${broker.prefix}-${name}`;
-    const { file } = await coordinator.identities.enroll(agentId, { actor: "test" });
-    const agent = await fakeAgent(broker, agentId, { key: Buffer.from(file.key, "base64url") });
+    const key = sealed
+      ? Buffer.from(
+          (await coordinator.identities.enroll(agentId, { actor: "test" })).file.key,
+          "base64url",
+        )
+      : undefined;
+    const agent = await fakeAgent(broker, agentId, key ? { key } : {});
     cleanups.push(() => agent.close());
     return { coordinator, agent };
+  };
+
+  /** {@link agentOn}, and a command dispatched to the agent. */
+  const commandOn = async (name: string, sealed = true) => {
+    const { coordinator, agent } = await agentOn(name, sealed);
+    const id = await coordinator.sendCommand({ agentId: agent.agentId, handler: "echo" });
+    await agent.waitFor("dispatch", (m): m is DownMessage => m.type === "dispatch");
+    return { coordinator, agent, id };
+  };
+
+  /** The agent accepted and started the command (seqs 1 and 2) at `at`. */
+  const running = async (agent: FakeAgent, id: string, at: number) => {
+    await agent.report({ type: "accepted", executionId: id, round: 1, seq: 1 });
+    await agent.report({
+      type: "started",
+      executionId: id,
+      round: 1,
+      seq: 2,
+      startedAt: at,
+      lateMs: 0,
+    });
   };
 
   /** Publishes a report the protocol refuses, as a buggy agent would: envelope, seq, a bad field. */
@@ -137,7 +165,7 @@ describe("report delivery", () => {
     } as unknown as UpMessage);
 
   it("acknowledges an authentic report it cannot read in its turn, so the reports behind it are applied", async () => {
-    const { coordinator, agent } = await sealed("u");
+    const { coordinator, agent } = await agentOn("u", true);
     const a = await coordinator.sendCommand({
       agentId: agent.agentId,
       handler: "echo",
@@ -199,19 +227,9 @@ describe("report delivery", () => {
   });
 
   it("settles a finish it cannot read by the agent's answer to a query", async () => {
-    const { coordinator, agent } = await sealed("f");
-    const id = await coordinator.sendCommand({ agentId: agent.agentId, handler: "echo" });
-    await agent.waitFor("dispatch", (m): m is DownMessage => m.type === "dispatch");
+    const { coordinator, agent, id } = await commandOn("f");
     const at = Date.now();
-    await agent.report({ type: "accepted", executionId: id, round: 1, seq: 1 });
-    await agent.report({
-      type: "started",
-      executionId: id,
-      round: 1,
-      seq: 2,
-      startedAt: at,
-      lateMs: 0,
-    });
+    await running(agent, id, at);
     // A result that is not a JSON object: the protocol refuses the whole report.
     await unreadable(agent, {
       type: "finished",
@@ -258,19 +276,9 @@ describe("report delivery", () => {
   });
 
   it("does not take an unknown answer about a finish it could not read for an interruption", async () => {
-    const { coordinator, agent } = await sealed("k");
-    const id = await coordinator.sendCommand({ agentId: agent.agentId, handler: "echo" });
-    await agent.waitFor("dispatch", (m): m is DownMessage => m.type === "dispatch");
+    const { coordinator, agent, id } = await commandOn("k");
     const at = Date.now();
-    await agent.report({ type: "accepted", executionId: id, round: 1, seq: 1 });
-    await agent.report({
-      type: "started",
-      executionId: id,
-      round: 1,
-      seq: 2,
-      startedAt: at,
-      lateMs: 0,
-    });
+    await running(agent, id, at);
     await unreadable(agent, {
       type: "finished",
       executionId: id,
@@ -289,9 +297,7 @@ describe("report delivery", () => {
   });
 
   it("does not acknowledge an unreadable message that is not a report of protocol v1", async () => {
-    const { coordinator, agent } = await sealed("v");
-    const id = await coordinator.sendCommand({ agentId: agent.agentId, handler: "echo" });
-    await agent.waitFor("dispatch", (m): m is DownMessage => m.type === "dispatch");
+    const { coordinator, agent, id } = await commandOn("v");
     // Another protocol version, and a heartbeat that carries a seq: neither is a report to count.
     await agent.publish({
       v: 2,
@@ -312,13 +318,7 @@ describe("report delivery", () => {
     expect((await coordinator.store.counters()).unreadable_reports ?? 0).toBe(0);
   });
   it("acknowledges no unreadable report when messages are not authenticated: it could be anyone's", async () => {
-    const { broker, start } = await setup();
-    const coordinator = await start();
-    cleanups.push(() => coordinator.close());
-    const agent = await fakeAgent(broker, `${broker.prefix}-n`);
-    cleanups.push(() => agent.close());
-    const id = await coordinator.sendCommand({ agentId: agent.agentId, handler: "echo" });
-    await agent.waitFor("dispatch", (m): m is DownMessage => m.type === "dispatch");
+    const { coordinator, agent, id } = await commandOn("n", false);
     await unreadable(agent, { type: "accepted", executionId: id, round: "1", seq: 1 });
     await waitFor("refused", async () =>
       (await coordinator.store.counters()).invalid_messages === 1 ? true : undefined,
@@ -330,13 +330,7 @@ describe("report delivery", () => {
     expect((await coordinator.store.counters()).unreadable_reports ?? 0).toBe(0);
   });
   it("goes on past reports the agent no longer has, once it has re-sent its oldest three times", async () => {
-    const { broker, start } = await setup();
-    const coordinator = await start();
-    cleanups.push(() => coordinator.close());
-    const agent = await fakeAgent(broker, `${broker.prefix}-g`);
-    cleanups.push(() => agent.close());
-    const id = await coordinator.sendCommand({ agentId: agent.agentId, handler: "echo" });
-    await agent.waitFor("dispatch", (m): m is DownMessage => m.type === "dispatch");
+    const { coordinator, agent, id } = await commandOn("g", false);
     // Seqs 1-4 were acknowledged by a store that has since been restored from an older backup:
     // the agent's outbox starts at 5, and each re-send of it starts there.
     const at = Date.now();
