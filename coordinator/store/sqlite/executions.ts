@@ -187,16 +187,22 @@ function insertUniform(
          SELECT j.value ->> 0, 1, ?, 'created', NULL, 'PENDING', 0, NULL, ? FROM json_each(?) AS j`,
     )
     .run(at, detailText, pairs);
-  // Each cached record has params and tags of its own, as if read back.
+  // The cached records share one params and one tags object, frozen: callers never change a
+  // cached record, and a copy of each per row was a fifth of a 10,000-agent command's insert.
+  const params = deepFreeze(record.params);
+  const tags = deepFreeze(record.tags);
   for (const e of executions) {
-    ctx.executions.add({
-      ...record,
-      id: e.id,
-      targetAgentId: e.targetAgentId,
-      params: JSON.parse(args[5] as string) as Record<string, unknown>,
-      tags: { ...record.tags },
-    });
+    ctx.executions.add({ ...record, id: e.id, targetAgentId: e.targetAgentId, params, tags });
   }
+}
+
+/** `value`, with every object in it frozen (a JSON value: plain objects and arrays). */
+function deepFreeze<T>(value: T): T {
+  if (value !== null && typeof value === "object" && !Object.isFrozen(value)) {
+    for (const v of Object.values(value)) deepFreeze(v);
+    Object.freeze(value);
+  }
+  return value;
 }
 
 /** The columns a new execution's INSERT sets, in the order of its values. */
