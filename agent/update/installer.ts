@@ -20,6 +20,7 @@ import {
 } from "node:fs";
 import { join } from "node:path";
 import { gunzipSync } from "node:zlib";
+import { makeDirs } from "../../shared/make-dirs.js";
 import { readTar } from "../../shared/tar-read.js";
 import { bundleAuthorization } from "../../shared/update-auth.js";
 import { type NativeTarget, targetMismatch } from "../../shared/update-limits.js";
@@ -59,7 +60,7 @@ export interface DownloadOptions {
 /** Downloads the archive into ROOT/downloads (resuming a partial one), checking size and sha256. */
 export async function download(w: Wanted, o: DownloadOptions): Promise<Buffer> {
   const dir = join(o.root, DOWNLOADS_DIR);
-  mkdirSync(dir, { recursive: true });
+  makeDirs(dir);
   const part = join(dir, `${w.sha256}.tar.gz`);
   let have = existsSync(part) ? statSync(part).size : 0;
   if (have > w.bytes) {

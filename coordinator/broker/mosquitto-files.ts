@@ -1,6 +1,7 @@
-import { mkdirSync, readFileSync, renameSync, writeFileSync } from "node:fs";
+import { readFileSync, renameSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { AxError } from "../../shared/errors.js";
+import { makeDirs } from "../../shared/make-dirs.js";
 import {
   MOSQUITTO_FILES,
   type MosquittoFleet,
@@ -40,7 +41,7 @@ export function writeMosquittoFiles(
   const passwords = mosquittoPasswordFile(fleet);
   const acl = mosquittoAcl(fleet);
   const conf = listen === undefined ? undefined : mosquittoConf({ ...listen, dir });
-  mkdirSync(dir, { recursive: true, mode: 0o700 });
+  makeDirs(dir, 0o700);
   const out: WrittenFiles = {
     passwords: join(dir, MOSQUITTO_FILES.passwords),
     acl: join(dir, MOSQUITTO_FILES.acl),

@@ -1,17 +1,10 @@
 import { createPublicKey, type KeyObject } from "node:crypto";
-import {
-  chmodSync,
-  copyFileSync,
-  mkdirSync,
-  readFileSync,
-  rmSync,
-  statSync,
-  writeFileSync,
-} from "node:fs";
+import { chmodSync, copyFileSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs";
 import { join, resolve } from "node:path";
 import type { Metafile } from "esbuild";
 import type { BundleFacts } from "../../agent/parts/types.js";
 import { AxError } from "../../shared/errors.js";
+import { makeDirs } from "../../shared/make-dirs.js";
 import { type FirmwareProfile, profileAgentDefaults } from "../../shared/profile.js";
 import { type TarEntry, tarGz } from "../../shared/tar.js";
 import { packageJson } from "../package-files.js";
@@ -135,8 +128,16 @@ export async function makeBundle(options: MakeBundleOptions): Promise<MadeBundle
     defaults: profileAgentDefaults(profile),
     nativeBinding: NATIVE_BINDING_FILE,
   };
-  rmSync(dir, { recursive: true, force: true });
-  mkdirSync(dir, { recursive: true });
+  try {
+    rmSync(dir, { recursive: true, force: true });
+    makeDirs(dir);
+  } catch (err) {
+    throw new AxError(
+      "AX_BUNDLE_BUILD",
+      `${dir}: cannot make the bundle's folder: ${(err as Error).message}`,
+      { cause: err },
+    );
+  }
   let metafile: Metafile;
   try {
     ({ metafile } = await buildAgentBundle({

@@ -107,11 +107,27 @@ async function config(argv: string[]): Promise<number> {
   } finally {
     await store.close();
   }
-  const written = writeMosquittoFiles(
-    dir,
-    { prefix: coordinatorConfig.mqtt.prefix, fleet: secrets.fleet, coordinator: login, identities },
-    listen,
-  );
+  let written: ReturnType<typeof writeMosquittoFiles>;
+  try {
+    written = writeMosquittoFiles(
+      dir,
+      {
+        prefix: coordinatorConfig.mqtt.prefix,
+        fleet: secrets.fleet,
+        coordinator: login,
+        identities,
+      },
+      listen,
+    );
+  } catch (err) {
+    if (err instanceof AxError) throw err;
+    // A folder that cannot be made or written is the operation failing, not a bug.
+    throw new AxError(
+      "AX_BROKER_CONFIG",
+      `${COMMAND}: --out ${dir}: cannot write the broker's files: ${(err as Error).message}`,
+      { cause: err },
+    );
+  }
   const enrolled = identities.filter((r) => r.status === "enrolled").length;
   const revoked = identities.length - enrolled;
   const port = listen.port ?? (listen.tls ? 8883 : 1883);

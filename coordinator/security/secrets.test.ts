@@ -26,6 +26,14 @@ describe("coordinator secrets", () => {
     expect(b.bundlePublicPem).toBe(a.bundlePublicPem);
   });
 
+  it("refuses a folder it cannot make, naming it and the system's reason", () => {
+    const file = join(root, "a-file");
+    writeFileSync(file, "");
+    expect(axFailure(() => loadOrCreateSecrets(join(file, "secrets")))).toBe(
+      `AX_SECURITY_KEY: ${join(file, "secrets")}: cannot make the secrets folder: ENOTDIR: not a directory, mkdir '${join(file, "secrets")}'`,
+    );
+  });
+
   it("refuses a fleet key others can read, or one that is not 32 bytes, naming the file", () => {
     const dir = join(root, "open");
     loadOrCreateSecrets(dir);

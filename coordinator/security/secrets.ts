@@ -6,9 +6,10 @@ import {
   type KeyObject,
   randomBytes,
 } from "node:crypto";
-import { chmodSync, existsSync, mkdirSync, readFileSync, statSync, writeFileSync } from "node:fs";
+import { chmodSync, existsSync, readFileSync, statSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { AxError } from "../../shared/errors.js";
+import { makeDirs } from "../../shared/make-dirs.js";
 
 /*
  * The coordinator's secrets (docs/security.md, "Keys"). One 32-byte fleet secret, from which every
@@ -42,7 +43,15 @@ export interface Secrets {
  * could read it can command the fleet.
  */
 export function loadOrCreateSecrets(dir: string): Secrets {
-  mkdirSync(dir, { recursive: true, mode: 0o700 });
+  try {
+    makeDirs(dir, 0o700);
+  } catch (err) {
+    throw new AxError(
+      "AX_SECURITY_KEY",
+      `${dir}: cannot make the secrets folder: ${(err as Error).message}`,
+      { cause: err },
+    );
+  }
   const fleetFile = join(dir, SECRET_FILES.fleet);
   if (!existsSync(fleetFile)) {
     writeFileSync(fleetFile, `${randomBytes(32).toString("hex")}\n`, { mode: 0o600, flag: "wx" });

@@ -69,6 +69,15 @@ describe("ax broker config", () => {
       expect(onFile.stderr).toBe(
         `ax: AX_CLI_USAGE: broker config: --out DIR: ${aFile} is a file, not a folder\n`,
       );
+      // A folder that cannot be made: the operation fails (exit 1, its code), at once, naming
+      // the level. (Under /proc, Node 20's recursive mkdir spun for ever.)
+      if (existsSync("/proc/self")) {
+        const nowhere = ax(["broker", "config", "--config", file, "--out", "/proc/ax-none/mq"]);
+        expect(nowhere.code).toBe(1);
+        expect(nowhere.stderr).toBe(
+          "ax: AX_BROKER_CONFIG: broker config: --out /proc/ax-none/mq: cannot write the broker's files: ENOENT: no such file or directory, mkdir '/proc/ax-none'\n",
+        );
+      }
     } finally {
       cleanup();
     }

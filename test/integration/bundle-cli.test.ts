@@ -68,6 +68,32 @@ describe("ax bundle", () => {
       /^ax: AX_PROFILE_NOT_FOUND: no firmware profile "toaster" in .*firmware-profiles\/? \(there: gateway, sensor-hub, server\)\n$/,
     );
   });
+
+  it("refuses an --out it cannot make a folder in, exit 1, naming the level", () => {
+    const file = join(tmp.dir, "a-file");
+    writeFileSync(file, "");
+    const r = ax(["bundle", "build", "--profile", "sensor-hub", "--unsigned", "--out", file]);
+    expect(r.code).toBe(1);
+    expect(r.stderr).toMatch(
+      /^ax: AX_BUNDLE_BUILD: .*a-file\/sensor-hub: cannot make the bundle's folder: ENOTDIR: not a directory, .*\n$/,
+    );
+    // Under /proc, where Node 20's recursive mkdir spun for ever, it fails at once.
+    if (existsSync("/proc/self")) {
+      const proc = ax([
+        "bundle",
+        "build",
+        "--profile",
+        "sensor-hub",
+        "--unsigned",
+        "--out",
+        "/proc/ax-none",
+      ]);
+      expect(proc.code).toBe(1);
+      expect(proc.stderr).toBe(
+        "ax: AX_BUNDLE_BUILD: /proc/ax-none/sensor-hub: cannot make the bundle's folder: ENOENT: no such file or directory, mkdir '/proc/ax-none'\n",
+      );
+    }
+  });
 });
 
 describe("ax bundle build and verify: signatures", () => {
