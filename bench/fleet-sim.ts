@@ -43,7 +43,9 @@
  * has been welcomed (at: wall ms); it answers `{ cmd: "lag-start" }` (restart the lag window)
  * and `{ cmd: "status" }` with `{ t: "status", online, lag, counters, … }`.
  */
-import { readFileSync } from "node:fs";
+import { readFileSync, writeFileSync } from "node:fs";
+import { Session } from "node:inspector";
+import { join } from "node:path";
 import { monitorEventLoopDelay } from "node:perf_hooks";
 import { Simulator } from "./fleet-sim/simulator.js";
 
@@ -105,6 +107,32 @@ function spread(xs: number[]): Spread {
   return { p50: at(50), p99: at(99), max: at(100) };
 }
 
+/**
+ * AX_BENCH_SIM_PROFILE_DIR: a CPU profile of this process from the command's POST (lag-start)
+ * for AX_BENCH_SIM_PROFILE_MS (default 10,800: just past a fire 10 s out, before the bench
+ * kills this process), written there as sim-PID.cpuprofile. The bench ends it with SIGKILL, so
+ * --cpu-prof would write nothing.
+ */
+function profileWindow(): void {
+  const dir = process.env.AX_BENCH_SIM_PROFILE_DIR;
+  if (dir === undefined) return;
+  const session = new Session();
+  session.connect();
+  session.post("Profiler.enable", () =>
+    session.post("Profiler.start", () => {
+      setTimeout(
+        () =>
+          session.post("Profiler.stop", (err, r) => {
+            if (!err)
+              writeFileSync(join(dir, `sim-${process.pid}.cpuprofile`), JSON.stringify(r.profile));
+            session.disconnect();
+          }),
+        Number(process.env.AX_BENCH_SIM_PROFILE_MS ?? 10_800),
+      );
+    }),
+  );
+}
+
 function main(args: FleetSimArgs): void {
   const send = (line: SimLine) => process.send?.(line);
   const keys = JSON.parse(readFileSync(args.keysFile, "utf8")) as SimKey[];
@@ -134,8 +162,10 @@ function main(args: FleetSimArgs): void {
     mean: h.mean / 1e6,
   });
   process.on("message", (m: { cmd?: string }) => {
-    if (m.cmd === "lag-start") window.reset();
-    else if (m.cmd === "status") {
+    if (m.cmd === "lag-start") {
+      window.reset();
+      profileWindow();
+    } else if (m.cmd === "status") {
       let held = 0;
       let runs = 0;
       let runTwice = 0;
