@@ -13,8 +13,7 @@
  */
 import { createInterface } from "node:readline";
 import mqtt from "mqtt";
-import { envelope } from "../shared/message.js";
-import { decodeAll, encode, topics } from "../shared/protocol/index.js";
+import { answerDispatches } from "./fleet-api-answer.js";
 
 const [role, a, b] = process.argv.slice(2);
 
@@ -47,27 +46,11 @@ if (role === "client" && a !== undefined && b !== undefined) {
     );
   }
 } else if (role === "agents" && a !== undefined && b !== undefined) {
-  const prefix = b;
-  const t = topics(prefix);
-  const seqOf = new Map<string, number>();
-  let answered = 0;
   const client = await mqtt.connectAsync(a, { clientId: `fleet-api-agents-${process.pid}` });
-  client.on("message", (topic, payload) => {
-    for (const d of decodeAll(topic, payload, { prefix })) {
-      if (!d.ok || d.value.channel !== "down" || d.value.message.type !== "dispatch") continue;
-      const { agentId } = d.value;
-      const seq = (seqOf.get(agentId) ?? 0) + 1;
-      seqOf.set(agentId, seq);
-      const m = d.value.message;
-      const accepted = { type: "accepted", executionId: m.executionId, round: m.round, seq };
-      client.publish(t.up(agentId), encode(envelope(accepted, Date.now())), { qos: 1 });
-      answered++;
-    }
-  });
-  await client.subscribeAsync(`${t.prefix}/v1/agents/+/down`, { qos: 1 });
+  const answered = await answerDispatches(client, b);
   process.stdout.write("ready\n");
   process.once("SIGTERM", () => {
-    process.stdout.write(`answered ${answered}\n`);
+    process.stdout.write(`answered ${answered()}\n`);
     client.end(false, {}, () => process.exit(0));
   });
 } else {

@@ -23,14 +23,13 @@ import { parseCoordinatorConfig } from "../coordinator/config.js";
 import { Coordinator } from "../coordinator/coordinator.js";
 import { startHttpServer } from "../coordinator/http/server.js";
 import type { AgentRecord } from "../coordinator/store/port.js";
-import { envelope } from "../shared/message.js";
-import { decodeAll, encode, topics } from "../shared/protocol/index.js";
 import {
   type BrokerProcess,
   brokerProcess,
   mosquittoInstalled,
 } from "../test/helpers/chaos/broker-process.js";
 import { endChild } from "../test/helpers/chaos/children.js";
+import { answerDispatches } from "./fleet-api-answer.js";
 import {
   callApi,
   finishRun,
@@ -277,24 +276,10 @@ async function fanOut(place: FanOutPlace): Promise<{ runs: number[]; broker: str
       const ready = await linesOf(agentsChild)();
       if (ready !== "ready") throw new Error(`fleet-api-peer agents: ${ready}`);
     } else {
-      const t = topics();
-      const seqOf = new Map<string, number>();
       answerer = await mqtt.connectAsync(`mqtt://127.0.0.1:${fanBroker?.port}`, {
         clientId: "fan-out-agents",
       });
-      const agents = answerer;
-      agents.on("message", (topic, payload) => {
-        for (const d of decodeAll(topic, payload)) {
-          if (!d.ok || d.value.channel !== "down" || d.value.message.type !== "dispatch") continue;
-          const { agentId } = d.value;
-          const seq = (seqOf.get(agentId) ?? 0) + 1;
-          seqOf.set(agentId, seq);
-          const m = d.value.message;
-          const accepted = { type: "accepted", executionId: m.executionId, round: m.round, seq };
-          agents.publish(t.up(agentId), encode(envelope(accepted, Date.now())), { qos: 1 });
-        }
-      });
-      await agents.subscribeAsync(`${t.prefix}/v1/agents/+/down`, { qos: 1 });
+      await answerDispatches(answerer, "ax");
     }
     let dispatched = 0;
     let lastAt = 0;
