@@ -332,7 +332,8 @@ export class Coordinator {
     this.firing = new FiringLoop(this.ctx);
     this.executionLoop = new ExecutionLoop(this.ctx, this.fleet, leases);
     this.retention = new RetentionLoop(this.ctx);
-    this.inbound.onChange = () => this.executionLoop.kick();
+    // Reports move work under way; what they make PENDING again kicks through its transition.
+    this.inbound.onChange = () => this.executionLoop.nudge();
     // An agent back in reach (a heartbeat after silence, say) has its pending work read at once.
     this.fleet.onReachability = () => this.executionLoop.kick();
     this.triggers = new EventTriggers(this.ctx, () => this.executionLoop.kick());

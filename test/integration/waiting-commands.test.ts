@@ -70,4 +70,76 @@ describe("commands waiting for an agent out of reach", () => {
     expect(Date.now() - back).toBeLessThan(400);
     expect((await coordinator.store.getExecution(later))?.state).toBe("DISPATCHED");
   });
+
+  it("are not read again for each burst of another agent's reports, which adds no pending work", async () => {
+    const { broker, coordinator } = await startedCoordinator(cleanups, { heartbeatMs: 300 });
+    const away = await fakeAgent(broker, `${broker.prefix}-away`);
+    cleanups.push(() => away.close());
+    await waitFor(
+      "the first agent offline",
+      () => coordinator.fleet.get(away.agentId)?.status === "offline" || undefined,
+      5_000,
+    );
+    const now = Date.now();
+    const waiting = await coordinator.sendCommand({
+      agentId: away.agentId,
+      handler: "echo",
+      deadline: now + 60_000,
+    });
+
+    // A second agent runs a command and reports its progress twenty times a second.
+    const busy = await fakeAgent(broker, `${broker.prefix}-busy`);
+    cleanups.push(() => busy.close());
+    const running = await coordinator.sendCommand({ agentId: busy.agentId, handler: "echo" });
+    const d = await busy.waitFor("the running command's dispatch", isDispatch);
+    const ref = { executionId: d.executionId, round: d.round };
+    await busy.report({ type: "accepted", ...ref, seq: 1 });
+    await busy.report({ type: "started", ...ref, seq: 2, startedAt: Date.now(), lateMs: 0 });
+    await waitFor(
+      "the command RUNNING",
+      async () => (await coordinator.store.getExecution(running))?.state === "RUNNING" || undefined,
+      5_000,
+    );
+
+    const reads: { at: number; pending: boolean }[] = [];
+    const store = coordinator.store;
+    const listDue = store.listDue.bind(store);
+    store.listDue = (n: number, by: number, limit: number, options?: DueOptions) => {
+      reads.push({ at: Date.now(), pending: options?.pendingLimit !== 0 });
+      return listDue(n, by, limit, options);
+    };
+    const started = Date.now();
+    let seq = 3;
+    while (Date.now() - started < 2_000) {
+      await busy.report({ type: "progress", ...ref, seq: seq++, percent: 50 });
+      if (seq % 4 === 0) await busy.heartbeat(0, [ref]);
+      await new Promise((r) => setTimeout(r, 50));
+    }
+    await waitFor(
+      "every progress report stored",
+      () => (coordinator.fleet.get(busy.agentId)?.ackedSeq ?? 0) >= seq - 1 || undefined,
+      5_000,
+    );
+    // About 35 bursts of reports, each running a pass; the pending rows (the waiting command)
+    // are read about once a second all the same, not once a burst.
+    expect(seq - 3).toBeGreaterThanOrEqual(20);
+    expect(reads.filter((r) => r.pending).length).toBeLessThanOrEqual(6);
+    expect((await coordinator.store.getExecution(waiting))?.state).toBe("PENDING");
+
+    // Work a report makes PENDING again is read at once: the agent answers a new command busy,
+    // and once its back-off has passed it is sent that command again, with no new work kicked.
+    const next = await coordinator.sendCommand({ agentId: busy.agentId, handler: "echo" });
+    const first = await busy.waitFor(
+      "the next command's dispatch",
+      (m): m is Dispatch => isDispatch(m) && m.executionId === next,
+    );
+    busy.received.length = 0;
+    await busy.report({ type: "busy", executionId: next, round: first.round, seq: seq++ });
+    await busy.heartbeat(0, [ref]);
+    const again = await busy.waitFor(
+      "the busy command dispatched again",
+      (m): m is Dispatch => isDispatch(m) && m.executionId === next,
+    );
+    expect(again.round).toBeGreaterThan(first.round);
+  });
 });
