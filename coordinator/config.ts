@@ -456,7 +456,7 @@ export const coordinatorConfigSchema = z
       .default(100)
       .meta(
         doc(
-          "How often the engine looks for work to dispatch, time out, retry or expire. While all the pending work waits for agents out of reach, it is read again at most once a second, and at once on what can move it: a new execution, an agent back in reach, a report.",
+          "How often the engine looks for work to dispatch, time out, retry or expire. While all the pending work waits for agents out of reach, it is read again at most once a second, and at once on what can move it: a new execution, an agent back in reach, an execution made pending again (a `busy` answer, a retry come due). Other reports do not make it read again.",
         ),
       ),
     lookAheadMs: durationSchema

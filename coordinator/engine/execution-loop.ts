@@ -37,9 +37,10 @@ const ANSWER_WAIT_MS = 5_000;
  * yet within the horizon), a pass that no change asked for reads pending work at most this
  * often. Each read walks every pending execution for an agent out of reach to pass it over:
  * with 120,000 commands queued for offline agents that was 35 ms, ten times a second. What
- * makes such work dispatchable (a new execution, an agent back in reach, a report) kicks a pass
- * that reads it at once; only the clock's part (a deadline passed, a fire time come within the
- * horizon) waits up to this long.
+ * makes such work dispatchable (a new execution, an agent back in reach, an execution made
+ * PENDING again) kicks a pass that reads it at once; an agent's other reports only nudge one
+ * ({@link ExecutionLoop.nudge}); the clock's part (a deadline passed, a fire time come within
+ * the horizon) waits up to this long.
  */
 export const QUIET_PENDING_READ_MS = 1_000;
 
