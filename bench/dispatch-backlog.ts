@@ -16,9 +16,9 @@ import mqtt from "mqtt";
 import { startEmbeddedBroker } from "../coordinator/broker/embedded.js";
 import { parseCoordinatorConfig } from "../coordinator/config.js";
 import { Coordinator } from "../coordinator/coordinator.js";
-import type { AgentRecord } from "../coordinator/store/port.js";
 import { envelope } from "../shared/message.js";
 import { decodeAll, encode, topics } from "../shared/protocol/index.js";
+import { knownOfflineAgents } from "./known-agents.js";
 import { finishRun, fmt, machineAtStart, mdTable, printTable, writeResults } from "./lib.js";
 
 const { values } = parseArgs({
@@ -49,34 +49,11 @@ const rows: (string | number)[][] = [];
 const figures: { reportsPerS: number; cpuPct: number; reportsSent: number }[] = [];
 let reporter: mqtt.MqttClient | undefined;
 try {
-  const now = Date.now();
-  for (let i = 0; i < OFFLINE_AGENTS; i++) {
-    const id = `away-${String(i).padStart(5, "0")}`;
-    const agent: AgentRecord = {
-      agentId: id,
-      instanceId: id,
-      journalId: id,
-      ackedSeq: 0,
-      status: "offline",
-      profile: "sensor-hub",
-      bundleVersion: "0.1.0",
-      bundleSha256: "0".repeat(64),
-      handlers: ["echo"],
-      concurrency: 2,
-      queue: 16,
-      tags: { fleet: "away" },
-      connectedAt: now,
-      lastSeenAt: now,
-      clockOffsetMs: 0,
-      clockUncertaintyMs: 1,
-      load: 0,
-      journalDepth: 0,
-      outboxDepth: 0,
-    };
-    await coordinator.store.putAgent(agent);
-  }
-  await coordinator.store.flush();
-  await coordinator.fleet.load();
+  await knownOfflineAgents(
+    coordinator,
+    Array.from({ length: OFFLINE_AGENTS }, (_, i) => `away-${String(i).padStart(5, "0")}`),
+    () => ({ profile: "sensor-hub", handlers: ["echo"], tags: { fleet: "away" } }),
+  );
   for (let made = 0; made < COMMANDS; made += OFFLINE_AGENTS) {
     await coordinator.sendCommands({
       selector: { fleet: "away" },

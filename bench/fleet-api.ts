@@ -22,7 +22,6 @@ import { startEmbeddedBroker } from "../coordinator/broker/embedded.js";
 import { parseCoordinatorConfig } from "../coordinator/config.js";
 import { Coordinator } from "../coordinator/coordinator.js";
 import { startHttpServer } from "../coordinator/http/server.js";
-import type { AgentRecord } from "../coordinator/store/port.js";
 import {
   type BrokerProcess,
   brokerProcess,
@@ -30,6 +29,7 @@ import {
 } from "../test/helpers/chaos/broker-process.js";
 import { endChild } from "../test/helpers/chaos/children.js";
 import { answerDispatches } from "./fleet-api-answer.js";
+import { knownOfflineAgents } from "./known-agents.js";
 import {
   callApi,
   finishRun,
@@ -105,34 +105,15 @@ const { dir, broker, coordinator } = await freshCoordinator("fleet-api");
 const http = await startHttpServer(coordinator, { port: 0 });
 const token = readFileSync(join(dir, "ax-secrets", "admin.token"), "utf8").trim();
 
-const now = Date.now();
-for (let i = 0; i < AGENTS; i++) {
-  const id = `sim-${String(i).padStart(5, "0")}`;
-  const agent: AgentRecord = {
-    agentId: id,
-    instanceId: id,
-    journalId: id,
-    ackedSeq: 0,
-    status: "offline",
+await knownOfflineAgents(
+  coordinator,
+  Array.from({ length: AGENTS }, (_, i) => `sim-${String(i).padStart(5, "0")}`),
+  (i) => ({
     profile: i % 10 === 0 ? "gateway" : "sensor-hub",
-    bundleVersion: "0.1.0",
-    bundleSha256: "0".repeat(64),
     handlers: ["mqtt.publish", "file.write"],
-    concurrency: 2,
-    queue: 16,
     tags: { site: `site-${i % 100}`, fleet: "all" },
-    connectedAt: now,
-    lastSeenAt: now,
-    clockOffsetMs: 0,
-    clockUncertaintyMs: 1,
-    load: 0,
-    journalDepth: 0,
-    outboxDepth: 0,
-  };
-  await coordinator.store.putAgent(agent);
-}
-await coordinator.store.flush();
-await coordinator.fleet.load();
+  }),
+);
 
 async function call(method: string, path: string, body?: unknown) {
   const { ms, text } = await callApi(http.url, token, method, path, body);

@@ -1,5 +1,5 @@
 import { afterEach, describe, expect, it } from "vitest";
-import type { DueOptions } from "../../coordinator/store/port.js";
+import type { DueOptions, Store } from "../../coordinator/store/port.js";
 import type { Dispatch, DownMessage } from "../../shared/protocol/index.js";
 import { waitFor } from "../helpers/env.js";
 import { type Cleanups, fakeAgent, startedCoordinator } from "../helpers/fake-agent.js";
@@ -15,6 +15,16 @@ describe("commands waiting for an agent out of reach", () => {
     for (const c of cleanups.splice(0).reverse()) await c();
   });
   const isDispatch = (m: DownMessage): m is Dispatch => m.type === "dispatch";
+  /** Every read of the store's due work from now on, and whether it asked for pending rows. */
+  const dueReads = (store: Store) => {
+    const reads: { at: number; pending: boolean }[] = [];
+    const listDue = store.listDue.bind(store);
+    store.listDue = (now: number, by: number, limit: number, options?: DueOptions) => {
+      reads.push({ at: Date.now(), pending: options?.pendingLimit !== 0 });
+      return listDue(now, by, limit, options);
+    };
+    return reads;
+  };
 
   it("are read about once a second while none can move, and dispatched at once when their agent speaks again", async () => {
     // A 300 ms heartbeat: three missed (900 ms) and the agent is offline.
@@ -27,14 +37,7 @@ describe("commands waiting for an agent out of reach", () => {
       5_000,
     );
 
-    // Every read of the store's due work, and whether it asked for pending rows.
-    const reads: { at: number; pending: boolean }[] = [];
-    const store = coordinator.store;
-    const listDue = store.listDue.bind(store);
-    store.listDue = (now: number, by: number, limit: number, options?: DueOptions) => {
-      reads.push({ at: Date.now(), pending: options?.pendingLimit !== 0 });
-      return listDue(now, by, limit, options);
-    };
+    const reads = dueReads(coordinator.store);
 
     const now = Date.now();
     const soon = await coordinator.sendCommand({
@@ -101,13 +104,7 @@ describe("commands waiting for an agent out of reach", () => {
       5_000,
     );
 
-    const reads: { at: number; pending: boolean }[] = [];
-    const store = coordinator.store;
-    const listDue = store.listDue.bind(store);
-    store.listDue = (n: number, by: number, limit: number, options?: DueOptions) => {
-      reads.push({ at: Date.now(), pending: options?.pendingLimit !== 0 });
-      return listDue(n, by, limit, options);
-    };
+    const reads = dueReads(coordinator.store);
     const started = Date.now();
     let seq = 3;
     while (Date.now() - started < 2_000) {
