@@ -18,6 +18,7 @@ import { parseCoordinatorConfig } from "../coordinator/config.js";
 import { Coordinator } from "../coordinator/coordinator.js";
 import { envelope } from "../shared/message.js";
 import { decodeAll, encode, topics } from "../shared/protocol/index.js";
+import { helloBody } from "../test/helpers/hello.js";
 import { knownOfflineAgents } from "./known-agents.js";
 import { finishRun, fmt, machineAtStart, mdTable, printTable, writeResults } from "./lib.js";
 
@@ -81,18 +82,7 @@ try {
     });
   });
   await client.subscribeAsync(t.down(agentId), { qos: 1 });
-  await up({
-    type: "hello",
-    agentId,
-    instanceId: "near-1-i",
-    journalId: "near-1-j",
-    lastSeq: 0,
-    profile: "sensor-hub",
-    bundle: { version: "0.1.0", sha256: "dev" },
-    handlers: ["echo"],
-    capacity: { concurrency: 2, queue: 16 },
-    tags: {},
-  });
+  await up(helloBody(agentId));
   for (let i = 0; i < 100 && coordinator.fleet.get(agentId)?.status !== "online"; i++) {
     await new Promise((r) => setTimeout(r, 50));
   }
@@ -115,7 +105,7 @@ try {
       () =>
         void up({
           type: "heartbeat",
-          instanceId: "near-1-i",
+          instanceId: `i-${agentId}`,
           running: [ref],
           queued: 0,
           scheduled: 0,

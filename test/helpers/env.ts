@@ -101,24 +101,7 @@ export async function waitForEnd(
   );
 }
 
-/**
- * The body of a hello from agent `agentId` (instance `i-<id>`, journal `j-<id>`, nothing sent
- * yet, the echo handler), for tests that fake an agent.
- */
-export function helloBody(agentId: string) {
-  return {
-    type: "hello" as const,
-    agentId,
-    instanceId: `i-${agentId}`,
-    journalId: `j-${agentId}`,
-    lastSeq: 0,
-    profile: "test",
-    bundle: { version: "test", sha256: "dev" },
-    handlers: ["echo"],
-    capacity: { concurrency: 4, queue: 4 },
-    tags: {},
-  };
-}
+export { helloBody } from "./hello.js";
 
 /** The body of an idle agent's heartbeat (nothing running, nothing held), for tests that fake one. */
 export function idleHeartbeat(instanceId: string, load = 0) {

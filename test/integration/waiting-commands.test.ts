@@ -15,6 +15,21 @@ describe("commands waiting for an agent out of reach", () => {
     for (const c of cleanups.splice(0).reverse()) await c();
   });
   const isDispatch = (m: DownMessage): m is Dispatch => m.type === "dispatch";
+  /**
+   * A coordinator with a 300 ms heartbeat (three missed, 900 ms, and an agent is offline) and a
+   * fake agent `name` that said hello and then went silent, offline by now.
+   */
+  const withAgentOffline = async (name: string) => {
+    const { broker, coordinator } = await startedCoordinator(cleanups, { heartbeatMs: 300 });
+    const agent = await fakeAgent(broker, `${broker.prefix}-${name}`);
+    cleanups.push(() => agent.close());
+    await waitFor(
+      `agent ${name} offline`,
+      () => coordinator.fleet.get(agent.agentId)?.status === "offline" || undefined,
+      5_000,
+    );
+    return { broker, coordinator, agent };
+  };
   /** Every read of the store's due work from now on, and whether it asked for pending rows. */
   const dueReads = (store: Store) => {
     const reads: { at: number; pending: boolean }[] = [];
@@ -27,15 +42,7 @@ describe("commands waiting for an agent out of reach", () => {
   };
 
   it("are read about once a second while none can move, and dispatched at once when their agent speaks again", async () => {
-    // A 300 ms heartbeat: three missed (900 ms) and the agent is offline.
-    const { broker, coordinator } = await startedCoordinator(cleanups, { heartbeatMs: 300 });
-    const agent = await fakeAgent(broker, `${broker.prefix}-w`);
-    cleanups.push(() => agent.close());
-    await waitFor(
-      "the agent offline",
-      () => coordinator.fleet.get(agent.agentId)?.status === "offline" || undefined,
-      5_000,
-    );
+    const { coordinator, agent } = await withAgentOffline("w");
 
     const reads = dueReads(coordinator.store);
 
@@ -75,14 +82,7 @@ describe("commands waiting for an agent out of reach", () => {
   });
 
   it("are not read again for each burst of another agent's reports, which adds no pending work", async () => {
-    const { broker, coordinator } = await startedCoordinator(cleanups, { heartbeatMs: 300 });
-    const away = await fakeAgent(broker, `${broker.prefix}-away`);
-    cleanups.push(() => away.close());
-    await waitFor(
-      "the first agent offline",
-      () => coordinator.fleet.get(away.agentId)?.status === "offline" || undefined,
-      5_000,
-    );
+    const { broker, coordinator, agent: away } = await withAgentOffline("away");
     const now = Date.now();
     const waiting = await coordinator.sendCommand({
       agentId: away.agentId,
