@@ -1285,6 +1285,76 @@ export function storeContract(name: string, makeStore: () => Promise<StoreFixtur
         expect(ids((await at(2_000)).pending).sort()).toEqual(["c-away-late", "c-live"]);
       });
 
+      it("listDue with onlyTargets reads the commands of those agents, those past their deadline, and what has no target, in due order", async () => {
+        const command = (
+          id: string,
+          targetAgentId: string,
+          o: { deadline?: number; priority?: number; fireAt?: number } = {},
+        ) =>
+          newExecution(id, {
+            kind: "command",
+            jobId: null,
+            jobVersion: null,
+            targetAgentId,
+            fireAt: o.fireAt ?? 1_000,
+            deadline: o.deadline ?? 9_000,
+            ...(o.priority === undefined ? {} : { priority: o.priority }),
+          });
+        await store.createExecution(command("c-near", "ag-near", { fireAt: 1_100 }), 1);
+        await store.createExecution(command("c-near-first", "ag-near", { priority: 5 }), 1);
+        await store.createExecution(command("c-near-2", "ag-near-2", { fireAt: 900 }), 1);
+        await store.createExecution(command("c-away", "ag-away"), 1);
+        await store.createExecution(command("c-away-late", "ag-away", { deadline: 1_500 }), 1);
+        // Queued for an agent nobody knows yet: no agent could take it before its deadline.
+        await store.createExecution(command("c-unknown", "ag-unknown"), 1);
+        await store.createExecution(command("c-near-late", "ag-near", { deadline: 1_500 }), 1);
+        // A job's execution has no target: it is routed at dispatch, and always read.
+        await store.createExecution(newExecution("j-1", { fireAt: 950 }), 1);
+        // Past its horizon: not due, whoever it is for.
+        await store.createExecution(command("c-near-later", "ag-near", { fireAt: 5_000 }), 1);
+        const onlyTargets = ["ag-near", "ag-near-2"];
+        const at = (now: number, pendingLimit?: number) =>
+          store.listDue(now, now, 100, {
+            commandsBy: now,
+            onlyTargets,
+            ...(pendingLimit === undefined ? {} : { pendingLimit }),
+          });
+        expect(ids((await at(1_200)).pending)).toEqual([
+          "c-near-first",
+          "c-near-2",
+          "j-1",
+          "c-near-late",
+          "c-near",
+        ]);
+        // Past their deadline they are read, whoever they are for (to be expired), once each.
+        expect(ids((await at(2_000)).pending)).toEqual([
+          "c-near-first",
+          "c-near-2",
+          "j-1",
+          "c-away-late",
+          "c-near-late",
+          "c-near",
+        ]);
+        expect(ids((await at(2_000, 2)).pending)).toEqual(["c-near-first", "c-near-2"]);
+        expect((await at(2_000, 0)).pending).toEqual([]);
+        // No agent in reach: only what has no target and what is past its deadline.
+        const none = await store.listDue(2_000, 2_000, 100, { commandsBy: 2_000, onlyTargets: [] });
+        expect(ids(none.pending)).toEqual(["j-1", "c-away-late", "c-near-late"]);
+        // skipTargets wins when both are given, as the port says.
+        const both = await store.listDue(1_200, 1_200, 100, {
+          commandsBy: 1_200,
+          onlyTargets,
+          skipTargets: ["ag-near"],
+        });
+        expect(ids(both.pending).sort()).toEqual([
+          "c-away",
+          "c-away-late",
+          "c-near-2",
+          "c-unknown",
+          "j-1",
+        ]);
+      });
+
       it("countInFlightByAgent counts what each agent holds, and nothing else", async () => {
         await seed();
         const e3 = await mustGet(store, "e3");

@@ -1,5 +1,11 @@
-import { type DueClaim, type DueOptions, type ExecutionRecord, pendingLimitOf } from "../port.js";
-import { DB_NOW_MS, DUE_ORDER, dueOrder, sqlLimit } from "./executions.js";
+import {
+  type DueClaim,
+  type DueOptions,
+  dueOrder,
+  type ExecutionRecord,
+  pendingLimitOf,
+} from "../port.js";
+import { DB_NOW_MS, DUE_ORDER, sqlLimit } from "./executions.js";
 import { TERMINAL_STATES_SQL } from "./migrations.js";
 import { purgeRollouts } from "./rollouts.js";
 import { type ExecutionRow, toExecution } from "./rows.js";
@@ -10,10 +16,14 @@ import { type Queryable, run, type Statement } from "./tx.js";
  * (Store.purgeFinishedBefore).
  */
 
-/** The three lists' conditions. $1 now, $2 pendingBy, $3 commandsBy, $4 targets to skip. */
+/**
+ * The three lists' conditions. $1 now, $2 pendingBy, $3 commandsBy, $4 targets to skip, $7 the
+ * only targets whose commands are read (DueOptions.onlyTargets; NULL: read all but $4's).
+ */
 const DUE_WHERE = {
   pending: `state = 'PENDING' AND fire_at <= $3 AND (fire_at <= $2 OR kind = 'command')
-      AND (target_agent_id IS NULL OR deadline < $1 OR NOT (target_agent_id = ANY($4::text[])))`,
+      AND (target_agent_id IS NULL OR deadline < $1 OR CASE WHEN $7::text[] IS NULL
+        THEN NOT (target_agent_id = ANY($4::text[])) ELSE target_agent_id = ANY($7::text[]) END)`,
   retry: "state = 'RETRY_WAITING' AND (COALESCE(next_attempt_at, 0) <= $1 OR deadline < $1)",
   dispatchTimedOut:
     "state = 'DISPATCHED' AND COALESCE(dispatched_at, 0) + dispatch_timeout_ms <= $1",
@@ -42,7 +52,7 @@ const LIST_DUE: Statement = {
  * The three lists, claimed for a holder in the same statement: the candidates of each list
  * are read `FOR UPDATE SKIP LOCKED` (rows another coordinator is claiming or writing right now
  * are passed over, not waited for), leaving out rows another holder claims until a time still
- * ahead by the database clock; the rows returned are claimed for $7 until that clock plus $8.
+ * ahead by the database clock; the rows returned are claimed for $8 until that clock plus $9.
  */
 const CLAIM_DUE: Statement = {
   name: "ax_claim_due",
@@ -50,11 +60,11 @@ const CLAIM_DUE: Statement = {
     ${LISTS.map(
       (list) => `${list} AS (
       SELECT id FROM executions WHERE ${DUE_WHERE[list]}
-        AND (claimed_by IS NULL OR claimed_by = $7 OR claim_until <= (SELECT ms FROM clock))
+        AND (claimed_by IS NULL OR claimed_by = $8 OR claim_until <= (SELECT ms FROM clock))
         ${DUE_ORDER} LIMIT ${LIMIT_PARAM[list]} FOR UPDATE SKIP LOCKED)`,
     ).join(",\n    ")},
     picked AS (${LISTS.map((list) => `SELECT id, '${list}' AS due FROM ${list}`).join(" UNION ALL ")})
-    UPDATE executions e SET claimed_by = $7, claim_until = (SELECT ms FROM clock) + $8::bigint
+    UPDATE executions e SET claimed_by = $8, claim_until = (SELECT ms FROM clock) + $9::bigint
       FROM picked WHERE e.id = picked.id
       RETURNING picked.due, e.*`,
 };
@@ -75,6 +85,7 @@ export async function listDue(
   const commandsBy = Math.max(pendingBy, options.commandsBy ?? pendingBy);
   const args: unknown[] = [now, pendingBy, commandsBy, options.skipTargets ?? [], sqlLimit(limit)];
   args.push(sqlLimit(pendingLimitOf(limit, options)));
+  args.push(options.skipTargets === undefined ? (options.onlyTargets ?? null) : null);
   const claim: DueClaim | undefined = options.claim;
   const r = claim
     ? await run<ExecutionRow & { due: DueList }>(q, CLAIM_DUE, [

@@ -338,16 +338,6 @@ export async function getExecution(q: Queryable, id: string): Promise<ExecutionR
 /** The dispatcher's order, and the listing's of open work: priority, then fire time. */
 export const DUE_ORDER = "ORDER BY priority DESC, fire_at, created_at, id";
 
-/** Sorts rows in {@link DUE_ORDER} (for rows an UPDATE … RETURNING gave back unordered). */
-export function dueOrder(a: ExecutionRecord, b: ExecutionRecord): number {
-  return (
-    b.priority - a.priority ||
-    a.fireAt - b.fireAt ||
-    a.createdAt - b.createdAt ||
-    (a.id < b.id ? -1 : a.id > b.id ? 1 : 0)
-  );
-}
-
 /** Executions in `states`, in dispatch order, at most `limit`. */
 export async function listExecutionsInStates(
   q: Queryable,

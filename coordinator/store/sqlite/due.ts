@@ -1,4 +1,4 @@
-import { type DueOptions, type ExecutionRecord, pendingLimitOf } from "../port.js";
+import { type DueOptions, dueOrder, type ExecutionRecord, pendingLimitOf } from "../port.js";
 import type { StoreContext } from "./context.js";
 import { type ExecutionRow, toExecution } from "./rows.js";
 import { OPEN_SQL } from "./statements.js";
@@ -47,26 +47,29 @@ function selectDue(
   const commandsBy = Math.max(pendingBy, options.commandsBy ?? pendingBy);
   const skip = options.skipTargets ?? [];
   const pendingLimit = pendingLimitOf(limit, options);
+  const only = options.skipTargets === undefined ? options.onlyTargets : undefined;
   return {
     // No pending rows asked for (the dispatcher reads them only when they may have changed):
     // not even the list of agents out of reach is bound.
     pending:
       pendingLimit === 0
         ? []
-        : selectExecutions(
-            ctx,
-            `FROM executions WHERE ${OPEN_SQL} AND state = 'PENDING' AND fire_at <= ?
+        : only !== undefined
+          ? selectPendingOf(ctx, only, now, pendingBy, commandsBy, pendingLimit, tail, tailArgs)
+          : selectExecutions(
+              ctx,
+              `FROM executions WHERE ${OPEN_SQL} AND state = 'PENDING' AND fire_at <= ?
            AND (fire_at <= ? OR kind = 'command')
            ${skip.length > 0 ? "AND (target_agent_id IS NULL OR deadline < ? OR target_agent_id NOT IN (SELECT value FROM json_each(?)))" : ""}
            ${tail}`,
-            commandsBy,
-            pendingBy,
-            // A command for an agent out of reach is still read once its deadline has passed,
-            // so that it is expired rather than left PENDING for ever.
-            ...(skip.length > 0 ? [now, JSON.stringify(skip)] : []),
-            ...tailArgs,
-            pendingLimit,
-          ),
+              commandsBy,
+              pendingBy,
+              // A command for an agent out of reach is still read once its deadline has passed,
+              // so that it is expired rather than left PENDING for ever.
+              ...(skip.length > 0 ? [now, JSON.stringify(skip)] : []),
+              ...tailArgs,
+              pendingLimit,
+            ),
     retry: selectExecutions(
       ctx,
       `FROM executions WHERE ${OPEN_SQL} AND state = 'RETRY_WAITING'
@@ -85,6 +88,72 @@ function selectDue(
       limit,
     ),
   };
+}
+
+/**
+ * `pending` for {@link DueOptions.onlyTargets}: three reads, each through an index that holds
+ * only pending rows (migration 17), merged in the order of {@link ORDER} — the executions with
+ * no target, those of the agents in `only` (one index range each), and the commands past their
+ * deadline, whoever they are for (to be expired). None of them walks the commands waiting for an
+ * agent out of reach, as the one read with `skipTargets` must.
+ */
+function selectPendingOf(
+  ctx: StoreContext,
+  only: readonly string[],
+  now: number,
+  pendingBy: number,
+  commandsBy: number,
+  pendingLimit: number,
+  tail: string,
+  tailArgs: readonly unknown[],
+): ExecutionRecord[] {
+  const due = "state = 'PENDING' AND fire_at <= ? AND (fire_at <= ? OR kind = 'command')";
+  const parts = [
+    selectExecutions(
+      ctx,
+      `FROM executions INDEXED BY executions_pending_target
+         WHERE target_agent_id IS NULL AND ${due} ${tail}`,
+      commandsBy,
+      pendingBy,
+      ...tailArgs,
+      pendingLimit,
+    ),
+    only.length === 0
+      ? []
+      : selectExecutions(
+          ctx,
+          `FROM executions INDEXED BY executions_pending_target
+             WHERE target_agent_id IN (SELECT value FROM json_each(?)) AND ${due} ${tail}`,
+          JSON.stringify(only),
+          commandsBy,
+          pendingBy,
+          ...tailArgs,
+          pendingLimit,
+        ),
+    selectExecutions(
+      ctx,
+      `FROM executions INDEXED BY executions_pending_deadline
+         WHERE target_agent_id IS NOT NULL AND state = 'PENDING' AND deadline < ?
+           AND fire_at <= ? AND (fire_at <= ? OR kind = 'command') ${tail}`,
+      now,
+      commandsBy,
+      pendingBy,
+      ...tailArgs,
+      pendingLimit,
+    ),
+  ];
+  const seen = new Set<string>();
+  const out: ExecutionRecord[] = [];
+  for (const part of parts) {
+    for (const e of part) {
+      if (seen.has(e.id)) continue; // an agent in reach's command past its deadline
+      seen.add(e.id);
+      out.push(e);
+    }
+  }
+  out.sort(dueOrder);
+  if (pendingLimit >= 0 && out.length > pendingLimit) out.length = pendingLimit;
+  return out;
 }
 
 /** Rows that another holder's unexpired claim keeps from this one. */

@@ -396,4 +396,18 @@ export const SQLITE_MIGRATIONS: readonly Migration[] = [
       CREATE INDEX bundles_profile ON bundles (profile, published_at, sha256);
     `,
   },
+  {
+    version: 17,
+    name: "pending commands by target",
+    sql: `
+      -- listDue with onlyTargets (issue 18): a dispatcher with few agents in reach reads the
+      -- pending executions of those agents and those with no target (NULL) by target, and the
+      -- pending commands past their deadline by deadline, instead of walking every pending row
+      -- to pass over the commands of agents out of reach.
+      CREATE INDEX executions_pending_target ON executions (target_agent_id, priority DESC, fire_at, created_at)
+        WHERE state = 'PENDING';
+      CREATE INDEX executions_pending_deadline ON executions (deadline)
+        WHERE state = 'PENDING' AND target_agent_id IS NOT NULL;
+    `,
+  },
 ];
