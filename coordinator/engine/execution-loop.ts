@@ -205,9 +205,13 @@ export class ExecutionLoop {
     // A kick from here on is seen by the next pass.
     this.pendingChanged = false;
     const pendingLimit = readPending ? this.pendingRoom(now) : 0;
+    // The commands of agents out of reach wait: the store is told the shorter of the two lists,
+    // so that a backlog for 10,000 offline agents is not walked to find the few that can move.
+    const away = this.fleet.unreachable();
+    const near = this.fleet.reachable();
     const due = await store.listDue(now, horizon, BATCH, {
       commandsBy: horizon,
-      skipTargets: this.fleet.unreachable(),
+      ...(near.length < away.length ? { onlyTargets: near } : { skipTargets: away }),
       pendingLimit,
     });
     if (readPending) {

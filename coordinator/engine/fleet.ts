@@ -64,18 +64,18 @@ export class Fleet {
     const online = agents.filter((a) => a.status === "online");
     for (const a of online.sort((x, y) => x.lastSeenAt - y.lastSeenAt))
       this.bySeen.set(a.agentId, a);
-    this.unreachableCache = undefined;
+    this.reachCache = undefined;
   }
 
   /**
-   * {@link unreachable}'s answer until an agent's status, instance or draining changes: every
-   * dispatch pass asks (ten a second), and reading 10,000 records each time for the same answer
-   * was most of an idle coordinator's passes.
+   * {@link unreachable}'s and {@link reachable}'s answers until an agent's status, instance or
+   * draining changes: every dispatch pass asks (ten a second), and reading 10,000 records each
+   * time for the same answer was most of an idle coordinator's passes.
    */
-  private unreachableCache: string[] | undefined;
+  private reachCache: { in: string[]; out: string[] } | undefined;
 
   private reachabilityChanged(): void {
-    this.unreachableCache = undefined;
+    this.reachCache = undefined;
     this.onReachability();
   }
 
@@ -146,15 +146,23 @@ export class Fleet {
 
   /** Agents that commands must not be dispatched to now: offline, or shutting down. */
   unreachable(): readonly string[] {
-    if (this.unreachableCache !== undefined) return this.unreachableCache;
-    const out: string[] = [];
+    return this.reach().out;
+  }
+
+  /** Agents known and in reach now: online, and not shutting down. */
+  reachable(): readonly string[] {
+    return this.reach().in;
+  }
+
+  private reach(): { in: string[]; out: string[] } {
+    if (this.reachCache !== undefined) return this.reachCache;
+    const reach = { in: [] as string[], out: [] as string[] };
     for (const a of this.agents.values()) {
-      if (a.status !== "online" || this.draining.get(a.agentId) === a.instanceId) {
-        out.push(a.agentId);
-      }
+      const away = a.status !== "online" || this.draining.get(a.agentId) === a.instanceId;
+      (away ? reach.out : reach.in).push(a.agentId);
     }
-    this.unreachableCache = out;
-    return out;
+    this.reachCache = reach;
+    return reach;
   }
 
   /** A hello: a new instance supersedes the old; a new journal resets the expected seq. */
