@@ -79,4 +79,62 @@ describe("fleet simulator", () => {
     expect(sim.counters.refused).toBe(0);
     expect(sim.counters.invalid).toBe(0);
   });
+
+  it("starts two bursts in two windows, each start once and never early, and never starts a cancelled one", async () => {
+    const first = Date.now() + 1_500;
+    // 300 ms apart: past the gap that closes a window, so the second burst is a window of its own.
+    const second = first + 300;
+    const a = await coordinator.sendCommands({
+      selector: { fleet: "sim" },
+      handler: "echo",
+      params: { burst: 1 },
+      at: first,
+    });
+    const b = await coordinator.sendCommands({
+      selector: { fleet: "sim" },
+      handler: "echo",
+      params: { burst: 2 },
+      at: second,
+    });
+    const [doomed] = await coordinator.sendCommands({
+      agentId: "sim-0",
+      handler: "echo",
+      params: { burst: "cancelled" },
+      at: second,
+    });
+    if (doomed === undefined) throw new Error("no execution for sim-0");
+    const agent0 = sim.agents.find((x) => x.spec.agentId === "sim-0");
+    await waitFor("sim-0 to hold the command it will lose", () =>
+      agent0?.journal.get(doomed.executionId)?.state === "scheduled" ? true : undefined,
+    );
+    await coordinator.executions.cancel(doomed.executionId, "test");
+    const all = [...a, ...b];
+    await waitFor("both bursts to succeed", async () => {
+      const records = await Promise.all(
+        all.map((t) => coordinator.store.getExecution(t.executionId)),
+      );
+      return records.every((r) => r?.state === "SUCCEEDED") ? true : undefined;
+    });
+    for (const [fireAt, targets] of [
+      [first, a],
+      [second, b],
+    ] as const) {
+      for (const t of targets) {
+        const command = sim.agents
+          .find((x) => x.spec.agentId === t.agentId)
+          ?.journal.get(t.executionId);
+        expect(command?.runs, t.executionId).toBe(1);
+        // Stamped once the estimate less its bound reached fireAt (rule 12), and by a window
+        // armed for its burst, not one that waited for the first burst's reports.
+        const startedAt = command?.startedAt as number;
+        expect(startedAt - (command?.uncertaintyAtStart as number)).toBeGreaterThanOrEqual(fireAt);
+        expect(command?.timerLateMs).toBeGreaterThanOrEqual(0);
+        expect(command?.timerLateMs).toBeLessThan(250);
+      }
+    }
+    const lost = agent0?.journal.get(doomed.executionId);
+    expect(lost?.runs).toBe(0);
+    expect(lost?.startedAt).toBeUndefined();
+    expect((await coordinator.store.getExecution(doomed.executionId))?.state).toBe("CANCELED");
+  });
 });

@@ -44,7 +44,10 @@ export interface SimCommand {
   deadline: number;
   params: Record<string, unknown>;
   state: "scheduled" | "running" | "succeeded" | "failed" | "canceled" | "expired";
-  /** Wheel handle of its fire while scheduled. */
+  /**
+   * While scheduled, its entry in the simulator's start table (0: none, as after a cancel); while
+   * running with a `runMs`, the wheel handle of its finish.
+   */
   handle: number;
   startedAt?: number;
   /** The estimate's uncertainty when it started: the start waits this long past fireAt (rule 12). */
@@ -61,8 +64,8 @@ export interface SimCommand {
 /** A task on the simulator's one timing wheel. */
 export type SimTask =
   | { kind: "heartbeat" | "hello" | "replay" | "connect"; agent: SimAgent; generation: number }
-  | { kind: "fire"; agent: SimAgent; command: SimCommand }
-  | { kind: "finish"; agent: SimAgent; command: SimCommand };
+  | { kind: "finish"; agent: SimAgent; command: SimCommand }
+  | { kind: "starts" };
 
 /** What the agents share: the simulator's clock, wheel, ids and counters. */
 export interface SimContext {
@@ -76,9 +79,17 @@ export interface SimContext {
   readonly tags: Record<string, string>;
   /** Wall-clock ms of this process, advancing monotonically (one anchor for every agent). */
   localNow(): number;
+  /** localNow() − monoNow(), constant: one anchor for converting between the two timelines. */
+  readonly localBase: number;
   monoNow(): number;
   schedule(dueMono: number, task: SimTask): number;
   cancel(handle: number): void;
+  /**
+   * Files a start for monotonic time `dueMono` in the simulator's start table; returns its token
+   * (kept in `command.handle`). At that time, or just after, the simulator stamps it and calls
+   * {@link SimAgent.startAt} with the stamp, unless `command.handle` no longer holds the token.
+   */
+  scheduleStart(dueMono: number, agent: SimAgent, command: SimCommand): number;
   msgId(): string;
   /** The connection got its CONNACK, or failed before it: the ramp may open another. */
   connectSettled(agent: SimAgent): void;
@@ -271,10 +282,7 @@ export class SimAgent {
 
   /** A wheel task of this agent is due. */
   run(task: SimTask): void {
-    if (task.kind === "fire") {
-      this.fire(task.command);
-      return;
-    }
+    if (task.kind === "starts") return; // the simulator's own
     if (task.kind === "finish") {
       if (task.command.state === "running") this.finish(task.command, true);
       return;
@@ -552,11 +560,25 @@ export class SimAgent {
     this.flushReports();
   }
 
+  /**
+   * Takes a clock sample; if the estimate or its bound moved, files the starts it holds again for
+   * the moment the new estimate gives (the start table reads only due times, not the estimate).
+   */
+  private addSample(m: { clock: Parameters<ClockSync["addSample"]>[0] }, t3: number): void {
+    const offset = this.clock.offsetMs;
+    const bound = this.clock.uncertaintyMs;
+    this.clock.addSample(m.clock, t3);
+    if (this.clock.offsetMs === offset && this.clock.uncertaintyMs === bound) return;
+    for (const c of this.journal.values()) {
+      if (c.state === "scheduled" && c.handle !== 0) this.scheduleFire(c);
+    }
+  }
+
   private onMessage(m: DownMessage, t3: number): void {
     switch (m.type) {
       case "welcome":
         if (m.instanceId !== this.instanceId) return;
-        this.clock.addSample(m.clock, t3);
+        this.addSample(m, t3);
         this.heartbeatMs = m.heartbeatMs;
         this.upBatchBytes = m.batchBytes ?? 0;
         this.ctx.cancel(this.helloHandle);
@@ -571,7 +593,7 @@ export class SimAgent {
         this.ctx.welcomed(this);
         return;
       case "time":
-        this.clock.addSample(m.clock, t3);
+        this.addSample(m, t3);
         return;
       case "ack": {
         if (m.journalId !== undefined && m.journalId !== this.journalId) return;
@@ -591,7 +613,9 @@ export class SimAgent {
           // A scheduled one never runs (not simulated beyond this: reported and forgotten); a
           // handler that takes time is interrupted: it ran, and ends canceled.
           const ran = c.state === "running";
-          this.ctx.cancel(c.handle);
+          // Running: its finish, if one is due, is a wheel task; scheduled: its start is dropped.
+          if (ran) this.ctx.cancel(c.handle);
+          c.handle = 0;
           c.state = ran ? "canceled" : "expired";
           const now = this.coordNow();
           this.report({
@@ -644,7 +668,7 @@ export class SimAgent {
       this.stateOf(held);
       return;
     }
-    if (held !== undefined) this.ctx.cancel(held.handle);
+    if (held !== undefined) held.handle = 0; // its start, if filed, is dropped
     if (!(this.spec.handlers ?? this.ctx.handlers).includes(d.handler)) {
       this.report({
         type: "rejected",
@@ -670,25 +694,30 @@ export class SimAgent {
   }
 
   /**
-   * Schedules the fire for when the estimate reaches fireAt, less the uncertainty it has now
-   * (rule 12), or, when `late` is false, for when the estimate alone reaches it: the fire then
-   * looks again with the uncertainty of that moment, which a better sample since the dispatch
-   * may have shrunk, so the start waits for the estimate as it is then, not as it was.
+   * Files the start for when the estimate less its uncertainty reaches fireAt (rule 12), with the
+   * estimate as it is now; a sample that moves the estimate files it again ({@link addSample}).
    */
-  private scheduleFire(c: SimCommand, late = false): void {
-    const wait = late ? this.clock.uncertaintyMs : 0;
-    const dueMono =
-      c.fireAt - this.clock.offsetMs + wait - (this.ctx.localNow() - this.ctx.monoNow());
-    c.handle = this.ctx.schedule(dueMono, { kind: "fire", agent: this, command: c });
+  private scheduleFire(c: SimCommand): void {
+    // The extra microsecond: float rounding between the two timelines never makes it early.
+    const wait = this.clock.uncertaintyMs + 0.001;
+    const dueMono = c.fireAt - this.clock.offsetMs + wait - this.ctx.localBase;
+    c.handle = this.ctx.scheduleStart(dueMono, this, c);
   }
 
-  private fire(c: SimCommand): void {
+  /**
+   * Starts a command the simulator stamped at monotonic time `stampMono` (its start table's
+   * token still in `c.handle`): on this agent's estimate of the coordinator's clock at that
+   * moment, never early; an estimate that moved since the start was filed, so that it would be,
+   * files it again.
+   */
+  startAt(c: SimCommand, stampMono: number): void {
     if (c.state !== "scheduled") return;
-    const now = this.coordNow();
+    const now = stampMono + this.ctx.localBase + this.clock.offsetMs;
     if (now - this.clock.uncertaintyMs < c.fireAt) {
-      this.scheduleFire(c, true); // never early
+      this.scheduleFire(c); // never early
       return;
     }
+    c.handle = 0;
     if (now > c.deadline) {
       c.state = "expired";
       this.report({
