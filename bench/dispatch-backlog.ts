@@ -7,6 +7,12 @@
  * cost little).
  *
  *   npm run bench:backlog [-- --commands 100000 --rates 0,10,20,50 --seconds 5]
+ *   npm run bench:backlog -- --store postgres [--pg-url URL]   # a fresh schema, dropped after
+ *
+ * With `--store postgres` (URL: --pg-url, else AX_TEST_PG_URL, else the local server's database
+ * `test`) the store is PostgreSQL in a schema of its own, and the server's CPU (every process of
+ * its postmaster, from /proc) is measured beside the coordinator's; results go to
+ * dispatch-backlog-postgres.
  */
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
@@ -15,20 +21,33 @@ import { parseArgs } from "node:util";
 import mqtt from "mqtt";
 import { startEmbeddedBroker } from "../coordinator/broker/embedded.js";
 import { parseCoordinatorConfig } from "../coordinator/config.js";
-import { Coordinator } from "../coordinator/coordinator.js";
+import { Coordinator, openStore } from "../coordinator/coordinator.js";
 import { envelope } from "../shared/message.js";
 import { decodeAll, encode, topics } from "../shared/protocol/index.js";
 import { helloBody } from "../test/helpers/hello.js";
+import { dropSchema } from "./coordinator-store-pg.js";
 import { knownOfflineAgents } from "./known-agents.js";
 import { finishRun, fmt, machineAtStart, mdTable, printTable, writeResults } from "./lib.js";
+import { allProcStats, GroupCpu, postgresProcesses } from "./proc-stat.js";
 
 const { values } = parseArgs({
   options: {
     commands: { type: "string", default: "100000" },
     rates: { type: "string", default: "0,10,20,50" },
     seconds: { type: "string", default: "5" },
+    store: { type: "string", default: "sqlite" },
+    "pg-url": { type: "string" },
   },
+  strict: true,
 });
+if (values.store !== "sqlite" && values.store !== "postgres") {
+  console.error(`--store: expected sqlite or postgres, got ${JSON.stringify(values.store)}`);
+  process.exit(2);
+}
+const PG = values.store === "postgres";
+const PG_URL =
+  values["pg-url"] ?? process.env.AX_TEST_PG_URL ?? "postgres://postgres@127.0.0.1:5432/test";
+const PG_SCHEMA = `ax_bench_backlog_${process.pid}`;
 const COMMANDS = Number(values.commands);
 const RATES = (values.rates as string).split(",").map(Number);
 const SECONDS = Number(values.seconds);
@@ -38,16 +57,21 @@ const started = performance.now();
 
 const dir = mkdtempSync(join(tmpdir(), "ax-bench-backlog-"));
 const broker = await startEmbeddedBroker(0);
-const coordinator = new Coordinator(
-  parseCoordinatorConfig({
-    store: { path: join(dir, "ax.sqlite") },
-    mqtt: { url: `mqtt://127.0.0.1:${broker.port}`, persistentSession: false },
-    security: { messages: "off" },
-  }),
-);
+const config = parseCoordinatorConfig({
+  store: PG ? { url: PG_URL, schema: PG_SCHEMA } : { path: join(dir, "ax.sqlite") },
+  mqtt: { url: `mqtt://127.0.0.1:${broker.port}`, persistentSession: false },
+  security: { messages: "off", dir: join(dir, "secrets") },
+});
+const coordinator = new Coordinator(config, PG ? { store: await openStore(config) } : {});
 await coordinator.start();
 const rows: (string | number)[][] = [];
-const figures: { reportsPerS: number; cpuPct: number; reportsSent: number }[] = [];
+const figures: {
+  reportsPerS: number;
+  cpuPct: number;
+  reportsSent: number;
+  /** PostgreSQL's CPU over the window, % of a core (with --store postgres). */
+  dbCpuPct?: number;
+}[] = [];
 let reporter: mqtt.MqttClient | undefined;
 /** Median ms of one read of pending work, each way (see below). */
 const pendingRead = { skipMs: 0, onlyMs: 0 };
@@ -140,28 +164,44 @@ try {
       1_000,
     );
     await new Promise((r) => setTimeout(r, 500));
+    const db = new GroupCpu();
+    if (PG) db.add(postgresProcesses(allProcStats()));
     const cpu0 = process.cpuUsage();
     const wall0 = performance.now();
     await new Promise((r) => setTimeout(r, SECONDS * 1000));
     const cpu = process.cpuUsage(cpu0);
-    const cpuPct = (100 * (cpu.user + cpu.system)) / 1000 / (performance.now() - wall0);
+    const wallMs = performance.now() - wall0;
+    const cpuPct = (100 * (cpu.user + cpu.system)) / 1000 / wallMs;
     if (timer) clearInterval(timer);
     clearInterval(heartbeat);
-    figures.push({ reportsPerS: rate, cpuPct, reportsSent: sent });
-    rows.push([String(rate), cpuPct]);
+    if (PG) {
+      db.add(postgresProcesses(allProcStats()));
+      const dbCpuPct = (100 * db.ms()) / wallMs;
+      figures.push({ reportsPerS: rate, cpuPct, reportsSent: sent, dbCpuPct });
+      rows.push([String(rate), cpuPct, dbCpuPct]);
+    } else {
+      figures.push({ reportsPerS: rate, cpuPct, reportsSent: sent });
+      rows.push([String(rate), cpuPct]);
+    }
   }
 } finally {
   await reporter?.endAsync();
   await coordinator.close();
   await broker.close();
+  if (PG) await dropSchema(PG_URL, PG_SCHEMA);
   rmSync(dir, { recursive: true, force: true });
 }
 finishRun(machine, started);
-const header = ["progress reports/s", "coordinator process CPU % of a core"];
+const header = [
+  "progress reports/s",
+  "coordinator process CPU % of a core",
+  ...(PG ? ["PostgreSQL CPU % of a core"] : []),
+];
 printTable(header, rows);
 writeResults(
-  "dispatch-backlog",
+  PG ? "dispatch-backlog-postgres" : "dispatch-backlog",
   {
+    store: PG ? "postgres" : "sqlite",
     commands: COMMANDS,
     offlineAgents: OFFLINE_AGENTS,
     seconds: SECONDS,
@@ -169,9 +209,9 @@ writeResults(
     pendingReadMs: pendingRead,
     machine,
   },
-  `## The dispatcher beside a backlog for agents out of reach
+  `## The dispatcher beside a backlog for agents out of reach${PG ? ", on PostgreSQL" : ""}
 
-\`npm run bench:backlog\` (\`bench/dispatch-backlog.ts\`): a coordinator on SQLite holding
+\`npm run bench:backlog${PG ? " -- --store postgres" : ""}\` (\`bench/dispatch-backlog.ts\`): a coordinator on ${PG ? "PostgreSQL (the local server, a schema of its own; its CPU is every process of its postmaster, from `/proc`)" : "SQLite"} holding
 ${COMMANDS.toLocaleString("en-US")} device commands \`PENDING\` for ${OFFLINE_AGENTS.toLocaleString("en-US")} agents that are offline, while one agent in
 reach runs a command and sends \`progress\` reports at each rate (every one applied,
 acknowledged, and running a dispatch pass), plus a heartbeat a second. The process's CPU over
