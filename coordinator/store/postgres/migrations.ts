@@ -265,6 +265,21 @@ export const PG_MIGRATIONS: readonly Migration[] = [
       CREATE INDEX bundles_profile ON bundles (profile, published_at, sha256);
     `,
   },
+  {
+    version: 6,
+    name: "pending commands by target",
+    sql: `
+      -- listDue with onlyTargets, as SQLite's migration 17: a dispatcher with few agents in reach
+      -- reads the pending executions with no target (NULL) and those of the agents in reach by
+      -- target, and the pending commands past their deadline by deadline, instead of walking
+      -- every pending row to pass over the commands waiting for agents out of reach.
+      CREATE INDEX executions_pending_target
+        ON executions (target_agent_id, priority DESC, fire_at, created_at)
+        WHERE state = 'PENDING';
+      CREATE INDEX executions_pending_deadline ON executions (deadline)
+        WHERE state = 'PENDING' AND target_agent_id IS NOT NULL;
+    `,
+  },
 ];
 
 /** The first key of the migration runner's advisory lock ("ax" in ASCII); the second is the schema's hash. */

@@ -112,6 +112,49 @@ await describeOnPg("PgStore (PostgreSQL specifics)", (url) => {
       expect(ids(await b.listDue(1_000, 1_000, 100))).toHaveLength(10);
     });
 
+    it("listDue with claims and onlyTargets: each part claimed once, the rest left alone", async () => {
+      const [a, b] = [await open(), await open()];
+      const command = (id: string, target: string, deadline = 9_000) =>
+        newExecution(id, {
+          kind: "command",
+          jobId: null,
+          jobVersion: null,
+          targetAgentId: target,
+          deadline,
+        });
+      await a.createExecutions(
+        [
+          ...Array.from({ length: 4 }, (_, i) => command(`near-${i}`, "ag-near")),
+          ...Array.from({ length: 4 }, (_, i) => newExecution(`job-${i}`)),
+          ...Array.from({ length: 4 }, (_, i) => command(`late-${i}`, "ag-away", 1_500)),
+          // Waiting for an agent out of reach, deadline ahead: neither holder reads it.
+          ...Array.from({ length: 4 }, (_, i) => command(`away-${i}`, "ag-away")),
+        ],
+        1,
+      );
+      const ids = (l: { pending: ExecutionRecord[] }) => l.pending.map((e) => e.id);
+      const read = (s: Store, holder: string) =>
+        s.listDue(2_000, 2_000, 100, {
+          commandsBy: 2_000,
+          onlyTargets: ["ag-near"],
+          claim: { holder, ttlMs: 60_000 },
+        });
+      const [fromA, fromB] = await Promise.all([read(a, "a"), read(b, "b")]);
+      const both = [...ids(fromA), ...ids(fromB)];
+      expect(new Set(both).size).toBe(both.length);
+      expect(both.sort()).toEqual(
+        ["near", "job", "late"].flatMap((p) => [0, 1, 2, 3].map((i) => `${p}-${i}`)).sort(),
+      );
+      // Claimed in the store for whoever read them; the rest unclaimed.
+      const claims = await sql<{ id: string; claimed_by: string | null }>(
+        "SELECT id, claimed_by FROM executions ORDER BY id",
+      );
+      for (const c of claims) {
+        if (c.id.startsWith("away-")) expect(c.claimed_by, c.id).toBeNull();
+        else expect(c.claimed_by, c.id).toBe(ids(fromA).includes(c.id) ? "a" : "b");
+      }
+    });
+
     it("putJob with an expected version: the second writer is told AX_STORE_CONFLICT", async () => {
       const [a, b] = [await open(), await open()];
       await a.putJob(jobDef("job-a"), 1_000, 10, { actor: "alice", expectedVersion: 0 });
