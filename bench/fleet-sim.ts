@@ -30,7 +30,7 @@
  *   the estimate or its bound; at its start it is checked again, never early;
  * - every agent shares this process's clock (all on one machine): each still keeps its own
  *   offset estimate from its own samples;
- * - starts are stamped in windows, not by each agent: from 15 ms before the first start due, the
+ * - starts are stamped in windows, not by each agent: from 30 ms before the first start due, the
  *   simulator busy-waits through a burst of due times (each within 20 ms of the one before, at
  *   most 100 ms in all), in order, read from one dense array, and stamps each start as the clock
  *   reaches it (a real reading of the clock, never before its due time); only then does each

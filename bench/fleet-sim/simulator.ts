@@ -30,7 +30,7 @@ export interface SimulatorOptions {
 const REPORT_CHUNK = 20;
 
 /** How long before the first start of a window the wheel hands it over, ms (its timer's slack). */
-const WINDOW_LEAD_MS = 15;
+const WINDOW_LEAD_MS = 30;
 
 /**
  * A window stamps a burst: the starts due one after the other with no gap longer than this
