@@ -110,7 +110,12 @@ const LIST_DUE_ONLY: Statement = {
   ).join(" UNION ALL "),
 };
 
-/** {@link CLAIM_DUE} with onlyTargets: $7 the holder, $8 the claim's ttl; unnamed, as {@link LIST_DUE_ONLY}. */
+/**
+ * {@link CLAIM_DUE} with onlyTargets: $7 the holder, $8 the claim's ttl; unnamed, as
+ * {@link LIST_DUE_ONLY}. Each pending part claims up to $6 rows; those past the first $6 of all
+ * three are not returned but stay claimed by this holder, which reads them again next time (its
+ * own claims are readable to it) or lets them lapse to another.
+ */
 const CLAIM_DUE_ONLY: Statement = {
   text: `WITH clock AS (SELECT ${DB_NOW_MS} AS ms),
     ${DUE_ONLY_WHERE.map(
