@@ -137,17 +137,21 @@ describe("CoordinatorLink: time answers", () => {
     expect(new Set(got.map((g) => g.agentId)).size).toBe(10);
     for (const g of got) expect(g).toMatchObject({ t1: 2, t2: 5_000 });
 
-    // Answers made in turns of their own, as heartbeats spread over time are answered, are held
-    // a few milliseconds and leave together too.
+    // Answers made in turns of their own, as heartbeats spread over time are answered, are not
+    // held for later ones: each leaves at the end of its own turn, stamped then.
     calls = 0;
     const later: Promise<void>[] = [];
     for (let i = 0; i < 5; i++) {
       const time = { type: "time" as const, clock: { t0: 1, t1: 2, t2: 3 } };
+      now = 6_000 + i;
       later.push(link.send(`b${i}`, envelope(time, 3)));
       await new Promise((r) => setImmediate(r));
+      expect(calls).toBe(i + 1);
     }
     await Promise.all(later);
-    expect(calls).toBe(1);
     await waitFor("the five answers", () => (got.length === 15 ? true : undefined));
+    for (let i = 0; i < 5; i++) {
+      expect(got.find((g) => g.agentId === `b${i}`)).toMatchObject({ t1: 2, t2: 6_000 + i });
+    }
   });
 });
