@@ -6,7 +6,7 @@ import { clientConfig, type PgStoreConfig } from "./config.js";
 import { type Batchable, GroupCommit } from "./group-commit.js";
 import { type WorkKind, WorkListener, workChannel } from "./listen.js";
 import * as member from "./membership.js";
-import { checkFence, fencedError, type Membership } from "./membership.js";
+import { fenceAndCommit, fencedError, isFenceError, type Membership } from "./membership.js";
 import { migratePg, PG_MIGRATIONS } from "./migrations.js";
 import {
   brokenClients,
@@ -184,9 +184,18 @@ export class StoreConnection {
     const m = this.membership;
     if (m?.fenced) throw fencedError(m, what);
     const tx: TransactionOptions = {};
-    if (m) tx.first = (q) => checkFence(q, m, what);
-    else if (options.single) tx.single = true;
-    if (options.mapError) tx.mapError = options.mapError;
+    const { mapError } = options;
+    if (m) {
+      tx.commit = fenceAndCommit(m);
+      tx.mapError = (err) => {
+        if (!isFenceError(err)) return mapError?.(err);
+        m.fenced = true;
+        return fencedError(m, what);
+      };
+    } else {
+      if (options.single) tx.single = true;
+      if (mapError) tx.mapError = mapError;
+    }
     return tx;
   }
 
@@ -239,9 +248,16 @@ export class StoreConnection {
    * as fenced: the others may already be taking over its work.
    */
   async leave(): Promise<void> {
+    this.checkOpen("leaveCoordinators");
     const m = this.membership;
     if (!m || m.fenced) return;
-    await this.write("leaveCoordinators", (q) => member.leave(q, m));
+    // After the writes already started: each checks the lease as it commits, so one committing
+    // after the leave would be refused. Not fenced itself (it ends the lease the fence checks):
+    // the UPDATE ends only this epoch's lease, and changes nothing once it has lapsed.
+    await this.commits.settle();
+    await this.commits.track(
+      transaction(this.pool, "leaveCoordinators", (q) => member.leave(q, m), { single: true }),
+    );
     m.fenced = true;
   }
 

@@ -164,6 +164,11 @@ export class GroupCommit {
         for (const w of group) w.reject(translatePgError(w.what, cause));
         return;
       }
+      // The membership is fenced: each write alone would be refused the same way.
+      if (err instanceof AxError && err.code === "AX_STORE_FENCED") {
+        for (const w of group) w.reject(err);
+        return;
+      }
       // Rolled back whole: each write alone, with its own outcome and error.
       await Promise.all(group.map((w) => this.alone(w)));
       return;

@@ -2,7 +2,7 @@ import { AxError } from "../../../shared/errors.js";
 import type { CoordinatorRecord } from "../port.js";
 import { DB_NOW_MS } from "./executions.js";
 import { type CoordinatorRow, toCoordinator } from "./rows.js";
-import { type Queryable, run, type Statement } from "./tx.js";
+import { type Queryable, run } from "./tx.js";
 
 /*
  * Coordinators sharing the store: membership by lease, fenced by epoch. All times are the
@@ -81,25 +81,38 @@ export async function listLive(q: Queryable): Promise<CoordinatorRecord[]> {
 }
 
 /**
- * The fence, first in every write transaction of a joined store: its row must still have its
- * epoch and a lease ahead by the database clock. A plain read, no row lock: FOR SHARE on the one
- * row every write of a coordinator checks made each write lock it (a multixact per tuple under
- * concurrency) and queued the renewal's UPDATE behind them, then the next writes behind the
- * renewal, until the lease lapsed under load. Without the lock a write that passed the check
- * may commit a transaction's length after a lapse or a rejoin; the coordinator's own fence,
- * which stops it before its lease can lapse here (engine/membership.ts), covers that window.
+ * What ends every write transaction of a joined store, in one round trip: the fence, then
+ * COMMIT, as one query string (the simple protocol runs them in order, and none after an error).
+ * The fence (`ax_fence`, migration 7) raises SQLSTATE AXF01 unless the membership's row still has
+ * its epoch and a lease ahead by the database clock, and the transaction then rolls back. As a
+ * statement of its own it was a third of a small write's round trips, and under load round trips
+ * were most of a group's time.
+ *
+ * Checked last, a write that passed it commits within that round trip. It is a plain read, no
+ * row lock: FOR SHARE on the one row every write of a coordinator checks made each write lock it
+ * (a multixact per tuple under concurrency) and queued the renewal's UPDATE behind them, then
+ * the next writes behind the renewal, until the lease lapsed under load. The coordinator's own
+ * fence, which stops it before its lease can lapse here (engine/membership.ts), covers the round
+ * trip.
  */
-const FENCE: Statement = {
-  name: "ax_fence",
-  text: `SELECT 1 FROM coordinators WHERE id = $1 AND epoch = $2 AND lease_until > ${DB_NOW_MS}`,
-};
+export function fenceAndCommit(m: Membership): string {
+  if (!Number.isSafeInteger(m.epoch))
+    throw new Error(`membership epoch ${m.epoch}: not an integer`);
+  return `SELECT ax_fence(${sqlLiteral(m.id)}, ${m.epoch}); COMMIT`;
+}
 
-/** Checks the fence; marks the membership fenced and throws AX_STORE_FENCED when it fails. */
-export async function checkFence(q: Queryable, m: Membership, what: string): Promise<void> {
-  const r = await run(q, FENCE, [m.id, m.epoch]);
-  if (r.rowCount === 1) return;
-  m.fenced = true;
-  throw fencedError(m, what);
+/** True for the error of a transaction whose fence failed ({@link fenceAndCommit}). */
+export function isFenceError(err: unknown): boolean {
+  return (err as { code?: unknown } | null)?.code === "AXF01";
+}
+
+/**
+ * A string as an SQL literal, whatever `standard_conforming_strings` says: quotes doubled, and
+ * backslashes doubled in an E'' literal (as node-postgres' escapeLiteral).
+ */
+export function sqlLiteral(s: string): string {
+  const quoted = s.replaceAll("'", "''");
+  return s.includes("\\") ? ` E'${quoted.replaceAll("\\", "\\\\")}'` : `'${quoted}'`;
 }
 
 /** The error of a write refused by the fence. */

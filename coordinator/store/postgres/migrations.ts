@@ -280,6 +280,26 @@ export const PG_MIGRATIONS: readonly Migration[] = [
         WHERE state = 'PENDING' AND target_agent_id IS NOT NULL;
     `,
   },
+  {
+    version: 7,
+    name: "the fence as a function",
+    sql: `
+      -- The membership's fence, raising when it fails, so that a write transaction checks it in
+      -- the same round trip as its COMMIT ("SELECT ax_fence(…); COMMIT"): the statement after an
+      -- error in one query string is not run. Its row must still have the epoch and a lease
+      -- ahead by the database's clock; SQLSTATE AXF01 otherwise.
+      CREATE FUNCTION ax_fence(p_id text, p_epoch bigint) RETURNS void
+      LANGUAGE plpgsql AS $$
+      BEGIN
+        IF NOT EXISTS (SELECT 1 FROM coordinators WHERE id = p_id AND epoch = p_epoch
+            AND lease_until > (floor(extract(epoch FROM clock_timestamp()) * 1000))::bigint) THEN
+          RAISE EXCEPTION 'coordinator % (epoch %) is no longer a member of the store', p_id,
+            p_epoch USING ERRCODE = 'AXF01';
+        END IF;
+      END
+      $$;
+    `,
+  },
 ];
 
 /** The first key of the migration runner's advisory lock ("ax" in ASCII); the second is the schema's hash. */

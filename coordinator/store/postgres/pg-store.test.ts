@@ -9,6 +9,7 @@ import {
   withPgClient,
 } from "../../../test/helpers/postgres.js";
 import type { ExecutionRecord, Store, TransitionWrite } from "../port.js";
+import { fenceAndCommit, isFenceError, sqlLiteral } from "./membership.js";
 import { migratePg, PG_MIGRATIONS } from "./migrations.js";
 import { PgStore } from "./pg-store.js";
 import { transaction } from "./tx.js";
@@ -233,6 +234,50 @@ await describeOnPg("PgStore (PostgreSQL specifics)", (url) => {
       expect((await a.joinCoordinators("c-a", 60_000)).epoch).toBe(2);
       await a.bumpCounter("n");
       expect(await a.counters()).toEqual({ n: 1 });
+    });
+
+    it("the fence is checked at COMMIT: a lease that lapses while the transaction runs refuses it", async () => {
+      const a = await open();
+      const joined = await a.joinCoordinators("c-it's", 400);
+      const m = { id: "c-it's", epoch: joined.epoch, leaseMs: 400, fenced: false };
+      const pool = new pg.Pool({ connectionString: url, options: `-c search_path=${schema}` });
+      try {
+        const insert = (id: string, sleepS: number) =>
+          transaction(
+            pool,
+            `insert ${id}`,
+            async (q) => {
+              await q.query({
+                text: "INSERT INTO counters (name, value) VALUES ($1, 1)",
+                values: [id],
+              });
+              await q.query({ text: "SELECT pg_sleep($1)", values: [sleepS] });
+            },
+            { commit: fenceAndCommit(m) },
+          );
+        await insert("before", 0);
+        // Still a member when the transaction began and wrote; no longer when it commits.
+        const late: unknown = await insert("late", 0.6).then(
+          () => "committed",
+          (err: unknown) => err,
+        );
+        expect(late).toMatchObject({ message: expect.stringMatching(/c-it's \(epoch 1\)/) });
+        expect(isFenceError((late as { cause?: unknown }).cause)).toBe(true);
+        expect(
+          (await sql<{ name: string }>("SELECT name FROM counters ORDER BY name")).map(
+            (r) => r.name,
+          ),
+        ).toEqual(["before"]);
+      } finally {
+        await pool.end();
+      }
+    });
+
+    it("quotes a coordinator id as an SQL literal whatever it holds", async () => {
+      for (const id of ["plain", "it's", "back\\slash'd", "ünï ☃"]) {
+        const rows = await sql<{ v: string }>(`SELECT ${sqlLiteral(id)} AS v`);
+        expect(rows[0]?.v).toBe(id);
+      }
     });
 
     it("another object joining as the same id fences the first; its after-commit work is dropped", async () => {

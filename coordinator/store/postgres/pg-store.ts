@@ -29,10 +29,11 @@
  *
  * **Membership and fencing** (membership.ts): `joinCoordinators` upserts the id's row with
  * epoch + 1 and a lease by the database clock, and the store object remembers (id, epoch). From
- * then on every write transaction first reads its row FOR SHARE, requiring that epoch and a
- * lease still ahead; otherwise it rolls back with AX_STORE_FENCED (retryable) and the object
- * stays fenced until it joins again. The shared row lock makes a rejoin of the same id wait for
- * the old epoch's writes in flight, so none commits after it.
+ * then on every write transaction checks its row just before COMMIT, in COMMIT's round trip
+ * (`ax_fence`), requiring that epoch and a lease still ahead; otherwise it rolls back with
+ * AX_STORE_FENCED (retryable) and the object stays fenced until it joins again. The check takes
+ * no row lock: a write may commit within that round trip of a rejoin or a lapse, which the
+ * coordinator's own fence (engine/membership.ts), stopping before its lease can lapse, covers.
  *
  * **Claims** (due.ts): `listDue` with `claim` reads its candidates FOR UPDATE SKIP LOCKED,
  * passes over rows another holder claims until a time still ahead (database clock), and claims

@@ -111,8 +111,11 @@ export interface TransactionOptions {
   single?: boolean;
   /** Tries in all, counting the first. @default 5 */
   attempts?: number;
-  /** Runs first, inside the transaction: the membership's fence. */
-  first?: (q: Queryable) => Promise<void>;
+  /**
+   * The query string that ends the transaction, in one round trip. @default "COMMIT" (a joined
+   * store's writes check the membership's fence in it: membership.ts, fenceAndCommit)
+   */
+  commit?: string;
   /** The port's own error for a database error (a name taken), before the generic translation. */
   mapError?: (err: unknown) => AxError | undefined;
   /** Waits between tries. @default a timer */
@@ -175,9 +178,8 @@ async function once<T>(
   let broken: Error | undefined;
   try {
     await client.query(begin);
-    await options.first?.(client);
     const result = await fn(client);
-    await client.query("COMMIT");
+    await client.query(options.commit ?? "COMMIT");
     return result;
   } catch (err) {
     try {
