@@ -156,7 +156,13 @@ export class Inbound {
    */
   private readonly unreadableFinishes = new Map<string, { round: number; why: string }>();
 
-  /** Executions of one burst of reports applied side by side (see {@link storeLanes}). */
+  /**
+   * Executions of one chunk of an agent's reports applied side by side: one after the other on
+   * SQLite (see {@link storeLanes}); on PostgreSQL the whole chunk at once, so that its reads share
+   * one statement and its writes one or a few group commits. With the dispatcher's 64 lanes a
+   * chunk of 256 waited four reads and four commits in turn: at 1,000 fires/s from two agents
+   * the answers lagged, and start p99 was 43-222 ms over three runs; at once, 16-17 ms over two.
+   */
   private readonly lanes: number;
 
   constructor(
@@ -164,7 +170,7 @@ export class Inbound {
     private readonly fleet: Fleet,
     private readonly leases: Leases,
   ) {
-    this.lanes = storeLanes(ctx.config);
+    this.lanes = storeLanes(ctx.config) <= 1 ? 1 : INBOUND_CHUNK;
   }
 
   /**
