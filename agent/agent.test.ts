@@ -9,6 +9,7 @@ import { CoordinatorPeer } from "../test/helpers/coordinator-peer.js";
 import { type TestBroker, tempDir, testBroker, waitFor } from "../test/helpers/env.js";
 import { Agent } from "./agent.js";
 import { parseAgentConfig } from "./config.js";
+import { heartbeatAfterWelcome } from "./heartbeat.js";
 
 /**
  * The agent in this process against a real broker and a stand-in coordinator: what it does with
@@ -28,6 +29,8 @@ interface Rig {
   agentId: string;
   journalId: () => string;
   heartbeats: Heartbeat[];
+  /** When the observer received each heartbeat (wall ms), in the order of `heartbeats`. */
+  heartbeatAt: number[];
   /** The QoS each up message reached a QoS 1 subscriber with, by message type. */
   upQos: { type: string; qos: number }[];
   /** What the agent logged at warn and above. */
@@ -50,6 +53,7 @@ async function rig(options: RigOptions = {}): Promise<Rig> {
   await peer.start();
   cleanups.push(() => peer.close());
   const heartbeats: Heartbeat[] = [];
+  const heartbeatAt: number[] = [];
   const upQos: { type: string; qos: number }[] = [];
   const observer = await mqtt.connectAsync(broker.url, { reconnectPeriod: 0 });
   cleanups.push(() => observer.endAsync(true));
@@ -58,7 +62,10 @@ async function rig(options: RigOptions = {}): Promise<Rig> {
     const r = decode(topic, payload, { prefix: broker.prefix });
     if (r.ok && r.value.channel === "up") {
       upQos.push({ type: r.value.message.type, qos: packet.qos });
-      if (r.value.message.type === "heartbeat") heartbeats.push(r.value.message);
+      if (r.value.message.type === "heartbeat") {
+        heartbeats.push(r.value.message);
+        heartbeatAt.push(Date.now());
+      }
     }
   });
   const agentId = `${broker.prefix}-a`;
@@ -95,7 +102,7 @@ async function rig(options: RigOptions = {}): Promise<Rig> {
   cleanups.push(() => agent.stop(0));
   await waitFor("the welcome", () => (agent.stats.welcomed ? true : undefined));
   const journalId = () => peer.hellos.at(-1)?.journalId ?? "?";
-  return { broker, peer, agent, agentId, journalId, heartbeats, upQos, warnings };
+  return { broker, peer, agent, agentId, journalId, heartbeats, heartbeatAt, upQos, warnings };
 }
 
 const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms));
@@ -142,6 +149,51 @@ describe("agent: acks", () => {
     expect(r.agent.stats.replays).toBeLessThanOrEqual(replaysBefore + 2);
     expect(r.peer.received.length).toBeLessThanOrEqual(before + 6 * 3);
   });
+});
+
+describe("agent: heartbeat phase", () => {
+  it("puts the heartbeat after the welcome's at a random point of the period: a tenth of it to all of it", () => {
+    expect(heartbeatAfterWelcome(5_000, 0)).toBe(500);
+    expect(heartbeatAfterWelcome(5_000, 0.5)).toBe(2_750);
+    expect(heartbeatAfterWelcome(5_000, 0.999_999)).toBeLessThan(5_000);
+    expect(heartbeatAfterWelcome(5_000, 0.999_999)).toBeGreaterThan(4_999);
+  });
+
+  it("after each welcome sends one heartbeat at once, the next at a random point of the period, then one every period", async () => {
+    const r = await rig();
+    const instanceId = r.peer.hellos.at(-1)?.instanceId ?? "?";
+    const heartbeatMs = 1_000;
+    const gaps: number[] = [];
+    for (let k = 0; k < 8; k++) {
+      // Right after a heartbeat, so that none of the old schedule crosses the welcome.
+      const seen = r.heartbeatAt.length;
+      await waitFor("a heartbeat", () => (r.heartbeatAt.length > seen ? true : undefined));
+      const at = r.heartbeatAt.length;
+      const now = Date.now();
+      r.peer.send(r.agentId, {
+        type: "welcome",
+        instanceId,
+        heartbeatMs,
+        clock: { t0: now, t1: now, t2: now },
+      });
+      await waitFor("two heartbeats after the welcome", () =>
+        r.heartbeatAt.length >= at + 2 ? true : undefined,
+      );
+      gaps.push((r.heartbeatAt[at + 1] as number) - (r.heartbeatAt[at] as number));
+    }
+    // Between a tenth of the period and the whole of it (timers and the broker add a little)...
+    for (const g of gaps) {
+      expect(g).toBeGreaterThan(heartbeatMs / 10 - 20);
+      expect(g).toBeLessThan(heartbeatMs + 100);
+    }
+    // ...drawn anew at each welcome: eight draws within 150 ms of each other is a 1-in-40,000 chance.
+    expect(Math.max(...gaps) - Math.min(...gaps)).toBeGreaterThan(150);
+    // After the drawn one, a whole period.
+    const at = r.heartbeatAt.length;
+    await waitFor("two more heartbeats", () => (r.heartbeatAt.length >= at + 2 ? true : undefined));
+    const steady = (r.heartbeatAt[at + 1] as number) - (r.heartbeatAt[at] as number);
+    expect(steady).toBeGreaterThan(heartbeatMs - 100);
+  }, 30_000);
 });
 
 describe("agent: QoS", () => {

@@ -19,6 +19,7 @@ import { MAX_SEAL_BYTES } from "../shared/protocol/mac.js";
 import { type AgentConfig, journalPath, LEGACY_JOURNAL_PATH } from "./config.js";
 import { type Handler, HandlerRegistry } from "./handlers/registry.js";
 import { buildHandlers, type OfferedHandlers } from "./handlers/set.js";
+import { heartbeatAfterWelcome } from "./heartbeat.js";
 import { Journal, type ReportBody } from "./journal/journal.js";
 import { AgentAuth, type AuthRefusal } from "./link/auth.js";
 import { AgentLink } from "./link/mqtt-link.js";
@@ -343,7 +344,7 @@ export class Agent {
   }
 
   private sendHello(): void {
-    if (this.helloTimer !== undefined) this.clock.clearTimer(this.helloTimer);
+    this.clock.clearTimer(this.helloTimer);
     this.helloTimer = undefined;
     if (this.stopped || this.welcomed || !this.link.connected) return;
     this.executor.flush(); // lastSeq below counts what already happened
@@ -521,7 +522,7 @@ export class Agent {
         this.executor.flush();
         this.welcomed = true;
         this.confirmUpdate();
-        if (this.helloTimer !== undefined) this.clock.clearTimer(this.helloTimer);
+        this.clock.clearTimer(this.helloTimer);
         this.helloTimer = undefined;
         this.log("info", "welcomed by the coordinator", {
           offsetMs: this.sync.offsetMs,
@@ -529,7 +530,8 @@ export class Agent {
         });
         this.replayOutbox();
         this.replays.ran();
-        this.scheduleHeartbeat(0);
+        // One heartbeat now, the next at a random point of the period (heartbeat.ts).
+        this.scheduleHeartbeat(0, heartbeatAfterWelcome(this.heartbeatMs, Math.random()));
         return;
       case "time":
         this.sync.addSample(m.clock, receivedLocal);
@@ -627,11 +629,12 @@ export class Agent {
     }
   }
 
-  private scheduleHeartbeat(delayMs: number): void {
-    if (this.heartbeatTimer !== undefined) this.clock.clearTimer(this.heartbeatTimer);
+  /** The next heartbeat in `delayMs`, and the one after it `thenMs` after that one. */
+  private scheduleHeartbeat(delayMs: number, thenMs?: number): void {
+    this.clock.clearTimer(this.heartbeatTimer);
     this.heartbeatTimer = this.clock.setTimer(() => {
       try {
-        this.heartbeat();
+        this.heartbeat(thenMs);
       } catch (err) {
         this.log("error", `heartbeat failed: ${(err as Error).message}`);
         this.scheduleHeartbeat(this.heartbeatMs);
@@ -639,7 +642,7 @@ export class Agent {
     }, delayMs);
   }
 
-  private heartbeat(): void {
+  private heartbeat(nextMs = this.heartbeatMs): void {
     this.heartbeatTimer = undefined;
     if (this.stopped) return;
     this.executor.flush(); // the counts, the outbox and the purge below read the journal
@@ -690,7 +693,7 @@ export class Agent {
         this.ackStallSince = now;
       }
     }
-    this.scheduleHeartbeat(this.heartbeatMs);
+    this.scheduleHeartbeat(nextMs);
   }
 
   /** Re-sends every report still in the outbox, in seq order, as the journal wrote it (rule 1). */
@@ -780,8 +783,8 @@ export class Agent {
     await this.executor.drainRunning(graceMs);
     this.stopped = true;
     this.replays.close();
-    if (this.helloTimer !== undefined) this.clock.clearTimer(this.helloTimer);
-    if (this.heartbeatTimer !== undefined) this.clock.clearTimer(this.heartbeatTimer);
+    this.clock.clearTimer(this.helloTimer);
+    this.clock.clearTimer(this.heartbeatTimer);
     // Rule 9: say offline and disconnect first, so no message arrives for a closed journal.
     await this.link.publishPresence(this.presence("offline")).catch(() => {});
     await this.link.close();

@@ -11,7 +11,9 @@
  * login of its identity, a Last Will that is its sealed `offline` presence (retained, QoS 1),
  * the subscription to its down topic, a retained `online` presence, `hello` with `batchBytes`
  * (it reads batches of commands), the clock exchange (ClockSync, with the reference agent's rule
- * for `heartbeat.time`), heartbeats every `heartbeatMs`, `dispatch` → `accepted` with seq rising
+ * for `heartbeat.time`), heartbeats timed as the reference agent's (protocol.md, rule 12: the one
+ * after the welcome's at a random point of the period, then every `heartbeatMs`, so a fleet
+ * connected in a few seconds does not heartbeat in step), `dispatch` → `accepted` with seq rising
  * by one and an outbox kept until `ack` (re-sent on every welcome, on `ack.replay`, and when acks
  * stall for three heartbeats), fires at `fireAt` on its estimate of the coordinator's clock less
  * the estimate's uncertainty (never early), `started` + `finished` as one batch when the welcome

@@ -14,7 +14,8 @@ export interface Clock {
   wallNow(): number;
   /** Calls `callback` once after at least about `delayMs` (Node may fire up to ~1 ms early). */
   setTimer(callback: () => void, delayMs: number): TimerHandle;
-  clearTimer(timer: TimerHandle): void;
+  /** Cancels a timer; `undefined` (no timer armed) is a no-op, so callers need not check. */
+  clearTimer(timer: TimerHandle | undefined): void;
 }
 
 /** The real clocks: `performance.now()`, `Date.now()` and Node timers. */
@@ -60,8 +61,8 @@ export class FakeClock implements Clock {
     return { id: timer.id };
   }
 
-  clearTimer(timer: TimerHandle): void {
-    this.timers.delete((timer as { id: number }).id);
+  clearTimer(timer: TimerHandle | undefined): void {
+    if (timer !== undefined) this.timers.delete((timer as { id: number }).id);
   }
 
   /** Number of timers waiting. */

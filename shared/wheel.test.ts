@@ -40,7 +40,7 @@ class TestClock implements Clock {
     this.maxArmed = Math.max(this.maxArmed, this.fake.pendingTimers);
     return handle;
   }
-  clearTimer(timer: TimerHandle): void {
+  clearTimer(timer: TimerHandle | undefined): void {
     this.fake.clearTimer(timer);
   }
 }

@@ -1,4 +1,5 @@
 import { connect, type Socket } from "node:net";
+import { heartbeatAfterWelcome } from "../../agent/heartbeat.js";
 import {
   encodeAck,
   encodeConnect,
@@ -151,6 +152,8 @@ export class SimAgent {
   private upBatchBytes = 0;
   private heartbeatMs = 5_000;
   private heartbeatHandle = 0;
+  /** The next heartbeat is the one after a welcome's (agent/heartbeat.ts). */
+  private spreadNext = false;
   private helloHandle = 0;
   private lastSignedAt = 0;
   private readonly seenTags = new Set<string>();
@@ -444,7 +447,12 @@ export class SimAgent {
     }
     // Heartbeats are traffic enough for the keepalive unless they are further apart than half of it.
     if (now - this.lastWriteMono > (this.ctx.keepaliveS * 1000) / 2) this.write(PINGREQ_PACKET);
-    this.heartbeatHandle = this.ctx.schedule(now + this.heartbeatMs, {
+    // As the reference agent: the heartbeat after the welcome's at a random point of the period.
+    const delay = this.spreadNext
+      ? heartbeatAfterWelcome(this.heartbeatMs, Math.random())
+      : this.heartbeatMs;
+    this.spreadNext = false;
+    this.heartbeatHandle = this.ctx.schedule(now + delay, {
       kind: "heartbeat",
       agent: this,
       generation: this.generation,
@@ -584,6 +592,7 @@ export class SimAgent {
         this.ctx.cancel(this.helloHandle);
         this.ctx.cancel(this.heartbeatHandle);
         this.isWelcomed = true;
+        this.spreadNext = true;
         this.replay();
         this.heartbeatHandle = this.ctx.schedule(this.ctx.monoNow(), {
           kind: "heartbeat",
