@@ -457,14 +457,8 @@ export class CoordinatorLink {
     this.inFlight++;
     try {
       const topic = this.topics.down(agentId);
-      let payload = body;
-      const auth = this.options.auth;
-      if (auth !== undefined) {
-        const sealed = auth.seal(agentId, topic, payload, this.now());
-        // Not enrolled (or revoked): it could not check the message, and must not be told anything.
-        if (sealed === undefined) return;
-        payload = sealed;
-      }
+      const payload = this.sealFor(agentId, topic, body);
+      if (payload === undefined) return;
       const published = client.publishAsync(topic, payload, { qos: 1 });
       // A clock sample (welcome, time) is stamped as it is sent: whatever holds it back is
       // counted as round trip, which the agent waits out before every start.
@@ -488,14 +482,18 @@ export class CoordinatorLink {
     if (!client || client.disconnecting) throw this.notOpen();
     if (!client.connected) return;
     const topic = this.topics.down(agentId);
-    let payload = body;
+    const payload = this.sealFor(agentId, topic, body);
+    if (payload !== undefined) client.publish(topic, payload, { qos: 0 });
+  }
+
+  /**
+   * The payload as it goes on the wire: sealed for the agent when messages are authenticated.
+   * Undefined for an agent not enrolled (or revoked): it could not check the message, and must
+   * not be told anything.
+   */
+  private sealFor(agentId: string, topic: string, body: Buffer): Buffer | undefined {
     const auth = this.options.auth;
-    if (auth !== undefined) {
-      const sealed = auth.seal(agentId, topic, payload, this.now());
-      if (sealed === undefined) return;
-      payload = sealed;
-    }
-    client.publish(topic, payload, { qos: 0 });
+    return auth === undefined ? body : auth.seal(agentId, topic, body, this.now());
   }
 
   /** True once the link was closed: the coordinator is stopping. */
