@@ -29,6 +29,7 @@ import { COMPILED_SCHEMAS } from "../coordinator/link/compiled-schemas.js";
 import { envelope } from "../shared/message.js";
 import { decodeAll, encode, topics } from "../shared/protocol/index.js";
 import { seal, unseal, verifyTag } from "../shared/protocol/mac.js";
+import { idleHeartbeat } from "../test/helpers/env.js";
 import { finishRun, fmt, machineAtStart, printTable } from "./lib.js";
 
 const SELF = fileURLToPath(import.meta.url);
@@ -101,17 +102,7 @@ async function publisher(pattern: Pattern): Promise<void> {
     const agentId = `a${i}`;
     const body = encode(
       envelope(
-        {
-          type: "heartbeat",
-          instanceId: `i-${randomBytes(6).toString("hex")}`,
-          running: [],
-          queued: 0,
-          scheduled: 0,
-          load: 0,
-          clockOffset: { offsetMs: 0.12, uncertaintyMs: 0.6 },
-          journal: { depth: 0, outboxDepth: 0 },
-          time: false,
-        },
+        { ...idleHeartbeat(`i-${randomBytes(6).toString("hex")}`), time: false },
         Date.now(),
       ),
     );
