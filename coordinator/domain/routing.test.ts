@@ -13,6 +13,7 @@ import {
   type RouteRequest,
   Router,
   roundRobin,
+  routingMemoryOf,
 } from "./routing.js";
 
 interface Agent extends RoutableAgent {
@@ -889,5 +890,91 @@ describe("SHARD_BROADCAST", () => {
     const agents = fleet(names(4));
     const chosen = router.choose(req({ strategy: "SHARD_BROADCAST" }), agents, 0)?.agentId;
     expect(chosen).toBe(placeShards("job-1", 1, names(4))[0]);
+  });
+});
+
+describe("routing memory: what a key's past executions say, given to a Router that has none", () => {
+  const run = (
+    agentId: string | null,
+    state: string,
+    shard?: { index: number; total: number },
+  ) => ({
+    agentId,
+    state,
+    shardIndex: shard?.index ?? null,
+    shardTotal: shard?.total ?? null,
+  });
+
+  it("routingMemoryOf: the latest success, and each shard's latest agent of the same count", () => {
+    const recent = [
+      run("c", "FAILED"),
+      run("b", "SUCCEEDED"),
+      run("a", "SUCCEEDED"),
+      run(null, "PENDING"),
+    ];
+    expect(routingMemoryOf(recent, null)).toEqual({ succeeded: "b" });
+    expect(routingMemoryOf([run("c", "RUNNING")], null)).toEqual({ succeeded: undefined });
+
+    const shards = [
+      run("x", "RUNNING", { index: 1, total: 3 }),
+      run("y", "FAILED", { index: 1, total: 3 }),
+      run("z", "SUCCEEDED", { index: 0, total: 3 }),
+      run("w", "SUCCEEDED", { index: 0, total: 2 }),
+      run("v", "SUCCEEDED", { index: 7, total: 3 }),
+    ];
+    expect(routingMemoryOf(shards, 3).shards).toEqual({
+      total: 3,
+      placement: ["z", "x", undefined],
+    });
+    expect(routingMemoryOf(shards, 2).shards).toEqual({ total: 2, placement: ["w", undefined] });
+    expect(routingMemoryOf(shards, 5).shards).toBeUndefined();
+  });
+
+  it("STICKY goes back to the remembered agent where it would hash elsewhere", () => {
+    const agents = fleet(["a", "b", "c", "d"]);
+    const hashed = HashRing.build(["a", "b", "c", "d"]).ownerOf("job-1");
+    const other = agents.find((a) => a.agentId !== hashed)?.agentId as string;
+    const router = new Router();
+    expect(router.needsMemory("job-1")).toBe(true);
+    router.remember("job-1", { succeeded: other });
+    expect(router.needsMemory("job-1")).toBe(false);
+    expect(router.choose(req({ strategy: "STICKY" }), agents, 0)?.agentId).toBe(other);
+
+    // What the process learnt itself is newer: a later memory does not overwrite it.
+    const fresh = new Router();
+    fresh.noteSucceeded("job-1", hashed as string);
+    fresh.remember("job-1", { succeeded: other });
+    expect(fresh.choose(req({ strategy: "STICKY" }), agents, 0)?.agentId).toBe(hashed);
+    fresh.forgetKey("job-1");
+    expect(fresh.needsMemory("job-1")).toBe(true);
+  });
+
+  it("SHARD_BROADCAST keeps a remembered placement: a shard moves only if its agent is gone", () => {
+    const route = (router: Router, agents: readonly Agent[]) =>
+      Array.from(
+        { length: 4 },
+        (_, i) =>
+          router.choose(
+            req({ strategy: "SHARD_BROADCAST" }, { shard: { index: i, total: 4 } }),
+            agents,
+            0,
+          )?.agentId,
+      );
+    // Placed when only a and b were there; c and d joined since, and took nothing.
+    const before = placeShards("job-1", 4, ["a", "b"]);
+    const all = fleet(["a", "b", "c", "d"]);
+    expect(placeShards("job-1", 4, ["a", "b", "c", "d"])).not.toEqual(before);
+    const router = new Router();
+    router.remember("job-1", { shards: { total: 4, placement: before } });
+    expect(route(router, all)).toEqual(before);
+
+    // A shard the memory lacks, and one whose agent is gone, are placed on the emptiest.
+    const partial = new Router();
+    partial.remember("job-1", { shards: { total: 4, placement: ["a", undefined, "b", "e"] } });
+    const placed = route(partial, all);
+    expect([placed[0], placed[2]]).toEqual(["a", "b"]);
+    expect(["c", "d"]).toContain(placed[1]);
+    expect(["c", "d"]).toContain(placed[3]);
+    expect(placed[1]).not.toBe(placed[3]);
   });
 });

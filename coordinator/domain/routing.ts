@@ -144,7 +144,8 @@ interface ShardState {
   total: number;
   /** The candidates' ids in the order last given, joined: unchanged → placement unchanged. */
   candidates: string;
-  placement: string[];
+  /** Agents by shard index; a remembered placement may lack some. */
+  placement: (string | undefined)[];
 }
 
 interface LastUse {
@@ -157,13 +158,60 @@ interface LastUse {
 const SEP = "\u0000";
 
 /**
+ * What a key's past executions say about where it ran, for a Router that has routed none of it
+ * yet ({@link Router.remember}); {@link routingMemoryOf} reads it from the store's records.
+ */
+export interface RoutingMemory {
+  /** The agent of the key's latest execution that SUCCEEDED (STICKY goes back to it). */
+  succeeded?: string | undefined;
+  /** The agent each shard last had, by shard index, for a job of `total` shards. */
+  shards?: { total: number; placement: (string | undefined)[] } | undefined;
+}
+
+/** A past execution of a key, as routing remembers it: where it ran, how it ended, its shard. */
+export interface PastRoute {
+  agentId: string | null;
+  state: string;
+  shardIndex: number | null;
+  shardTotal: number | null;
+}
+
+/**
+ * The memory that a job's executions, newest first, give for a firing of `shardTotal` shards
+ * (null: not sharded): the agent of the latest that SUCCEEDED, and each shard's latest agent
+ * among the executions of the same shard count.
+ */
+export function routingMemoryOf(
+  recent: readonly PastRoute[],
+  shardTotal: number | null,
+): RoutingMemory {
+  const memory: RoutingMemory = {};
+  memory.succeeded = recent.find((r) => r.state === "SUCCEEDED")?.agentId ?? undefined;
+  if (shardTotal !== null && shardTotal > 0) {
+    const placement = new Array<string | undefined>(shardTotal).fill(undefined);
+    let seen = false;
+    for (const r of recent) {
+      const i = r.shardIndex;
+      if (r.shardTotal !== shardTotal || i === null || i < 0 || i >= shardTotal) continue;
+      if (placement[i] !== undefined || r.agentId === null) continue;
+      placement[i] = r.agentId;
+      seen = true;
+    }
+    if (seen) memory.shards = { total: shardTotal, placement };
+  }
+  return memory;
+}
+
+/**
  * Chooses the agent for an execution by its job's routing strategy, keeping the little state the
  * strategies need in memory: a round-robin cursor per key, the last dispatch time per agent
  * (LEAST_RECENTLY_USED and LEAST_LOADED's tie-break), the agent that last succeeded per key
  * (STICKY), consistent-hash rings per candidate set, and shard placements per key
- * (SHARD_BROADCAST). It does no I/O and reads no clock. The state starts empty in a new process:
- * rotations and LRU order start over, STICKY hashes until the next success, and placements are
- * made afresh (deterministically, so the same fleet gets the same placement).
+ * (SHARD_BROADCAST). It does no I/O and reads no clock. The state starts empty in a new process;
+ * its caller gives it what the store says of a key's past ({@link remember}) before the key's
+ * first STICKY or SHARD_BROADCAST choice, so that the agent STICKY follows and the shards'
+ * placement carry over a restart or a change of active coordinator. Rotations and LRU order start
+ * over.
  */
 export class Router {
   private readonly cursors = new Map<string, string>();
@@ -173,6 +221,8 @@ export class Router {
   private readonly rings = new Map<string, CachedRing>();
   private ringPoints = 0;
   private readonly shards = new Map<string, ShardState>();
+  /** Keys whose memory was given ({@link remember}), or that needed none. */
+  private readonly remembered = new Set<string>();
   private readonly maxRingPoints: number;
 
   constructor(options: RouterOptions = {}) {
@@ -227,15 +277,45 @@ export class Router {
     }
   }
 
+  /**
+   * True until `key`'s memory is given: a STICKY or SHARD_BROADCAST choice for it should then
+   * wait for {@link remember}.
+   */
+  needsMemory(key: string): boolean {
+    return !this.remembered.has(key);
+  }
+
+  /**
+   * Takes what the store says of `key`'s past, where this process knows nothing newer: the agent
+   * it last succeeded on, and the placement of its shards, which a later change of candidates
+   * then moves as little as it would have in the process that made it.
+   */
+  remember(key: string, memory: RoutingMemory): void {
+    if (this.remembered.has(key)) return;
+    this.remembered.add(key);
+    if (memory.succeeded !== undefined && !this.succeeded.has(key)) {
+      this.succeeded.set(key, memory.succeeded);
+    }
+    if (memory.shards !== undefined && !this.shards.has(key)) {
+      // No candidate list matches "": the next choice places the shards again, from this one.
+      this.shards.set(key, {
+        total: memory.shards.total,
+        candidates: "",
+        placement: memory.shards.placement,
+      });
+    }
+  }
+
   /** Forgets a deleted job's (or command handler's) cursor, sticky agent and shard placement. */
   forgetKey(key: string): void {
     this.cursors.delete(key);
     this.succeeded.delete(key);
     this.shards.delete(key);
+    this.remembered.delete(key);
   }
 
   /** The current shard placement of `key` (agentIds by shard index), if one was made. */
-  shardPlacement(key: string): readonly string[] | undefined {
+  shardPlacement(key: string): readonly (string | undefined)[] | undefined {
     return this.shards.get(key)?.placement;
   }
 

@@ -15,7 +15,7 @@ function shardRank(shardSeed: number, agentHash: number): number {
  *   (rendezvous hashing on jobKey, shard and agentId): with total ≤ agents every shard gets its
  *   own agent, otherwise every agent gets ⌊total/agents⌋ or ⌈total/agents⌉.
  * - With `previous`, a shard whose agent is still live stays there; only the shards of agents
- *   that went away move, each to the agent with the fewest shards (same tie-break). An agent
+ *   that went away (or that `previous` lacks) move, each to the agent with the fewest shards (same tie-break). An agent
  *   that joins takes nothing from the others: it fills up as shards move, and since moving
  *   shards go to the emptiest agents first the spread evens out again as agents come and go.
  */
@@ -23,7 +23,7 @@ export function placeShards(
   jobKey: string,
   total: number,
   liveAgentIds: readonly string[],
-  previous?: readonly string[],
+  previous?: readonly (string | undefined)[],
 ): string[] {
   // The default sort orders strings by UTF-16 code unit, as agentIds are ordered elsewhere.
   const ids = [...new Set(liveAgentIds)].sort();

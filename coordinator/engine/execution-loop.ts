@@ -2,7 +2,7 @@ import { envelope } from "../../shared/message.js";
 import { AGENT_UPDATE_HANDLER, updateHoldMs } from "../../shared/update.js";
 import type { JobDefinition, Routing } from "../domain/job.js";
 import { decideOverlap } from "../domain/overlap.js";
-import { eligibleAgents, hashKeyValue, Router } from "../domain/routing.js";
+import { eligibleAgents, hashKeyValue, Router, routingMemoryOf } from "../domain/routing.js";
 import type { ExecutionRecord, PeerRecord } from "../store/port.js";
 import type { EngineContext } from "./context.js";
 import type { Fleet } from "./fleet.js";
@@ -574,6 +574,20 @@ export class ExecutionLoop {
     if (routing.strategy === "LEAST_LOADED") {
       this.inFlight ??= await this.ctx.store.countInFlightByAgent();
     }
+    if (
+      (routing.strategy === "STICKY" || broadcast) &&
+      exec.jobId !== null &&
+      this.router.needsMemory(exec.jobId)
+    ) {
+      // The job's first such choice in this process: what its executions say of where it ran
+      // (after a restart, or on a coordinator that took over), so STICKY goes back to the agent
+      // of its last success and the shards stay where they were.
+      const recent = await this.ctx.store.listRecentlyRouted(
+        exec.jobId,
+        recentlyRoutedLimit(exec.shardTotal),
+      );
+      this.router.remember(exec.jobId, routingMemoryOf(recent, exec.shardTotal));
+    }
     const counts = routing.strategy === "LEAST_LOADED" ? this.inFlight : undefined;
     const chosen = this.router.choose(
       {
@@ -620,6 +634,14 @@ export function storeLanes(config: EngineContext["config"]): number {
  * one thread turned over, and it fell behind at 2,000/s.)
  */
 const PG_LANES = 64;
+
+/**
+ * How many of a job's latest routed executions its routing memory is read from: enough for a
+ * few firings of every shard (retries and redispatches included), at most 4,096.
+ */
+function recentlyRoutedLimit(shardTotal: number | null): number {
+  return Math.min(4096, Math.max(64, 4 * (shardTotal ?? 1)));
+}
 
 /** The lane of a pending execution: its group, else its job, else the agent a command is for. */
 function dispatchLane(e: ExecutionRecord): string {

@@ -172,6 +172,12 @@ export type PeerRecord = Pick<
   "id" | "state" | "createdAt" | "jobId" | "scheduledFor" | "shardTotal"
 >;
 
+/**
+ * What routing remembers of a job's past executions (STICKY's agent, SHARD_BROADCAST's
+ * placement): an execution that has had an agent, with its state and shard.
+ */
+export type RoutedRecord = Pick<ExecutionRecord, "agentId" | "state" | "shardIndex" | "shardTotal">;
+
 /** Fields a transition may change besides the snapshot. */
 export type ExecutionPatch = Partial<
   Pick<
@@ -456,6 +462,12 @@ export interface Store {
    * concurrency rules look at, oldest first.
    */
   listOpenPeers(by: { jobId: string } | { groupKey: string }): Promise<PeerRecord[]>;
+  /**
+   * A job's latest `limit` executions that have had an agent, newest first (by creation): what
+   * STICKY and SHARD_BROADCAST derive their memory from in a process that has routed none of
+   * the job's executions yet (after a restart, or on a coordinator that took over).
+   */
+  listRecentlyRouted(jobId: string, limit: number): Promise<RoutedRecord[]>;
   /** Records a new alert (status pending, no attempt yet). */
   putAlert(alert: AlertRecord): Promise<void>;
   /** Records an attempt's outcome. */

@@ -1,6 +1,6 @@
 import type { ExecState } from "../../shared/fsm.js";
 import type { JobDefinition } from "../domain/job.js";
-import type { CoordinatorRecord, PeerRecord, TransitionWrite } from "./port.js";
+import type { CoordinatorRecord, PeerRecord, RoutedRecord, TransitionWrite } from "./port.js";
 
 /*
  * How the store adapters turn values into stored text, the same for each: SQLite and PostgreSQL
@@ -99,6 +99,23 @@ export interface PeerRow {
   job_id: string | null;
   scheduled_for: number | null;
   shard_total: number | null;
+}
+
+/** A row of Store.listRecentlyRouted. */
+export interface RoutedRow {
+  agent_id: string;
+  state: ExecState;
+  shard_index: number | null;
+  shard_total: number | null;
+}
+
+export function toRouted(r: RoutedRow): RoutedRecord {
+  return {
+    agentId: r.agent_id,
+    state: r.state,
+    shardIndex: r.shard_index,
+    shardTotal: r.shard_total,
+  };
 }
 
 export function toPeer(r: PeerRow): PeerRecord {

@@ -1425,6 +1425,37 @@ export function storeContract(name: string, makeStore: () => Promise<StoreFixtur
           [],
         ]);
       });
+
+      it("listRecentlyRouted lists a job's executions that had an agent, newest first, up to a limit", async () => {
+        const rows = [
+          ["r1", "ja", 100, "ag-1", "SUCCEEDED", 0],
+          ["r2", "ja", 200, "ag-2", "FAILED", 1],
+          ["r3", "jb", 250, "ag-3", "SUCCEEDED", 0],
+          ["r4", "ja", 300, "ag-3", "RUNNING", 0],
+          ["r5", "ja", 400, null, "PENDING", 1],
+        ] as const;
+        for (const [id, jobId, createdAt, agentId, state, shardIndex] of rows) {
+          await store.createExecution(
+            newExecution(id, { jobId, createdAt, shardIndex, shardTotal: 2 }),
+            1,
+          );
+          if (agentId === null) continue;
+          const e = await mustGet(store, id);
+          await store.applyTransition(
+            move(e, { state, round: 1, dispatches: 1 }, "dispatch", createdAt + 10, { agentId }),
+          );
+        }
+        expect(await store.listRecentlyRouted("ja", 10)).toEqual([
+          { agentId: "ag-3", state: "RUNNING", shardIndex: 0, shardTotal: 2 },
+          { agentId: "ag-2", state: "FAILED", shardIndex: 1, shardTotal: 2 },
+          { agentId: "ag-1", state: "SUCCEEDED", shardIndex: 0, shardTotal: 2 },
+        ]);
+        expect((await store.listRecentlyRouted("ja", 2)).map((r) => r.agentId)).toEqual([
+          "ag-3",
+          "ag-2",
+        ]);
+        expect(await store.listRecentlyRouted("none", 10)).toEqual([]);
+      });
     });
 
     describe("agents", () => {

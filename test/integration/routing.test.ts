@@ -1,6 +1,7 @@
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import { type AgentProcess, spawnAgentProcess } from "../../coordinator/cli/agent-process.js";
 import type { Coordinator } from "../../coordinator/coordinator.js";
+import { HashRing, placeShards } from "../../coordinator/domain/routing.js";
 import { TERMINAL_STATES } from "../../shared/fsm.js";
 import {
   startTestCoordinator,
@@ -145,6 +146,79 @@ describe("routing across the fleet", () => {
     });
     expect(execs.every((e) => e.state === "SUCCEEDED")).toBe(true);
     expect(new Set(execs.map((e) => e.agentId)).size).toBe(3);
+  });
+
+  it("STICKY and SHARD_BROADCAST keep their agents over a coordinator restart, where choosing afresh would move them", async () => {
+    const [a, b, c] = ["rm-a", "rm-b", "rm-c"].map((s) => `${broker.prefix}-${s}`) as [
+      string,
+      string,
+      string,
+    ];
+    // Jobs whose agents, chosen while only a and b are there, differ from a fresh choice over
+    // a, b and c: after the restart, hashing or placing afresh would move them.
+    const pick = (prefix: string, moves: (id: string) => boolean) => {
+      for (let i = 0; ; i++) if (moves(`${prefix}-${i}`)) return `${prefix}-${i}`;
+    };
+    const sticky = pick(
+      "sticky",
+      (id) => HashRing.build([a, b]).ownerOf(id) !== HashRing.build([a, b, c]).ownerOf(id),
+    );
+    const sharded = pick(
+      "sharded",
+      (id) => placeShards(id, 2, [a, b]).join() !== placeShards(id, 2, [a, b, c]).join(),
+    );
+    const shardAgents = async (jobId: string, not: ReadonlySet<string>) => {
+      const execs = await waitFor("both shards ended", async () => {
+        const list = (await coordinator.store.listExecutions({ jobId })).filter(
+          (e) => !not.has(e.id),
+        );
+        return list.length === 2 && list.every((e) => TERMINAL_STATES.has(e.state))
+          ? list
+          : undefined;
+      });
+      expect(execs.every((e) => e.state === "SUCCEEDED")).toBe(true);
+      return {
+        ids: new Set([...not, ...execs.map((e) => e.id)]),
+        placement: [...execs]
+          .sort((x, y) => (x.shardIndex ?? 0) - (y.shardIndex ?? 0))
+          .map((e) => e.agentId),
+      };
+    };
+
+    start(a);
+    start(b);
+    await waitForAgentsOnline(coordinator, 2);
+    await coordinator.putJob({
+      id: sticky,
+      handler: "echo",
+      trigger: { type: "manual" },
+      routing: { strategy: "STICKY" },
+    });
+    await coordinator.putJob({
+      id: sharded,
+      handler: "echo",
+      trigger: { type: "manual" },
+      shards: 2,
+      routing: { strategy: "SHARD_BROADCAST" },
+    });
+    const first = await ended(await coordinator.triggerJob(sticky));
+    expect(first.state).toBe("SUCCEEDED");
+    expect(first.agentId).toBe(HashRing.build([a, b]).ownerOf(sticky));
+    await coordinator.triggerJob(sharded);
+    const before = await shardAgents(sharded, new Set());
+    expect(before.placement).toEqual(placeShards(sharded, 2, [a, b]));
+
+    start(c);
+    await waitForAgentsOnline(coordinator, 3);
+    await coordinator.close();
+    coordinator = await startTestCoordinator(broker, tmp.dir, 300);
+    await waitForAgentsOnline(coordinator, 3);
+
+    const again = await ended(await coordinator.triggerJob(sticky));
+    expect(again.state).toBe("SUCCEEDED");
+    expect(again.agentId).toBe(first.agentId);
+    await coordinator.triggerJob(sharded);
+    expect((await shardAgents(sharded, before.ids)).placement).toEqual(before.placement);
   });
 
   it("TARGET by tag selector runs only on matching agents; with none live the execution waits and expires", async () => {

@@ -1,6 +1,6 @@
 import type { ExecState } from "../../../shared/fsm.js";
 import type { ExecutionRecord, NewExecution, TimelineStep, TransitionWrite } from "../port.js";
-import { capUtf8, type PeerRow, transitionColumns } from "../stored-text.js";
+import { capUtf8, type PeerRow, type RoutedRow, transitionColumns } from "../stored-text.js";
 import { OPEN_STATES_SQL } from "./migrations.js";
 import {
   type ExecutionRow,
@@ -358,6 +358,21 @@ export async function listExecutionsInStates(
  */
 export function sqlLimit(limit: number): number | null {
   return limit < 0 ? null : Math.floor(limit);
+}
+
+/** Store.listRecentlyRouted: down the job's (job_id, created_at) index, newest first. */
+export async function listRecentlyRouted(
+  q: Queryable,
+  jobId: string,
+  limit: number,
+): Promise<RoutedRow[]> {
+  const r = await run<RoutedRow>(
+    q,
+    `SELECT agent_id, state, shard_index, shard_total FROM executions
+       WHERE job_id = $1 AND agent_id IS NOT NULL ORDER BY created_at DESC LIMIT $2`,
+    [jobId, Math.max(0, Math.floor(limit))],
+  );
+  return r.rows;
 }
 
 /** An open peer's row, with the job id or group key it was read by (`key`). */

@@ -73,12 +73,13 @@ import type {
   PeerRecord,
   RolloutCount,
   RolloutPage,
+  RoutedRecord,
   Store,
   StoredJob,
   TimelineEntry,
   TransitionWrite,
 } from "../port.js";
-import { cappedDetailJson, toPeer } from "../stored-text.js";
+import { cappedDetailJson, toPeer, toRouted } from "../stored-text.js";
 import * as bundles from "./bundles.js";
 import { type PgStoreOptions, resolvePgStoreOptions } from "./config.js";
 import { StoreConnection, type WriteOptions } from "./connection.js";
@@ -427,6 +428,13 @@ export class PgStore implements Store {
 
   async listAlerts(filter: { pending?: boolean; limit?: number } = {}): Promise<AlertRecord[]> {
     return this.db.read("listAlerts", (q) => fleet.listAlerts(q, filter));
+  }
+
+  async listRecentlyRouted(jobId: string, limit: number): Promise<RoutedRecord[]> {
+    const rows = await this.db.read("listRecentlyRouted", (q) =>
+      ex.listRecentlyRouted(q, jobId, limit),
+    );
+    return rows.map(toRouted);
   }
 
   async countInFlightByAgent(): Promise<Record<string, number>> {

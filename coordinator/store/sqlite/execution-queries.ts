@@ -6,9 +6,10 @@ import type {
   ExecutionPageQuery,
   ExecutionRecord,
   PeerRecord,
+  RoutedRecord,
   TimelineEntry,
 } from "../port.js";
-import { type PeerRow, toPeer } from "../stored-text.js";
+import { type PeerRow, type RoutedRow, toPeer, toRouted } from "../stored-text.js";
 import type { StoreContext } from "./context.js";
 import { type ExecutionRow, type TimelineRow, toExecution, toTimelineEntry } from "./rows.js";
 import { OPEN_SQL } from "./statements.js";
@@ -98,6 +99,23 @@ export function listOpenPeers(
       .all("jobId" in by ? by.jobId : by.groupKey),
   ) as PeerRow[];
   return rows.map(toPeer);
+}
+
+/** Store.listRecentlyRouted: down the job's (job_id, created_at) index, newest first. */
+export function listRecentlyRouted(
+  ctx: StoreContext,
+  jobId: string,
+  limit: number,
+): RoutedRecord[] {
+  const rows = wrap("listRecentlyRouted", () =>
+    ctx.statements
+      .prepare(
+        `SELECT agent_id, state, shard_index, shard_total FROM executions INDEXED BY executions_job
+           WHERE job_id = ? AND agent_id IS NOT NULL ORDER BY created_at DESC LIMIT ?`,
+      )
+      .all(jobId, Math.max(0, Math.floor(limit))),
+  ) as RoutedRow[];
+  return rows.map(toRouted);
 }
 
 /** Store.countInFlightByAgent. */

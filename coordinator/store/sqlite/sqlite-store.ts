@@ -29,6 +29,7 @@ import type {
   PeerRecord,
   RolloutCount,
   RolloutPage,
+  RoutedRecord,
   Store,
   StoredJob,
   TimelineEntry,
@@ -307,6 +308,10 @@ export class SqliteStore implements Store {
 
   async listOpenPeers(by: { jobId: string } | { groupKey: string }): Promise<PeerRecord[]> {
     return queries.listOpenPeers(this.ctx, by);
+  }
+
+  async listRecentlyRouted(jobId: string, limit: number): Promise<RoutedRecord[]> {
+    return queries.listRecentlyRouted(this.ctx, jobId, limit);
   }
 
   async countInFlightByAgent(): Promise<Record<string, number>> {
