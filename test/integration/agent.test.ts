@@ -71,7 +71,21 @@ async function rig(
     },
   };
   rigs.push(r);
-  await waitFor("the agent's hello", () => (peer.welcomed(agentId) ? true : undefined), 20_000);
+  try {
+    await waitFor("the agent's hello", () => (peer.welcomed(agentId) ? true : undefined), 20_000);
+  } catch (err) {
+    // Say what the agent did meanwhile: its log is gone with the test's folder.
+    const { exitCode, signalCode } = r.agent.child;
+    let log: string;
+    try {
+      log = readFileSync(r.agent.logFile, "utf8").split("\n").slice(-30).join("\n");
+    } catch (e) {
+      log = `(no log: ${(e as Error).message})`;
+    }
+    throw new Error(
+      `${(err as Error).message}; the agent process: exit ${exitCode}, signal ${signalCode}, ${peer.presences.length} presence and ${peer.received.length} other messages seen; its log ends:\n${log}`,
+    );
+  }
   return r;
 }
 
