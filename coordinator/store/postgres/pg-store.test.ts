@@ -452,6 +452,19 @@ await describeOnPg("PgStore (PostgreSQL specifics)", (url) => {
       expect((await a.getJobVersion("job-a", 2))?.handler).toBe("other");
     });
 
+    it("a job read holds its version: the dispatch of what it fires reads no version", async () => {
+      const a = await open();
+      await a.putJob(jobDef("job-a"), 1_000, 10);
+      await a.putJob(jobDef("job-a", { handler: "other" }), 1_000, 20);
+      const job = await a.getJob("job-a");
+      expect(job?.version).toBe(2);
+      // Gone from the table (as no writer does): only what the job's read kept can answer.
+      await sql("DELETE FROM job_versions WHERE job_id = 'job-a'");
+      expect(await a.getJobVersion("job-a", 2)).toEqual(job?.definition);
+      // A version not read with its job is read from the table, which no longer has it.
+      expect(await a.getJobVersion("job-a", 1)).toBeUndefined();
+    });
+
     it("a closed store refuses them", async () => {
       const a = await open();
       await a.close();

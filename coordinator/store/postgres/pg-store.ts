@@ -101,6 +101,11 @@ export type { PgStoreOptions } from "./config.js";
 /** Job versions kept read (see PgStore.versions); each is a definition's JSON. */
 const MAX_CACHED_VERSIONS = 10_000;
 
+/** A job version's key in PgStore's cache and read batch. */
+function versionKey(jobId: string, version: number): string {
+  return `${version}\u0000${jobId}`;
+}
+
 /** The store on PostgreSQL; open it with {@link PgStore.open}. */
 export class PgStore implements Store {
   private readonly db: StoreConnection;
@@ -137,7 +142,13 @@ export class PgStore implements Store {
       fetch: (ids) => db.read("getJob", (q) => jobs.getJobRows(q, ids)),
       keyOf: byId,
       rowKey: (row) => row.id,
-      toValue: ([row]) => (row === undefined ? undefined : toJob(row)),
+      toValue: ([row]) => {
+        if (row === undefined) return undefined;
+        // The job's row holds its current version's definition, as written to job_versions in
+        // the same transaction: the dispatch of what the job fires finds it here.
+        this.cacheVersion(row.id, row.version, row.definition);
+        return toJob(row);
+      },
     });
     this.executionReads = new ReadBatch({
       fetch: (ids) => db.read("getExecution", (q) => ex.getExecutionRows(q, ids)),
@@ -153,21 +164,27 @@ export class PgStore implements Store {
         toValue: (rows) => rows.map(toPeer),
       });
     this.peerReads = { jobId: peers("jobId"), groupKey: peers("groupKey") };
-    const versionKey = (jobId: string, version: number) => `${version}\u0000${jobId}`;
     this.versionReads = new ReadBatch({
       fetch: (keys) => db.read("getJobVersion", (q) => jobs.getJobVersionRows(q, keys)),
       keyOf: (k) => versionKey(k.jobId, k.version),
       rowKey: (row) => versionKey(row.job_id, row.version),
       toValue: ([row]) => {
         if (row === undefined) return undefined;
-        if (this.versions.size >= MAX_CACHED_VERSIONS) {
-          const oldest = this.versions.keys().next().value;
-          if (oldest !== undefined) this.versions.delete(oldest);
-        }
-        this.versions.set(versionKey(row.job_id, row.version), row.definition);
+        this.cacheVersion(row.job_id, row.version, row.definition);
         return JSON.parse(row.definition) as JobDefinition;
       },
     });
+  }
+
+  /** Keeps a version's stored definition (the oldest kept goes past MAX_CACHED_VERSIONS). */
+  private cacheVersion(jobId: string, version: number, definition: string): void {
+    const key = versionKey(jobId, version);
+    if (this.versions.has(key)) return;
+    if (this.versions.size >= MAX_CACHED_VERSIONS) {
+      const oldest = this.versions.keys().next().value;
+      if (oldest !== undefined) this.versions.delete(oldest);
+    }
+    this.versions.set(key, definition);
   }
 
   /**
@@ -286,7 +303,7 @@ export class PgStore implements Store {
 
   async getJobVersion(jobId: string, version: number): Promise<JobDefinition | undefined> {
     this.db.checkOpen("getJobVersion");
-    const cached = this.versions.get(`${version}\u0000${jobId}`);
+    const cached = this.versions.get(versionKey(jobId, version));
     if (cached !== undefined) return JSON.parse(cached) as JobDefinition;
     return this.versionReads.get({ jobId, version });
   }
