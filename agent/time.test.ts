@@ -14,9 +14,9 @@ afterEach(() => {
   for (const c of closers.splice(0)) c();
 });
 
-function rig() {
+function rig(syncOptions: ConstructorParameters<typeof ClockSync>[0] = {}) {
   const clock = new FakeClock({ mono: 5_000, wall: 1_800_000_000_000 });
-  const sync = new ClockSync();
+  const sync = new ClockSync(syncOptions);
   const time = new AgentTime(clock, sync);
   const journal = new Journal({ path: ":memory:", maxOpen: 100, now: () => time.coordNow() });
   const reports: Report[] = [];
@@ -26,7 +26,8 @@ function rig() {
     journal,
     coordNow: () => time.coordNow(),
     toMono: (t) => time.toMono(t),
-    uncertaintyMs: () => sync.uncertaintyMs,
+    // As the agent wires it: the bound at a coordinator time, on the local timeline.
+    uncertaintyMs: (at) => sync.uncertaintyAt(at - sync.offsetMs),
     envelope: (body, seq) => ({ ...envelope(body, time.coordNow()), seq }) as Report,
     publish: (r) => reports.push(r),
     concurrency: 4,
@@ -143,8 +144,38 @@ describe("agent time", () => {
     clock.advance(1_000);
     await Promise.resolve();
     expect(started().map((s) => s.executionId)).toEqual(["j-1"]);
+    // By then the bound has aged 50 ppm of the second since the sample: 0.55, not 0.5.
+    clock.advance(0.5);
+    await Promise.resolve();
+    expect(started().map((s) => s.executionId)).toEqual(["j-1"]);
     clock.advance(0.5);
     await Promise.resolve();
     expect(started().map((s) => s.executionId)).toEqual(["j-1", "j-2"]);
+  });
+  it("waits out the bound as it has aged by the start, not as it was at the sample", async () => {
+    // 1e-3 ms per ms (a fast rate, so that 20 s of it is 20 ms): a sample of ± 0.5 on an exact
+    // estimate, then a command 20 s ahead. At the start the bound is 0.5 + 20 ms.
+    const { clock, sync, time, dispatch, started } = rig({ driftRate: 1e-3 });
+    const t0 = time.coordNow();
+    sync.stamp(t0);
+    clock.advance(0.5);
+    const t1 = time.localNow();
+    clock.advance(0.5);
+    sync.addSample({ t0, t1, t2: t1 }, time.localNow());
+    expect(sync.offsetMs).toBe(0);
+    expect(sync.uncertaintyMs).toBe(0.5);
+    const fireAt = time.coordNow() + 20_000;
+    dispatch("aged", fireAt);
+    clock.advance(20_000 + 10);
+    await Promise.resolve();
+    // The bound as of the sample (0.5 ms) has passed: it would have started by now.
+    expect(started()).toEqual([]);
+    for (let step = 0; step < 100 && started().length === 0; step += 0.5) {
+      clock.advance(0.5);
+      await Promise.resolve();
+    }
+    const lateMs = started()[0]?.lateMs as number;
+    expect(lateMs).toBeGreaterThanOrEqual(0.5 + 20_000 * 1e-3);
+    expect(lateMs).toBeLessThanOrEqual(0.5 + 20_100 * 1e-3 + 1);
   });
 });

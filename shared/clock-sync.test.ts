@@ -100,6 +100,15 @@ describe("ClockSync", () => {
     expect(sync.offsetMs).toBe(TRUE_OFFSET);
   });
 
+  it("uncertaintyAt ages the bound up to the time asked: a start never waits out less than it", () => {
+    const sync = new ClockSync();
+    roundTrip(sync, { local0: 10_000, up: 1, down: 1 }); // ± 1 when it came, at 10,002
+    expect(sync.uncertaintyAt(10_002)).toBe(1);
+    // 20 s on without a sample: 50 ppm of it more, where uncertaintyMs stays as of the sample.
+    expect(sync.uncertaintyAt(30_002)).toBeCloseTo(1 + 20_000 * 50e-6, 9);
+    expect(sync.uncertaintyMs).toBe(1);
+  });
+
   it("issue 17: answers held 40 ms on the way down never win over the one prompt sample", () => {
     // Measured on one host with a broker without TCP_NODELAY: each time answer waited on the
     // agent's delayed ACK (40 ms) behind the broker's PUBACK of the heartbeat, giving −20 ± 20

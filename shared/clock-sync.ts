@@ -83,11 +83,20 @@ export class ClockSync {
   }
 
   /**
-   * The bound of the sample in use, as of the newest sample: half its round trip plus its drift
-   * since. The true offset lies within offsetMs ± this.
+   * The bound of the sample in use as of the newest sample: half its round trip plus its drift
+   * since it came. What a start waits out, or a heartbeat reports, is {@link uncertaintyAt} the
+   * time of the start or of the heartbeat.
    */
   get uncertaintyMs(): number {
-    return this.best ? this.bound(this.best, this.latestAt) : 0;
+    return this.uncertaintyAt(this.latestAt);
+  }
+
+  /**
+   * The bound of the sample in use at local time `at`, which should not be before the newest
+   * sample: the true offset lies within offsetMs ± this at that time.
+   */
+  uncertaintyAt(at: number): number {
+    return this.best ? this.bound(this.best, at) : 0;
   }
 
   /** Samples accepted and kept (0 until the first one). */

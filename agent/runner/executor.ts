@@ -33,7 +33,8 @@ export interface ExecutorOptions {
    * coordinator time is within coordNow() ± this. A command starts once even the lowest
    * coordinator time it could be has reached fireAt. @default () => 0
    */
-  uncertaintyMs?(): number;
+  /** The clock estimate's uncertainty at coordinator time `at`. */
+  uncertaintyMs?(at: number): number;
   /** Wraps a report body in the envelope with its seq. */
   envelope(body: ReportBody, seq: number): Report;
   /**
@@ -469,14 +470,21 @@ export class Executor {
     return Math.max(this.o.toMono(t) + margin, this.o.clock.monoNow() + 0.001);
   }
 
-  /** The offset estimate's uncertainty: a start waits it out, so it is never early. */
-  private margin(): number {
-    return this.o.uncertaintyMs?.() ?? 0;
+  /**
+   * The offset estimate's uncertainty, now or at coordinator time `at`: a start waits it out, so
+   * it is never early.
+   */
+  private margin(at = this.o.coordNow()): number {
+    return this.o.uncertaintyMs?.(at) ?? 0;
   }
 
-  /** The monotonic time to start a command due at coordinator time `fireAt`. */
+  /**
+   * The monotonic time to start a command due at coordinator time `fireAt`: past it by the
+   * uncertainty as it will have grown 100 ms after `fireAt` (the estimate ages at 50 ppm), so the
+   * check when it comes due, with the uncertainty of that moment, finds it due.
+   */
   private startMono(fireAt: number): number {
-    return this.o.toMono(fireAt) + this.margin();
+    return this.o.toMono(fireAt) + this.margin(fireAt + 100);
   }
 
   private expire(row: CommandRow, from: CommandState, message: string): void {

@@ -424,7 +424,10 @@ export class SimAgent {
           queued: 0,
           scheduled,
           load: 0,
-          clockOffset: { offsetMs: this.clock.offsetMs, uncertaintyMs: this.clock.uncertaintyMs },
+          clockOffset: {
+            offsetMs: this.clock.offsetMs,
+            uncertaintyMs: this.clock.uncertaintyAt(this.ctx.localNow()),
+          },
           journal: { depth: scheduled, outboxDepth: this.outbox.length },
           time: this.clock.wantsSample(this.ctx.localNow()),
         },
@@ -707,8 +710,9 @@ export class SimAgent {
    * estimate as it is now; a sample that moves the estimate files it again ({@link addSample}).
    */
   private scheduleFire(c: SimCommand): void {
-    // The extra microsecond: float rounding between the two timelines never makes it early.
-    const wait = this.clock.uncertaintyMs + 0.001;
+    // The uncertainty as it will have grown 100 ms after fireAt, as the reference agent waits it
+    // out; the extra microsecond: float rounding between the two timelines never makes it early.
+    const wait = this.clock.uncertaintyAt(c.fireAt + 100 - this.clock.offsetMs) + 0.001;
     const dueMono = c.fireAt - this.clock.offsetMs + wait - this.ctx.localBase;
     c.handle = this.ctx.scheduleStart(dueMono, this, c);
   }
@@ -721,8 +725,10 @@ export class SimAgent {
    */
   startAt(c: SimCommand, stampMono: number): void {
     if (c.state !== "scheduled") return;
-    const now = stampMono + this.ctx.localBase + this.clock.offsetMs;
-    if (now - this.clock.uncertaintyMs < c.fireAt) {
+    const local = stampMono + this.ctx.localBase;
+    const now = local + this.clock.offsetMs;
+    const bound = this.clock.uncertaintyAt(local);
+    if (now - bound < c.fireAt) {
       this.scheduleFire(c); // never early
       return;
     }
@@ -743,8 +749,8 @@ export class SimAgent {
     }
     c.state = "running";
     c.startedAt = now;
-    c.uncertaintyAtStart = this.clock.uncertaintyMs;
-    c.timerLateMs = now - this.clock.uncertaintyMs - c.fireAt;
+    c.uncertaintyAtStart = bound;
+    c.timerLateMs = now - bound - c.fireAt;
     c.runs++;
     this.ctx.counters.starts++;
     this.startedUnreported.push(c);
