@@ -66,6 +66,20 @@ describe("Inbound", () => {
     ]);
   });
 
+  it("logs a quiet refusal at debug, without using up the source's warning for the minute", () => {
+    const lines: string[] = [];
+    const { inbound: ib } = inbound((level, msg) => lines.push(`${level} ${msg}`));
+    const stale = { code: "AX_AUTH_STALE", message: "replayed", source: "a1" } as const;
+    ib.refused({ ...stale, quiet: true }, "ax/v1/agents/a1/up");
+    ib.refused({ ...stale, quiet: true }, "ax/v1/agents/a1/up");
+    ib.refused(stale, "ax/v1/agents/a1/up");
+    ib.refused(stale, "ax/v1/agents/a1/up");
+    expect(lines).toEqual([
+      "debug refused message on ax/v1/agents/a1/up: AX_AUTH_STALE: replayed",
+      "warn refused message on ax/v1/agents/a1/up: AX_AUTH_STALE: replayed",
+    ]);
+  });
+
   it("lets the event loop turn between chunks of one agent's backlog", async () => {
     const { inbound: ib, store } = inbound();
     const total = INBOUND_CHUNK * 4;

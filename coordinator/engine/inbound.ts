@@ -344,8 +344,13 @@ export class Inbound {
       message: error.message,
       at,
     });
-    if (this.refusalLogged.allow(`${error.source}\u0000${error.code}`, at)) {
-      this.ctx.log("warn", `refused message on ${topic}: ${error.code}: ${error.message}`, {
+    // A quiet refusal's debug line must not use up the minute's warning of its source and code.
+    const quiet = error.quiet === true;
+    if (
+      this.refusalLogged.allow(`${error.source}\u0000${error.code}${quiet ? "\u0000q" : ""}`, at)
+    ) {
+      const level = quiet ? "debug" : "warn";
+      this.ctx.log(level, `refused message on ${topic}: ${error.code}: ${error.message}`, {
         topic,
         code: error.code,
         source: error.source,

@@ -86,6 +86,19 @@ describe("LinkAuth.admit: replays of session messages", () => {
     expect(auth.admit(hello("i1"), 100)?.code).toBe("AX_AUTH_STALE");
   });
 
+  it("refuses a hello of the current instance signed before an accepted heartbeat, quietly: a retry its welcome overtook", () => {
+    const auth = new LinkAuth(keys, 60_000, "ax");
+    expect(auth.admit(hello("i1"), 100)).toBeUndefined();
+    expect(auth.admit(hb("i1"), 102)).toBeUndefined();
+    const retried = auth.admit(hello("i1"), 101);
+    expect(retried?.code).toBe("AX_AUTH_STALE");
+    expect(retried?.quiet).toBe(true);
+    // A heartbeat out of order, or a superseded instance's hello, is still a warning's worth.
+    expect(auth.admit(hb("i1"), 101)?.quiet).toBeUndefined();
+    expect(auth.admit(hello("i2"), 200)).toBeUndefined();
+    expect(auth.admit(hello("i1"), 300)?.quiet).toBeUndefined();
+  });
+
   it("takes the Last Will signed with its connection's online presence, not an older one", () => {
     const auth = new LinkAuth(keys, 60_000, "ax");
     expect(auth.admit(pres("online"), 500)).toBeUndefined();

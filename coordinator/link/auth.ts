@@ -16,6 +16,14 @@ export interface Refusal extends ProtocolError {
   source: string;
   /** The agent should be sent a clock sample: its message was authentic but stale. */
   resync?: { agentId: string; t0: number };
+  /**
+   * Counted, but logged at debug, not as a warning: a hello of the agent's current instance
+   * signed before a heartbeat already accepted, which is a hello sent again while the first
+   * waited for its welcome and overtaken by the heartbeat that followed the welcome (a QoS 0
+   * heartbeat may pass QoS 1 messages the broker holds back). A fleet reconnecting logs one per
+   * agent otherwise.
+   */
+  quiet?: boolean;
 }
 
 /** Per-agent memory of the last accepted session messages, against replays inside the window. */
@@ -168,7 +176,10 @@ export class LinkAuth {
       s.sessionAt = at;
       return undefined;
     }
-    if (at <= s.sessionAt) return replayed(d.agentId, at, s.sessionAt);
+    if (at <= s.sessionAt) {
+      const r = replayed(d.agentId, at, s.sessionAt);
+      return m.type === "hello" ? { ...r, quiet: true } : r;
+    }
     s.sessionAt = at;
     return undefined;
   }
