@@ -1,5 +1,6 @@
 import { existsSync, readFileSync } from "node:fs";
 import { join } from "node:path";
+import Database from "better-sqlite3";
 import { afterEach, describe, expect, it } from "vitest";
 import type { AgentConfigInput } from "../../agent/config.js";
 import { type AgentProcess, spawnAgentProcess } from "../../coordinator/cli/agent-process.js";
@@ -87,6 +88,21 @@ describe("agent: kill -9 during an exec run", () => {
     });
     await waitFor("the child runs", () => (lines(began).length > 0 ? true : undefined));
     expect(lines(began)).toEqual(["x-1"]);
+    // The agent journals the child's pid as soon as spawn returns, but the child runs from then
+    // on too: on a loaded machine it can write its first line before the agent's next
+    // instruction. What this test is about starts once the pid is journaled.
+    await waitFor("the child journaled", () => {
+      const db = new Database(join(r.tmp.dir, `${id}.journal.sqlite`), {
+        readonly: true,
+        fileMustExist: true,
+      });
+      try {
+        const n = db.prepare("SELECT COUNT(*) AS n FROM children").get() as { n: number };
+        return n.n > 0 ? true : undefined;
+      } finally {
+        db.close();
+      }
+    });
     await r.agents[0]?.kill();
     r.spawn();
     await waitFor(
