@@ -338,9 +338,17 @@ export const coordinatorConfigSchema = z
               "How long this coordinator's membership holds without a renewal, by the database's clock; it renews every third of it. When it lapses, a standby takes over, and this one stops dispatching and exits (code 75) so that its supervisor restarts it as a standby.",
             ),
           ),
+        firing: z
+          .enum(["active", "shared"])
+          .default("active")
+          .meta(
+            doc(
+              "Who fires the jobs among the coordinators sharing the store: `active`, the active one alone; `shared`, every live coordinator the jobs that hash to it (the standbys too), each nominal time recorded once by the store's unique fire row. Either way only the active one dispatches and takes the agents' reports. Give every coordinator the same value.",
+            ),
+          ),
       })
       .strict()
-      .default({ leaseMs: 3_000 })
+      .default({ leaseMs: 3_000, firing: "active" })
       .meta(
         doc(
           "Several coordinators on one PostgreSQL store (`store.url`): one is active, the others stand by and take over when its lease lapses. Ignored with the SQLite store.",

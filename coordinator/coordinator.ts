@@ -127,6 +127,13 @@ export function withoutPassword(url: string): string {
   }
 }
 
+/**
+ * How long a standby that fires its share holds its announcement of what it fired, ms: one
+ * NOTIFY per interval at most. The fires were made `dispatchLead` (500 ms) ahead of their nominal
+ * times, so the active one still dispatches them well ahead.
+ */
+const ANNOUNCE_MS = 10;
+
 /** This coordinator's name among those sharing a store: `cluster.id`, else its MQTT client id. */
 export function coordinatorId(config: CoordinatorConfig): string {
   return config.cluster.id ?? config.mqtt.clientId ?? defaultClientId(config);
@@ -229,6 +236,7 @@ export class Coordinator {
         {
           id: coordinatorId(config),
           leaseMs: config.cluster.leaseMs,
+          firing: config.cluster.firing,
           info: () => this.membershipInfo(),
         },
         log,
@@ -353,7 +361,15 @@ export class Coordinator {
         .onTransition(e)
         .catch((err: unknown) => log("error", `after-trigger failed: ${(err as Error).message}`));
     });
-    this.firing.onFired = () => this.executionLoop.kick();
+    this.firing.onFired = () => {
+      this.firesRecorded++;
+      // Fired by a coordinator that does not dispatch (a standby's share): the active one's
+      // watch learns of it, coalesced, since one NOTIFY per fire serializes commits.
+      if (this.activated) this.executionLoop.kick();
+      else this.announceFires();
+    };
+    const membershipOf = this.membership;
+    if (membershipOf !== undefined) this.firing.owns = (jobId) => membershipOf.firesJob(jobId);
     this.alerts = new Alerts(this.ctx);
     const kick = () => this.executionLoop.kick();
     this.jobs = new JobOperations(this.ctx, this.firing, this.triggers, kick, (jobId) =>
@@ -398,22 +414,54 @@ export class Coordinator {
         membership.fence(`taking over failed: ${(err as Error).message}`);
       });
     };
+    // Who fires which job moved: each member plans what is its own now (and leaves the rest).
+    membership.onMembersChanged = () => this.rescanFiring();
     await membership.join();
     await this.activating;
     if (membership.role === "standby") {
-      this.ctx.log("info", "coordinator started as a standby", { mqtt: this.ctx.config.mqtt.url });
+      const shared = membership.firing === "shared";
+      this.ctx.log(
+        "info",
+        shared
+          ? "coordinator started as a standby, firing its share of the jobs"
+          : "coordinator started as a standby",
+        { mqtt: this.ctx.config.mqtt.url },
+      );
+      if (shared) this.firing.start();
     }
     this.watchStop = this.store.watchWork((what) => {
-      if (!this.activated) return;
-      if (what === "executions") this.executionLoop.kick();
-      else
-        this.firing.rescan().catch((err: unknown) => {
-          this.ctx.log("error", `firing scan failed: ${(err as Error).message}`);
-        });
+      if (what === "jobs") {
+        if (this.activated || membership.firing === "shared") this.rescanFiring();
+      } else if (this.activated) this.executionLoop.kick();
     });
   }
 
   private watchStop: (() => void) | undefined;
+  /** Firings this process recorded (shown to the other coordinators). */
+  private firesRecorded = 0;
+  private announcing = false;
+
+  private rescanFiring(): void {
+    this.firing.rescan().catch((err: unknown) => {
+      this.ctx.log("error", `firing scan failed: ${(err as Error).message}`);
+    });
+  }
+
+  /**
+   * Tells the active coordinator that this one recorded fires: at most one NOTIFY per
+   * {@link ANNOUNCE_MS}, well inside the dispatch lead, so the fires of a busy standby cost the
+   * database a notification per interval, not per fire.
+   */
+  private announceFires(): void {
+    if (this.announcing) return;
+    this.announcing = true;
+    this.ctx.clock.setTimer(() => {
+      this.announcing = false;
+      this.store.announceWork("executions").catch((err: unknown) => {
+        this.ctx.log("warn", `announcing fires failed: ${(err as Error).message}`);
+      });
+    }, ANNOUNCE_MS);
+  }
 
   /** This coordinator's membership and the others', for /api/health; undefined on a store of its own. */
   membershipView(): MembershipView | undefined {
@@ -426,6 +474,9 @@ export class Coordinator {
       version: packageJson().version,
       host: hostname(),
       role: this.membership?.role ?? "active",
+      firing: this.ctx.config.cluster.firing,
+      // Firings this process recorded since it started (its share, with firing shared).
+      fired: this.firesRecorded,
       agentsOnline: this.activated
         ? this.fleet.list().filter((a) => a.status === "online").length
         : 0,

@@ -40,7 +40,14 @@ export class FiringLoop {
   private scanning: Promise<void> | undefined;
   private pendingScan: Promise<void> | undefined;
   private closed = false;
+  private started = false;
   onFired: () => void = () => {};
+  /**
+   * Whether this coordinator fires the job: all of them on a store of its own; among several
+   * coordinators, its share (Membership.firesJob). Asked when a fire is planned and again when
+   * it comes due, so a job whose owner moved meanwhile is left to the new one.
+   */
+  owns: (jobId: string) => boolean = () => true;
 
   constructor(private readonly ctx: EngineContext) {
     this.wheel = new TimingWheel<PlannedFire>((fire) => this.fire(fire), {
@@ -51,7 +58,10 @@ export class FiringLoop {
     });
   }
 
+  /** Starts the periodic scan; a second call does nothing. */
   start(): void {
+    if (this.started) return;
+    this.started = true;
     this.scheduleScan(0);
   }
 
@@ -149,7 +159,7 @@ export class FiringLoop {
   ): void {
     // A scan or fire that was awaiting the store when the loop closed (stopped, or fenced) plans
     // nothing: the wheel is closed.
-    if (nextFireAt === null || this.closed) return;
+    if (nextFireAt === null || this.closed || !this.owns(jobId)) return;
     const key = `${jobId}\u0000${nextFireAt}`;
     if (this.planned.has(key) || this.firing.has(key)) return;
     // Fire `dispatchLead` early (the job's own, or the coordinator's): the execution is created
@@ -164,6 +174,7 @@ export class FiringLoop {
   private fire(p: PlannedFire): void {
     const key = `${p.jobId}\u0000${p.scheduledFor}`;
     this.planned.delete(key);
+    if (!this.owns(p.jobId)) return;
     this.firing.add(key);
     if (this.firing.size - (this.waiting.length - this.waitingHead) > MAX_FIRES_IN_FLIGHT) {
       this.waiting.push(p);
@@ -231,6 +242,7 @@ export class FiringLoop {
       fires,
       missed: plan.missed,
       at: now,
+      ...(this.ctx.coordinatorId === undefined ? {} : { by: this.ctx.coordinatorId }),
     });
     if (recorded) {
       for (const f of fires) {

@@ -1,16 +1,24 @@
 import type { Clock, TimerHandle } from "../../shared/clock.js";
 import { AxError } from "../../shared/errors.js";
+import { hash32 } from "../domain/hash-ring.js";
 import type { CoordinatorRecord, Store } from "../store/port.js";
 import type { Logger } from "./context.js";
 
 /** What a coordinator sharing a store is doing. */
 export type Role = "standby" | "active" | "fenced";
 
+/**
+ * Who fires the jobs (`cluster.firing`): the active coordinator alone, or every live member its
+ * share (the jobs that hash to it among the live members).
+ */
+export type Firing = "active" | "shared";
+
 /** This coordinator's membership, as /api/health shows it. */
 export interface MembershipView {
   id: string;
   epoch: number;
   role: Role;
+  firing: Firing;
   /** The store's clock minus this process's wall clock, ms (measured at each renewal). */
   clockOffsetMs: number;
   /** Every live coordinator on the store, oldest joined first (the active one is the first). */
@@ -23,6 +31,8 @@ export interface MembershipOptions {
   leaseMs: number;
   /** What this coordinator reports of itself at each renewal. */
   info: () => Record<string, unknown>;
+  /** Who fires the jobs. @default "active" */
+  firing?: Firing;
 }
 
 /**
@@ -30,8 +40,9 @@ export interface MembershipOptions {
  *
  * One coordinator is active, the others stand by: the active one is the oldest live member (by
  * the time it joined, on the store's clock), so every member derives the same answer from the
- * same rows, with no election of its own. The active one fires, dispatches and takes the agents'
- * reports; a standby renews its lease and waits.
+ * same rows, with no election of its own. The active one holds the MQTT link: it dispatches and
+ * takes the agents' reports; a standby renews its lease and waits. The jobs are fired by the
+ * active one alone, or, with firing `shared`, by every member its share ({@link firesJob}).
  *
  * Losing the active one: its lease lapses (no renewal for `leaseMs`, by the store's clock), the
  * oldest standby finds itself first at its next renewal and becomes active. Two never act at
@@ -55,6 +66,8 @@ export class Membership {
   onActive: (() => void) | undefined;
   /** Called once when the membership is fenced; the coordinator must stop. */
   onFenced: ((reason: string) => void) | undefined;
+  /** Called after a renewal found the live members changed (who fires which job moved). */
+  onMembersChanged: (() => void) | undefined;
 
   constructor(
     private readonly store: Store,
@@ -81,11 +94,41 @@ export class Membership {
     return this.offsetMs;
   }
 
+  /** Who fires the jobs. */
+  get firing(): Firing {
+    return this.options.firing ?? "active";
+  }
+
+  /**
+   * Whether this coordinator fires `jobId` now. With firing `active`: while it is the active
+   * one. With `shared`: while it is the live member the job hashes to highest (rendezvous
+   * hashing over the members' ids), so every member derives the same owner from the same rows, a
+   * member that joins or lapses moves only its own share, and one restarted under its id gets
+   * the same share back. Two members that
+   * disagree for a renewal's time (one has read the new rows, the other not yet) may both fire a
+   * nominal time: the store's fire row, UNIQUE per job and nominal time, records it once.
+   */
+  firesJob(jobId: string): boolean {
+    if (this.role_ === "fenced" || this.closed) return false;
+    if (this.firing === "active") return this.role_ === "active";
+    let best: CoordinatorRecord | undefined;
+    let bestScore = -1;
+    for (const m of this.members) {
+      const score = hash32(`${jobId}\u0000${m.id}`);
+      if (score > bestScore || (score === bestScore && best !== undefined && m.id < best.id)) {
+        best = m;
+        bestScore = score;
+      }
+    }
+    return best !== undefined && best.id === this.options.id && best.epoch === this.epoch_;
+  }
+
   view(): MembershipView {
     return {
       id: this.options.id,
       epoch: this.epoch_,
       role: this.role_,
+      firing: this.firing,
       clockOffsetMs: this.offsetMs,
       coordinators: this.members,
     };
@@ -262,7 +305,11 @@ export class Membership {
       first || Math.abs(measured - this.offsetMs) > 1_000
         ? measured
         : this.offsetMs + (measured - this.offsetMs) / 8;
+    const changed =
+      members.length !== this.members.length ||
+      members.some((m, i) => m.id !== this.members[i]?.id || m.epoch !== this.members[i]?.epoch);
     this.members = members;
+    if (changed && !first && !this.closed) this.onMembersChanged?.();
     if (this.role_ !== "standby" || this.closed) return;
     if (members[0]?.id === this.options.id && members[0].epoch === this.epoch_) {
       this.role_ = "active";

@@ -256,7 +256,7 @@ const coordinatorMemberSchema = z.object({
   }),
   info: z.record(z.string(), z.unknown()).meta({
     description:
-      "What it reports of itself: version, host, role, agentsOnline, leasesHeld (executions its agents hold), storeRoundTripMs (its lag to the database).",
+      "What it reports of itself: version, host, role, firing (`cluster.firing`), fired (firings it recorded since it started), agentsOnline, leasesHeld (executions its agents hold), storeRoundTripMs (its lag to the database).",
   }),
 });
 
@@ -269,6 +269,10 @@ export const healthSchema = z.object({
       id: z.string().meta({ description: "This coordinator's `cluster.id`." }),
       epoch: z.number().int().meta({ description: "Its epoch: one more at each start." }),
       role: z.enum(["active", "standby", "fenced"]),
+      firing: z.enum(["active", "shared"]).meta({
+        description:
+          "`cluster.firing`: the active coordinator fires every job, or each live one its share.",
+      }),
       clockOffsetMs: z.number().meta({
         description: "The database's clock minus this process's, as last measured.",
       }),

@@ -278,6 +278,8 @@ export interface FireBatch {
   fires: { scheduledFor: number; executions: NewExecution[] }[];
   missed: number[];
   at: number;
+  /** The coordinator that fired (among several on one store): named in each execution's first timeline entry. */
+  by?: string;
 }
 
 /** A page of rollouts, newest first; `nextCursor` is null on the last page. */
@@ -336,6 +338,12 @@ export interface Store {
    * Returns the function that stops it. A store with one writer may never call it.
    */
   watchWork(fn: (what: "executions" | "jobs") => void): () => void;
+  /**
+   * Tells the other writers' {@link watchWork} that `what` changed, outside any write: for work
+   * whose writes are not announced one by one (fires recorded by a coordinator that is not the
+   * active one, which coalesces them into one call). A store with one writer does nothing.
+   */
+  announceWork(what: "executions" | "jobs"): Promise<void>;
 
   /** Runs `fn` once every write made so far is committed; never, if that commit fails. */
   afterCommit(fn: () => void): void;

@@ -3,10 +3,11 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterEach, describe, expect, it } from "vitest";
 import {
-  type ClusterScenario,
+  type ClusterRunOptions,
   coordinatorFailover,
   databasePartition,
   databaseRestart,
+  sharedFiringFailover,
 } from "../helpers/chaos/cluster-scenarios.js";
 import { expectTruth } from "../helpers/chaos/expect-truth.js";
 import { closeOpenHarnesses } from "../helpers/chaos/harness.js";
@@ -27,7 +28,7 @@ afterEach(closeOpenHarnesses);
 const target = await pgTestUrl();
 const url = "url" in target ? target.url : undefined;
 
-async function runOn(scenario: ClusterScenario) {
+async function runOn<R>(scenario: { run(pg: ClusterRunOptions): Promise<R> }): Promise<R> {
   const schema = freshPgSchema();
   try {
     return await scenario.run({ url: url as string, schema });
@@ -47,6 +48,25 @@ describe.skipIf(url === undefined)("chaos: several coordinators on PostgreSQL", 
     expect(r.handledByTwo).toBeGreaterThan(0);
     // Lease 2 s, renewals every 667 ms: the bound is 5 s.
     expect(r.takeoverMs).toBeLessThan(5_000);
+  }, 120_000);
+
+  it(sharedFiringFailover.title, async () => {
+    const r = await runOn(sharedFiringFailover);
+    expectTruth(sharedFiringFailover, r.truth);
+    const why = r.truth.notes.join("; ");
+    // Every coordinator fired its share before the kill…
+    expect(Object.keys(r.firedBy).sort(), why).toEqual(["c1", "c2", "c3"]);
+    expect(r.lostJobs, why).toBeGreaterThan(0);
+    // …every nominal time of the cron jobs has exactly one execution across the kill…
+    expect(r.missingTimes, why).toBe(0);
+    expect(r.duplicateTimes, why).toBe(0);
+    // …the others fired the lost one's jobs within the 5 s (lease 2 s, renewals every
+    // 667 ms)…
+    expect(r.shareTakenMs, why).not.toBeNull();
+    expect(r.shareTakenMs as number, why).toBeLessThan(5_000);
+    // …and, started again, it fires its share again.
+    expect(r.firedAfterRejoin, why).toBeGreaterThan(0);
+    expect(r.unnamedEntries).toBe(0);
   }, 120_000);
 
   it(databasePartition.title, async () => {

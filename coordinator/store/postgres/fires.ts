@@ -106,6 +106,7 @@ export async function recordFires(
         detailJson({
           scheduledFor: fire.scheduledFor,
           ...(e.shardTotal ? { shard: `${e.shardIndex}/${e.shardTotal}` } : {}),
+          ...(batch.by === undefined ? {} : { coordinator: batch.by }),
         }),
       );
     }
@@ -182,6 +183,7 @@ export async function recordSimpleFires(
       detailJson({
         scheduledFor: fire.scheduledFor,
         ...(e.shardTotal ? { shard: `${e.shardIndex}/${e.shardTotal}` } : {}),
+        ...(batch.by === undefined ? {} : { coordinator: batch.by }),
       }),
     );
   }

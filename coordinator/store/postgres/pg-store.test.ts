@@ -500,6 +500,34 @@ await describeOnPg("PgStore (PostgreSQL specifics)", (url) => {
       stop();
     });
 
+    it("announceWork tells the other store objects, not its own, outside any write", async () => {
+      const [a, b] = [await open(), await open()];
+      const seenA: string[] = [];
+      const seenB: string[] = [];
+      const stopA = a.watchWork((what) => seenA.push(what));
+      const stopB = b.watchWork((what) => seenB.push(what));
+      await waitFor("both listeners", async () =>
+        ((
+          await sql<{ n: number }>(
+            "SELECT count(*)::int AS n FROM pg_stat_activity WHERE query = $1",
+            [`LISTEN "ax_work_${schema}"`],
+          )
+        )[0]?.n ?? 0) >= 2
+          ? true
+          : undefined,
+      );
+      await a.announceWork("executions");
+      await waitFor("b told", () => (seenB.length > 0 ? true : undefined));
+      expect(seenB).toEqual(["executions"]);
+      // a's own announcement is not news to a; b's is.
+      await b.announceWork("jobs");
+      await waitFor("a told", () => (seenA.length > 0 ? true : undefined));
+      expect(seenA).toEqual(["jobs"]);
+      expect(seenB).toEqual(["executions"]);
+      stopA();
+      stopB();
+    });
+
     it("reconnects when its connection drops, and tells of what it may have missed", async () => {
       const [a, b] = [await open(), await open()];
       const seen: string[] = [];

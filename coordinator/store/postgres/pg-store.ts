@@ -250,6 +250,10 @@ export class PgStore implements Store {
     return this.db.watch(fn);
   }
 
+  async announceWork(what: WorkKind): Promise<void> {
+    await this.db.read("announceWork", (q) => this.db.notify(q, what));
+  }
+
   async putJob(
     definition: JobDefinition,
     nextFireAt: number | null,

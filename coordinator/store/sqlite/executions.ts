@@ -72,6 +72,7 @@ export function recordFires(ctx: StoreContext, batch: FireBatch): boolean {
         for (const e of fire.executions) {
           insertExecution(ctx, { ...e, scheduledFor: fire.scheduledFor }, batch.at, {
             scheduledFor: fire.scheduledFor,
+            ...(batch.by === undefined ? {} : { coordinator: batch.by }),
             ...(e.shardTotal ? { shard: `${e.shardIndex}/${e.shardTotal}` } : {}),
           });
         }

@@ -168,6 +168,8 @@ export class SqliteStore implements Store {
     return () => {};
   }
 
+  async announceWork(_what: "executions" | "jobs"): Promise<void> {}
+
   /** Told when a group commit failed: its writes were rolled back and its callbacks dropped. */
   get onCommitError(): ((err: Error) => void) | undefined {
     return this.ctx.writer.onCommitError;

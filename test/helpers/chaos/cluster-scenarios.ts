@@ -3,8 +3,8 @@ import { tcpProxy } from "../tcp-proxy.js";
 import type { BrokerKind } from "./broker-process.js";
 import type { CoordinatorProcess } from "./coordinator-process.js";
 import { ChaosHarness, sleep } from "./harness.js";
-import { listExecutions } from "./record.js";
-import { leadBeyond, workInEveryState } from "./scenarios.js";
+import { listExecutions, type RecordedExecution } from "./record.js";
+import { leadBeyond, tickJob, workInEveryState } from "./scenarios.js";
 import type { TruthResult } from "./truth.js";
 
 /**
@@ -73,12 +73,13 @@ function fenceLoggedAt(logFile: string): number | null {
 /** Leases short enough for a test; takeover then waits about 2 s plus one renewal. */
 const LEASE_MS = 2_000;
 
-async function withCluster(
+async function withCluster<R>(
   scenario: string,
   pg: ClusterRunOptions,
-  body: (h: ChaosHarness) => Promise<ClusterResult>,
+  body: (h: ChaosHarness) => Promise<R>,
   leaseMs = LEASE_MS,
-): Promise<ClusterResult> {
+  firing?: "active" | "shared",
+): Promise<R> {
   const h = await ChaosHarness.start({
     scenario,
     cluster: {
@@ -86,6 +87,7 @@ async function withCluster(
       url: pg.url,
       schema: pg.schema,
       leaseMs,
+      ...(firing === undefined ? {} : { firing }),
       ...(pg.urlOf === undefined ? {} : { urlOf: pg.urlOf }),
     },
     ...(pg.broker === undefined ? {} : { broker: pg.broker }),
@@ -264,3 +266,134 @@ export function databaseRestart(restart: () => Promise<number>): ClusterScenario
       ),
   };
 }
+
+/** What {@link sharedFiringFailover} measures besides the truth check. */
+export interface SharedFiringResult {
+  truth: TruthResult;
+  lost: string;
+  /** Executions of the 1 s cron jobs whose first timeline entry names each coordinator. */
+  firedBy: Record<string, number>;
+  /** Cron jobs' nominal times with no execution between a job's first and last one. */
+  missingTimes: number;
+  /** Cron jobs' nominal times with more than one execution. */
+  duplicateTimes: number;
+  /** The lost one's jobs: from its kill to the last of them first fired by another, ms. */
+  shareTakenMs: number | null;
+  /** How many jobs were the lost one's when it was killed. */
+  lostJobs: number;
+  /** Firings the lost one recorded after it was started again (its /api/health `fired`). */
+  firedAfterRejoin: number;
+  handledByTwo: number;
+  unnamedEntries: number;
+}
+
+/** The cron jobs of {@link sharedFiringFailover}: every second, each time caught up if missed. */
+const SHARED_JOBS = 8;
+
+/**
+ * Firing shared (`cluster.firing: "shared"`): every coordinator fires the jobs that hash to it.
+ * A standby that fires its share is killed (-9) under load; once its lease lapses the others fire
+ * its jobs; it is started again and fires its share again. Every nominal time of the cron jobs
+ * must have exactly one execution, and the run ends with the truth check.
+ */
+export const sharedFiringFailover = {
+  name: "shared-firing-failover",
+  title:
+    "3 coordinators on PostgreSQL, firing shared: kill -9 of a standby that fires its share, under load, restarted",
+  allowsTwoRounds: false,
+  run: (pg: ClusterRunOptions): Promise<SharedFiringResult> =>
+    withCluster(
+      "shared-firing-failover",
+      pg,
+      async (h) => {
+        for (let i = 0; i < SHARED_JOBS; i++) {
+          await h.job({ ...tickJob(h, `share-${i}`), misfire: { policy: "CATCH_UP" } });
+        }
+        const t0 = await workInEveryState(h);
+        const lost = h.coordinators[1] as CoordinatorProcess;
+        const lostId = lost.config.cluster?.id ?? "?";
+        await lost.kill();
+        const lostAt = Date.now();
+        // Down long enough for its lease to lapse and the others to take its share; started
+        // again sooner, it would take the same share back under its id.
+        await sleep(5_000);
+        const end = await finish(h, lost, t0, 5_000);
+        // The record: which coordinator created each cron execution, and for which time.
+        const shares: RecordedExecution[] = [];
+        for (const e of await listExecutions(h.coordinator)) {
+          if (e.jobId?.startsWith("share-")) {
+            shares.push(
+              await h.coordinator.api<RecordedExecution>(
+                "GET",
+                `/api/executions/${encodeURIComponent(e.id)}`,
+              ),
+            );
+          }
+        }
+        const firedBy: Record<string, number> = {};
+        // Started more than a tick after fireAt, by the coordinator that fired them.
+        const lateBy: Record<string, number> = {};
+        const times = new Map<string, number[]>();
+        const lostJobs = new Set<string>();
+        const takenAt = new Map<string, number>();
+        for (const r of shares) {
+          const created = r.timeline.find((t) => t.fromState === null);
+          const by = String((created?.detail as { coordinator?: unknown } | null)?.coordinator);
+          firedBy[by] = (firedBy[by] ?? 0) + 1;
+          const job = r.execution.jobId as string;
+          const list = times.get(job) ?? [];
+          list.push(r.execution.scheduledFor as number);
+          times.set(job, list);
+          const at = created?.at ?? 0;
+          const started = r.execution.startedAt;
+          if (started !== null && started - r.execution.fireAt > 20) {
+            lateBy[by] = (lateBy[by] ?? 0) + 1;
+          }
+          if (by === lostId && at < lostAt) lostJobs.add(job);
+          if (by !== lostId && at >= lostAt) {
+            takenAt.set(job, Math.min(takenAt.get(job) ?? Number.POSITIVE_INFINITY, at));
+          }
+        }
+        let missingTimes = 0;
+        let duplicateTimes = 0;
+        for (const list of times.values()) {
+          list.sort((a, b) => a - b);
+          for (let k = 1; k < list.length; k++) {
+            const gap = (list[k] as number) - (list[k - 1] as number);
+            if (gap === 0) duplicateTimes++;
+            else missingTimes += Math.round(gap / 1_000) - 1;
+          }
+        }
+        let shareTakenMs: number | null = null;
+        for (const job of lostJobs) {
+          const at = takenAt.get(job);
+          shareTakenMs = Math.max(
+            shareTakenMs ?? 0,
+            at === undefined ? Number.POSITIVE_INFINITY : at - lostAt,
+          );
+        }
+        const health = await lost.api<{
+          cluster?: { coordinators: { id: string; info: { fired?: number } }[] };
+        }>("GET", "/api/health");
+        const firedAfterRejoin =
+          health.cluster?.coordinators.find((c) => c.id === lostId)?.info.fired ?? 0;
+        end.truth.notes.push(
+          `fired by ${JSON.stringify(firedBy)}, late ${JSON.stringify(lateBy)}; ${lostJobs.size} jobs were ${lostId}'s, taken over within ${shareTakenMs} ms; ${missingTimes} times missing, ${duplicateTimes} twice; ${lostId} fired ${firedAfterRejoin} after it rejoined`,
+        );
+        return {
+          truth: end.truth,
+          lost: lostId,
+          firedBy,
+          missingTimes,
+          duplicateTimes,
+          shareTakenMs,
+          lostJobs: lostJobs.size,
+          firedAfterRejoin,
+          handledByTwo: end.handledByTwo,
+          unnamedEntries: end.unnamedEntries,
+        };
+      },
+      LEASE_MS,
+      "shared",
+    ),
+};

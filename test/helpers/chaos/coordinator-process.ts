@@ -53,6 +53,8 @@ export interface SharedStore {
   /** Every coordinator of a fleet holds the same fleet key and tokens. */
   securityDir: string;
   leaseMs?: number;
+  /** `cluster.firing`. */
+  firing?: "active" | "shared";
 }
 
 /**
@@ -88,6 +90,7 @@ export async function coordinatorProcess(
           cluster: {
             id: name,
             ...(shared.leaseMs === undefined ? {} : { leaseMs: shared.leaseMs }),
+            ...(shared.firing === undefined ? {} : { firing: shared.firing }),
           },
           security: { ...settings.security, dir: shared.securityDir },
         }),

@@ -48,6 +48,8 @@ export interface HarnessOptions {
     url: string;
     schema: string;
     leaseMs?: number;
+    /** `cluster.firing` of every coordinator. */
+    firing?: "active" | "shared";
     /** The store URL of coordinator `i` (0-based) when it differs (a proxy in front of one). */
     urlOf?: (i: number) => string;
   };
@@ -116,6 +118,7 @@ export class ChaosHarness {
                 schema: cluster.schema,
                 securityDir: join(tmp.dir, "ax-secrets"),
                 ...(cluster.leaseMs === undefined ? {} : { leaseMs: cluster.leaseMs }),
+                ...(cluster.firing === undefined ? {} : { firing: cluster.firing }),
               }),
             ),
           );
