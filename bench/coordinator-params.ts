@@ -77,6 +77,8 @@ export interface PgWorkerArgs {
   enroll: boolean;
   /** `cluster.leaseMs`, when not the coordinator's default. */
   leaseMs?: number;
+  /** `cluster.firing`. */
+  firing: "active" | "shared";
 }
 
 /** Where the worker writes an agent's identity file (mode 0600), for its config's identityFile. */

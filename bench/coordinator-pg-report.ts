@@ -74,7 +74,8 @@ export function pgTargetRows(cells: Cell[]): PgTargetRow[] {
         counts.includes(1) && one > 0
           ? `${n(many)}/s with ${k} against ${n(one)}/s with 1 (${fmt(many / one)}×, of the rates run); the standbys fired ${n(fired)} times in all`
           : `${n(many)}/s with ${k}; no rate with 1 coordinator met the p99 to compare with; the standbys fired ${n(fired)} times in all`,
-      // Not met by design in this version: one active coordinator, the standbys carry no fires.
+      // With firing `active` the standbys carry no fires; with `shared` they fire their share,
+      // and dispatching and reports stay with the active one.
       met: counts.includes(1) && one > 0 ? many >= PG_TARGETS.scaleOut * one : false,
     });
   }
@@ -228,7 +229,14 @@ export interface PgReportInput {
     runSeconds: number;
     source: { commit: string; modified: boolean };
   };
-  o: { durationS: number; agents: number; auth: boolean; repeat: number };
+  o: {
+    durationS: number;
+    agents: number;
+    auth: boolean;
+    repeat: number;
+    /** `cluster.firing` of every coordinator. */
+    firing: "active" | "shared";
+  };
   server: string;
   command: string;
 }
@@ -245,8 +253,13 @@ function findings(x: PgReportInput): string[] {
   if (many.length) {
     const standbyCpu = many.flatMap((r) => coordinatorsOf(r).slice(1));
     const fired = standbyCpu.reduce((a, c) => a + (c.worker?.events.fired ?? 0), 0);
+    const allFired = many
+      .flatMap((r) => coordinatorsOf(r))
+      .reduce((a, c) => a + (c.worker?.events.fired ?? 0), 0);
     out.push(
-      `**Standbys carry nothing, by design.** In this version one coordinator is active (the oldest live member) and the others only renew their membership lease (every ${"⅓"} of \`cluster.leaseMs\`, 3 s) and wait to take over; so adding coordinators adds availability, not rate. Over ${n(many.length)} runs with standbys they fired ${n(fired)} times and used ${fmt(Math.min(...standbyCpu.map((c) => c.cores)))}–${fmt(Math.max(...standbyCpu.map((c) => c.cores)))} cores each (${fmt(Math.min(...standbyCpu.map((c) => c.cpuMsPerFire)))}–${fmt(Math.max(...standbyCpu.map((c) => c.cpuMsPerFire)))} ms per fire of the active one's), RSS ${fmt(Math.min(...standbyCpu.map((c) => c.rssMaxMB)))}–${fmt(Math.max(...standbyCpu.map((c) => c.rssMaxMB)))} MB. What they cost the active one is their share of the 2 cores and of PostgreSQL: compare the rows with 1 and with ${n(Math.max(...counts))} at the same rate.`,
+      x.o.firing === "shared"
+        ? `**The standbys fire their share** (\`cluster.firing: "shared"\`): over ${n(many.length)} runs with standbys they recorded ${n(fired)} of the ${n(allFired)} fires (${fmt((100 * fired) / Math.max(1, allFired))} %), using ${fmt(Math.min(...standbyCpu.map((c) => c.cores)))}–${fmt(Math.max(...standbyCpu.map((c) => c.cores)))} cores each (${fmt(Math.min(...standbyCpu.map((c) => c.cpuMsPerFire)))}–${fmt(Math.max(...standbyCpu.map((c) => c.cpuMsPerFire)))} ms per fire of the window), RSS ${fmt(Math.min(...standbyCpu.map((c) => c.rssMaxMB)))}–${fmt(Math.max(...standbyCpu.map((c) => c.rssMaxMB)))} MB. The active one still dispatches every execution and takes every report, which is most of a fire's work (the transitions), so the firing moved off it is the smaller part; and on 2 shared cores every coordinator takes CPU from the same PostgreSQL, broker and agents.`
+        : `**Standbys carry nothing, by design** (\`cluster.firing: "active"\`). One coordinator is active (the oldest live member) and the others only renew their membership lease one coordinator is active (the oldest live member) and the others only renew their membership lease (every ${"⅓"} of \`cluster.leaseMs\`, 3 s) and wait to take over; so adding coordinators adds availability, not rate. Over ${n(many.length)} runs with standbys they fired ${n(fired)} times and used ${fmt(Math.min(...standbyCpu.map((c) => c.cores)))}–${fmt(Math.max(...standbyCpu.map((c) => c.cores)))} cores each (${fmt(Math.min(...standbyCpu.map((c) => c.cpuMsPerFire)))}–${fmt(Math.max(...standbyCpu.map((c) => c.cpuMsPerFire)))} ms per fire of the active one's), RSS ${fmt(Math.min(...standbyCpu.map((c) => c.rssMaxMB)))}–${fmt(Math.max(...standbyCpu.map((c) => c.rssMaxMB)))} MB. What they cost the active one is their share of the 2 cores and of PostgreSQL: compare the rows with 1 and with ${n(Math.max(...counts))} at the same rate.`,
     );
   }
   const takeovers = runs.filter((r) =>
@@ -300,7 +313,9 @@ export function renderPgMarkdown(x: PgReportInput): string {
         t.met === null ? "n/a" : t.met ? "met" : "**not met**",
       ]),
     ),
-    "The scale-out target is **not met by design in this version**: several coordinators on one PostgreSQL store are one active coordinator and standbys (`coordinator/engine/membership.ts`); the standbys take over when the active one's lease lapses, but fire nothing meanwhile. Several *active* coordinators (sharing the due work through the store's claims) are not implemented, so the rate a cluster carries is the rate one coordinator carries, less what the standbys' renewals take from the shared cores.",
+    x.o.firing === "shared"
+      ? 'How the work is shared in this version (`coordinator/engine/membership.ts`): with `cluster.firing: "shared"` every coordinator fires the jobs that hash to it, and the active one (the oldest live member) dispatches every execution and takes every report; the others take over when its lease lapses. Dispatching and reports are not shared out yet, so what several coordinators add is the firing\'s share of the work.'
+      : 'The scale-out target is **not met by design** with `cluster.firing: "active"`: one coordinator is active and the standbys take over when its lease lapses, but fire nothing meanwhile, so the rate a cluster carries is the rate one coordinator carries, less what the standbys\' renewals take from the shared cores.',
     "### Findings",
     findings(x)
       .map((f, i) => `${i + 1}. ${f}`)

@@ -32,6 +32,8 @@ export interface PgBenchOptions {
   agentFile: string;
   /** `cluster.leaseMs` of every coordinator; undefined: the coordinator's default (3 s). */
   leaseMs: number | undefined;
+  /** `cluster.firing` of every coordinator. */
+  firing: "active" | "shared";
   /** The command line, for the docs. */
   command: string;
 }
@@ -81,6 +83,7 @@ export async function runPostgres(
             url: o.url,
             coordinators,
             ...(o.leaseMs === undefined ? {} : { leaseMs: o.leaseMs }),
+            firing: o.firing,
           },
         });
         cell.runs.push(r);
@@ -110,6 +113,7 @@ export async function runPostgres(
     agentSyncStart: o.agentSyncStart,
     coordinatorNice: o.coordinatorNice,
     leaseMs: o.leaseMs ?? null,
+    firing: o.firing,
     jobs: JOBS,
   };
   writeResults(
@@ -125,7 +129,13 @@ export async function runPostgres(
       cells,
       targets,
       machine,
-      o: { durationS: o.durationS, agents: o.agents, auth: o.auth, repeat: o.repeat },
+      o: {
+        durationS: o.durationS,
+        agents: o.agents,
+        auth: o.auth,
+        repeat: o.repeat,
+        firing: o.firing,
+      },
       server,
       command: o.command,
     }),

@@ -64,7 +64,7 @@ export interface RunOptions {
    */
   auth: boolean;
   /** On PostgreSQL: the database, and how many coordinators share the run's schema. */
-  pg?: { url: string; coordinators: number; leaseMs?: number };
+  pg?: { url: string; coordinators: number; leaseMs?: number; firing: "active" | "shared" };
 }
 
 /** One coordinator process of a PostgreSQL run, over the window. */
@@ -339,6 +339,7 @@ export async function runRate(o: RunOptions): Promise<RateResult> {
                 secretsDir: join(dir, "ax-secrets"),
                 enroll: n === 1,
                 ...(o.pg.leaseMs === undefined ? {} : { leaseMs: o.pg.leaseMs }),
+                firing: o.pg.firing,
               },
             }
           : {}),

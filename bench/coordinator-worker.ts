@@ -184,6 +184,7 @@ async function main(args: WorkerArgs): Promise<void> {
             cluster: {
               id: pg.clusterId,
               ...(pg.leaseMs === undefined ? {} : { leaseMs: pg.leaseMs }),
+              firing: pg.firing,
             },
             mqtt: { url: args.mqttUrl, prefix: args.prefix, clientId: pg.clientId },
           }

@@ -19,6 +19,7 @@
  *            --coordinators 1,2,3 (postgres: coordinators sharing the store, one active and the
  *            rest standbys; each count runs every rate; bench/coordinator-pg.ts)
  *            --lease-ms 3000 (postgres: the coordinators' cluster.leaseMs; default theirs, 3 s)
+ *            --firing shared (postgres: the coordinators' cluster.firing, active or shared)
  *
  * Each rate is a fresh run (bench/coordinator-run.ts): a new store, broker, coordinator process
  * (bench/coordinator-worker.ts, bundled) and agents (bench/coordinator-agent.ts, bundled).
@@ -109,6 +110,7 @@ function options() {
       "pg-url": { type: "string" },
       coordinators: { type: "string", default: "1" },
       "lease-ms": { type: "string" },
+      firing: { type: "string", default: "shared" },
     },
     strict: true,
   });
@@ -152,6 +154,12 @@ function options() {
     pgUrl: values["pg-url"] ?? defaultPgUrl(),
     leaseMs:
       values["lease-ms"] === undefined ? undefined : positive("lease-ms", values["lease-ms"]),
+    firing: ((f: string): "active" | "shared" => {
+      if (f !== "active" && f !== "shared") {
+        throw new Error(`--firing must be active or shared, not "${f}"`);
+      }
+      return f;
+    })(values.firing),
     coordinators: values.coordinators.split(",").map((c) => {
       const k = Number(c);
       if (!Number.isInteger(k) || k < 1 || k > 9) {
@@ -164,8 +172,9 @@ function options() {
 
 /** The options a SQLite run records: those it had before `--store` came. */
 function sqliteSettings(o: ReturnType<typeof options>) {
-  const { store, pgUrl, coordinators, leaseMs, ...rest } = o;
+  const { store, pgUrl, coordinators, leaseMs, firing, ...rest } = o;
   void leaseMs;
+  void firing;
   void store;
   void pgUrl;
   void coordinators;
@@ -208,6 +217,7 @@ async function main(): Promise<void> {
         workerFile: WORKER,
         agentFile: AGENT,
         leaseMs: o.leaseMs,
+        firing: o.firing,
         command: `npm run bench:coordinator -- ${process.argv.slice(2).join(" ")}`,
       },
       machine,
