@@ -150,32 +150,45 @@ async function finish(
   return { truth, handledByTwo, unnamedEntries };
 }
 
-/** kill -9 of the active coordinator under load; a standby takes over; the killed one rejoins. */
-export const coordinatorFailover: ClusterScenario = {
-  name: "coordinator-failover",
-  title:
-    "3 coordinators on PostgreSQL: kill -9 of the active one under load, restarted as a standby",
-  allowsTwoRounds: false,
-  run: (pg) =>
-    withCluster("coordinator-failover", pg, async (h) => {
-      const t0 = await workInEveryState(h);
-      const lost = h.coordinator;
-      await lost.kill();
-      const lostAt = Date.now();
-      const active = await h.findActive(20_000);
-      const takeoverMs = Date.now() - lostAt;
-      const end = await finish(h, lost, t0, takeoverMs + 1_000);
-      return {
-        ...end,
-        takeoverMs,
-        lost: lost.config.cluster?.id ?? "?",
-        tookOver: active.config.cluster?.id ?? "?",
-        lostExitCode: null,
-        lostEndedBeforeTakeoverMs: 0,
-        fencedBeforeTakeoverMs: null,
-      };
-    }),
-};
+/**
+ * kill -9 of the active coordinator under load; a standby takes over; the killed one rejoins.
+ * With `firing` shared, the standbys fire their share all along, and the one that takes over
+ * was already firing when it became active.
+ */
+export function coordinatorFailoverWith(firing: "active" | "shared"): ClusterScenario {
+  return {
+    name: `coordinator-failover${firing === "shared" ? "-shared-firing" : ""}`,
+    title: `3 coordinators on PostgreSQL${firing === "shared" ? ", firing shared" : ""}: kill -9 of the active one under load, restarted as a standby`,
+    allowsTwoRounds: false,
+    run: (pg) =>
+      withCluster(
+        `coordinator-failover${firing === "shared" ? "-shared-firing" : ""}`,
+        pg,
+        async (h) => {
+          const t0 = await workInEveryState(h);
+          const lost = h.coordinator;
+          await lost.kill();
+          const lostAt = Date.now();
+          const active = await h.findActive(20_000);
+          const takeoverMs = Date.now() - lostAt;
+          const end = await finish(h, lost, t0, takeoverMs + 1_000);
+          return {
+            ...end,
+            takeoverMs,
+            lost: lost.config.cluster?.id ?? "?",
+            tookOver: active.config.cluster?.id ?? "?",
+            lostExitCode: null,
+            lostEndedBeforeTakeoverMs: 0,
+            fencedBeforeTakeoverMs: null,
+          };
+        },
+        LEASE_MS,
+        firing,
+      ),
+  };
+}
+
+export const coordinatorFailover = coordinatorFailoverWith("active");
 
 /**
  * The active coordinator cut off from the database, not from the broker: it must fence itself
