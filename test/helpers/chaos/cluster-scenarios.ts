@@ -346,6 +346,8 @@ export const sharedFiringFailover = {
         const firedBy: Record<string, number> = {};
         // Started more than a tick after fireAt, by the coordinator that fired them.
         const lateBy: Record<string, number> = {};
+        // How far ahead of fireAt each was dispatched, by the coordinator that fired it.
+        const leadBy = new Map<string, number[]>();
         const times = new Map<string, number[]>();
         const lostJobs = new Set<string>();
         const takenAt = new Map<string, number>();
@@ -359,6 +361,12 @@ export const sharedFiringFailover = {
           times.set(job, list);
           const at = created?.at ?? 0;
           const started = r.execution.startedAt;
+          const dispatched = r.execution.dispatchedAt;
+          if (dispatched !== null) {
+            const list = leadBy.get(by) ?? [];
+            list.push(r.execution.fireAt - dispatched);
+            leadBy.set(by, list);
+          }
           if (started !== null && started - r.execution.fireAt > 20) {
             lateBy[by] = (lateBy[by] ?? 0) + 1;
           }
@@ -391,7 +399,16 @@ export const sharedFiringFailover = {
         const firedAfterRejoin =
           health.cluster?.coordinators.find((c) => c.id === lostId)?.info.fired ?? 0;
         end.truth.notes.push(
-          `fired by ${JSON.stringify(firedBy)}, late ${JSON.stringify(lateBy)}; ${lostJobs.size} jobs were ${lostId}'s, taken over within ${shareTakenMs} ms; ${missingTimes} times missing, ${duplicateTimes} twice; ${lostId} fired ${firedAfterRejoin} after it rejoined`,
+          `fired by ${JSON.stringify(firedBy)}, late ${JSON.stringify(lateBy)}, dispatched ahead of fireAt (min / median ms) ${[
+            ...leadBy,
+          ]
+            .map(([c, l]) => {
+              l.sort((a, b) => a - b);
+              return `${c} ${Math.round(l[0] ?? 0)} / ${Math.round(l[Math.floor(l.length / 2)] ?? 0)}`;
+            })
+            .join(
+              ", ",
+            )}; ${lostJobs.size} jobs were ${lostId}'s, taken over within ${shareTakenMs} ms; ${missingTimes} times missing, ${duplicateTimes} twice; ${lostId} fired ${firedAfterRejoin} after it rejoined`,
         );
         return {
           truth: end.truth,
