@@ -168,6 +168,73 @@ describe("Membership", () => {
     b.m.close();
   });
 
+  it("firing shared: each job has one owner among the live members, a lost member's jobs move and only they, and a restart under the same id gets the same share back", async () => {
+    const { clock, open } = setUp();
+    const changes: string[] = [];
+    const shared = (id: string) => {
+      const m = new Membership(
+        open(),
+        clock,
+        { id, leaseMs: 3_000, firing: "shared", info: () => ({}) },
+        () => {},
+      );
+      m.onMembersChanged = () => changes.push(id);
+      return m;
+    };
+    const a = shared("a");
+    const b = shared("b");
+    const c = shared("c");
+    for (const m of [a, b, c]) await m.join();
+    await advance(clock, 1_100);
+    expect(a.view().firing).toBe("shared");
+    const jobs = Array.from({ length: 3_000 }, (_, i) => `job-${i}`);
+    const ownerOf = (ms: Membership[]) =>
+      new Map(
+        jobs.map((j) => {
+          const owners = ms.filter((m) => m.firesJob(j)).map((m) => m.view().id);
+          expect(owners, j).toHaveLength(1);
+          return [j, owners[0] as string];
+        }),
+      );
+    const before = ownerOf([a, b, c]);
+    for (const id of ["a", "b", "c"]) {
+      const n = [...before.values()].filter((o) => o === id).length;
+      expect(n).toBeGreaterThan(800);
+      expect(n).toBeLessThan(1_200);
+    }
+    // c dies: once its lease lapsed and a and b read the members, they own every job, and the
+    // jobs that were theirs stay theirs.
+    c.close();
+    changes.length = 0;
+    await advance(clock, 5_000);
+    expect(changes.sort()).toEqual(["a", "b"]);
+    const without = ownerOf([a, b]);
+    for (const [j, o] of before) if (o !== "c") expect(without.get(j)).toBe(o);
+    // c starts again (a new epoch, the same id): the same share as before.
+    const c2 = shared("c");
+    await c2.join();
+    expect(c2.epoch).toBe(2);
+    await advance(clock, 1_100);
+    expect(ownerOf([a, b, c2])).toEqual(before);
+    for (const m of [a, b, c2]) m.close();
+  });
+
+  it("firing active: only the active member fires", async () => {
+    const { open, member } = setUp();
+    const a = member(open(), "a");
+    const b = member(open(), "b");
+    await a.m.join();
+    await b.m.join();
+    expect(a.m.view().firing).toBe("active");
+    for (const j of ["x", "y", "z"]) {
+      expect(a.m.firesJob(j)).toBe(true);
+      expect(b.m.firesJob(j)).toBe(false);
+    }
+    a.m.fence("test");
+    expect(a.m.firesJob("x")).toBe(false);
+    b.m.close();
+  });
+
   it("offsetClock reads the store's time", () => {
     const clock = new FakeClock({ wall: 1_000_000 });
     let offset = 250;
