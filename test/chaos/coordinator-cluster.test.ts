@@ -92,20 +92,27 @@ describe.skipIf(url === undefined)("chaos: several coordinators on PostgreSQL", 
 
   const noServer = postgresProcessUnavailable();
   if (noServer !== undefined) console.warn(`database restart scenario skipped: ${noServer}`);
-  it.skipIf(noServer !== undefined)(
-    "3 coordinators on PostgreSQL: the database (one of the test's own) stopped 2.5 s under load, then started",
-    async () => {
+  it.skipIf(noServer !== undefined).each(["active", "shared"] as const)(
+    "3 coordinators on PostgreSQL, firing %s: the database (one of the test's own) stopped 2.5 s under load, then started",
+    async (firing) => {
       const dir = mkdtempSync(join(tmpdir(), "ax-pg-"));
       const server = await postgresProcess(dir);
       try {
         // Away about 3 s: longer than a renewal's wait, shorter than the lease.
-        const scenario = databaseRestart(() => server.restart(2_500));
+        const scenario = databaseRestart(() => server.restart(2_500), firing);
         const r = await scenario.run({ url: server.url, schema: freshPgSchema() });
         console.log(`active before the restart ${r.lost}, after it ${r.tookOver}`);
         expectTruth(scenario, r.truth);
         expect(r.unnamedEntries).toBe(0);
         // The lease (12 s) outlasts the restart: the active one paused and resumed, no takeover.
         expect(r.tookOver, r.truth.notes.join("; ")).toBe(r.lost);
+        if (firing === "shared") {
+          // Every coordinator fired through it, and every cron time has exactly one execution.
+          const why = r.truth.notes.join("; ");
+          expect(Object.keys(r.shares?.firedBy ?? {}).sort(), why).toEqual(["c1", "c2", "c3"]);
+          expect(r.shares?.missingTimes, why).toBe(0);
+          expect(r.shares?.duplicateTimes, why).toBe(0);
+        }
       } finally {
         server.close();
         rmSync(dir, { recursive: true, force: true });

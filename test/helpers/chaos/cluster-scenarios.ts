@@ -51,6 +51,8 @@ export interface ClusterResult {
    * there); null when it logged no fence (killed).
    */
   fencedBeforeTakeoverMs: number | null;
+  /** With firing shared, what the record says of the cron jobs every coordinator fired. */
+  shares?: ShareLedger;
 }
 
 /** When a coordinator's log last said it was fenced (UTC ms), or null. */
@@ -245,17 +247,22 @@ export const databasePartition: ClusterScenario = {
  * with a lease longer than the outage the active coordinator pauses and resumes; nothing is lost.
  * `restart` does it and returns how long the database was away.
  */
-export function databaseRestart(restart: () => Promise<number>): ClusterScenario {
+export function databaseRestart(
+  restart: () => Promise<number>,
+  firing: "active" | "shared" = "active",
+): ClusterScenario {
+  const shared = firing === "shared";
   return {
-    name: "database-restart",
-    title: "3 coordinators on PostgreSQL: the database restarted under load",
+    name: `database-restart${shared ? "-shared-firing" : ""}`,
+    title: `3 coordinators on PostgreSQL${shared ? ", firing shared" : ""}: the database restarted under load`,
     allowsTwoRounds: false,
     run: (pg) =>
       withCluster(
-        "database-restart",
+        `database-restart${shared ? "-shared-firing" : ""}`,
         pg,
         async (h) => {
           const before = h.coordinator;
+          if (shared) await addShareJobs(h);
           const t0 = await workInEveryState(h);
           const awayMs = await restart();
           await h.findActive(20_000);
@@ -265,8 +272,11 @@ export function databaseRestart(restart: () => Promise<number>): ClusterScenario
           end.truth.notes.push(
             `database away ${awayMs} ms; active before ${before.config.cluster?.id}, after ${active.config.cluster?.id}`,
           );
+          const ledger = shared ? await shareLedger(h) : undefined;
+          if (ledger !== undefined) end.truth.notes.push(ledger.note);
           return {
             ...end,
+            ...(ledger === undefined ? {} : { shares: ledger }),
             takeoverMs: 0,
             lost: before.config.cluster?.id ?? "?",
             tookOver: active.config.cluster?.id ?? "?",
@@ -276,6 +286,7 @@ export function databaseRestart(restart: () => Promise<number>): ClusterScenario
           };
         },
         12_000,
+        firing,
       ),
   };
 }
@@ -300,8 +311,127 @@ export interface SharedFiringResult {
   unnamedEntries: number;
 }
 
-/** The cron jobs of {@link sharedFiringFailover}: every second, each time caught up if missed. */
-const SHARED_JOBS = 8;
+/**
+ * The cron jobs of the shared-firing scenarios: every second, each time caught up if missed.
+ * Their ids and the coordinators' are fixed, so who owns which is too: with 12, c1 owns 6, c2 4
+ * and c3 2 (with 8, c3 owned none).
+ */
+const SHARED_JOBS = 12;
+
+/** Creates the cron jobs whose times {@link shareLedger} accounts for. */
+async function addShareJobs(h: ChaosHarness): Promise<void> {
+  for (let i = 0; i < SHARED_JOBS; i++) {
+    await h.job({ ...tickJob(h, `share-${i}`), misfire: { policy: "CATCH_UP" } });
+  }
+}
+
+/** What the record says of the cron jobs of {@link addShareJobs}. */
+export interface ShareLedger {
+  /** Executions whose first timeline entry names each coordinator. */
+  firedBy: Record<string, number>;
+  /** Nominal times with no execution between a job's first and last one. */
+  missingTimes: number;
+  /** Nominal times with more than one execution. */
+  duplicateTimes: number;
+  /** Jobs the coordinator `lostId` fired before `lostAt`. */
+  lostJobs: number;
+  /** From `lostAt` to the last of those jobs first fired by another, ms (null: none were its). */
+  shareTakenMs: number | null;
+  /** A line for the truth check's notes. */
+  note: string;
+}
+
+/**
+ * Reads back every execution of the cron jobs of {@link addShareJobs}: who fired it (its first
+ * timeline entry), its nominal time, how far ahead of `fireAt` it was dispatched and whether it
+ * started late; with `lost`, which jobs were that coordinator's before it was lost and how soon
+ * the others fired them.
+ */
+async function shareLedger(
+  h: ChaosHarness,
+  lost?: { id: string; at: number },
+): Promise<ShareLedger> {
+  const shares: RecordedExecution[] = [];
+  for (const e of await listExecutions(h.coordinator)) {
+    if (e.jobId?.startsWith("share-")) {
+      shares.push(
+        await h.coordinator.api<RecordedExecution>(
+          "GET",
+          `/api/executions/${encodeURIComponent(e.id)}`,
+        ),
+      );
+    }
+  }
+  const firedBy: Record<string, number> = {};
+  // Started more than a tick after fireAt, by the coordinator that fired them.
+  const lateBy: Record<string, number> = {};
+  // How far ahead of fireAt each was dispatched, by the coordinator that fired it.
+  const leadBy = new Map<string, number[]>();
+  const times = new Map<string, number[]>();
+  const lostJobs = new Set<string>();
+  const takenAt = new Map<string, number>();
+  for (const r of shares) {
+    const created = r.timeline.find((t) => t.fromState === null);
+    const by = String((created?.detail as { coordinator?: unknown } | null)?.coordinator);
+    firedBy[by] = (firedBy[by] ?? 0) + 1;
+    const job = r.execution.jobId as string;
+    const list = times.get(job) ?? [];
+    list.push(r.execution.scheduledFor as number);
+    times.set(job, list);
+    const at = created?.at ?? 0;
+    const started = r.execution.startedAt;
+    const dispatched = r.execution.dispatchedAt;
+    if (dispatched !== null) {
+      const leads = leadBy.get(by) ?? [];
+      leads.push(r.execution.fireAt - dispatched);
+      leadBy.set(by, leads);
+    }
+    if (started !== null && started - r.execution.fireAt > 20) {
+      lateBy[by] = (lateBy[by] ?? 0) + 1;
+    }
+    if (lost !== undefined && by === lost.id && at < lost.at) lostJobs.add(job);
+    if (lost !== undefined && by !== lost.id && at >= lost.at) {
+      takenAt.set(job, Math.min(takenAt.get(job) ?? Number.POSITIVE_INFINITY, at));
+    }
+  }
+  let missingTimes = 0;
+  let duplicateTimes = 0;
+  for (const list of times.values()) {
+    list.sort((a, b) => a - b);
+    for (let k = 1; k < list.length; k++) {
+      const gap = (list[k] as number) - (list[k - 1] as number);
+      if (gap === 0) duplicateTimes++;
+      else missingTimes += Math.round(gap / 1_000) - 1;
+    }
+  }
+  let shareTakenMs: number | null = null;
+  for (const job of lostJobs) {
+    const at = takenAt.get(job);
+    shareTakenMs = Math.max(
+      shareTakenMs ?? 0,
+      at === undefined || lost === undefined ? Number.POSITIVE_INFINITY : at - lost.at,
+    );
+  }
+  const leads = [...leadBy]
+    .map(([c, l]) => {
+      l.sort((a, b) => a - b);
+      return `${c} ${Math.round(l[0] ?? 0)} / ${Math.round(l[Math.floor(l.length / 2)] ?? 0)}`;
+    })
+    .join(", ");
+  const note =
+    `cron jobs fired by ${JSON.stringify(firedBy)}, late ${JSON.stringify(lateBy)}, dispatched ahead of fireAt (min / median ms) ${leads}; ${missingTimes} times missing, ${duplicateTimes} twice` +
+    (lost === undefined
+      ? ""
+      : `; ${lostJobs.size} jobs were ${lost.id}'s, taken over within ${shareTakenMs} ms`);
+  return {
+    firedBy,
+    missingTimes,
+    duplicateTimes,
+    lostJobs: lostJobs.size,
+    shareTakenMs,
+    note,
+  };
+}
 
 /**
  * Firing shared (`cluster.firing: "shared"`): every coordinator fires the jobs that hash to it.
@@ -319,9 +449,7 @@ export const sharedFiringFailover = {
       "shared-firing-failover",
       pg,
       async (h) => {
-        for (let i = 0; i < SHARED_JOBS; i++) {
-          await h.job({ ...tickJob(h, `share-${i}`), misfire: { policy: "CATCH_UP" } });
-        }
+        await addShareJobs(h);
         const t0 = await workInEveryState(h);
         const lost = h.coordinators[1] as CoordinatorProcess;
         const lostId = lost.config.cluster?.id ?? "?";
@@ -331,93 +459,23 @@ export const sharedFiringFailover = {
         // again sooner, it would take the same share back under its id.
         await sleep(5_000);
         const end = await finish(h, lost, t0, 5_000);
-        // The record: which coordinator created each cron execution, and for which time.
-        const shares: RecordedExecution[] = [];
-        for (const e of await listExecutions(h.coordinator)) {
-          if (e.jobId?.startsWith("share-")) {
-            shares.push(
-              await h.coordinator.api<RecordedExecution>(
-                "GET",
-                `/api/executions/${encodeURIComponent(e.id)}`,
-              ),
-            );
-          }
-        }
-        const firedBy: Record<string, number> = {};
-        // Started more than a tick after fireAt, by the coordinator that fired them.
-        const lateBy: Record<string, number> = {};
-        // How far ahead of fireAt each was dispatched, by the coordinator that fired it.
-        const leadBy = new Map<string, number[]>();
-        const times = new Map<string, number[]>();
-        const lostJobs = new Set<string>();
-        const takenAt = new Map<string, number>();
-        for (const r of shares) {
-          const created = r.timeline.find((t) => t.fromState === null);
-          const by = String((created?.detail as { coordinator?: unknown } | null)?.coordinator);
-          firedBy[by] = (firedBy[by] ?? 0) + 1;
-          const job = r.execution.jobId as string;
-          const list = times.get(job) ?? [];
-          list.push(r.execution.scheduledFor as number);
-          times.set(job, list);
-          const at = created?.at ?? 0;
-          const started = r.execution.startedAt;
-          const dispatched = r.execution.dispatchedAt;
-          if (dispatched !== null) {
-            const list = leadBy.get(by) ?? [];
-            list.push(r.execution.fireAt - dispatched);
-            leadBy.set(by, list);
-          }
-          if (started !== null && started - r.execution.fireAt > 20) {
-            lateBy[by] = (lateBy[by] ?? 0) + 1;
-          }
-          if (by === lostId && at < lostAt) lostJobs.add(job);
-          if (by !== lostId && at >= lostAt) {
-            takenAt.set(job, Math.min(takenAt.get(job) ?? Number.POSITIVE_INFINITY, at));
-          }
-        }
-        let missingTimes = 0;
-        let duplicateTimes = 0;
-        for (const list of times.values()) {
-          list.sort((a, b) => a - b);
-          for (let k = 1; k < list.length; k++) {
-            const gap = (list[k] as number) - (list[k - 1] as number);
-            if (gap === 0) duplicateTimes++;
-            else missingTimes += Math.round(gap / 1_000) - 1;
-          }
-        }
-        let shareTakenMs: number | null = null;
-        for (const job of lostJobs) {
-          const at = takenAt.get(job);
-          shareTakenMs = Math.max(
-            shareTakenMs ?? 0,
-            at === undefined ? Number.POSITIVE_INFINITY : at - lostAt,
-          );
-        }
+        const ledger = await shareLedger(h, { id: lostId, at: lostAt });
         const health = await lost.api<{
           cluster?: { coordinators: { id: string; info: { fired?: number } }[] };
         }>("GET", "/api/health");
         const firedAfterRejoin =
           health.cluster?.coordinators.find((c) => c.id === lostId)?.info.fired ?? 0;
         end.truth.notes.push(
-          `fired by ${JSON.stringify(firedBy)}, late ${JSON.stringify(lateBy)}, dispatched ahead of fireAt (min / median ms) ${[
-            ...leadBy,
-          ]
-            .map(([c, l]) => {
-              l.sort((a, b) => a - b);
-              return `${c} ${Math.round(l[0] ?? 0)} / ${Math.round(l[Math.floor(l.length / 2)] ?? 0)}`;
-            })
-            .join(
-              ", ",
-            )}; ${lostJobs.size} jobs were ${lostId}'s, taken over within ${shareTakenMs} ms; ${missingTimes} times missing, ${duplicateTimes} twice; ${lostId} fired ${firedAfterRejoin} after it rejoined`,
+          `${ledger.note}; ${lostId} fired ${firedAfterRejoin} after it rejoined`,
         );
         return {
           truth: end.truth,
           lost: lostId,
-          firedBy,
-          missingTimes,
-          duplicateTimes,
-          shareTakenMs,
-          lostJobs: lostJobs.size,
+          firedBy: ledger.firedBy,
+          missingTimes: ledger.missingTimes,
+          duplicateTimes: ledger.duplicateTimes,
+          shareTakenMs: ledger.shareTakenMs,
+          lostJobs: ledger.lostJobs,
           firedAfterRejoin,
           handledByTwo: end.handledByTwo,
           unnamedEntries: end.unnamedEntries,
