@@ -219,6 +219,30 @@ describe("Membership", () => {
     for (const m of [a, b, c2]) m.close();
   });
 
+  it("warns once of a member whose cluster.firing differs", async () => {
+    const { clock, open } = setUp();
+    const logs: string[] = [];
+    const make = (id: string, firing: "active" | "shared") =>
+      new Membership(
+        open(),
+        clock,
+        { id, leaseMs: 3_000, firing, info: () => ({ firing }) },
+        (level, msg) => logs.push(`${level} ${msg}`),
+      );
+    const a = make("a", "shared");
+    const b = make("b", "active");
+    await a.join();
+    await b.join();
+    await advance(clock, 3_000);
+    const warned = logs.filter((l) => l.includes("cluster.firing"));
+    expect(warned.sort()).toEqual([
+      'warn coordinator a has cluster.firing "shared", this one (b) "active": give every coordinator the same value',
+      'warn coordinator b has cluster.firing "active", this one (a) "shared": give every coordinator the same value',
+    ]);
+    a.close();
+    b.close();
+  });
+
   it("firing active: only the active member fires", async () => {
     const { open, member } = setUp();
     const a = member(open(), "a");

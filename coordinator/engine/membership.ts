@@ -287,6 +287,29 @@ export class Membership {
     );
   }
 
+  /** Members already warned about, by id and epoch. */
+  private readonly mismatched = new Set<string>();
+
+  /**
+   * Warns, once per member's life, of a member that says it fires otherwise (`cluster.firing`
+   * differs): with `active` and `shared` mixed, the active one fires every job and the others
+   * their shares besides, which the fire rows record once but costs each time twice.
+   */
+  private warnFiringMismatch(members: CoordinatorRecord[]): void {
+    for (const m of members) {
+      const theirs = m.info.firing;
+      if (m.id === this.options.id || theirs === undefined || theirs === this.firing) continue;
+      const key = `${m.id}\u0000${m.epoch}`;
+      if (this.mismatched.has(key)) continue;
+      this.mismatched.add(key);
+      this.log(
+        "warn",
+        `coordinator ${m.id} has cluster.firing "${String(theirs)}", this one (${this.options.id}) "${this.firing}": give every coordinator the same value`,
+        { coordinator: m.id },
+      );
+    }
+  }
+
   /** Reads the live members and the store's clock; becomes active when first among them. */
   private async refresh(): Promise<void> {
     const before = this.clock.wallNow();
@@ -309,6 +332,7 @@ export class Membership {
       members.length !== this.members.length ||
       members.some((m, i) => m.id !== this.members[i]?.id || m.epoch !== this.members[i]?.epoch);
     this.members = members;
+    this.warnFiringMismatch(members);
     if (changed && !first && !this.closed) this.onMembersChanged?.();
     if (this.role_ !== "standby" || this.closed) return;
     if (members[0]?.id === this.options.id && members[0].epoch === this.epoch_) {
