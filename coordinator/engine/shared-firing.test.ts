@@ -161,6 +161,21 @@ describe("firing shared among coordinators", () => {
     }
   });
 
+  it("with firing `active`, a standby's rescan (a job changed through its API) fires nothing", async () => {
+    const { clock, member, fires } = setUp("active");
+    const a = await member("a");
+    const b = await member("b");
+    // a is the active member, but its loop does not run here: any fire would be b's.
+    a.loop.close();
+    const start = clock.wallNow();
+    for (let i = 0; i < 10; i++) {
+      await b.store.putJob(jobDef(`job-${i}`), Math.ceil((start + 2_000) / 1_000) * 1_000, start);
+    }
+    await b.loop.rescan();
+    await advance(clock, 4_000);
+    expect(fires()).toEqual([]);
+  });
+
   it("with firing `active`, only the active member fires", async () => {
     const { clock, member, fires } = setUp("active");
     const a = await member("a");
