@@ -148,6 +148,13 @@ describe("coordinator config: durations end in Ms; the 0.x names are read as dep
     ]);
   });
 
+  it("names a bad value given under its deprecated name as the file has it", () => {
+    expect(problems({ ...base, heartbeat: "fast", security: { freshness: "1x" } })).toEqual([
+      'heartbeat: must be milliseconds or a duration such as 500ms, 2s, 5m, 1h (got "fast")',
+      'security.freshness: must be milliseconds or a duration such as 500ms, 2s, 5m, 1h (got "1x")',
+    ]);
+  });
+
   it("holds heartbeatMs to what a welcome may carry: whole ms from 100 to 600000", () => {
     expect(problems({ ...base, heartbeatMs: "15m" })).toEqual([
       "heartbeatMs: must be at most 600000 ms (10 minutes)",

@@ -697,10 +697,13 @@ function renameDeprecated(input: unknown): {
   input: unknown;
   warnings: string[];
   errors: string[];
+  /** Each key read under its deprecated name: [new path, the path as written]. */
+  renamed: [string, string][];
 } {
   const warnings: string[] = [];
   const errors: string[] = [];
-  if (!isPlain(input)) return { input, warnings, errors };
+  const renamed: [string, string][] = [];
+  if (!isPlain(input)) return { input, warnings, errors, renamed };
   const root: Plain = { ...input };
   for (const [old, now] of Object.entries(DEPRECATED_KEYS)) {
     const parts = old.split(".");
@@ -722,10 +725,23 @@ function renameDeprecated(input: unknown): {
     } else {
       parent[newKey] = parent[key];
       warnings.push(`${old} is deprecated: name it ${now} (the value is read as before)`);
+      renamed.push([now, old]);
     }
     delete parent[key];
   }
-  return { input: root, warnings, errors };
+  return { input: root, warnings, errors, renamed };
+}
+
+/**
+ * A problem line about a value given under its deprecated name, named as the file has it
+ * (`security.freshness: …`, not `security.freshnessMs: …`), so that the line points at the key to
+ * fix.
+ */
+function asWritten(line: string, renamed: readonly [string, string][]): string {
+  for (const [now, old] of renamed) {
+    if (line.startsWith(`${now}:`)) return `${old}${line.slice(now.length)}`;
+  }
+  return line;
 }
 
 /** Applies `fn` to the value at a field path of {@link COORDINATOR_PATH_FIELDS}, where present. */
@@ -768,7 +784,9 @@ export function parseCoordinatorConfig(
   const result = coordinatorConfigSchema.safeParse(renamed.input, { error: unknownKeys });
   const lines = [
     ...renamed.errors,
-    ...(result.success ? [] : issueLines(result.error.issues, renamed.input)),
+    ...(result.success
+      ? []
+      : issueLines(result.error.issues, renamed.input).map((l) => asWritten(l, renamed.renamed))),
   ];
   if (!result.success || lines.length > 0) {
     throw new AxError(
@@ -798,10 +816,59 @@ export function loadCoordinatorConfig(
   file: string,
   options: Omit<CoordinatorConfigOptions, "base"> = {},
 ): CoordinatorConfig {
-  return parseCoordinatorConfig(readJsonFile(file), file, {
+  const raw = readJsonFile(file);
+  const config = parseCoordinatorConfig(raw, file, {
     ...options,
     base: dirname(resolve(file)),
   });
+  refuseMovedFiles(raw, config, file);
+  return config;
+}
+
+/** The string at `path` in the config file as written, if there is one. */
+function given(raw: unknown, path: string): string | undefined {
+  let v = raw;
+  for (const key of path.split(".")) {
+    if (typeof v !== "object" || v === null) return undefined;
+    v = (v as Record<string, unknown>)[key];
+  }
+  return typeof v === "string" ? v : undefined;
+}
+
+/**
+ * Before 0.x a relative path in the config was read from the working folder; now it is read from
+ * the config file's folder. When a path now points at nothing while the old reading points at a
+ * file, going on would silently begin again (an empty store and no jobs, or a new fleet key no
+ * agent knows): every command that reads a config file refuses, naming both places. A store on
+ * PostgreSQL (`store.url`) has no file, so a stray SQLite file is nothing to it.
+ */
+function refuseMovedFiles(raw: unknown, config: CoordinatorConfig, file: string): void {
+  const fields: [string, string | undefined, string | undefined][] = [
+    [
+      "store.path",
+      config.store.url === undefined ? (given(raw, "store.path") ?? "ax.sqlite") : undefined,
+      config.store.path,
+    ],
+    ["security.dir", given(raw, "security.dir"), config.security.dir],
+    ["jobsFile", given(raw, "jobsFile"), config.jobsFile],
+    ["broker.mosquitto.dir", given(raw, "broker.mosquitto.dir"), config.broker.mosquitto?.dir],
+    [
+      "broker.mosquitto.pidFile",
+      given(raw, "broker.mosquitto.pidFile"),
+      config.broker.mosquitto?.pidFile,
+    ],
+  ];
+  for (const [field, written, now] of fields) {
+    if (written === undefined || now === undefined || isAbsolute(written)) continue;
+    if (written === ":memory:") continue;
+    const before = resolve(written);
+    if (before === now || existsSync(now) || !existsSync(before)) continue;
+    throw new AxError(
+      "AX_CONFIG_INVALID",
+      `${file}: ${field}: "${written}" is read from the config file's folder, so it is ${now}, which does not exist; ${before} does (earlier versions read relative paths from the working folder). Move it beside the config, or give ${field} as an absolute path`,
+      { context: { source: file, field, path: now, previously: before } },
+    );
+  }
 }
 
 /** The folder of a coordinator's secrets: `security.dir`, or `ax-secrets` beside the store. */

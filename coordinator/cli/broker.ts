@@ -6,7 +6,7 @@ import { MOSQUITTO_FILES, type MosquittoListenOptions, requireLogin } from "../b
 import { writeMosquittoFiles } from "../broker/mosquitto-files.js";
 import { loadCoordinatorConfig, requireStore } from "../config.js";
 import { coordinatorMqttLogin, openStore, secretsDir } from "../coordinator.js";
-import { loadOrCreateSecrets } from "../security/secrets.js";
+import { loadSecrets } from "../security/secrets.js";
 import { flags, unknownSubcommand } from "./args.js";
 
 const out = (text: string) => process.stdout.write(`${text}\n`);
@@ -98,7 +98,7 @@ async function config(argv: string[]): Promise<number> {
   }
   // The fleet is read from the store; a missing one is a wrong path, not an empty fleet.
   requireStore(coordinatorConfig, f.config, COMMAND);
-  const secrets = loadOrCreateSecrets(secretsDir(coordinatorConfig));
+  const secrets = loadSecrets(secretsDir(coordinatorConfig), f.config, COMMAND);
   const login = requireLogin(coordinatorMqttLogin(coordinatorConfig, secrets));
   const store = await openStore(coordinatorConfig);
   let identities: Awaited<ReturnType<typeof store.listIdentities>>;

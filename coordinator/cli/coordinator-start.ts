@@ -1,8 +1,6 @@
-import { existsSync } from "node:fs";
-import { dirname, isAbsolute, resolve } from "node:path";
 import { EXIT } from "../../shared/command-line.js";
 import { AxError } from "../../shared/errors.js";
-import { type CoordinatorConfig, parseCoordinatorConfig, readJsonFile } from "../config.js";
+import { loadCoordinatorConfig } from "../config.js";
 import { Coordinator, openStore } from "../coordinator.js";
 import { type HttpServer, startHttpServer } from "../http/server.js";
 import { applyJobsFile, readJobsFile } from "../jobs-file.js";
@@ -18,13 +16,8 @@ import { jsonLogger } from "./log.js";
 export async function coordinatorStart(argv: string[]): Promise<number> {
   const f = flags("coordinator start", argv, { config: { type: "string" } });
   if (!f.config) throw new AxError("AX_CLI_USAGE", "coordinator start: --config FILE is required");
-  const raw = readJsonFile(f.config);
   const warnings: string[] = [];
-  const config = parseCoordinatorConfig(raw, f.config, {
-    base: dirname(resolve(f.config)),
-    warn: (w) => warnings.push(w),
-  });
-  refuseMovedFiles(raw, config, f.config);
+  const config = loadCoordinatorConfig(f.config, { warn: (w) => warnings.push(w) });
   const jobsFile = config.jobsFile;
   const jobs = jobsFile === undefined ? undefined : readJobsFile(jobsFile, f.config);
   const log = jsonLogger();
@@ -79,44 +72,3 @@ export async function coordinatorStart(argv: string[]): Promise<number> {
 
 /** How long a fenced coordinator's close may take before the process exits anyway. */
 const FENCED_CLOSE_MS = 2_000;
-
-/** The string at `path` in the config file as written, if there is one. */
-function given(raw: unknown, path: string): string | undefined {
-  let v = raw;
-  for (const key of path.split(".")) {
-    if (typeof v !== "object" || v === null) return undefined;
-    v = (v as Record<string, unknown>)[key];
-  }
-  return typeof v === "string" ? v : undefined;
-}
-
-/**
- * Before 0.x a relative path in the config was read from the working folder; now it is read from
- * the config file's folder. When a path now points at nothing while the old reading points at a
- * file, starting would silently begin again (an empty store and no jobs, or a new fleet key no
- * agent knows): refuse, naming both places.
- */
-function refuseMovedFiles(raw: unknown, config: CoordinatorConfig, file: string): void {
-  const fields: [string, string | undefined, string | undefined][] = [
-    ["store.path", given(raw, "store.path") ?? "ax.sqlite", config.store.path],
-    ["security.dir", given(raw, "security.dir"), config.security.dir],
-    ["jobsFile", given(raw, "jobsFile"), config.jobsFile],
-    ["broker.mosquitto.dir", given(raw, "broker.mosquitto.dir"), config.broker.mosquitto?.dir],
-    [
-      "broker.mosquitto.pidFile",
-      given(raw, "broker.mosquitto.pidFile"),
-      config.broker.mosquitto?.pidFile,
-    ],
-  ];
-  for (const [field, written, now] of fields) {
-    if (written === undefined || now === undefined || isAbsolute(written)) continue;
-    if (written === ":memory:") continue;
-    const before = resolve(written);
-    if (before === now || existsSync(now) || !existsSync(before)) continue;
-    throw new AxError(
-      "AX_CONFIG_INVALID",
-      `${file}: ${field}: "${written}" is read from the config file's folder, so it is ${now}, which does not exist; ${before} does (earlier versions read relative paths from the working folder). Move it beside the config, or give ${field} as an absolute path`,
-      { context: { source: file, field, path: now, previously: before } },
-    );
-  }
-}

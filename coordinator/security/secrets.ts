@@ -93,6 +93,25 @@ export function loadOrCreateSecrets(dir: string): Secrets {
   return Object.freeze({ dir, fleet, bundleKey, bundlePublicPem });
 }
 
+/**
+ * Reads the secrets in `dir` for a command that only reads them (`ax broker config`): a folder
+ * without a fleet key is refused (AX_SECURITY_KEY, naming the folder and `source`) instead of
+ * made, since a new fleet key would match no agent and no broker login.
+ */
+export function loadSecrets(dir: string, source: string, command: string): Secrets {
+  if (
+    !existsSync(join(dir, SECRET_FILES.fleet)) ||
+    !existsSync(join(dir, SECRET_FILES.bundleKey))
+  ) {
+    throw new AxError(
+      "AX_SECURITY_KEY",
+      `${command}: ${dir}: holds no coordinator secrets (${SECRET_FILES.fleet}, ${SECRET_FILES.bundleKey}; security.dir of ${source}, else ax-secrets beside the store). ${command} only reads them: fix security.dir, or start the coordinator once, which creates them`,
+      { context: { path: dir, source } },
+    );
+  }
+  return loadOrCreateSecrets(dir);
+}
+
 /** Reads a file that must be private to this user. */
 export function readPrivate(path: string): string {
   const mode = statSync(path).mode;

@@ -70,6 +70,47 @@ describe("config files given to the CLI from another folder", () => {
     expect(existsSync(join(real, "ax.sqlite"))).toBe(false);
   });
 
+  it("ax store migrate refuses the same case, and creates no empty store beside the config", () => {
+    const { real, here, config } = layout({ store: { path: "ax.sqlite" } });
+    const old = new SqliteStore({ path: join(here, "ax.sqlite") });
+    return old.close().then(() => {
+      const r = ax(["store", "migrate", "--config", config], here);
+      expect(r.code).toBe(1);
+      expect(r.stderr).toContain(
+        `ax: AX_CONFIG_INVALID: ${config}: store.path: "ax.sqlite" is read from the config file's folder, so it is ${join(real, "ax.sqlite")}, which does not exist; ${join(here, "ax.sqlite")} does`,
+      );
+      expect(readdirSync(real)).toEqual(["coordinator.json"]);
+    });
+  });
+
+  it("a store on PostgreSQL is not refused for a SQLite file in the working folder", async () => {
+    // Nothing listens on port 1: the command gets as far as connecting, past the config checks.
+    const { real, here, config } = layout({
+      store: { url: "postgres://ax@127.0.0.1:1/ax" },
+    });
+    await new SqliteStore({ path: join(here, "ax.sqlite") }).close();
+    const r = ax(["store", "migrate", "--config", config], here);
+    expect(r.code).toBe(1);
+    expect(r.stderr).not.toContain("AX_CONFIG_INVALID");
+    expect(r.stderr).toMatch(/^ax: AX_STORE_\w+: .*127\.0\.0\.1:1/);
+    expect(readdirSync(real)).toEqual(["coordinator.json"]);
+  });
+
+  it("ax broker config refuses a secrets folder that holds no keys, and makes none", async () => {
+    const { real, here, config } = layout({
+      store: { path: "ax.sqlite" },
+      security: { dir: "secretz" },
+    });
+    await new SqliteStore({ path: join(real, "ax.sqlite") }).close();
+    const r = ax(["broker", "config", "--out", "mq", "--config", config], here);
+    expect(r.code).toBe(1);
+    expect(r.stderr).toBe(
+      `ax: AX_SECURITY_KEY: broker config: ${join(real, "secretz")}: holds no coordinator secrets (fleet.key, bundle-signing.key; security.dir of ${config}, else ax-secrets beside the store). broker config only reads them: fix security.dir, or start the coordinator once, which creates them\n`,
+    );
+    expect(existsSync(join(real, "secretz"))).toBe(false);
+    expect(readdirSync(here)).toEqual([]);
+  });
+
   it("ax agent start refuses a misspelt key, with the closest one", () => {
     tmp = tempDir();
     const file = join(tmp.dir, "agent.json");
