@@ -165,6 +165,8 @@ function asksForHelp(argv: string[]): boolean {
  * `ax --help` and `ax --version` stay fast.
  */
 export async function main(argv: string[]): Promise<number> {
+  ignoreClosedPipe(process.stdout);
+  ignoreClosedPipe(process.stderr);
   try {
     const [command, sub, ...rest] = argv;
     // `ax agent start --help` is the agent's own usage (agent/command-line.ts).
@@ -235,4 +237,16 @@ export async function main(argv: string[]): Promise<number> {
     process.stderr.write(`${errorText("ax", err)}\n`);
     return exitCodeOf(err);
   }
+}
+
+/**
+ * A reader that stops early (`ax job list | head`) is not a failure of the command: what it did
+ * not read is dropped, and the command ends as it would have. A long-running one (`ax coordinator
+ * start`) whose log reader went away goes on running. Any other write error still throws.
+ */
+function ignoreClosedPipe(stream: NodeJS.WriteStream): void {
+  if (stream.listenerCount("error") > 0) return;
+  stream.on("error", (err: NodeJS.ErrnoException) => {
+    if (err.code !== "EPIPE") throw err;
+  });
 }

@@ -108,6 +108,19 @@ describe("ax exit codes", () => {
     expect(ax(args)).toEqual({ code: 2, stdout: "", stderr: `ax: AX_CLI_USAGE: ${message}\n` });
   });
 
+  it("exits 0, quietly, when its reader stops early (ax help | head)", async () => {
+    // The shell's `| head` or `| true`: the read end of stdout is closed before ax writes.
+    const child = spawn(process.execPath, [AX, "help"], { stdio: ["ignore", "pipe", "pipe"] });
+    child.stdout?.destroy();
+    let err = "";
+    child.stderr?.on("data", (c: Buffer) => {
+      err += c.toString("utf8");
+    });
+    const code = await new Promise<number | null>((resolve) => child.on("exit", resolve));
+    expect(err).toBe("");
+    expect(code).toBe(0);
+  });
+
   it("exits 1 for a config or job file that is not JSON, naming its line and column", () => {
     const tmp = tempDir();
     try {
