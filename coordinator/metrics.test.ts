@@ -1,3 +1,4 @@
+import { readFileSync } from "node:fs";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import { systemClock } from "../shared/clock.js";
 import type { ExecState } from "../shared/fsm.js";
@@ -167,5 +168,14 @@ describe("CoordinatorMetrics", () => {
     expect(series(await other.render(), "ax_fires_total", { outcome: "on_time" })).toBe(1);
     expect(series(await metrics.render(), "ax_fires_total", { outcome: "on_time" })).toBe(2);
     expect(other.contentType).toMatch(/^text\/plain/);
+  });
+  it("exports exactly the series docs/api.md lists", async () => {
+    const doc = readFileSync(new URL("../docs/api.md", import.meta.url), "utf8");
+    const documented = [...doc.matchAll(/^\| `(ax_[a-z_]+)` +\|/gm)].map((m) => m[1]).sort();
+    const exported = [...(await metrics.render()).matchAll(/^# TYPE (ax_[a-z_]+) /gm)]
+      .map((m) => m[1])
+      .sort();
+    expect(exported.length).toBeGreaterThan(20);
+    expect(documented).toEqual(exported);
   });
 });

@@ -89,6 +89,12 @@ export function openApiDocument(routes: readonly AnyRoute[], version: string): J
         description: route.success?.description ?? route.summary,
         content: { [route.contentType]: { schema: { type: "string" } } },
       };
+      for (const also of route.alsoSuccess ?? []) {
+        responses[String(also.status)] = {
+          description: also.description,
+          content: { [route.contentType]: { schema: { type: "string" } } },
+        };
+      }
       for (const s of route.errors ?? []) responses[String(s)] = errorResponse(s);
       if (route.noQuery) responses["400"] ??= errorResponse(400);
     } else {

@@ -99,6 +99,8 @@ export interface RawRoute {
   body?: { contentTypes: readonly string[]; maxBytes: number; description: string };
   /** The success status and what it means, for the OpenAPI document. @default 200, the summary */
   success?: { status: number; description: string };
+  /** Other successful answers, in the same content type (a 200 beside a 201). */
+  alsoSuccess?: { status: number; description: string }[];
   /** Statuses besides 400, 401 and 403 that the route answers with an error body. */
   errors?: number[];
   /**

@@ -105,7 +105,8 @@ const publish: RawRoute = {
     maxBytes: MAX_BUNDLE_BYTES,
     description: "The bundle's NAME.tar.gz, byte for byte.",
   },
-  success: { status: 201, description: "The published bundle (200: it already was)." },
+  success: { status: 201, description: "The bundle, published now." },
+  alsoSuccess: [{ status: 200, description: "The bundle, already published (its first record)." }],
   errors: [400],
   handle: async (_req, res, { coordinator, principal, readBody }) => {
     const archive = await readBody();
