@@ -67,6 +67,14 @@ export class ExecutionLoop {
   /** When pending work was last read, and whether that read found none. */
   private pendingReadAt = Number.NEGATIVE_INFINITY;
   private pendingNone = false;
+  /**
+   * When retries and dispatch timeouts were last read, and whether they must be read at the next
+   * pass (a retry was just scheduled, or the last read filled its batch). They come due by the
+   * clock, so under load, when a pass runs after every fire and burst of reports, they are read
+   * once a poll ({@link EngineContext.config}.pollMs), not at every pass.
+   */
+  private timeoutsReadAt = Number.NEGATIVE_INFINITY;
+  private timeoutsChanged = true;
 
   /** Executions dispatched and not yet answered, with when (wall ms), oldest first. */
   private readonly unanswered = new Map<string, number>();
@@ -97,6 +105,7 @@ export class ExecutionLoop {
       // Work made PENDING again (a `busy` answer, a retry come due, an operator's retry) may be
       // dispatchable now, whatever the last read of pending work found.
       if (e.to === "PENDING") this.kick();
+      if (e.to === "RETRY_WAITING") this.timeoutsChanged = true;
     });
   }
 
@@ -209,11 +218,20 @@ export class ExecutionLoop {
     // so that a backlog for 10,000 offline agents is not walked to find the few that can move.
     const away = this.fleet.unreachable();
     const near = this.fleet.reachable();
+    const timeouts = this.timeoutsChanged || now - this.timeoutsReadAt >= this.ctx.config.pollMs;
+    if (timeouts) {
+      this.timeoutsReadAt = now;
+      this.timeoutsChanged = false;
+    }
     const due = await store.listDue(now, horizon, BATCH, {
       commandsBy: horizon,
       ...(near.length < away.length ? { onlyTargets: near } : { skipTargets: away }),
       pendingLimit,
+      timeouts,
     });
+    if (due.retry.length >= BATCH || due.dispatchTimedOut.length >= BATCH) {
+      this.timeoutsChanged = true;
+    }
     if (readPending) {
       this.pendingReadAt = now;
       this.pendingNone = due.pending.length === 0;

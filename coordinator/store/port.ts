@@ -143,6 +143,13 @@ export interface DueOptions {
    * only a few more dispatches reads only as many; 0 reads none. @default limit
    */
   pendingLimit?: number;
+  /**
+   * false: `retry` and `dispatchTimedOut` are not read (both empty). They come due by the clock,
+   * at a retry's time or a dispatch timeout's end, not by what a pass did, so a dispatcher that
+   * runs a pass after every fire and burst of reports reads them at a pace of its own.
+   * @default true
+   */
+  timeouts?: boolean;
 }
 
 /**

@@ -145,16 +145,18 @@ export async function listDue(
 ): Promise<DueLists> {
   const commandsBy = Math.max(pendingBy, options.commandsBy ?? pendingBy);
   const pendingLimit = pendingLimitOf(limit, options);
+  // LIMIT 0 reads nothing of a list: PostgreSQL does not run a plan under it.
+  const otherLimit = options.timeouts === false ? 0 : limit;
   const claim: DueClaim | undefined = options.claim;
   const claimArgs = claim ? [claim.holder, Math.max(0, Math.ceil(claim.ttlMs))] : [];
   // skipTargets wins when both are given (DueOptions).
   const only = options.skipTargets === undefined ? options.onlyTargets : undefined;
   let r: { rows: (ExecutionRow & { due: DueList })[] };
   if (only !== undefined) {
-    const args = [now, pendingBy, commandsBy, only, sqlLimit(limit), sqlLimit(pendingLimit)];
+    const args = [now, pendingBy, commandsBy, only, sqlLimit(otherLimit), sqlLimit(pendingLimit)];
     r = await run(q, claim ? CLAIM_DUE_ONLY : LIST_DUE_ONLY, [...args, ...claimArgs]);
   } else {
-    const args = [now, pendingBy, commandsBy, options.skipTargets ?? [], sqlLimit(limit)];
+    const args = [now, pendingBy, commandsBy, options.skipTargets ?? [], sqlLimit(otherLimit)];
     args.push(sqlLimit(pendingLimit));
     r = await run(q, claim ? CLAIM_DUE : LIST_DUE, [...args, ...claimArgs]);
   }

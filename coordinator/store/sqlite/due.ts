@@ -16,8 +16,35 @@ export interface DueWork {
   dispatchTimedOut: ExecutionRecord[];
 }
 
-/** The order and length of every list of due work. */
-const ORDER = "ORDER BY priority DESC, fire_at, created_at LIMIT ?";
+/**
+ * The order and length of a list of due work. The length is written into the SQL, not bound:
+ * SQLite runs a statement with a bound LIMIT about four times slower (34 µs against 7 µs for
+ * an empty list here), and the dispatcher reads these lists on every pass, hundreds of times a
+ * second under load. It is rounded up ({@link limitBucket}), so that a few dozen statements
+ * serve every length, and the caller cuts the rows to the length asked for ({@link cut}).
+ */
+function order(limit: number): string {
+  return `ORDER BY priority DESC, fire_at, created_at LIMIT ${limitBucket(limit)}`;
+}
+
+/**
+ * `limit` rounded up to one of eight steps between consecutive powers of two (8, 9, …, 15
+ * times a power of two; below 8, itself), so a list reads at most an eighth more rows than it
+ * keeps; -1 (SQLite's "no limit") for a negative one.
+ */
+export function limitBucket(limit: number): number {
+  if (limit < 0 || !Number.isFinite(limit)) return -1;
+  const n = Math.ceil(limit);
+  if (n <= 8) return n;
+  const step = 2 ** (Math.floor(Math.log2(n)) - 3);
+  return Math.ceil(n / step) * step;
+}
+
+/** `rows` cut to `limit` (a negative one: all of them), in place. */
+function cut<T>(rows: T[], limit: number): T[] {
+  if (limit >= 0 && rows.length > limit) rows.length = limit;
+  return rows;
+}
 
 /** Store.listDue: with `options.claim`, also claims what it returns (see {@link listDueClaimed}). */
 export function listDue(
@@ -28,12 +55,12 @@ export function listDue(
   options: DueOptions,
 ): DueWork {
   if (options.claim !== undefined) return listDueClaimed(ctx, now, pendingBy, limit, options);
-  return wrap("listDue", () => selectDue(ctx, now, pendingBy, limit, options, ORDER, []));
+  return wrap("listDue", () => selectDue(ctx, now, pendingBy, limit, options, order, []));
 }
 
 /**
- * The three lists of due work. `tail`: what follows each query's WHERE clause (more conditions,
- * then {@link ORDER}), whose parameters `tailArgs` are, before the limit.
+ * The three lists of due work. `tail(n)`: what follows each query's WHERE clause (more
+ * conditions, then {@link order} for a list of `n`), whose parameters are `tailArgs`.
  */
 function selectDue(
   ctx: StoreContext,
@@ -41,12 +68,13 @@ function selectDue(
   pendingBy: number,
   limit: number,
   options: DueOptions,
-  tail: string,
+  tail: (limit: number) => string,
   tailArgs: readonly unknown[],
 ): DueWork {
   const commandsBy = Math.max(pendingBy, options.commandsBy ?? pendingBy);
   const skip = options.skipTargets ?? [];
   const pendingLimit = pendingLimitOf(limit, options);
+  const timeouts = options.timeouts !== false;
   const only = options.skipTargets === undefined ? options.onlyTargets : undefined;
   return {
     // No pending rows asked for (the dispatcher reads them only when they may have changed):
@@ -56,37 +84,47 @@ function selectDue(
         ? []
         : only !== undefined
           ? selectPendingOf(ctx, only, now, pendingBy, commandsBy, pendingLimit, tail, tailArgs)
-          : selectExecutions(
-              ctx,
-              `FROM executions WHERE ${OPEN_SQL} AND state = 'PENDING' AND fire_at <= ?
+          : cut(
+              selectExecutions(
+                ctx,
+                `FROM executions WHERE ${OPEN_SQL} AND state = 'PENDING' AND fire_at <= ?
            AND (fire_at <= ? OR kind = 'command')
            ${skip.length > 0 ? "AND (target_agent_id IS NULL OR deadline < ? OR target_agent_id NOT IN (SELECT value FROM json_each(?)))" : ""}
-           ${tail}`,
-              commandsBy,
-              pendingBy,
-              // A command for an agent out of reach is still read once its deadline has passed,
-              // so that it is expired rather than left PENDING for ever.
-              ...(skip.length > 0 ? [now, JSON.stringify(skip)] : []),
-              ...tailArgs,
+           ${tail(pendingLimit)}`,
+                commandsBy,
+                pendingBy,
+                // A command for an agent out of reach is still read once its deadline has
+                // passed, so that it is expired rather than left PENDING for ever.
+                ...(skip.length > 0 ? [now, JSON.stringify(skip)] : []),
+                ...tailArgs,
+              ),
               pendingLimit,
             ),
-    retry: selectExecutions(
-      ctx,
-      `FROM executions WHERE ${OPEN_SQL} AND state = 'RETRY_WAITING'
-           AND (COALESCE(next_attempt_at, 0) <= ? OR deadline < ?) ${tail}`,
-      now,
-      now,
-      ...tailArgs,
-      limit,
-    ),
-    dispatchTimedOut: selectExecutions(
-      ctx,
-      `FROM executions WHERE ${OPEN_SQL} AND state = 'DISPATCHED'
-           AND COALESCE(dispatched_at, 0) + dispatch_timeout_ms <= ? ${tail}`,
-      now,
-      ...tailArgs,
-      limit,
-    ),
+    retry: !timeouts
+      ? []
+      : cut(
+          selectExecutions(
+            ctx,
+            `FROM executions WHERE ${OPEN_SQL} AND state = 'RETRY_WAITING'
+           AND (COALESCE(next_attempt_at, 0) <= ? OR deadline < ?) ${tail(limit)}`,
+            now,
+            now,
+            ...tailArgs,
+          ),
+          limit,
+        ),
+    dispatchTimedOut: !timeouts
+      ? []
+      : cut(
+          selectExecutions(
+            ctx,
+            `FROM executions WHERE ${OPEN_SQL} AND state = 'DISPATCHED'
+           AND COALESCE(dispatched_at, 0) + dispatch_timeout_ms <= ? ${tail(limit)}`,
+            now,
+            ...tailArgs,
+          ),
+          limit,
+        ),
   };
 }
 
@@ -104,9 +142,10 @@ function selectPendingOf(
   pendingBy: number,
   commandsBy: number,
   pendingLimit: number,
-  tail: string,
+  tailFor: (limit: number) => string,
   tailArgs: readonly unknown[],
 ): ExecutionRecord[] {
+  const tail = tailFor(pendingLimit);
   const due = "state = 'PENDING' AND fire_at <= ? AND (fire_at <= ? OR kind = 'command')";
   const parts = [
     selectExecutions(
@@ -116,7 +155,6 @@ function selectPendingOf(
       commandsBy,
       pendingBy,
       ...tailArgs,
-      pendingLimit,
     ),
     only.length === 0
       ? []
@@ -128,7 +166,6 @@ function selectPendingOf(
           commandsBy,
           pendingBy,
           ...tailArgs,
-          pendingLimit,
         ),
     selectExecutions(
       ctx,
@@ -139,7 +176,6 @@ function selectPendingOf(
       commandsBy,
       pendingBy,
       ...tailArgs,
-      pendingLimit,
     ),
   ];
   const seen = new Set<string>();
@@ -156,8 +192,9 @@ function selectPendingOf(
   return out;
 }
 
-/** Rows that another holder's unexpired claim keeps from this one. */
-const UNCLAIMED = `AND (claimed_by IS NULL OR claimed_by = ? OR claim_until <= ?) ${ORDER}`;
+/** Rows that another holder's unexpired claim keeps from this one; `limit` as {@link order}. */
+const unclaimed = (limit: number) =>
+  `AND (claimed_by IS NULL OR claimed_by = ? OR claim_until <= ?) ${order(limit)}`;
 
 /**
  * Store.listDue for one of several coordinators: in one write (so behind the membership's fence,
@@ -176,7 +213,7 @@ function listDueClaimed(
   return wrap("listDue", () =>
     ctx.writer.write(() => {
       const at = ctx.nowMs();
-      const due = selectDue(ctx, now, pendingBy, limit, options, UNCLAIMED, [holder, at]);
+      const due = selectDue(ctx, now, pendingBy, limit, options, unclaimed, [holder, at]);
       const claim = ctx.statements.prepare(
         "UPDATE executions SET claimed_by = ?, claim_until = ? WHERE id = ?",
       );
