@@ -255,9 +255,13 @@ export class ExecutionLoop {
     }
     for (const exec of due.retry) {
       moved++;
-      if (exec.deadline < now) await applyEvent(this.ctx, exec.id, { type: "expire" });
-      else {
-        // A retry is a new attempt at a new time; it keeps the original start window's length.
+      // A command's deadline is absolute: past it, it never starts. A job's retry is a new
+      // attempt at a new time with a start window of its own, so the first attempt's deadline
+      // does not end it: a run that timed out or failed after that deadline is still retried.
+      if (exec.kind === "command" && exec.deadline < now) {
+        await applyEvent(this.ctx, exec.id, { type: "expire" });
+      } else {
+        // The retry keeps the original start window's length.
         await applyEvent(
           this.ctx,
           exec.id,

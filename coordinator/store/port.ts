@@ -459,7 +459,8 @@ export interface Store {
   /**
    * What the dispatcher must act on at `now`, each list at most `limit` long and in dispatch
    * order (priority, high first, then fire time): `pending`, PENDING with a fire time at or
-   * before `pendingBy`; `retry`, RETRY_WAITING whose next attempt is due or deadline passed;
+   * before `pendingBy`; `retry`, RETRY_WAITING whose next attempt is due, or a command's whose
+   * deadline passed (a job's retry has a start window of its own, from its time);
    * `dispatchTimedOut`, DISPATCHED for `dispatchTimeoutMs` or longer.
    */
   listDue(

@@ -1226,13 +1226,24 @@ export function storeContract(name: string, makeStore: () => Promise<StoreFixtur
             }),
           );
         }
-        // RETRY_WAITING: due when the next attempt comes, or when the deadline has passed.
-        for (const [id, nextAttemptAt, deadline] of [
-          ["r-due", 900, 61_000],
-          ["r-later", 9_000, 61_000],
-          ["r-expired", 9_000, 800],
+        // RETRY_WAITING: due when the next attempt comes, or, for a command, when its deadline
+        // has passed. A job's retry is not ended by the first attempt's deadline (r-job-past).
+        for (const [id, nextAttemptAt, deadline, kind] of [
+          ["r-due", 900, 61_000, "job"],
+          ["r-later", 9_000, 61_000, "job"],
+          ["r-expired", 9_000, 800, "command"],
+          ["r-job-past", 9_000, 800, "job"],
         ] as const) {
-          await store.createExecution(newExecution(id, { deadline, fireAt: 700 }), 1);
+          await store.createExecution(
+            newExecution(id, {
+              deadline,
+              fireAt: 700,
+              ...(kind === "command"
+                ? { kind, jobId: null, jobVersion: null, targetAgentId: "a-1" }
+                : {}),
+            }),
+            1,
+          );
           const e = await mustGet(store, id);
           await store.applyTransition(
             move(e, { state: "RETRY_WAITING", attempt: 1 }, "retry", 600, { nextAttemptAt }),

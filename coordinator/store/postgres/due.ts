@@ -32,7 +32,8 @@ const DUE_WHERE = {
   pending: `state = 'PENDING' AND ${PENDING_BY}
       AND (target_agent_id IS NULL OR deadline < $1
         OR target_agent_id NOT IN (SELECT unnest($4::text[])))`,
-  retry: "state = 'RETRY_WAITING' AND (COALESCE(next_attempt_at, 0) <= $1 OR deadline < $1)",
+  retry:
+    "state = 'RETRY_WAITING' AND (COALESCE(next_attempt_at, 0) <= $1 OR (kind = 'command' AND deadline < $1))",
   dispatchTimedOut:
     "state = 'DISPATCHED' AND COALESCE(dispatched_at, 0) + dispatch_timeout_ms <= $1",
 } as const;

@@ -106,7 +106,7 @@ function selectDue(
           selectExecutions(
             ctx,
             `FROM executions WHERE ${OPEN_SQL} AND state = 'RETRY_WAITING'
-           AND (COALESCE(next_attempt_at, 0) <= ? OR deadline < ?) ${tail(limit)}`,
+           AND (COALESCE(next_attempt_at, 0) <= ? OR (kind = 'command' AND deadline < ?)) ${tail(limit)}`,
             now,
             now,
             ...tailArgs,
