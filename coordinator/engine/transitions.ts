@@ -1,7 +1,7 @@
 import { backoffMs } from "../../shared/backoff.js";
 import { type Effect, type ExecEvent, snapshotOf, transition } from "../../shared/fsm.js";
-import { newId } from "../../shared/ids.js";
 import { envelope } from "../../shared/message.js";
+import { newSortedId } from "../domain/sorted-id.js";
 import type { ExecutionPatch, ExecutionRecord, TimelineStep } from "../store/port.js";
 import type { EngineContext } from "./context.js";
 
@@ -229,4 +229,4 @@ async function perform(
 }
 
 /** A fresh execution id. */
-export const newExecutionId = (now: number) => newId("ex_", now);
+export const newExecutionId = (now: number) => newSortedId("ex_", now);
