@@ -140,6 +140,21 @@ describe("pause and resume", () => {
     expect(changed).toMatchObject({ version: 2, paused: true });
   });
 
+  it("changes nothing when resuming a job that is not paused", async () => {
+    const job = await coordinator.putJob({
+      id: "never-paused",
+      handler: "echo",
+      trigger: { type: "every", every: "1m" },
+    });
+    const fired = (await executions("never-paused")).length;
+    const history = await coordinator.store.listJobHistory("never-paused");
+    const resumed = await coordinator.resumeJob("never-paused", "ops");
+    expect(resumed).toMatchObject({ version: job.version, paused: false });
+    expect(resumed.nextFireAt).toBe(job.nextFireAt);
+    expect(await coordinator.store.listJobHistory("never-paused")).toEqual(history);
+    expect(await executions("never-paused")).toHaveLength(fired);
+  });
+
   it("starts a job paused when its first definition says so", async () => {
     const job = await coordinator.putJob({
       id: "born-paused",
