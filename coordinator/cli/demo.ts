@@ -1,4 +1,5 @@
 import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { createServer } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { AxError } from "../../shared/errors.js";
@@ -49,9 +50,13 @@ export async function runDemo(argv: string[]): Promise<number> {
     // The broker's refusals go to the coordinator's log, as a production broker's to its own.
     const log = jsonLogger({ file: join(dir, "coordinator.log") });
     broker = await startEmbeddedBroker(0, { auth: { prefix: "ax", logins: () => logins }, log });
+    // The port is known before the config is made: the URL agents download update bundles from
+    // (http.publicUrl's default) is made of it.
+    const port = httpPort === 0 ? await freePort() : httpPort;
     const config = parseCoordinatorConfig({
       store: { path: join(dir, "ax.sqlite") },
       mqtt: { url: broker.url },
+      http: { host: "127.0.0.1", port },
       heartbeatMs: 1000,
     });
     coordinator = new Coordinator(config, { log });
@@ -62,7 +67,7 @@ export async function runDemo(argv: string[]): Promise<number> {
     broker.follow(coordinator.identities);
     await coordinator.start();
     // The API, metrics and console, on this machine only, with token auth as in production.
-    http = await startHttpServer(coordinator, { host: "127.0.0.1", port: httpPort });
+    http = await startHttpServer(coordinator, { host: "127.0.0.1", port });
     const tokenFile = coordinator.apiTokens.adminTokenFile;
     out.write(`ax demo: broker ${broker.url}, store ${config.store.path}, logs in ${dir}\n`);
     out.write(
@@ -166,4 +171,17 @@ export async function runDemo(argv: string[]): Promise<number> {
     process.exitCode = succeeded > 0 || interrupted ? 0 : 1;
   }
   return process.exitCode ?? 0;
+}
+
+/** A TCP port free on 127.0.0.1 now (the system's choice for port 0). */
+function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const server = createServer();
+    server.once("error", reject);
+    server.listen(0, "127.0.0.1", () => {
+      const address = server.address();
+      const port = typeof address === "object" && address !== null ? address.port : 0;
+      server.close(() => resolve(port));
+    });
+  });
 }
