@@ -189,7 +189,9 @@ export class RolloutOperations {
             at: now,
             fromState: r.state,
             toState: to,
-            event: action === "pause" ? "paused" : r.state === "CREATED" ? "started" : "resumed",
+            // The first move to IN_PROGRESS starts it, from CREATED or from a pause before any
+            // start (CREATED → PAUSED → resume).
+            event: action === "pause" ? "paused" : r.startedAt === null ? "started" : "resumed",
             actor,
             reason: reason ?? null,
             detail: null,

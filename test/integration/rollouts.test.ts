@@ -409,6 +409,36 @@ function rolloutTests(
     const execs = await truth("ro-op");
     expect(execs.map((e) => e.state)).toEqual(Array(4).fill("CANCELED"));
   }, 60_000);
+
+  it("records the first resume of one paused before it started as its start", async () => {
+    const ids = ["pb-0", "pb-1"];
+    await agents(ids, { fleet: "pb" });
+    await create({
+      id: "ro-pb",
+      selector: { agentIds: ids },
+      command: { handler: "echo", params: { rollout: "ro-pb" } },
+      rate: { perMinute: 6_000 },
+      start: false,
+    });
+    await coordinator.rollouts.pause("ro-pb", "not tonight", "test");
+    expect((await coordinator.rollouts.get("ro-pb")).startedAt).toBeNull();
+    const started = await coordinator.rollouts.resume("ro-pb", "test");
+    expect(started.startedAt).toEqual(expect.any(Number));
+    await coordinator.rollouts.pause("ro-pb", "again", "test");
+    await coordinator.rollouts.resume("ro-pb", "test");
+    await until("ro-pb", ["COMPLETED"]);
+    const changes = (await coordinator.rollouts.detail("ro-pb")).timeline
+      .filter((t) => t.fromState !== t.toState)
+      .map((t) => [t.event, t.fromState, t.toState]);
+    expect(changes).toEqual([
+      ["created", null, "CREATED"],
+      ["paused", "CREATED", "PAUSED"],
+      ["started", "PAUSED", "IN_PROGRESS"],
+      ["paused", "IN_PROGRESS", "PAUSED"],
+      ["resumed", "PAUSED", "IN_PROGRESS"],
+      ["completed", "IN_PROGRESS", "COMPLETED"],
+    ]);
+  }, 60_000);
 }
 
 describe("rollouts on SQLite", () => rolloutTests((dir) => ({ path: join(dir, "ax.sqlite") })));
