@@ -128,13 +128,18 @@ async function verify(argv: string[]): Promise<number> {
   const { keyIdOf } = await import("../bundle/signature.js");
   const named = f["public-key"] !== undefined || f.config !== undefined;
   let trusted: TrustedKey | undefined;
+  let noKey: unknown;
   try {
     trusted = findPublicKey({ file: f["public-key"], config: f.config });
   } catch (err) {
-    // --allow-unsigned with no key at hand still checks the checksums of an unsigned build.
-    if (named || !f["allow-unsigned"] || !isAxError(err, "AX_SECURITY_KEY")) throw err;
+    // With no key at hand, an unsigned bundle is still refused for what it is (unsigned), and
+    // --allow-unsigned still checks the checksums of an unsigned build; a signed one needs the
+    // key, and the missing key is the error.
+    if (named || !isAxError(err, "AX_SECURITY_KEY")) throw err;
+    if (!f["allow-unsigned"]) noKey = err;
   }
   const r = verifyBundle(file, { trusted, allowUnsigned: f["allow-unsigned"] });
+  if (noKey !== undefined && r.signature !== "unsigned") throw noKey;
   if (r.problems.length > 0) {
     // A missing manifest.sig is a checksum matter only for a build made unsigned (its manifest
     // says so) and let through by --allow-unsigned; on a signed build it is the signature's.

@@ -2,6 +2,7 @@ import { EXIT } from "../../shared/command-line.js";
 import { AxError } from "../../shared/errors.js";
 import { loadCoordinatorConfig } from "../config.js";
 import { Coordinator, openStore } from "../coordinator.js";
+import { resolveAuth } from "../http/auth.js";
 import { type HttpServer, startHttpServer } from "../http/server.js";
 import { applyJobsFile, readJobsFile } from "../jobs-file.js";
 import { flags } from "./args.js";
@@ -20,6 +21,9 @@ export async function coordinatorStart(argv: string[]): Promise<number> {
   const config = loadCoordinatorConfig(f.config, { warn: (w) => warnings.push(w) });
   const jobsFile = config.jobsFile;
   const jobs = jobsFile === undefined ? undefined : readJobsFile(jobsFile, f.config);
+  // The API's token files are checked before anything starts, as the jobs file is: a token file
+  // others can read refuses the start with AX_SECURITY_KEY, broker or no broker.
+  resolveAuth(config.http.auth);
   const log = jsonLogger();
   for (const w of warnings) log("warn", w);
   // Listened for from the first moment: a SIGTERM while the store opens or the jobs file applies

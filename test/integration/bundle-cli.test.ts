@@ -242,6 +242,11 @@ describe("ax bundle build and verify: signatures", () => {
     const refused = ax(["bundle", "verify", devArchive, "--config", configFile]);
     expect(refused.code).toBe(1);
     expect(refused.stderr).toContain("\nmanifest.sig missing: the bundle is unsigned\n");
+    // With no key at hand it is refused for the same reason, not for the missing key.
+    const keyless = ax(["bundle", "verify", devArchive], 60_000, empty);
+    expect(keyless.code).toBe(1);
+    expect(keyless.stderr).toMatch(/^ax: AX_BUNDLE_SIGNATURE: /);
+    expect(keyless.stderr).toContain("\nmanifest.sig missing: the bundle is unsigned\n");
     // FILE after the flags reads the same.
     const allowed = ax(["bundle", "verify", "--allow-unsigned", devArchive], 60_000, empty);
     expect(allowed.code, allowed.stderr).toBe(0);

@@ -1,5 +1,5 @@
 import { spawnSync } from "node:child_process";
-import { existsSync, mkdirSync, readdirSync, writeFileSync } from "node:fs";
+import { chmodSync, existsSync, mkdirSync, readdirSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { afterEach, describe, expect, it } from "vitest";
@@ -109,6 +109,21 @@ describe("config files given to the CLI from another folder", () => {
     );
     expect(existsSync(join(real, "secretz"))).toBe(false);
     expect(readdirSync(here)).toEqual([]);
+  });
+
+  it("ax coordinator start refuses a token file others can read before it connects", () => {
+    const { real, here, config } = layout({
+      http: { auth: { tokens: [{ tokenFile: "viewer.token", role: "viewer" }] } },
+    });
+    writeFileSync(join(real, "viewer.token"), "a-viewer-token-of-some-length\n", { mode: 0o644 });
+    chmodSync(join(real, "viewer.token"), 0o644);
+    // No broker listens on port 1: the refusal must come first, not AX_LINK_FAILED.
+    const r = ax(["coordinator", "start", "--config", config], here);
+    expect(r.code).toBe(1);
+    expect(r.stderr).toBe(
+      `ax: AX_SECURITY_KEY: http.auth.tokens.0.tokenFile: ${join(real, "viewer.token")}: is readable by others (mode 644); run chmod 600 ${join(real, "viewer.token")}\n`,
+    );
+    expect(readdirSync(real).sort()).toEqual(["coordinator.json", "viewer.token"]);
   });
 
   it("ax agent start refuses a misspelt key, with the closest one", () => {
