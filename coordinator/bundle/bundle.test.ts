@@ -301,5 +301,14 @@ describe("ax bundle build refuses", () => {
     expect((missing as Error).message).toBe(
       `no firmware profile "toaster" in ${dir} (there: gateway, sensor-hub, server)`,
     );
+    // A profile that is not JSON is named by line and column, as a config file is.
+    writeFileSync(join(dir, "server.json"), '{\n  "name": "server",\n  "handlers": [echo]\n}\n');
+    const broken = await makeBundle({ profile: "server", profilesDir: dir, unsigned: true }).catch(
+      (e: unknown) => e,
+    );
+    expect(isAxError(broken, "AX_PROFILE_INVALID")).toBe(true);
+    expect((broken as Error).message).toBe(
+      `${join(dir, "server.json")}:3:16: not valid JSON: unexpected "e"`,
+    );
   });
 });

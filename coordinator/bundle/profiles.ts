@@ -1,6 +1,7 @@
 import { readdirSync, readFileSync } from "node:fs";
 import { basename, resolve } from "node:path";
 import { AxError } from "../../shared/errors.js";
+import { parseJsonText } from "../../shared/json-text.js";
 import { type FirmwareProfile, parseFirmwareProfile } from "../../shared/profile.js";
 import { packageFile } from "../package-files.js";
 
@@ -48,14 +49,15 @@ export function loadProfile(
       cause: err,
     });
   }
-  let raw: unknown;
-  try {
-    raw = JSON.parse(text);
-  } catch (err) {
-    throw new AxError("AX_PROFILE_INVALID", `${file}: not valid JSON: ${(err as Error).message}`, {
-      cause: err,
-    });
+  // Named by line and column, as a config file's or a job file's syntax error is.
+  const parsed = parseJsonText(text);
+  if (!parsed.ok) {
+    throw new AxError(
+      "AX_PROFILE_INVALID",
+      `${file}:${parsed.line}:${parsed.column}: not valid JSON: ${parsed.reason}`,
+      { context: { path: file, line: parsed.line, column: parsed.column } },
+    );
   }
   const expected = basename(file, ".json");
-  return { profile: parseFirmwareProfile(raw, file, expected), file };
+  return { profile: parseFirmwareProfile(parsed.value, file, expected), file };
 }
