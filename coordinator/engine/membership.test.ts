@@ -136,6 +136,31 @@ describe("Membership", () => {
     again.m.close();
   });
 
+  it("a second start under the id of a standby fences the standby, which does not take the id back", async () => {
+    const { clock, open, member } = setUp();
+    const active = member(open(), "a0");
+    await active.m.join();
+    const first = member(open(), "b");
+    await first.m.join();
+    expect(first.m.role).toBe("standby");
+    const again = member(open(), "b");
+    await again.m.join();
+    expect(again.m.epoch).toBe(2);
+    await advance(clock, 5_000);
+    expect(first.m.role).toBe("fenced");
+    expect(first.events.at(-1)).toBe("fenced: another start of the same id joined (epoch 2)");
+    // The newer start keeps its epoch: the two do not take the id from each other.
+    expect(again.m.role).toBe("standby");
+    expect(again.m.epoch).toBe(2);
+    expect(again.events).toEqual([]);
+    expect(active.m.view().coordinators.map((c) => [c.id, c.epoch])).toEqual([
+      ["a0", 1],
+      ["b", 2],
+    ]);
+    active.m.close();
+    again.m.close();
+  });
+
   it("a standby the store lost for longer than its lease joins again instead of stopping", async () => {
     const { clock, open, member } = setUp();
     const a = member(open(), "a");

@@ -205,10 +205,19 @@ export class Membership {
       );
       if (this.closed) return;
       if (!renewed) {
-        // A standby holds nothing: it joins again, as a new epoch (the database was away longer
-        // than its lease). The active one holds work another may be taking over: it stops.
-        if (this.role_ === "standby") await this.rejoin(sent);
-        else this.fence("its lease lapsed, or another start of the same id joined");
+        // A standby holds nothing: whose lease lapsed (the database was away longer than its
+        // lease) joins again, as a new epoch. But one that a newer start under its id replaced
+        // stops, as the active one would: joining again would replace that start in turn, and
+        // the two would take the id from each other for as long as both ran.
+        // The active one holds work another may be taking over: it stops either way.
+        if (this.role_ === "standby") {
+          const newer = (await this.store.listCoordinators()).find(
+            (m) => m.id === this.options.id && m.epoch > this.epoch_,
+          );
+          if (newer !== undefined) {
+            this.fence(`another start of the same id joined (epoch ${newer.epoch})`);
+          } else await this.rejoin(sent);
+        } else this.fence("its lease lapsed, or another start of the same id joined");
         return;
       }
       this.armDeadline(sent);
