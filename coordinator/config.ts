@@ -310,7 +310,11 @@ export const coordinatorConfigSchema = z
           .min(1)
           .max(100)
           .default(10)
-          .meta(doc("At most this many connections to PostgreSQL (`url`).")),
+          .meta(
+            doc(
+              "At most this many connections to PostgreSQL (`url`) run the store's queries; each coordinator also holds one for its membership and one that listens for other coordinators' work, so `poolMax` + 2 in all.",
+            ),
+          ),
       })
       .strict()
       .default({ path: "ax.sqlite", schema: "public", poolMax: 10 })

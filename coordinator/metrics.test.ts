@@ -178,4 +178,42 @@ describe("CoordinatorMetrics", () => {
     expect(exported.length).toBeGreaterThan(20);
     expect(documented).toEqual(exported);
   });
+  it("counts only members whose lease still holds, and shows no lease below 0", async () => {
+    const now = Date.now();
+    const member = (id: string, leaseUntil: number) => ({
+      id,
+      epoch: 1,
+      joinedAt: now - 60_000,
+      renewedAt: now - 1_000,
+      leaseUntil,
+      info: {},
+    });
+    const clustered = new CoordinatorMetrics({
+      events,
+      fleet,
+      store,
+      membership: () => ({
+        id: "c1",
+        epoch: 1,
+        role: "active",
+        firing: "active",
+        clockOffsetMs: 0,
+        // c3 was killed: its lease lapsed since the last renewal read the members.
+        coordinators: [
+          member("c1", now + 2_500),
+          member("c2", now + 2_000),
+          member("c3", now - 200),
+        ],
+      }),
+    });
+    const text = await clustered.render();
+    clustered.close();
+    expect(series(text, "ax_cluster_members")).toBe(2);
+    const left = series(text, "ax_cluster_lease_remaining_seconds", { coordinator: "c2" }) ?? 0;
+    expect(left).toBeGreaterThan(1.5);
+    expect(left).toBeLessThanOrEqual(2);
+    expect(
+      series(text, "ax_cluster_lease_remaining_seconds", { coordinator: "c3" }),
+    ).toBeUndefined();
+  });
 });

@@ -299,12 +299,17 @@ export class CoordinatorMetrics {
     for (const role of ["active", "standby", "fenced"]) {
       this.clusterRole.set({ role }, (cluster?.role ?? "active") === role ? 1 : 0);
     }
-    this.clusterMembers.set(cluster?.coordinators.length ?? 1);
     this.clusterClockOffset.set((cluster?.clockOffsetMs ?? 0) / 1000);
     this.clusterLeaseLeft.reset();
-    if (cluster !== undefined) {
+    if (cluster === undefined) this.clusterMembers.set(1);
+    else {
+      // The members as of the last renewal, less those whose lease has lapsed since by the
+      // database's clock (as this process reads it): a member gone is not counted live until
+      // the next renewal, and no lease shows below 0.
       const now = Date.now() + cluster.clockOffsetMs;
-      for (const c of cluster.coordinators) {
+      const live = cluster.coordinators.filter((c) => c.leaseUntil > now);
+      this.clusterMembers.set(live.length);
+      for (const c of live) {
         this.clusterLeaseLeft.set({ coordinator: c.id }, (c.leaseUntil - now) / 1000);
       }
     }
