@@ -66,7 +66,8 @@ const STAND_INS: Record<string, string> = {
 
 /**
  * better-sqlite3's Database methods the agent never calls — `backup`, `serialize`, `function`,
- * `aggregate` and `table` (virtual tables) — about 8 KB minified: each is a stand-in that says so.
+ * `aggregate` and `table` (virtual tables) — about 8 KB minified: all five are one stand-in that
+ * says so (one module, not five: the agent's byte budget counts each module's wrapper).
  */
 const UNUSED_SQLITE_METHODS = ["backup", "serialize", "function", "aggregate", "table"];
 
@@ -80,15 +81,15 @@ export function standInsPlugin(): Plugin {
       build.onResolve({ filter }, (args) => ({ path: args.path, namespace: "ax-stand-in" }));
       build.onResolve({ filter: methods }, (args) =>
         /[\\/]better-sqlite3[\\/]lib[\\/]database\.js$/.test(args.importer)
-          ? { path: args.path, namespace: "ax-sqlite-method" }
+          ? { path: "unused", namespace: "ax-sqlite-method" }
           : undefined,
       );
       build.onLoad({ filter: /.*/, namespace: "ax-stand-in" }, (args) => ({
         contents: STAND_INS[args.path] ?? "",
         loader: "js",
       }));
-      build.onLoad({ filter: /.*/, namespace: "ax-sqlite-method" }, (args) => ({
-        contents: `module.exports = function () { throw new Error("Database.${args.path.slice("./methods/".length)} is not in a bundled agent"); };`,
+      build.onLoad({ filter: /.*/, namespace: "ax-sqlite-method" }, () => ({
+        contents: `module.exports = function () { throw new Error("Database.${UNUSED_SQLITE_METHODS.join("/")} are not in a bundled agent"); };`,
         loader: "js",
       }));
     },
