@@ -515,7 +515,7 @@ export class Agent {
     switch (m.type) {
       case "welcome":
         if (m.instanceId !== this.instanceId) return; // an answer to another process's hello
-        this.sync.addSample(m.clock, receivedLocal);
+        if (this.sync.addSample(m.clock, receivedLocal)) this.executor.retime();
         this.heartbeatMs = m.heartbeatMs;
         this.batchBytes = m.batchBytes ?? 0;
         // What is still pending is journaled first and sent by the replay below (not twice).
@@ -534,7 +534,8 @@ export class Agent {
         this.scheduleHeartbeat(0, heartbeatAfterWelcome(this.heartbeatMs, Math.random()));
         return;
       case "time":
-        this.sync.addSample(m.clock, receivedLocal);
+        // A better estimate may make a held start sooner than its place on the wheel.
+        if (this.sync.addSample(m.clock, receivedLocal)) this.executor.retime();
         return;
       case "ack":
         if (m.journalId !== undefined && m.journalId !== this.journal.journalId) {

@@ -100,6 +100,12 @@ export class Executor {
    * them a burst inside one tick was accepted whole, and nothing was answered busy (issue 15).
    */
   private readonly arriving = new Set<number>();
+  /**
+   * Commands on the wheel to start, by journal row: their fire time and the monotonic time of
+   * their wheel entry, so that {@link retime} can bring one forward when a better clock estimate
+   * says it is due sooner.
+   */
+  private readonly starts = new Map<number, number[]>();
   private readonly commits: CommitQueue;
   shuttingDown = false;
 
@@ -242,7 +248,7 @@ export class Executor {
         out.expired++;
         continue;
       }
-      this.wheel.schedule(this.startMono(row.dispatch.fireAt), row.id);
+      this.startAt(row.id, row.dispatch.fireAt);
       out.rescheduled++;
     }
     return out;
@@ -365,8 +371,31 @@ export class Executor {
     };
     // Even a command due now starts from the wheel, on a later turn of the loop: never inside
     // the transaction that journals it, so its side effect cannot happen before that commits.
-    this.wheel.schedule(this.startMono(d.fireAt), row.id);
+    this.startAt(row.id, d.fireAt);
     if (dueNow) this.arriving.add(row.id);
+  }
+
+  /** Puts journal row `id`, due at coordinator time `fireAt`, on the wheel to start at `mono`. */
+  private startAt(id: number, fireAt: number, mono = this.startMono(fireAt)): void {
+    this.wheel.schedule(mono, id);
+    this.starts.set(id, [fireAt, mono]);
+  }
+
+  /**
+   * The clock estimate changed (a new sample): a command whose start is now sooner than its
+   * wheel entry says is brought forward. Each start was worked out with the estimate of the
+   * moment it was journaled; after a better one (a first sample's wide round trip narrowed, or
+   * the first sample after a restart, which recovered the journal with offset 0) it would have
+   * started late by the difference. One that is now later needs nothing: its entry comes up
+   * early and is put back (onWheel). The old entry stays on the wheel and finds the command no
+   * longer scheduled.
+   */
+  retime(): void {
+    for (const [id, [fireAt, mono]] of this.starts) {
+      const sooner = this.startMono(fireAt as number);
+      // By a millisecond at least: a sample that moves the estimate a hair adds no entries.
+      if (sooner < (mono as number) - 1) this.startAt(id, fireAt as number, sooner);
+    }
   }
 
   /** Due commands holding a slot or a place in line: running, queued, or accepted this tick. */
@@ -432,15 +461,19 @@ export class Executor {
       // read it as it will be once they are written, so they count without a commit of their own.
       const pending = row && this.commits.stateOf(row.id);
       if (row && pending) row.state = pending;
-      if (row?.state !== "scheduled") return; // canceled or replaced meanwhile
+      if (row?.state !== "scheduled") {
+        this.starts.delete(payload);
+        return; // canceled or replaced meanwhile
+      }
       // The wheel runs on the monotonic clock; the offset estimate may have moved since this was
       // scheduled. Never start before fireAt on the coordinator's clock (rule 4), by as much as
       // the estimate may be off.
       const early = this.notYet(row.dispatch.fireAt, this.margin());
       if (early !== undefined) {
-        this.wheel.schedule(early, row.id);
+        this.startAt(row.id, row.dispatch.fireAt, early);
         return;
       }
+      this.starts.delete(row.id);
       // Rule 13: after SIGTERM nothing new starts. It stays scheduled in the journal and fires
       // after the restart if its deadline still allows (reported neither started nor interrupted).
       if (this.shuttingDown) return;
@@ -800,6 +833,7 @@ export class Executor {
     }
     this.active.clear();
     this.arriving.clear();
+    this.starts.clear();
     this.wheel.close();
   }
 }

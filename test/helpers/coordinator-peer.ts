@@ -54,6 +54,8 @@ export class CoordinatorPeer {
   readonly keys = new Map<string, { key: Buffer; generation: number }>();
   /** Payloads from a keyed agent that did not verify (dropped): topic and why. */
   readonly unverified: string[] = [];
+  /** How far this stand-in coordinator's clock is ahead of the host's, in its clock samples. */
+  clockAheadMs = 0;
 
   constructor(
     private readonly url: string,
@@ -134,7 +136,7 @@ export class CoordinatorPeer {
         type: "welcome",
         instanceId: m.instanceId,
         heartbeatMs: 500,
-        clock: { t0: m.sentAt, t1: now, t2: Date.now() },
+        clock: { t0: m.sentAt, t1: now + this.clockAheadMs, t2: Date.now() + this.clockAheadMs },
         ...(this.batchBytes === undefined ? {} : { batchBytes: this.batchBytes }),
       });
       this.send(m.agentId, { type: "ack", upTo: this.acked.get(m.agentId)?.upTo ?? 0 });
@@ -144,7 +146,10 @@ export class CoordinatorPeer {
       this.heartbeats.push(m);
       if (m.time === false) return;
       this.timeAnswers++;
-      this.send(d.agentId, { type: "time", clock: { t0: m.sentAt, t1: now, t2: Date.now() } });
+      this.send(d.agentId, {
+        type: "time",
+        clock: { t0: m.sentAt, t1: now + this.clockAheadMs, t2: Date.now() + this.clockAheadMs },
+      });
       return;
     }
     this.received.push(m);

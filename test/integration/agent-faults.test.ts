@@ -166,6 +166,37 @@ describe("agent: SIGTERM with commands coming due in the grace period", () => {
   }, 60_000);
 });
 
+describe("agent: a held command and a better clock estimate", () => {
+  it("starts at its time after a restart on a coordinator clock 2 s ahead, not when offset 0 said", async () => {
+    const r = await rig();
+    r.peer.clockAheadMs = 2_000;
+    const id = r.config.agentId;
+    const first = r.spawn();
+    await waitFor("hello", () => (r.peer.welcomed(id) ? true : undefined), 20_000);
+    await waitFor("the agent's estimate of the 2 s", () =>
+      Math.abs((r.peer.heartbeats.at(-1)?.clockOffset.offsetMs ?? 0) - 2_000) < 50
+        ? true
+        : undefined,
+    );
+    // Due on the coordinator's clock after the agent's restart.
+    const fireAt = Date.now() + r.peer.clockAheadMs + 6_000;
+    r.peer.dispatch(id, { executionId: "held", fireAt, deadline: fireAt + 60_000 });
+    await waitFor("accepted", () => (r.peer.of(id, "accepted", "held").length ? true : undefined));
+    expect(await first.stop(15_000)).toBe(0);
+    // The restarted agent recovers its journal before any clock sample (offset 0), so its wheel
+    // first holds the command until 2 s after its time; the welcome's sample brings it forward.
+    r.spawn();
+    const started = await waitFor(
+      "held started",
+      () => r.peer.of(id, "started", "held")[0],
+      20_000,
+    );
+    expect(started.startedAt - fireAt).toBeGreaterThanOrEqual(0);
+    expect(started.startedAt - fireAt).toBeLessThan(200);
+    expect(started.lateMs).toBeLessThan(200);
+  }, 60_000);
+});
+
 describe("agent: one journal, one agent", () => {
   it("refuses to start on a journal another live agent holds, naming the file, its pid and agentId", async () => {
     const r = await rig();
