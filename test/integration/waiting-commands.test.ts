@@ -132,11 +132,16 @@ describe("commands waiting for an agent out of reach", () => {
     );
     busy.received.length = 0;
     await busy.report({ type: "busy", executionId: next, round: first.round, seq: seq++ });
+    // The agent stays alive meanwhile, as a real one does: silent for three heartbeats (900 ms
+    // here), it would be offline before its back-off ended, and its command would wait for it.
+    const alive = setInterval(() => void busy.heartbeat(0, [ref]).catch(() => {}), 150);
+    cleanups.push(() => clearInterval(alive));
     await busy.heartbeat(0, [ref]);
     const again = await busy.waitFor(
       "the busy command dispatched again",
       (m): m is Dispatch => isDispatch(m) && m.executionId === next,
     );
+    clearInterval(alive);
     expect(again.round).toBeGreaterThan(first.round);
   });
 });
