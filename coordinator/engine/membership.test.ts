@@ -37,7 +37,13 @@ function setUp() {
     m.onFenced = (reason) => events.push(`fenced: ${reason}`);
     return { m, events };
   };
-  return { clock, open, member, logs };
+  /** A member on a store of its own (as a process opens it), joined. */
+  const joined = async (id: string) => {
+    const j = member(open(), id);
+    await j.m.join();
+    return j;
+  };
+  return { clock, open, member, joined, logs };
 }
 
 /** Lets the promises a timer started settle (the store's calls are async). */
@@ -50,14 +56,12 @@ async function advance(clock: FakeClock, ms: number): Promise<void> {
 
 describe("Membership", () => {
   it("the first member is active, a second stands by, and renews keep both", async () => {
-    const { clock, open, member } = setUp();
-    const a = member(open(), "a");
-    await a.m.join();
+    const { clock, joined } = setUp();
+    const a = await joined("a");
     expect(a.m.role).toBe("active");
     expect(a.events).toEqual(["active"]);
     expect(a.m.epoch).toBe(1);
-    const b = member(open(), "b");
-    await b.m.join();
+    const b = await joined("b");
     expect(b.m.role).toBe("standby");
     await advance(clock, 10_000);
     expect(a.m.role).toBe("active");
@@ -68,11 +72,9 @@ describe("Membership", () => {
   });
 
   it("a standby takes over once the active one's lease lapsed, not before", async () => {
-    const { clock, open, member } = setUp();
-    const a = member(open(), "a");
-    await a.m.join();
-    const b = member(open(), "b");
-    await b.m.join();
+    const { clock, joined } = setUp();
+    const a = await joined("a");
+    const b = await joined("b");
     expect(b.m.role).toBe("standby");
     // a's process dies: its renewals stop.
     a.m.close();
@@ -137,14 +139,11 @@ describe("Membership", () => {
   });
 
   it("a second start under the id of a standby fences the standby, which does not take the id back", async () => {
-    const { clock, open, member } = setUp();
-    const active = member(open(), "a0");
-    await active.m.join();
-    const first = member(open(), "b");
-    await first.m.join();
+    const { clock, joined } = setUp();
+    const active = await joined("a0");
+    const first = await joined("b");
     expect(first.m.role).toBe("standby");
-    const again = member(open(), "b");
-    await again.m.join();
+    const again = await joined("b");
     expect(again.m.epoch).toBe(2);
     await advance(clock, 5_000);
     expect(first.m.role).toBe("fenced");
@@ -162,9 +161,8 @@ describe("Membership", () => {
   });
 
   it("a standby the store lost for longer than its lease joins again instead of stopping", async () => {
-    const { clock, open, member } = setUp();
-    const a = member(open(), "a");
-    await a.m.join();
+    const { clock, open, member, joined } = setUp();
+    const a = await joined("a");
     const bStore = open();
     const b = member(bStore, "b");
     await b.m.join();
@@ -269,11 +267,9 @@ describe("Membership", () => {
   });
 
   it("firing active: only the active member fires", async () => {
-    const { open, member } = setUp();
-    const a = member(open(), "a");
-    const b = member(open(), "b");
-    await a.m.join();
-    await b.m.join();
+    const { joined } = setUp();
+    const a = await joined("a");
+    const b = await joined("b");
     expect(a.m.view().firing).toBe("active");
     for (const j of ["x", "y", "z"]) {
       expect(a.m.firesJob(j)).toBe(true);
