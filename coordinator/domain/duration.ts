@@ -23,10 +23,18 @@ export const durationSchema = z.union([z.number(), z.string()]).transform((value
   return ms;
 });
 
+/** The longest run timeout (protocol.md, `timeoutMs`): a timer's longest delay, about 24.8 days. */
+export const MAX_TIMEOUT_MS = 2_147_483_647;
+
 /**
- * A duration an agent is given as a whole number of milliseconds from 1 (a run's `timeoutMs`): 0
- * or a fraction would be accepted here and refused by every agent it was dispatched to.
+ * A duration an agent is given as a whole number of milliseconds from 1 to {@link MAX_TIMEOUT_MS}
+ * (a run's `timeoutMs`): 0, a fraction or more would be accepted here and refused by every agent
+ * it was dispatched to.
  */
 export const positiveDurationSchema = durationSchema.pipe(
-  z.number().int("must be a whole number of milliseconds").min(1, "must be at least 1ms"),
+  z
+    .number()
+    .int("must be a whole number of milliseconds")
+    .min(1, "must be at least 1ms")
+    .max(MAX_TIMEOUT_MS, "must be at most 2147483647 ms (about 24.8 days)"),
 );

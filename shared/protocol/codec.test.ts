@@ -657,6 +657,14 @@ const badCases: BadCase[] = [
     code: "AX_PROTO_INVALID_FIELD",
     field: "timeoutMs",
   },
+  {
+    // Past a timer's longest delay an agent's timer would fire at once.
+    name: "timeoutMs past a timer's longest delay",
+    topic: down,
+    payload: broken("dispatch", { timeoutMs: 2_147_483_648 }),
+    code: "AX_PROTO_INVALID_FIELD",
+    field: "timeoutMs",
+  },
   // Reports.
   {
     name: "outcome not in the enum",

@@ -21,7 +21,8 @@ export const dispatchSchema = z.object({
   params: jsonObject(),
   fireAt: timestamp(),
   deadline: timestamp(),
-  timeoutMs: z.int().check(z.gte(1)),
+  // A timer's longest delay (Node's, as most runtimes'): a longer one would fire at once.
+  timeoutMs: z.int().check(z.gte(1), z.lte(2_147_483_647)),
   shard: z.optional(
     z.object({ index: count(), total: z.int().check(z.gte(1)) }).check(
       z.refine((s) => s.index < s.total, {

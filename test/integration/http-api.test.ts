@@ -554,15 +554,27 @@ describe("HTTP API", () => {
       );
     });
 
-    it("refuses a run timeout no agent would take: 0, or a fraction of a millisecond", async () => {
-      for (const timeout of [0, "0s", 1.5]) {
+    it("refuses a run timeout no agent would take: 0, a fraction of a millisecond, or past a timer's longest delay", async () => {
+      for (const timeout of [0, "0s", 1.5, "25d", 2_147_483_648]) {
         const e = expectError(
           await post("/api/commands", { agentId: "x", queue: true, handler: "echo", timeout }),
           400,
           "AX_API_INVALID_REQUEST",
           ["body.timeout"],
         );
-        expect(e.message).toMatch(/body\.timeout: must be (at least 1ms|a whole number)/);
+        expect(e.message).toMatch(
+          /body\.timeout: must be (at least 1ms|a whole number|at most 2147483647 ms)/,
+        );
+      }
+      // The longest is taken: 24 days, and exactly a timer's longest delay.
+      for (const timeout of ["24d", 2_147_483_647]) {
+        const res = await post("/api/commands", {
+          agentId: "x",
+          queue: true,
+          handler: "echo",
+          timeout,
+        });
+        expect(res.status).toBe(202);
       }
       const job = (field: string, value: unknown) =>
         post("/api/jobs", {
@@ -572,6 +584,7 @@ describe("HTTP API", () => {
           [field]: value,
         });
       expectError(await job("timeout", 0), 400, "AX_API_INVALID_REQUEST", ["body.timeout"]);
+      expectError(await job("timeout", "30d"), 400, "AX_API_INVALID_REQUEST", ["body.timeout"]);
       expectError(await job("dispatchTimeout", "0ms"), 400, "AX_API_INVALID_REQUEST", [
         "body.dispatchTimeout",
       ]);
