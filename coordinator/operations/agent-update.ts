@@ -67,17 +67,17 @@ export function agentUpdateParams(
 }
 
 /**
- * The params of a command of `handler` as stored and dispatched: for `agent.update`, the full
- * {@link AgentUpdateParams} of the published bundle the operator's `{ bundle, healthWindowMs? }`
- * names; any other handler's as given. `at` is the params' path in the request body (such as
- * `["params"]`), which each refusal names: AX_API_INVALID_REQUEST (a 400).
+ * Checks the params of a command of `handler` as the operator gave them, before anything else is
+ * looked up (docs/api.md: the body is validated before anything happens): for `agent.update`,
+ * `{ bundle, healthWindowMs? }`, returned parsed; any other handler's as given (its agent checks
+ * them). `at` is the params' path in the request body (such as `["params"]`), which each refusal
+ * names: AX_API_INVALID_REQUEST (a 400).
  */
-export async function commandParams(
-  ctx: EngineContext,
+export function checkCommandParams(
   handler: string,
   params: Record<string, unknown>,
   at: readonly string[],
-): Promise<Record<string, unknown>> {
+): Record<string, unknown> {
   if (handler !== AGENT_UPDATE_HANDLER) return params;
   const parsed = agentUpdateRequestSchema.safeParse(params);
   if (!parsed.success) {
@@ -90,7 +90,25 @@ export async function commandParams(
     }
     throw invalid([...at, ...issue.path.map(String)], issue.message);
   }
-  const { bundle: sha256, healthWindowMs } = parsed.data;
+  return parsed.data;
+}
+
+/**
+ * The params of a command of `handler` as stored and dispatched: for `agent.update`, the full
+ * {@link AgentUpdateParams} of the published bundle the operator's `{ bundle, healthWindowMs? }`
+ * names; any other handler's as given. Refusals as {@link checkCommandParams}'s, and for a
+ * bundle not published.
+ */
+export async function commandParams(
+  ctx: EngineContext,
+  handler: string,
+  params: Record<string, unknown>,
+  at: readonly string[],
+): Promise<Record<string, unknown>> {
+  if (handler !== AGENT_UPDATE_HANDLER) return params;
+  const { bundle: sha256, healthWindowMs } = checkCommandParams(handler, params, at) as z.infer<
+    typeof agentUpdateRequestSchema
+  >;
   const bundle = await ctx.store.getBundle(sha256);
   if (bundle === undefined) {
     throw invalid(

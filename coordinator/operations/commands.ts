@@ -4,7 +4,7 @@ import type { Fleet } from "../engine/fleet.js";
 import { newExecutionId } from "../engine/transitions.js";
 import type { Identities } from "../security/identities.js";
 import type { AgentRecord, NewExecution } from "../store/port.js";
-import { commandParams } from "./agent-update.js";
+import { checkCommandParams, commandParams } from "./agent-update.js";
 
 /** What a device command gets when its request leaves a field out; applied here, once. */
 export const COMMAND_DEFAULTS = {
@@ -97,6 +97,8 @@ export class CommandOperations {
         `is in the past (${new Date(deadline).toISOString()}); it could only expire`,
       );
     }
+    // The params' shape first: a malformed body is a 400 whatever the agents (docs/api.md).
+    checkCommandParams(req.handler, req.params ?? {}, ["params"]);
     const agentIds =
       req.selector === undefined
         ? [this.checkAgent(req.agentId, req.handler, req.queue === true)]

@@ -169,6 +169,17 @@ describe("agent.update: targeting and params", () => {
     // Nothing was created for any of them.
     const page = await coordinator.store.pageExecutions({ agentId: ids.match, limit: 10 });
     expect(page.items).toEqual([]);
+    // The body is checked before the agents are looked up: a malformed one is a 400 for an agent
+    // never heard of and for one without the handler too, not their 404 or 409.
+    for (const agentId of ["never-heard-of", ids.old]) {
+      const r = await api("POST", "/api/commands", {
+        agentId,
+        handler: AGENT_UPDATE_HANDLER,
+        params: { bundle: bundle.sha256, url: "http://evil.example/x.tar.gz" },
+      });
+      expect(r.status, agentId).toBe(400);
+      expect(errorOf(r).paths).toEqual(["body.params.url"]);
+    }
   });
 
   it("refuses a job of agent.update: its params would reach devices as written", async () => {
