@@ -48,6 +48,7 @@ export const ERROR_CODES = {
   AX_BROKER_RELOAD: "The coordinator could not rewrite Mosquitto's files or signal it to reload.",
   AX_CLI_USAGE: "A CLI command or flag is unknown or has an invalid value.",
   AX_CLI_FILE_EXISTS: "A CLI command would overwrite an existing file.",
+  AX_CLI_FILE_WRITE: "A CLI command could not write the file it was to write.",
   AX_AGENT_NOT_FOUND:
     "No agent has the given id (neither enrolled nor ever connected), or none has a selector's tags.",
   AX_AGENT_NO_HANDLER: "The agent, or every agent a selector matches, does not offer the handler.",

@@ -34,24 +34,30 @@ export async function fleetEnroll(argv: string[]): Promise<number> {
       { context: { path: out } },
     );
   }
-  // --out's folder too: an enrolment whose identity file cannot be written is one in vain. (The
-  // default is in this folder; an agent id that would make it a path is refused by the API.)
+  // The file must be writable where it goes, the default's folder (this one) too: an enrolment
+  // whose identity file cannot be written is one in vain, and enrolling again needs --rotate.
   const folder = dirname(out);
-  let writable = flags.out === undefined;
-  if (!writable) {
+  let problem: string | undefined;
+  // An agent id that would make the default a path elsewhere is the API's to refuse (its id rules).
+  const checkFolder = flags.out !== undefined || folder === process.cwd();
+  try {
+    if (checkFolder && !statSync(folder).isDirectory()) problem = `${folder} is not a folder`;
+    else if (checkFolder) accessSync(folder, constants.W_OK);
+  } catch {
+    problem = `its folder ${folder} does not exist or is not writable`;
+  }
+  if (problem === undefined && existsSync(out)) {
     try {
-      writable = statSync(folder).isDirectory();
-      accessSync(folder, constants.W_OK);
+      if (statSync(out).isDirectory()) problem = "it is a folder";
+      else accessSync(out, constants.W_OK);
     } catch {
-      writable = false;
+      problem = "it is not writable";
     }
   }
-  if (!writable) {
-    throw new AxError(
-      "AX_CLI_USAGE",
-      `${c}: cannot write ${out}: its folder ${folder} does not exist or is not writable`,
-      { context: { path: out } },
-    );
+  if (problem !== undefined) {
+    throw new AxError("AX_CLI_USAGE", `${c}: cannot write ${out}: ${problem}`, {
+      context: { path: out },
+    });
   }
   const r = await apiClient(c, flags).request<{
     identity: IdentityRecord;
@@ -61,9 +67,18 @@ export async function fleetEnroll(argv: string[]): Promise<number> {
     ...(flags.tag === undefined ? {} : { tags }),
     ...(flags.rotate ? { rotate: true } : {}),
   });
-  writeFileSync(out, `${JSON.stringify(r.file, null, 2)}\n`, { mode: 0o600 });
-  // The mode applies only to a file created here: one overwritten (--force) is made 0600 too.
-  chmodSync(out, 0o600);
+  try {
+    writeFileSync(out, `${JSON.stringify(r.file, null, 2)}\n`, { mode: 0o600 });
+    // The mode applies only to a file created here: one overwritten (--force) is made 0600 too.
+    chmodSync(out, 0o600);
+  } catch (err) {
+    // Checked above, so only a change since (a disk full, a folder removed) gets here.
+    throw new AxError(
+      "AX_CLI_FILE_WRITE",
+      `${c}: agent "${agentId}" is enrolled, but its identity file ${out} could not be written (${(err as Error).message}); enrol it again with --rotate to get a new key and file`,
+      { context: { path: out }, cause: err },
+    );
+  }
   if (flags.json) printJson({ identity: r.identity, file: out });
   else
     print(

@@ -1,5 +1,5 @@
 import { execFile } from "node:child_process";
-import { chmodSync, existsSync, readFileSync, statSync, writeFileSync } from "node:fs";
+import { chmodSync, existsSync, mkdirSync, readFileSync, statSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -197,6 +197,19 @@ describe("ax and the admin token, API tokens and enrolment", () => {
       `ax: AX_CLI_USAGE: fleet enroll: cannot write ${nowhere}: its folder ${join(tmp.dir, "no-such-folder")} does not exist or is not writable`,
     );
     expect(coordinator.identities.get("dev-8")).toBeUndefined();
+    // --out naming a folder, with --force: refused too, not enrolled (it was, then failed, exit 70).
+    const asFolder = join(tmp.dir, "a-folder");
+    mkdirSync(asFolder);
+    const folderOut = await ax(
+      ["fleet", "enroll", "dev-9", "--out", asFolder, "--force"],
+      tmp.dir,
+      env,
+    );
+    expect(folderOut.code, folderOut.stderr).toBe(2);
+    expect(folderOut.stderr).toContain(
+      `ax: AX_CLI_USAGE: fleet enroll: cannot write ${asFolder}: it is a folder`,
+    );
+    expect(coordinator.identities.get("dev-9")).toBeUndefined();
     const none = await ax(["fleet", "enroll", "a/b"], tmp.dir, env);
     expect(none.code).toBe(1);
     expect(none.stderr).toContain("body.agentId: must be 1-128 of");
