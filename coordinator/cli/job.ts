@@ -64,8 +64,38 @@ export async function jobCommand(sub: string | undefined, argv: string[]): Promi
       if (!flags.file) throw new AxError("AX_CLI_USAGE", "job add: --file FILE is required");
       const defs = readJobFile(flags.file);
       const api = apiClient("job add", flags);
+      // All or nothing where the CLI can see it: a job that exists already is refused before
+      // any is added (the file's own duplicates were refused when it was read).
+      for (const def of defs) {
+        const id = (def as { id: string }).id;
+        const exists = await api.request<JobView>("GET", path(id)).then(
+          () => true,
+          (err: unknown) => {
+            if (err instanceof AxError && err.code === "AX_JOB_NOT_FOUND") return false;
+            throw err;
+          },
+        );
+        if (exists) {
+          throw new AxError(
+            "AX_JOB_EXISTS",
+            `job "${id}" already exists; update it instead (ax job edit ${id} --file FILE); no job of ${flags.file} was added`,
+            { context: { jobId: id } },
+          );
+        }
+      }
       const added: JobView[] = [];
-      for (const def of defs) added.push(await api.request<JobView>("POST", "/api/jobs", def));
+      for (const def of defs) {
+        try {
+          added.push(await api.request<JobView>("POST", "/api/jobs", def));
+        } catch (err) {
+          // What the coordinator refused partway (another writer, a limit): say what went in.
+          if (added.length > 0 && err instanceof AxError) {
+            const ids = added.map((j) => j.id).join(", ");
+            err.message = `${err.message} (added before it: ${ids}; none after it was sent)`;
+          }
+          throw err;
+        }
+      }
       if (flags.json) printJson(added);
       else print(table(JOB_HEADER, added.map(jobRow)));
       return 0;

@@ -94,6 +94,26 @@ describe("ax operator commands", () => {
     expect(r3.stderr).toContain(
       `ax: AX_JOB_INVALID: ${join(cli.dir, "no-such.json")}: cannot read: ENOENT: no such file or directory`,
     );
+
+    // A file with a job that exists already adds none of its jobs (it added those before it).
+    await cli.coordinator.putJob({
+      id: "there-already",
+      handler: "echo",
+      trigger: { type: "manual" },
+    });
+    writeFileSync(
+      file,
+      JSON.stringify([
+        { id: "new-one", handler: "echo", trigger: { type: "manual" } },
+        { id: "there-already", handler: "echo", trigger: { type: "manual" } },
+      ]),
+    );
+    const r4 = await ax(["job", "add", "--file", file], cli.env);
+    expect(r4.code).toBe(1);
+    expect(r4.stderr).toContain(
+      `ax: AX_JOB_EXISTS: job "there-already" already exists; update it instead (ax job edit there-already --file FILE); no job of ${file} was added`,
+    );
+    expect(await cli.coordinator.store.getJob("new-one")).toBeUndefined();
   });
 
   it("shows, edits, pauses, previews and triggers a job", async () => {
