@@ -174,7 +174,7 @@ export const AGENT_FIELD_DOCS: Readonly<Record<string, AgentFieldDoc>> = {
   "handlers.exec.allow": { description: "Absolute paths of the executables that may run." },
   "handlers.exec.maxOutputBytes": {
     description:
-      "Bytes kept of stdout and of stderr, each; at most 24 KiB so that both fit a `finished` report.",
+      "Bytes kept of stdout and of stderr, each, counted JSON-escaped as they are sent; at most 24 KiB so that both fit a `finished` report.",
   },
   tickMs: { description: "The wheel's tick for device commands." },
   wheelSlots: { description: "Slots of the wheel; one revolution is `tickMs` × `wheelSlots`." },

@@ -951,7 +951,8 @@ describe("Executor: handler outcomes", () => {
     await flush();
     const [finished] = h.of("finished", "e1");
     expect(finished?.outcome).toBe("succeeded");
-    expect(finished?.result).toEqual({ truncated: true, reason: "not_json" });
+    // "done" serialises, as 6 bytes of JSON: the marker says so.
+    expect(finished?.result).toEqual({ truncated: true, reason: "not_json", bytes: 6 });
     expect(finished?.message).toMatch(/^ok \[result not sent: /);
   });
 });

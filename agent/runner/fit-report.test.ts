@@ -144,6 +144,18 @@ describe("fitFinished", () => {
     expectDeliverable(fitted);
   });
 
+  it("gives a result that serialises but is not an object its size, and one that does not none", () => {
+    expect(fitFinished(body({ result: [1, 2, 3] as never })).result).toEqual({
+      truncated: true,
+      reason: "not_json",
+      bytes: 7,
+    });
+    expect(fitFinished(body({ result: { n: 10n } })).result).toEqual({
+      truncated: true,
+      reason: "not_json",
+    });
+  });
+
   it("keeps a result exactly as deep as a batch allows", () => {
     const result = deep(MAX_JSON_DEPTH - 2);
     const fitted = fitFinished(body({ result }));

@@ -46,7 +46,9 @@ function cut(text: string, max: number): string {
 }
 
 /** The result as the JSON it will be sent as, or why it cannot be. */
-function serialise(result: unknown): { json: string } | { reason: TruncatedReason } {
+function serialise(
+  result: unknown,
+): { json: string } | { reason: TruncatedReason; bytes?: number } {
   let json: string | undefined;
   try {
     // Throws on a cycle or a BigInt, and (RangeError) on a value nested a few thousand deep.
@@ -54,8 +56,10 @@ function serialise(result: unknown): { json: string } | { reason: TruncatedReaso
   } catch {
     return { reason: "not_json" };
   }
-  // undefined: a function or symbol; anything but an object: not what `result` may be.
-  if (json === undefined || !json.startsWith("{")) return { reason: "not_json" };
+  // undefined: a function or symbol; anything but an object (an array, a string, a number)
+  // serialises, but is not what `result` may be: its size is still worth telling.
+  if (json === undefined) return { reason: "not_json" };
+  if (!json.startsWith("{")) return { reason: "not_json", bytes: Buffer.byteLength(json) };
   return { json };
 }
 
@@ -77,7 +81,7 @@ export function fitFinished(
   let marker: TruncatedResult | undefined;
   let bytes: number | undefined;
   if ("reason" in s) {
-    marker = { truncated: true, reason: s.reason };
+    marker = { truncated: true, ...s };
   } else {
     bytes = Buffer.byteLength(s.json);
     const message = cut(rest.message, MAX_MESSAGE_CHARS);

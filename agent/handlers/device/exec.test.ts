@@ -2,6 +2,7 @@ import { mkdtemp, realpath, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { fitFinished } from "../../runner/fit-report.js";
 import { EXEC_DEFAULT_MAX_OUTPUT_BYTES, EXEC_KILL_GRACE_MS, execHandler } from "./exec.js";
 import { failureOf, paramsError, testContext } from "./test-context.js";
 
@@ -208,9 +209,13 @@ describe("exec", () => {
     })) as Record<string, unknown>;
     const stdout = result.stdout as string;
     const stderr = result.stderr as string;
-    expect(Buffer.byteLength(stdout)).toBe(1000);
+    // Counted as sent: each newline is 2 bytes of JSON (\n), so a little under 1,000 raw.
+    const sent = (t: string) => Buffer.byteLength(JSON.stringify(t)) - 2;
+    expect(sent(stdout)).toBeLessThanOrEqual(1000);
+    expect(sent(stdout)).toBeGreaterThan(995);
     expect(stdout.startsWith("out0\nout1\n")).toBe(true);
-    expect(Buffer.byteLength(stderr)).toBe(1000);
+    expect(sent(stderr)).toBeLessThanOrEqual(1000);
+    expect(sent(stderr)).toBeGreaterThan(995);
     expect(stderr.endsWith("err498\nerr499\n")).toBe(true);
     expect(result).toMatchObject({ exitCode: 0, stdoutTruncated: true, stderrTruncated: true });
   });
@@ -221,8 +226,42 @@ describe("exec", () => {
       args: ["-c", "i=0; while [ $i -lt 3000 ]; do echo 0123456789; i=$((i+1)); done"],
     })) as { stdout: string; stdoutTruncated: boolean };
     expect(EXEC_DEFAULT_MAX_OUTPUT_BYTES).toBe(16_384);
-    expect(result.stdout.length).toBe(EXEC_DEFAULT_MAX_OUTPUT_BYTES);
+    // 11 bytes a line, 12 as JSON (the newline is \n): 16,384 bytes as sent hold 1,365 lines.
+    expect(result.stdout).toBe(`${"0123456789\n".repeat(1365)}0123`);
     expect(result.stdoutTruncated).toBe(true);
+  });
+
+  it("counts its output as it is sent, JSON-escaped, so the exit code always reaches the coordinator", async () => {
+    // 12,000 bytes of 0x01 (6 bytes each as \u0001) on stdout, 16,384 quotes (2 each) on stderr:
+    // under the cap as raw bytes, 72 KB as JSON, which dropped the whole result.
+    const script =
+      'head -c 12000 /dev/zero | tr "\\0" "\\001"; head -c 16384 /dev/zero | tr "\\0" "\\042" >&2';
+    const result = (await exec.run(testContext(), {
+      command: "/bin/sh",
+      args: ["-c", script],
+    })) as {
+      exitCode: number;
+      stdout: string;
+      stderr: string;
+      stdoutTruncated: boolean;
+      stderrTruncated: boolean;
+    };
+    expect(result.exitCode).toBe(0);
+    expect(result.stdoutTruncated).toBe(true);
+    expect(result.stderrTruncated).toBe(true);
+    expect(result.stdout).toBe("\u0001".repeat(Math.floor(EXEC_DEFAULT_MAX_OUTPUT_BYTES / 6)));
+    expect(result.stderr).toBe('"'.repeat(EXEC_DEFAULT_MAX_OUTPUT_BYTES / 2));
+    const fitted = fitFinished({
+      type: "finished",
+      executionId: "ex_1",
+      round: 1,
+      outcome: "succeeded",
+      retryable: false,
+      message: "ok",
+      finishedAt: 1,
+      result,
+    });
+    expect(fitted.result).toEqual(result);
   });
 
   it("validates params with messages that name the field", () => {

@@ -3,6 +3,7 @@ import * as z from "zod/mini";
 import type { HandlerPart } from "../../parts/types.js";
 import { defineHandler, type Handler, type HandlerContext, HandlerFailure } from "../registry.js";
 import { absolutePath, tail } from "./common.js";
+import { fitJsonText } from "./json-text.js";
 
 /** Options of `exec`, resolved from the agent config's `exec` section. */
 export interface ExecOptions {
@@ -104,8 +105,11 @@ class Capture {
     }
   }
 
+  /** What was kept, cut further where JSON escaping would make it longer than `max` bytes. */
   text(): string {
-    return Buffer.concat(this.chunks).toString("utf8");
+    const fitted = fitJsonText(Buffer.concat(this.chunks).toString("utf8"), this.max, this.keep);
+    if (fitted.cut) this.truncated = true;
+    return fitted.text;
   }
 }
 

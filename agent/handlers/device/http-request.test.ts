@@ -52,6 +52,10 @@ async function route(req: IncomingMessage, res: ServerResponse): Promise<void> {
       res.writeHead(200, { "content-type": "text/plain" });
       res.end("é".repeat(HTTP_BODY_CAP_BYTES)); // 2 bytes each: twice the cap
       return;
+    case "/control":
+      res.writeHead(200, { "content-type": "text/plain" });
+      res.end("\u0001".repeat(12_000)); // 12,000 bytes, 72,000 as JSON (\u0001 each)
+      return;
     case "/redirect":
       res.writeHead(302, { location: "http://example.invalid/elsewhere" });
       res.end();
@@ -238,6 +242,21 @@ describe("http.request", () => {
     expect(result.truncated).toBe(true);
     expect(Buffer.byteLength(result.body)).toBe(HTTP_BODY_CAP_BYTES);
     expect(result.body).toBe("é".repeat(HTTP_BODY_CAP_BYTES / 2));
+  });
+
+  it("counts the body as it is sent, JSON-escaped, so status and headers always reach the coordinator", async () => {
+    const handler = httpRequestHandler({ allowOrigins: [] });
+    const result = (await handler.run(testContext(), { url: `${base}/control` })) as {
+      status: number;
+      body: string;
+      truncated?: boolean;
+    };
+    expect(result.status).toBe(200);
+    expect(result.truncated).toBe(true);
+    expect(result.body).toBe("\u0001".repeat(Math.floor(HTTP_BODY_CAP_BYTES / 6)));
+    expect(Buffer.byteLength(JSON.stringify(result.body)) - 2).toBeLessThanOrEqual(
+      HTTP_BODY_CAP_BYTES,
+    );
   });
 
   it("does not follow a redirect: the 3xx is the result", async () => {

@@ -2,6 +2,7 @@ import * as z from "zod/mini";
 import type { HandlerPart } from "../../parts/types.js";
 import { defineHandler, type Handler, HandlerFailure } from "../registry.js";
 import { displayUrl, errorText, head } from "./common.js";
+import { fitJsonText } from "./json-text.js";
 
 /** Options of `http.request`, resolved from the agent config's `"http.request"` section. */
 export interface HttpRequestOptions {
@@ -140,7 +141,11 @@ export function httpRequestHandler(opts: HttpRequestOptions): Handler<HttpReques
         redirect: "manual",
         signal: AbortSignal.any([ctx.signal, timeout]),
       });
-      const { text, truncated } = await readCapped(res, HTTP_BODY_CAP_BYTES);
+      const read = await readCapped(res, HTTP_BODY_CAP_BYTES);
+      // The cap counts the body as it will be sent, JSON-escaped (json-text.ts).
+      const fitted = fitJsonText(read.text, HTTP_BODY_CAP_BYTES, "head");
+      const text = fitted.text;
+      const truncated = read.truncated || fitted.cut;
       if (res.status >= 400) {
         const retryable = res.status >= 500 || res.status === 408 || res.status === 429;
         const snippet = text.trim() === "" ? "" : `: ${head(text.trim(), 200)}`;
