@@ -70,7 +70,7 @@ export function checkSignature(
   sig: Buffer | undefined,
   trusted: TrustedKey | undefined,
 ): string[] {
-  if (sig === undefined) return [`${SIGNATURE_FILE} missing: the bundle is unsigned`];
+  if (sig === undefined) return [`${SIGNATURE_FILE}: missing: the bundle is unsigned`];
   let raw: unknown;
   try {
     raw = JSON.parse(sig.toString("utf8"));

@@ -196,7 +196,7 @@ describe("ax bundle verify checks the signature", () => {
     unlinkSync(join(dir, SIGNATURE_FILE));
     const r = verifyBundle(dir, { trusted });
     expect(r.signature).toBe("unsigned");
-    expect(r.problems).toEqual(["manifest.sig missing: the bundle is unsigned"]);
+    expect(r.problems).toEqual(["manifest.sig: missing: the bundle is unsigned"]);
   });
 
   it("refuses a bundle checked with another key pair's public key, naming both keys", () => {
@@ -225,7 +225,7 @@ describe("ax bundle verify checks the signature", () => {
 
   it("refuses an unsigned build unless unsigned builds are allowed", () => {
     expect(verifyBundle(unsigned.archive, { trusted }).problems).toEqual([
-      "manifest.sig missing: the bundle is unsigned",
+      "manifest.sig: missing: the bundle is unsigned",
     ]);
     const r = verifyBundle(unsigned.archive, { allowUnsigned: true });
     expect(r.problems).toEqual([]);
@@ -243,7 +243,7 @@ describe("ax bundle verify checks the signature", () => {
     cpSync(made.dir, stripped, { recursive: true });
     unlinkSync(join(stripped, "manifest.sig"));
     const r2 = verifyBundle(stripped, { allowUnsigned: true });
-    expect(r2.problems).toEqual(["manifest.sig missing: the bundle is unsigned"]);
+    expect(r2.problems).toEqual(["manifest.sig: missing: the bundle is unsigned"]);
     expect(r2.signature).toBe("unsigned");
   });
 });

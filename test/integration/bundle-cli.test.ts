@@ -181,7 +181,7 @@ describe("ax bundle build and verify: signatures", () => {
     const unsigned = ax(["bundle", "verify", nosig, "--config", configFile]);
     expect(unsigned.code).toBe(1);
     expect(unsigned.stderr).toBe(
-      `ax: AX_BUNDLE_SIGNATURE: ${nosig}: refused: its signature is missing or does not verify\nmanifest.sig missing: the bundle is unsigned\n`,
+      `ax: AX_BUNDLE_SIGNATURE: ${nosig}: refused: its signature is missing or does not verify\nmanifest.sig: missing: the bundle is unsigned\n`,
     );
     // --allow-unsigned does not make a signed build whose manifest.sig was taken away a matter of
     // checksums: the files match; its signature is what is missing.
@@ -241,12 +241,12 @@ describe("ax bundle build and verify: signatures", () => {
     const devArchive = join(devOut, "sensor-hub", "sensor-hub.tar.gz");
     const refused = ax(["bundle", "verify", devArchive, "--config", configFile]);
     expect(refused.code).toBe(1);
-    expect(refused.stderr).toContain("\nmanifest.sig missing: the bundle is unsigned\n");
+    expect(refused.stderr).toContain("\nmanifest.sig: missing: the bundle is unsigned\n");
     // With no key at hand it is refused for the same reason, not for the missing key.
     const keyless = ax(["bundle", "verify", devArchive], 60_000, empty);
     expect(keyless.code).toBe(1);
     expect(keyless.stderr).toMatch(/^ax: AX_BUNDLE_SIGNATURE: /);
-    expect(keyless.stderr).toContain("\nmanifest.sig missing: the bundle is unsigned\n");
+    expect(keyless.stderr).toContain("\nmanifest.sig: missing: the bundle is unsigned\n");
     // FILE after the flags reads the same.
     const allowed = ax(["bundle", "verify", "--allow-unsigned", devArchive], 60_000, empty);
     expect(allowed.code, allowed.stderr).toBe(0);

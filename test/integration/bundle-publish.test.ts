@@ -171,11 +171,16 @@ describe("published bundles", () => {
       expect(message).toBe(
         "bundle refused:\n" +
           "manifest.json: unsigned: a development build (ax bundle build --unsigned) cannot be published\n" +
-          "manifest.sig missing: the bundle is unsigned",
+          "manifest.sig: missing: the bundle is unsigned",
       );
+      // Each issue's path is the file (docs/api.md): manifest.json, then manifest.sig.
+      expect(errorOf((await post(unsigned)) as Answer).paths).toEqual([
+        "manifest.json",
+        "manifest.sig",
+      ]);
       const noSig = variant({}, null);
       expect(expectError(await post(noSig), 400, "AX_BUNDLE_INVALID")).toBe(
-        "bundle refused:\nmanifest.sig missing: the bundle is unsigned",
+        "bundle refused:\nmanifest.sig: missing: the bundle is unsigned",
       );
     });
 
@@ -522,7 +527,7 @@ describe("published bundles", () => {
       const r = await runAx(["bundle", "publish", bad], env());
       expect(r.code).toBe(1);
       expect(r.stderr).toContain("AX_BUNDLE_INVALID");
-      expect(r.stderr).toContain("manifest.sig missing: the bundle is unsigned");
+      expect(r.stderr).toContain("manifest.sig: missing: the bundle is unsigned");
       const missing = await runAx(["bundle", "publish", join(tmp.dir, "nope.tar.gz")], env());
       expect(missing.code).toBe(2);
       expect(missing.stderr).toContain("nope.tar.gz: no such file or folder");
