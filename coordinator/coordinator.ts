@@ -416,6 +416,10 @@ export class Coordinator {
     };
     // Who fires which job moved: each member plans what is its own now (and leaves the rest).
     membership.onMembersChanged = () => this.rescanFiring();
+    // Every coordinator serves the API, standbys too: each knows the tokens and the enrolled
+    // agents from the start, and again whenever another one changes them (watchWork below).
+    await this.identities.load();
+    await this.apiTokens.load();
     await membership.join();
     await this.activating;
     if (membership.role === "standby") {
@@ -430,13 +434,46 @@ export class Coordinator {
       if (shared) this.firing.start();
     }
     this.watchStop = this.store.watchWork((what) => {
-      if (what === "jobs") {
+      if (what === "access") this.reloadAccess();
+      else if (what === "jobs") {
         if (this.activated || membership.firing === "shared") this.rescanFiring();
       } else if (this.activated) this.executionLoop.kick();
     });
   }
 
   private watchStop: (() => void) | undefined;
+  private reloadingAccess: Promise<void> | undefined;
+  private closing = false;
+  private accessAgain = false;
+
+  /**
+   * Loads the API tokens and the enrolments again: another coordinator on the store created or
+   * revoked one, which must hold here at once (a token revoked there is refused here too). Calls
+   * that come while one runs make one more run after it.
+   */
+  private reloadAccess(): void {
+    if (this.reloadingAccess !== undefined) {
+      this.accessAgain = true;
+      return;
+    }
+    this.reloadingAccess = (async () => {
+      do {
+        this.accessAgain = false;
+        try {
+          await this.identities.reload();
+          await this.apiTokens.load();
+        } catch (err) {
+          this.ctx.log(
+            "warn",
+            `loading tokens and enrolments again failed, trying again in 1 s: ${(err as Error).message}`,
+          );
+          // A revocation missed here would hold until the next change: try until it is read.
+          if (!this.closing) this.ctx.clock.setTimer(() => this.reloadAccess(), 1_000);
+        }
+      } while (this.accessAgain);
+      this.reloadingAccess = undefined;
+    })();
+  }
   /** Firings this process recorded (shown to the other coordinators). */
   private firesRecorded = 0;
   private announcing = false;
@@ -645,6 +682,7 @@ export class Coordinator {
   }
 
   async close(): Promise<void> {
+    this.closing = true;
     this.watchStop?.();
     this.membership?.close();
     this.alerts.close();

@@ -54,8 +54,10 @@ export class ApiTokens {
 
   /** Loads the tokens made through the API from the store. */
   async load(): Promise<void> {
+    const tokens = await this.store.listApiTokens();
+    // Swapped in one step: a request checked while the store answered sees the old set whole.
     this.byDigest.clear();
-    for (const t of await this.store.listApiTokens()) this.byDigest.set(t.digest, t);
+    for (const t of tokens) this.byDigest.set(t.digest, t);
   }
 
   /**
@@ -142,6 +144,7 @@ export class ApiTokens {
     await this.store.putApiToken(record);
     await this.store.flush();
     this.byDigest.set(record.digest, record);
+    this.announce();
     return { token, record: view(record) };
   }
 
@@ -165,6 +168,12 @@ export class ApiTokens {
     this.byDigest.delete(entry[0]);
     await this.store.deleteApiToken(name);
     await this.store.flush();
+    this.announce();
+  }
+
+  /** Tells the other coordinators on the store to load the tokens again (best effort: logged). */
+  private announce(): void {
+    this.store.announceWork("access").catch(() => {});
   }
 }
 

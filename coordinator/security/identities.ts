@@ -30,6 +30,23 @@ export class Identities {
     for (const r of await this.store.listIdentities()) this.byId.set(r.agentId, r);
   }
 
+  /**
+   * Loads the enrolments again, after another coordinator on the store changed some, and tells
+   * {@link onChange} of each that is new or changed (a revocation, a rotation), as if made here.
+   */
+  async reload(): Promise<void> {
+    for (const r of await this.store.listIdentities()) {
+      const old = this.byId.get(r.agentId);
+      if (old !== undefined && old.status === r.status && old.generation === r.generation) {
+        if (old.updatedAt !== r.updatedAt) this.byId.set(r.agentId, r);
+        continue;
+      }
+      this.byId.set(r.agentId, r);
+      this.keys.delete(r.agentId);
+      this.onChange?.(r);
+    }
+  }
+
   get(agentId: string): IdentityRecord | undefined {
     return this.byId.get(agentId);
   }
@@ -89,6 +106,7 @@ export class Identities {
     this.byId.set(agentId, identity);
     this.keys.delete(agentId);
     this.onChange?.(identity);
+    this.store.announceWork("access").catch(() => {});
     return { identity, file: this.fileOf(identity) };
   }
 
@@ -106,6 +124,7 @@ export class Identities {
     this.byId.set(agentId, identity);
     this.keys.delete(agentId);
     this.onChange?.(identity);
+    this.store.announceWork("access").catch(() => {});
     return identity;
   }
 

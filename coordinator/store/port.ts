@@ -52,6 +52,9 @@ export interface JobChange {
  * A coordinator sharing the store, as the store records it. Times are the store's clock
  * ({@link Store.clockNow}), so coordinator clocks may disagree without effect.
  */
+/** What {@link Store.watchWork} says changed. */
+export type WorkKind = "executions" | "jobs" | "access";
+
 export interface CoordinatorRecord {
   id: string;
   /** One more each time this id joins: it fences the writes of the coordinator's earlier lives. */
@@ -340,17 +343,19 @@ export interface Store {
   /** The coordinators whose lease has not lapsed by the store's clock, oldest joined first. */
   listCoordinators(): Promise<CoordinatorRecord[]>;
   /**
-   * Calls `fn` soon after another writer (another coordinator, the CLI) created executions or
-   * changed jobs, so the loops need not wait for their next pass (PostgreSQL: LISTEN/NOTIFY).
-   * Returns the function that stops it. A store with one writer may never call it.
+   * Calls `fn` soon after another writer (another coordinator, the CLI) created executions,
+   * changed jobs, or changed who may act (`access`: API tokens, agents' enrolments), so the loops
+   * need not wait for their next pass and every coordinator knows the same tokens and agents
+   * (PostgreSQL: LISTEN/NOTIFY). Returns the function that stops it. A store with one writer may
+   * never call it.
    */
-  watchWork(fn: (what: "executions" | "jobs") => void): () => void;
+  watchWork(fn: (what: WorkKind) => void): () => void;
   /**
    * Tells the other writers' {@link watchWork} that `what` changed, outside any write: for work
    * whose writes are not announced one by one (fires recorded by a coordinator that is not the
    * active one, which coalesces them into one call). A store with one writer does nothing.
    */
-  announceWork(what: "executions" | "jobs"): Promise<void>;
+  announceWork(what: WorkKind): Promise<void>;
 
   /** Runs `fn` once every write made so far is committed; never, if that commit fails. */
   afterCommit(fn: () => void): void;

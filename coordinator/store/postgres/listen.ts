@@ -1,7 +1,7 @@
 import pg from "pg";
 
 /** What a notification on the work channel says changed. */
-export type WorkKind = "executions" | "jobs";
+export type WorkKind = "executions" | "jobs" | "access";
 
 /** The work channel of a schema: one per schema, so stores on other schemas never hear it. */
 export function workChannel(schema: string): string {
@@ -24,10 +24,10 @@ const MAX_RECONNECT_MS = 5_000;
 
 /**
  * One dedicated connection that LISTENs on the work channel and calls `onWork` for each
- * notification another store object sent (`executions` or `jobs`). The store's own notifications
+ * notification another store object sent (`executions`, `jobs` or `access`). The store's own notifications
  * are ignored: they come from connections whose server process ids it knows. When the
  * connection drops it reconnects (100 ms, doubling to 5 s), and after a reconnect it calls
- * `onWork` for both kinds once, since notifications sent meanwhile were lost. {@link stop} ends
+ * `onWork` for every kind once, since notifications sent meanwhile were lost. {@link stop} ends
  * the connection and any pending reconnect.
  */
 export class WorkListener {
@@ -65,7 +65,8 @@ export class WorkListener {
     client.on("end", drop);
     client.on("notification", (msg) => {
       if (this.options.ownPids.has(msg.processId)) return;
-      if (msg.payload === "executions" || msg.payload === "jobs") this.options.onWork(msg.payload);
+      const what = msg.payload;
+      if (what === "executions" || what === "jobs" || what === "access") this.options.onWork(what);
     });
     try {
       await client.connect();
@@ -82,6 +83,7 @@ export class WorkListener {
     if (again) {
       this.options.onWork("executions");
       this.options.onWork("jobs");
+      this.options.onWork("access");
     }
   }
 

@@ -524,6 +524,10 @@ await describeOnPg("PgStore (PostgreSQL specifics)", (url) => {
       await waitFor("a told", () => (seenA.length > 0 ? true : undefined));
       expect(seenA).toEqual(["jobs"]);
       expect(seenB).toEqual(["executions"]);
+      // Who may act (tokens, enrolments) travels the same way.
+      await a.announceWork("access");
+      await waitFor("b told of access", () => (seenB.length > 1 ? true : undefined));
+      expect(seenB).toEqual(["executions", "access"]);
       stopA();
       stopB();
     });
@@ -545,13 +549,13 @@ await describeOnPg("PgStore (PostgreSQL specifics)", (url) => {
         const rows = await listening();
         return rows.length > 0 && rows[0]?.pid !== first?.pid ? true : undefined;
       });
-      await waitFor("the catch-up calls", () => (seen.length >= 2 ? true : undefined));
-      expect(seen).toEqual(["executions", "jobs"]);
+      await waitFor("the catch-up calls", () => (seen.length >= 3 ? true : undefined));
+      expect(seen).toEqual(["executions", "jobs", "access"]);
       await b.createExecution(newExecution("ex-after"), 1);
       await waitFor("a notification after the reconnect", () =>
-        seen.length >= 3 ? true : undefined,
+        seen.length >= 4 ? true : undefined,
       );
-      expect(seen[2]).toBe("executions");
+      expect(seen[3]).toBe("executions");
       stop();
     });
   });

@@ -34,6 +34,7 @@ import type {
   StoredJob,
   TimelineEntry,
   TransitionWrite,
+  WorkKind,
 } from "../port.js";
 import * as alerts from "./alerts-counters.js";
 import * as bundles from "./bundles.js";
@@ -164,11 +165,11 @@ export class SqliteStore implements Store {
    * writes, and the CLI's commands go through that coordinator's API. Returns a stop that does
    * nothing.
    */
-  watchWork(_fn: (what: "executions" | "jobs") => void): () => void {
+  watchWork(_fn: (what: WorkKind) => void): () => void {
     return () => {};
   }
 
-  async announceWork(_what: "executions" | "jobs"): Promise<void> {}
+  async announceWork(_what: WorkKind): Promise<void> {}
 
   /** Told when a group commit failed: its writes were rolled back and its callbacks dropped. */
   get onCommitError(): ((err: Error) => void) | undefined {
