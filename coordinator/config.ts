@@ -227,7 +227,7 @@ export const httpConfigSchema = z
       .optional()
       .meta(
         doc(
-          "The URL agents reach this API at, put into `agent.update` params (`PUBLIC_URL/api/bundles/SHA256/archive`). Set it when agents reach the coordinator by another name than its listen address (any fleet beyond this machine). Without it: `http://127.0.0.1:PORT` when `host` is a wildcard (`0.0.0.0`, `::`) or `localhost`, else `http://HOST:PORT`.",
+          "The URL agents reach this API at, put into `agent.update` params (`PUBLIC_URL/api/bundles/SHA256/archive`). Set it when agents reach the coordinator by another name than its listen address (any fleet beyond this machine). Without it: `http://127.0.0.1:PORT` when `host` is a wildcard (`0.0.0.0`, `::`) or `localhost`, else `http://HOST:PORT`, with the port the API listens on (the one picked at start with `port` 0).",
           "derived from `host` and `port`",
         ),
       ),

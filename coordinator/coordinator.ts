@@ -643,6 +643,11 @@ export class Coordinator {
     return this.access.enrol(agentId, options);
   }
 
+  /** Where its HTTP API listens (the HTTP server tells it): agents are sent there for bundles. */
+  servedAt(host: string, port: number): void {
+    this.ctx.listening = { host, port };
+  }
+
   /** How long this coordinator has run (its clock's monotonic time). */
   uptimeMs(): number {
     return this.ctx.clock.monoNow() - this.startedAtMono;

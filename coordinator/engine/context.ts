@@ -24,4 +24,9 @@ export interface EngineContext {
    * timeline entry it writes (`coordinator`), so an execution shows who handled each step.
    */
   coordinatorId?: string;
+  /**
+   * Where this coordinator's HTTP API listens, once it does (set by the HTTP server): with
+   * `http.port` 0 the port is known only then, and agents are sent there for bundles.
+   */
+  listening?: { host: string; port: number };
 }

@@ -236,6 +236,7 @@ export async function startHttpServer(
     state.hosts.add(h);
   // Agents download bundles from the public URL: its host is a name of this coordinator too.
   if (config.publicUrl !== undefined) state.hosts.add(new URL(config.publicUrl).host.toLowerCase());
+  coordinator.servedAt(config.host, address.port);
   log("info", `http listening on ${url}`, {
     url,
     auth: auth === "off" ? "off" : "tokens",

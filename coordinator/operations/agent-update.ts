@@ -116,7 +116,8 @@ export async function commandParams(
       `no published bundle has sha256 ${sha256}; publish it with ax bundle publish`,
     );
   }
-  const base = publicBaseUrl(ctx.config.http);
+  // The address the API listens on, once it does: `http.port` 0 picks its port only then.
+  const base = publicBaseUrl({ ...ctx.config.http, ...ctx.listening });
   if (base === undefined) {
     throw new AxError(
       "AX_CONFIG_INVALID",

@@ -355,3 +355,56 @@ describe("agent.update: targeting and params", () => {
     );
   }, 60_000);
 });
+
+describe("agent.update on a coordinator whose API port is picked at start", () => {
+  it("sends agents to the port its API listens on (http.port 0, no publicUrl)", async () => {
+    const tmp = tempDir("ax-agent-update-port-");
+    const broker = await startEmbeddedBroker(0);
+    const coordinator = new Coordinator(
+      parseCoordinatorConfig({
+        store: { path: join(tmp.dir, "ax.db") },
+        mqtt: { url: broker.url, prefix: `axp${newId().slice(-8)}` },
+        http: { port: 0 },
+      }),
+    );
+    await coordinator.start();
+    const http = await startHttpServer(coordinator, { port: 0, auth: "off" });
+    try {
+      const archive = Buffer.from("another archive");
+      const sha256 = createHash("sha256").update(archive).digest("hex");
+      await coordinator.store.putBundle(
+        {
+          sha256,
+          profile: "sensor-hub",
+          version: "1.0.0",
+          target: { platform: "linux", arch: "x64", libc: "glibc", nodeAbi: 115 },
+          bytes: archive.length,
+          agentSha256: "b".repeat(64),
+          keyId: "test-key",
+          builtAt: 1,
+          publishedAt: 2,
+          publishedBy: "test",
+        },
+        archive,
+      );
+      const r = await call<{ executionIds: string[] }>(http.url, "POST", "/api/commands", {
+        body: {
+          agentId: "not-yet",
+          queue: true,
+          handler: AGENT_UPDATE_HANDLER,
+          params: { bundle: sha256 },
+        },
+      });
+      // It answered 500 AX_CONFIG_INVALID ("http.port is 0"), though the port was known.
+      expect(r.status, r.text).toBe(202);
+      const stored = await coordinator.store.getExecution(r.body.executionIds[0] as string);
+      const port = new URL(http.url).port;
+      expect(stored?.params.url).toBe(`http://127.0.0.1:${port}/api/bundles/${sha256}/archive`);
+    } finally {
+      await http.close();
+      await coordinator.close();
+      await broker.close();
+      tmp.cleanup();
+    }
+  });
+});
