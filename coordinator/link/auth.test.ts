@@ -57,6 +57,27 @@ describe("LinkAuth.open", () => {
     expect(code(down, seal(body, down, keyA, 2, 1_000_000))).toMatch(/^AX_AUTH_BAD_MAC/);
   });
 
+  it("opens a presence signed long ago: a Last Will is signed when its connection opens", () => {
+    const topic = "ax/v1/agents/A/presence";
+    const will = '{"v":1,"type":"presence","status":"offline","instanceId":"i1"}';
+    // Connected for six hours, well past the 60 s window: the will it left is still authentic.
+    const r = auth.open(
+      topic,
+      seal(will, topic, keyA, 2, 1_000_000),
+      1_000_000 + 6 * 3_600_000,
+      65536,
+    );
+    expect(r.ok && r.body.toString()).toBe(will);
+    // Its MAC is still checked.
+    const forged = auth.open(
+      topic,
+      seal(will, topic, randomBytes(32), 2, 1_000_000),
+      1_000_500,
+      65536,
+    );
+    expect(forged.ok ? "ok" : forged.error.code).toBe("AX_AUTH_BAD_MAC");
+  });
+
   it("asks for a clock sample only for an authentic stale message", () => {
     const r = auth.open(up, seal(body, up, keyA, 2, 0), 10_000_000, 65536);
     expect(!r.ok && r.error.resync).toEqual({ agentId: "A", t0: 0 });

@@ -102,14 +102,24 @@ export class LinkAuth {
       }
       agentId = parsed.agentId;
     }
-    const check = this.verify(sealed, topic, agentId, now);
+    // A presence is exempt from the window, ordered by `at` alone (admit): the Last Will is
+    // signed when its connection opened and published when it ends, often hours later; held to
+    // the window it was refused, and a dead agent waited out its missed heartbeats.
+    const windowed = parsed.kind === "event" || parsed.channel !== "presence";
+    const check = this.verify(sealed, topic, agentId, now, windowed);
     if (check !== undefined) return { ok: false, error: check };
     return event === undefined
       ? { ok: true, body: sealed.body, at: sealed.at }
       : { ok: true, body: sealed.body, at: sealed.at, event };
   }
 
-  private verify(sealed: Sealed, topic: string, agentId: string, now: number): Refusal | undefined {
+  private verify(
+    sealed: Sealed,
+    topic: string,
+    agentId: string,
+    now: number,
+    windowed: boolean,
+  ): Refusal | undefined {
     const k = this.keys.keyOf(agentId);
     if (k === undefined) {
       return refusal(
@@ -128,7 +138,7 @@ export class LinkAuth {
     if (!verifyTag(sealed, topic, k.key)) {
       return refusal("AX_AUTH_BAD_MAC", "mac does not verify", agentId);
     }
-    if (Math.abs(now - sealed.at) > this.windowMs) {
+    if (windowed && Math.abs(now - sealed.at) > this.windowMs) {
       return {
         ...refusal(
           "AX_AUTH_STALE",

@@ -475,3 +475,65 @@ describe("authenticated messages: forgeries and replays are refused", () => {
     expect(coordinator.fleet.get(B)?.status).toBe("offline");
   }, 30_000);
 });
+
+/**
+ * The Last Will is signed when its connection opens and published when it ends: on a connection
+ * older than the freshness window it was refused as stale, and a dead agent waited out the
+ * heartbeat rule instead of going offline at once (operations.md).
+ */
+describe("authenticated messages: the will of a long connection", () => {
+  it("takes an agent killed with kill -9 offline by its will, its connection older than the window", async () => {
+    const broker = await testBroker();
+    const tmp = tempDir();
+    const coordinator = new Coordinator(
+      parseCoordinatorConfig({
+        store: { path: join(tmp.dir, "ax.sqlite") },
+        mqtt: { url: broker.url, prefix: broker.prefix },
+        // 3 missed heartbeats take 30 s: an agent offline within seconds went by its will.
+        heartbeatMs: 10_000,
+        security: { freshnessMs: 1_000 },
+      }),
+    );
+    const refused: EngineEvents["refusedMessage"][] = [];
+    const offline: EngineEvents["agent"][] = [];
+    coordinator.events.on("refusedMessage", (e) => refused.push(e));
+    coordinator.events.on("agent", (e) => {
+      if (e.status === "offline") offline.push(e);
+    });
+    await coordinator.start();
+    const agentId = `${broker.prefix}-will`;
+    const { file } = await coordinator.identities.enroll(agentId, { actor: "test" });
+    const identityFile = join(tmp.dir, `${agentId}.identity.json`);
+    writeFileSync(identityFile, JSON.stringify(file), { mode: 0o600 });
+    const agent = spawnAgentProcess(tmp.dir, {
+      agentId,
+      identityFile,
+      mqtt: {
+        url: broker.url,
+        prefix: broker.prefix,
+        keepaliveS: 1,
+        reconnect: { baseMs: 100, capMs: 1000 },
+      },
+      heartbeatMs: 10_000,
+    });
+    try {
+      await waitFor("the agent online", () =>
+        coordinator.fleet.get(agentId)?.status === "online" ? true : undefined,
+      );
+      // Twice the window: the will held by the broker was signed 2 s before it is published.
+      await new Promise((r) => setTimeout(r, 2_000));
+      const killedAt = Date.now();
+      await agent.kill();
+      const gone = await waitFor("the agent offline", () => offline[0], 15_000);
+      expect(gone.reason).toBe("presence");
+      // The broker gives up on the silent client after 1.5 keepalives; the will comes then.
+      expect(gone.at - killedAt).toBeLessThan(1_500 + 2_000);
+      expect(refused.filter((r) => r.code === "AX_AUTH_STALE")).toEqual([]);
+    } finally {
+      await agent.kill();
+      await coordinator.close();
+      await broker.close();
+      tmp.cleanup();
+    }
+  }, 40_000);
+});
