@@ -200,7 +200,7 @@ export const httpConfigSchema = z
       .default([])
       .meta(
         doc(
-          "Origins (`scheme://host[:port]`) besides the coordinator's own whose web pages may call the API; a request with any other `Origin` header is refused 403.",
+          "Origins (`scheme://host[:port]`) besides the coordinator's own whose web pages may call the API: their CORS preflights are granted and the answers carry `Access-Control-Allow-Origin` (never credentials: the token goes in the `Authorization` header). A request with any other `Origin` header is refused 403.",
         ),
       ),
     allowedHosts: z

@@ -8,7 +8,8 @@ import { AxError } from "../../shared/errors.js";
  * 2. An Origin, when a browser sends one, is this server's own or an allowed one: a page of
  *    another site can send a request (CSRF) even where it cannot read the answer.
  * 3. A body is JSON: a page can POST text/plain or a form to any address without the browser
- *    asking first (no CORS preflight); application/json always needs one, which we never grant.
+ *    asking first (no CORS preflight); application/json always needs one, which is granted only
+ *    to the origins of `http.allowedOrigins` (server.ts).
  * 4. No token in the query string: URLs end up in logs, proxies and browser history.
  */
 
@@ -58,13 +59,15 @@ function isOneOf(contentType: string | undefined, types: readonly string[]): boo
  * Throws the AxError a request that fails one of the checks above is answered with. `bodyTypes`:
  * the Content-Types the route takes instead of JSON (a bundle's archive). None of them may be a
  * type a page can send without a preflight (text/plain, a form), or check 3 would be void.
+ * Returns the request's Origin when it is another one that `http.allowedOrigins` lets in (its
+ * answer then carries the CORS headers that let the page read it).
  */
 export function checkRequestHygiene(
   req: IncomingMessage,
   url: URL,
   allowed: { hosts: ReadonlySet<string>; allowedOrigins: ReadonlySet<string> },
   bodyTypes?: readonly string[],
-): void {
+): string | undefined {
   const host = req.headers.host?.toLowerCase();
   if (host === undefined || !allowed.hosts.has(host)) {
     throw new AxError(
@@ -76,6 +79,7 @@ export function checkRequestHygiene(
     );
   }
   const origin = req.headers.origin;
+  let crossOrigin: string | undefined;
   if (origin !== undefined) {
     const o = origin.toLowerCase();
     const same = o === `http://${host}` || o === `https://${host}`;
@@ -86,6 +90,7 @@ export function checkRequestHygiene(
         { context: { origin } },
       );
     }
+    if (!same) crossOrigin = origin;
   }
   const length = req.headers["content-length"];
   const hasBody =
@@ -110,4 +115,5 @@ export function checkRequestHygiene(
       );
     }
   }
+  return crossOrigin;
 }

@@ -270,12 +270,47 @@ interface ServerState {
 }
 
 /** One request: route, authorize, validate, run the handler, answer. */
+/** Request headers a page of an allowed origin may send (the token, JSON, a version check). */
+const CORS_REQUEST_HEADERS = "authorization, content-type, if-match";
+/** Answer headers such a page may read besides the simple ones. */
+const CORS_EXPOSED_HEADERS = "etag, location, retry-after, www-authenticate, allow";
+
+/**
+ * A request from a page of an origin in `http.allowedOrigins` (docs/api.md): its answer carries
+ * `Access-Control-Allow-Origin`, so the page may read it; a CORS preflight (OPTIONS with
+ * `Access-Control-Request-Method`) is answered 204 here, with the path's methods, without a
+ * token (a browser sends none with it). Never with credentials: the API takes no cookies. True
+ * when the request was answered here.
+ */
+function allowCrossOrigin(
+  req: IncomingMessage,
+  res: ServerResponse,
+  origin: string,
+  matches: ReturnType<Router["match"]>,
+): boolean {
+  res.setHeader("access-control-allow-origin", origin);
+  res.setHeader("vary", "Origin");
+  res.setHeader("access-control-expose-headers", CORS_EXPOSED_HEADERS);
+  if (req.method !== "OPTIONS" || req.headers["access-control-request-method"] === undefined) {
+    return false;
+  }
+  if (matches === undefined || matches.length === 0) return false; // 404 as any unknown path
+  const methods = [...new Set(matches.map((m) => m.route.method))];
+  res.setHeader("access-control-allow-methods", methods.join(", "));
+  res.setHeader("access-control-allow-headers", CORS_REQUEST_HEADERS);
+  res.setHeader("access-control-max-age", "600");
+  res.writeHead(204);
+  res.end();
+  return true;
+}
+
 async function handle(req: IncomingMessage, res: ServerResponse, s: ServerState): Promise<void> {
   const url = new URL(req.url ?? "/", "http://localhost");
   const matches = s.router.match(url.pathname);
   const match = matches?.find((m) => m.route.method === req.method);
   const bodyTypes = match?.route.kind === "raw" ? match.route.body?.contentTypes : undefined;
-  checkRequestHygiene(req, url, s, bodyTypes);
+  const crossOrigin = checkRequestHygiene(req, url, s, bodyTypes);
+  if (crossOrigin !== undefined && allowCrossOrigin(req, res, crossOrigin, matches)) return;
   if (matches === undefined) {
     throw new AxError("AX_API_INVALID_REQUEST", `path "${url.pathname}" is not valid`);
   }

@@ -150,6 +150,55 @@ describe("HTTP API security", () => {
     }
   });
 
+  it("lets a page of an allowed origin call the API: preflights granted, answers readable", async () => {
+    const ops = "https://ops.example.com";
+    // The preflight a browser sends before a JSON POST with a token: no token of its own.
+    const preflight = await call(http.url, "OPTIONS", "/api/commands", {
+      headers: {
+        origin: ops,
+        "access-control-request-method": "POST",
+        "access-control-request-headers": "authorization, content-type",
+      },
+    });
+    expect(preflight.status).toBe(204);
+    expect(preflight.headers.get("access-control-allow-origin")).toBe(ops);
+    expect(preflight.headers.get("access-control-allow-methods")).toBe("POST");
+    expect(preflight.headers.get("access-control-allow-headers")).toBe(
+      "authorization, content-type, if-match",
+    );
+    expect(preflight.headers.get("access-control-allow-credentials")).toBeNull();
+    // The request itself, and a refusal, can be read by the page.
+    const listed = await call(http.url, "GET", "/api/jobs", {
+      token: VIEWER,
+      headers: { origin: ops },
+    });
+    expect(listed.status).toBe(200);
+    expect(listed.headers.get("access-control-allow-origin")).toBe(ops);
+    expect(listed.headers.get("vary")).toBe("Origin");
+    const refused = await call(http.url, "GET", "/api/jobs", { headers: { origin: ops } });
+    expect(refused.status).toBe(401);
+    expect(refused.headers.get("access-control-allow-origin")).toBe(ops);
+    // Another site gets no grant, its preflight refused; a request of its own origin needs none.
+    expectError(
+      await call(http.url, "OPTIONS", "/api/commands", {
+        headers: { origin: "https://evil.example", "access-control-request-method": "POST" },
+      }),
+      403,
+      "AX_API_ORIGIN_REFUSED",
+    );
+    const same = await call(http.url, "GET", "/api/jobs", {
+      token: VIEWER,
+      headers: { origin: `http://${new URL(http.url).host}` },
+    });
+    expect(same.headers.get("access-control-allow-origin")).toBeNull();
+    // OPTIONS that is not a preflight is still a method no route takes.
+    expectError(
+      await call(http.url, "OPTIONS", "/api/jobs", { headers: { origin: ops } }),
+      405,
+      "AX_API_METHOD_NOT_ALLOWED",
+    );
+  });
+
   it("answers 415 for a body that is not application/json, even with a valid token", async () => {
     const before = await commandCount();
     const body = JSON.stringify({ agentId: "a-1", handler: "echo", queue: true });
