@@ -13,6 +13,7 @@ import type { FiringLoop } from "../engine/firing.js";
 import { jobExecutions } from "../engine/job-executions.js";
 import { newExecutionId } from "../engine/transitions.js";
 import type { EventTriggers } from "../engine/triggers.js";
+import { decodeExecutionCursor, encodeExecutionCursor } from "../store/cursor.js";
 import type { JobHistoryEntry, JobPage, StoredJob } from "../store/port.js";
 
 /** Which fire times a preview lists: `n` of them after `after` (UTC ms, default now). */
@@ -248,9 +249,40 @@ export class JobOperations {
     return preview(trigger, req.after ?? this.ctx.clock.wallNow(), req.n);
   }
 
-  /** Who changed a job or fired it by hand, oldest first (kept after the job is deleted). */
-  async history(jobId: string): Promise<JobHistoryEntry[]> {
-    return this.ctx.store.listJobHistory(jobId);
+  /**
+   * Who changed a job or fired it by hand (kept after the job is deleted), a page at a time,
+   * from the newest back: each page holds the newest `limit` entries before the cursor, oldest
+   * first, and `nextCursor` (null on the first entry's page) reads the page before it.
+   */
+  async history(
+    jobId: string,
+    page: { limit?: number; cursor?: string | undefined } = {},
+  ): Promise<{ items: JobHistoryEntry[]; nextCursor: string | null }> {
+    const limit = page.limit ?? 100;
+    let before: number | undefined;
+    if (page.cursor !== undefined) {
+      const c = decodeExecutionCursor(page.cursor);
+      // A cursor of another job's history is not one this listing returned.
+      if (c.id !== `history:${jobId}`) {
+        throw new AxError(
+          "AX_STORE_BAD_CURSOR",
+          `cursor "${page.cursor}" is not one a listing returned`,
+          { context: { cursor: page.cursor } },
+        );
+      }
+      before = c.createdAt;
+    }
+    // One more than the page: whether any is left before it.
+    const got = await this.ctx.store.listJobHistory(jobId, limit + 1, before);
+    const items = got.length > limit ? got.slice(1) : got;
+    const first = items[0];
+    return {
+      items,
+      nextCursor:
+        got.length > limit && first !== undefined
+          ? encodeExecutionCursor({ createdAt: first.seq, id: `history:${jobId}` })
+          : null,
+    };
   }
 
   /**

@@ -389,8 +389,11 @@ export interface Store {
   ): Promise<StoredJob | undefined>;
   /** Adds an entry to a job's history (a manual trigger); its seq is the next one. */
   appendJobHistory(entry: Omit<JobHistoryEntry, "seq">): Promise<void>;
-  /** A job's history, oldest first, at most `limit` of the newest entries (default 100). */
-  listJobHistory(jobId: string, limit?: number): Promise<JobHistoryEntry[]>;
+  /**
+   * A job's history, oldest first: at most `limit` (default 100) of the newest entries, or with
+   * `beforeSeq` of the newest before that entry (a page further back).
+   */
+  listJobHistory(jobId: string, limit?: number, beforeSeq?: number): Promise<JobHistoryEntry[]>;
   getJob(id: string): Promise<StoredJob | undefined>;
   listJobs(): Promise<StoredJob[]>;
   /**

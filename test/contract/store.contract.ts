@@ -1615,6 +1615,10 @@ export function storeContract(name: string, makeStore: () => Promise<StoreFixtur
         ]);
         expect(h[3]?.detail).toEqual({ executionIds: ["e1"] });
         expect((await store.listJobHistory("job-h", 2)).map((e) => e.seq)).toEqual([4, 5]);
+        // A page further back: the newest before an entry, oldest first.
+        expect((await store.listJobHistory("job-h", 2, 4)).map((e) => e.seq)).toEqual([2, 3]);
+        expect((await store.listJobHistory("job-h", 2, 2)).map((e) => e.seq)).toEqual([1]);
+        expect(await store.listJobHistory("job-h", 2, 1)).toEqual([]);
         expect(await store.listJobHistory("nope")).toEqual([]);
       });
     });

@@ -268,6 +268,24 @@ describe("HTTP API", () => {
         ["paused", 2],
         ["resumed", 2],
       ]);
+      expect((history as unknown as { nextCursor: unknown }).nextCursor).toBeNull();
+      // A page at a time from the newest back, each oldest first: every entry once.
+      type HistoryPage = { items: { seq: number; action: string }[]; nextCursor: string | null };
+      const first = (await get("/api/jobs/crud-1/history?limit=3")).body as HistoryPage;
+      expect(first.items.map((h) => h.action)).toEqual(["updated", "paused", "resumed"]);
+      expect(first.nextCursor).not.toBeNull();
+      const back = (
+        await get(
+          `/api/jobs/crud-1/history?limit=3&cursor=${encodeURIComponent(first.nextCursor ?? "")}`,
+        )
+      ).body as HistoryPage;
+      expect(back).toEqual({ items: [history.items[0]], nextCursor: null });
+      expectError(await get("/api/jobs/crud-1/history?limit=0"), 400, "AX_API_INVALID_REQUEST");
+      expectError(
+        await get(`/api/jobs/other/history?cursor=${encodeURIComponent(first.nextCursor ?? "")}`),
+        400,
+        "AX_STORE_BAD_CURSOR",
+      );
 
       const gone = await del("/api/jobs/crud-1");
       expect(gone.status).toBe(204);

@@ -3,7 +3,13 @@ import { ID_PATTERN } from "../../../shared/ids.js";
 import { API_ROLES, TOKEN_NAME_PATTERN } from "../../config.js";
 import { idSchema, tagsSchema } from "../../domain/job.js";
 import { apiRoute } from "../route.js";
-import { identitySchema, jobHistoryEntrySchema, tokenViewSchema } from "../schemas.js";
+import {
+  identitySchema,
+  jobHistoryEntrySchema,
+  pageCursor,
+  pageLimit,
+  tokenViewSchema,
+} from "../schemas.js";
 
 /*
  * The admin routes: API tokens and agent enrolment. What they return is a credential (a token, an
@@ -150,16 +156,20 @@ export const accessRoutes = [
     role: "viewer",
     operationId: "jobHistory",
     summary: "Who changed a job, or fired it by hand",
-    description: "Oldest first, the newest 100 at most; kept after the job is deleted.",
+    description:
+      "Kept after the job is deleted. A page at a time from the newest back: each page the newest `limit` entries before the cursor, oldest first; `nextCursor` reads the page before it (null on the page of the first entry).",
     tag: "jobs",
     params: z.object({ id: idSchema }),
+    query: z.object({ limit: pageLimit("Entries", 1000, 100), cursor: pageCursor() }).strict(),
     success: {
       status: 200,
-      description: "The job's history.",
-      schema: z.object({ items: z.array(jobHistoryEntrySchema) }),
+      description: "The job's history, a page of it.",
+      schema: z.object({
+        items: z.array(jobHistoryEntrySchema),
+        nextCursor: z.string().nullable(),
+      }),
     },
-    handle: async ({ coordinator, params }) => ({
-      items: await coordinator.jobs.history(params.id),
-    }),
+    handle: async ({ coordinator, params, query }) =>
+      coordinator.jobs.history(params.id, { limit: query.limit, cursor: query.cursor }),
   }),
 ];

@@ -161,17 +161,20 @@ export async function insertJobHistory(
   );
 }
 
-/** A job's history, oldest first, the newest `limit` entries. */
+/** A job's history, oldest first, the newest `limit` entries before `beforeSeq`. */
 export async function listJobHistory(
   q: Queryable,
   jobId: string,
   limit: number,
+  beforeSeq: number,
 ): Promise<JobHistoryEntry[]> {
   const r = await run<JobHistoryRow>(
     q,
-    `SELECT * FROM (SELECT * FROM job_history WHERE job_id = $1 ORDER BY seq DESC LIMIT $2) h
+    `SELECT * FROM (SELECT * FROM job_history WHERE job_id = $1 AND seq < $3
+                     ORDER BY seq DESC LIMIT $2) h
        ORDER BY seq`,
-    [jobId, Math.max(1, Math.floor(limit))],
+    // seq is an integer column: "before everything" is its largest value.
+    [jobId, Math.max(1, Math.floor(limit)), Math.min(beforeSeq, 2_147_483_647)],
   );
   return r.rows.map(toJobHistoryEntry);
 }

@@ -284,8 +284,12 @@ export class PgStore implements Store {
     await this.one("appendJobHistory", (q) => jobs.insertJobHistory(q, entry));
   }
 
-  async listJobHistory(jobId: string, limit = 100): Promise<JobHistoryEntry[]> {
-    return this.db.read("listJobHistory", (q) => jobs.listJobHistory(q, jobId, limit));
+  async listJobHistory(
+    jobId: string,
+    limit = 100,
+    beforeSeq = Number.MAX_SAFE_INTEGER,
+  ): Promise<JobHistoryEntry[]> {
+    return this.db.read("listJobHistory", (q) => jobs.listJobHistory(q, jobId, limit, beforeSeq));
   }
 
   async getJob(id: string): Promise<StoredJob | undefined> {

@@ -304,14 +304,20 @@ function insertJobHistory(ctx: StoreContext, e: Omit<JobHistoryEntry, "seq">): v
 }
 
 /** Store.listJobHistory. */
-export function listJobHistory(ctx: StoreContext, jobId: string, limit: number): JobHistoryEntry[] {
+export function listJobHistory(
+  ctx: StoreContext,
+  jobId: string,
+  limit: number,
+  beforeSeq: number,
+): JobHistoryEntry[] {
   const rows = wrap("listJobHistory", () =>
     ctx.statements
       .prepare(
-        `SELECT * FROM (SELECT * FROM job_history WHERE job_id = ? ORDER BY seq DESC LIMIT ?)
+        `SELECT * FROM (SELECT * FROM job_history WHERE job_id = ? AND seq < ?
+                         ORDER BY seq DESC LIMIT ?)
            ORDER BY seq`,
       )
-      .all(jobId, Math.max(1, Math.floor(limit))),
+      .all(jobId, beforeSeq, Math.max(1, Math.floor(limit))),
   ) as JobHistoryRow[];
   return rows.map(toJobHistoryEntry);
 }

@@ -250,8 +250,12 @@ export class SqliteStore implements Store {
     jobs.appendJobHistory(this.ctx, entry);
   }
 
-  async listJobHistory(jobId: string, limit = 100): Promise<JobHistoryEntry[]> {
-    return jobs.listJobHistory(this.ctx, jobId, limit);
+  async listJobHistory(
+    jobId: string,
+    limit = 100,
+    beforeSeq = Number.MAX_SAFE_INTEGER,
+  ): Promise<JobHistoryEntry[]> {
+    return jobs.listJobHistory(this.ctx, jobId, limit, beforeSeq);
   }
 
   async recordFire(fire: {
