@@ -1,15 +1,19 @@
 import type { Migration } from "../../shared/migrate.js";
 
-/** The agent journal's schema, append-only: add a step, never edit a shipped one. */
+/**
+ * The agent journal's schema, append-only: add a step, never change what a shipped one does.
+ * Comments go beside the SQL, not inside it: text in the SQL ships in every bundle.
+ */
 export const JOURNAL_MIGRATIONS: readonly Migration[] = [
+  // The inbox (commands): every dispatch accepted, keyed UNIQUE (execution_id, round) so a
+  // redelivered one is recognised and never run twice. Terminal rows are kept for a while to
+  // answer duplicates and late cancels, then purged. The outbox: reports not yet acknowledged by
+  // the coordinator, by seq (rule 1).
   {
     version: 1,
     name: "meta, commands (the inbox), outbox",
     sql: `
       CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
-      -- The inbox: every dispatch accepted, keyed UNIQUE (execution_id, round) so a redelivered
-      -- one is recognised and never run twice. Terminal rows are kept for a while to answer
-      -- duplicates and late cancels, then purged.
       CREATE TABLE commands (
         id INTEGER PRIMARY KEY,
         execution_id TEXT NOT NULL,
@@ -27,28 +31,27 @@ export const JOURNAL_MIGRATIONS: readonly Migration[] = [
       );
       CREATE INDEX commands_open ON commands (state) WHERE state IN ('scheduled', 'queued', 'running');
       CREATE INDEX commands_finished ON commands (finished_at) WHERE finished_at IS NOT NULL;
-      -- Reports not yet acknowledged by the coordinator, by seq (rule 1).
       CREATE TABLE outbox (seq INTEGER PRIMARY KEY, message TEXT NOT NULL);
     `,
   },
+  // SQLite evaluates "state IN (three constants)" in a partial index's WHERE clause by building
+  // a temporary b-tree of the list on every INSERT and on every UPDATE of state: five per
+  // command. A chain of equalities is a few comparisons. Queries repeat it.
   {
     version: 2,
     name: "open commands' index without an IN list",
     sql: `
-      -- SQLite evaluates "state IN (three constants)" in a partial index's WHERE clause by
-      -- building a temporary b-tree of the list on every INSERT and on every UPDATE of state:
-      -- five per command. A chain of equalities is a few comparisons. Queries repeat it.
       DROP INDEX commands_open;
       CREATE INDEX commands_open ON commands (state)
         WHERE (state = 'scheduled' OR state = 'queued' OR state = 'running');
     `,
   },
+  // Child processes a handler started (exec), so that after a crash the agent can stop what
+  // survived, or report how it ended. (pid, start_time) names one process: pids are reused.
   {
     version: 3,
     name: "the child processes handlers start",
     sql: `
-      -- Child processes a handler started (exec), so that after a crash the agent can stop what
-      -- survived, or report how it ended. (pid, start_time) names one process: pids are reused.
       CREATE TABLE children (
         command_id INTEGER NOT NULL,
         pid INTEGER NOT NULL,
