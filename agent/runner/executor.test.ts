@@ -57,7 +57,7 @@ afterEach(() => {
 
 function setup(
   capacity: { concurrency?: number; queue?: number; maxPending?: number } = {},
-  clockUncertaintyMs = 0,
+  clockUncertaintyMs: number | (() => number) = 0,
 ) {
   const clock = new FakeClock();
   const reports: ReportBody[] = [];
@@ -133,7 +133,8 @@ function setup(
     ]),
     coordNow: () => clock.wallNow(),
     toMono: (t) => t - (clock.wallNow() - clock.monoNow()),
-    uncertaintyMs: () => clockUncertaintyMs,
+    uncertaintyMs: () =>
+      typeof clockUncertaintyMs === "function" ? clockUncertaintyMs() : clockUncertaintyMs,
     concurrency: capacity.concurrency ?? 2,
     queue: capacity.queue ?? 4,
     tickMs: 20,
@@ -263,6 +264,32 @@ describe("Executor: firing at fireAt", () => {
     await flush();
     const [started] = h.of("started", "e1");
     expect(started?.startedAt).toBeGreaterThanOrEqual(d.fireAt + 5);
+  });
+
+  it("keeps one wheel entry for a held command however often a better estimate brings it forward", async () => {
+    let bound = 2_000;
+    const h = setup({}, () => bound);
+    const fireAt = h.clock.wallNow() + 3_600_000;
+    const d = h.dispatch({
+      executionId: "e1",
+      handler: "count",
+      fireAt,
+      deadline: fireAt + 60_000,
+    });
+    const wheel = (h.ex as unknown as { wheel: { size: number } }).wheel;
+    const before = wheel.size;
+    // Samples narrow the bound a little each time, and each retime brings the start forward by
+    // over 1 ms: the old entry used to stay on the wheel, one more per sample (a sample every
+    // 25 s for a command held a day: thousands of entries, each a journal read when it came up).
+    for (let i = 0; i < 1_000; i++) {
+      bound -= 1.5;
+      h.ex.retime();
+    }
+    expect(wheel.size).toBe(before);
+    h.clock.advance(d.fireAt - h.clock.wallNow() + bound + 50);
+    await flush();
+    expect(h.of("started", "e1")).toHaveLength(1);
+    expect(h.runs.get("e1")).toBe(1);
   });
 
   it("expires a scheduled one whose deadline has passed by the time it comes due", async () => {

@@ -101,9 +101,9 @@ export class Executor {
    */
   private readonly arriving = new Set<number>();
   /**
-   * Commands on the wheel to start, by journal row: their fire time and the monotonic time of
-   * their wheel entry, so that {@link retime} can bring one forward when a better clock estimate
-   * says it is due sooner.
+   * Commands on the wheel to start, by journal row: their fire time, the monotonic time of their
+   * wheel entry and its handle, so that {@link retime} can bring one forward when a better clock
+   * estimate says it is due sooner, in place of the entry it had.
    */
   private readonly starts = new Map<number, number[]>();
   private readonly commits: CommitQueue;
@@ -375,10 +375,15 @@ export class Executor {
     if (dueNow) this.arriving.add(row.id);
   }
 
-  /** Puts journal row `id`, due at coordinator time `fireAt`, on the wheel to start at `mono`. */
+  /**
+   * Puts journal row `id`, due at coordinator time `fireAt`, on the wheel to start at `mono`, in
+   * place of the entry it had: one entry a command, however often the estimate moves (a sample
+   * every 25 s retimed a day-ahead command thousands of times).
+   */
   private startAt(id: number, fireAt: number, mono = this.startMono(fireAt)): void {
-    this.wheel.schedule(mono, id);
-    this.starts.set(id, [fireAt, mono]);
+    const old = this.starts.get(id)?.[2];
+    if (old !== undefined) this.wheel.cancel(old);
+    this.starts.set(id, [fireAt, mono, this.wheel.schedule(mono, id)]);
   }
 
   /**
@@ -387,8 +392,7 @@ export class Executor {
    * moment it was journaled; after a better one (a first sample's wide round trip narrowed, or
    * the first sample after a restart, which recovered the journal with offset 0) it would have
    * started late by the difference. One that is now later needs nothing: its entry comes up
-   * early and is put back (onWheel). The old entry stays on the wheel and finds the command no
-   * longer scheduled.
+   * early and is put back (onWheel).
    */
   retime(): void {
     for (const [id, [fireAt, mono]] of this.starts) {
