@@ -1,5 +1,6 @@
 import { randomBytes } from "node:crypto";
 import { join } from "node:path";
+import Database from "better-sqlite3";
 import mqtt from "mqtt";
 import { afterEach, describe, expect, it } from "vitest";
 import type { ClockSyncOptions } from "../shared/clock-sync.js";
@@ -35,6 +36,8 @@ interface Rig {
   upQos: { type: string; qos: number }[];
   /** What the agent logged at warn and above. */
   warnings: string[];
+  /** The folder of the agent's journal file, journal.sqlite. */
+  journalDir: string;
 }
 
 interface RigOptions {
@@ -102,7 +105,18 @@ async function rig(options: RigOptions = {}): Promise<Rig> {
   cleanups.push(() => agent.stop(0));
   await waitFor("the welcome", () => (agent.stats.welcomed ? true : undefined));
   const journalId = () => peer.hellos.at(-1)?.journalId ?? "?";
-  return { broker, peer, agent, agentId, journalId, heartbeats, heartbeatAt, upQos, warnings };
+  return {
+    broker,
+    peer,
+    agent,
+    agentId,
+    journalId,
+    heartbeats,
+    heartbeatAt,
+    upQos,
+    warnings,
+    journalDir: tmp.dir,
+  };
 }
 
 const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms));
@@ -194,6 +208,31 @@ describe("agent: heartbeat phase", () => {
     const steady = (r.heartbeatAt[at + 1] as number) - (r.heartbeatAt[at] as number);
     expect(steady).toBeGreaterThan(heartbeatMs - 100);
   }, 30_000);
+});
+
+describe("agent: retention", () => {
+  it("purges a backlog of finished commands past retention at once, not 200 a heartbeat", async () => {
+    const r = await rig();
+    const file = join(r.journalDir, "journal.sqlite");
+    // 1,000 commands that finished two days ago (as after a busy spell), written beside the agent.
+    const db = new Database(file);
+    const old = Date.now() - 2 * 86_400_000;
+    const insert = db.prepare(
+      `INSERT INTO commands (execution_id, round, attempt, state, dispatch, fire_at, deadline,
+         priority, received_at, started_at, finished_at)
+       VALUES (?, 1, 1, 'succeeded', '{}', ?, ?, 0, ?, ?, ?)`,
+    );
+    db.transaction(() => {
+      for (let i = 0; i < 1_000; i++) insert.run(`old-${i}`, old, old, old, old, old);
+    })();
+    const count = () => (db.prepare("SELECT count(*) AS n FROM commands").get() as { n: number }).n;
+    expect(count()).toBe(1_000);
+    // One heartbeat (every 500 ms) purged 200: five were needed. Now the first clears them all.
+    const from = r.heartbeats.length;
+    await waitFor("two heartbeats", () => (r.heartbeats.length >= from + 2 ? true : undefined));
+    expect(count()).toBe(0);
+    db.close();
+  });
 });
 
 describe("agent: QoS", () => {

@@ -643,6 +643,15 @@ export class Agent {
     }, delayMs);
   }
 
+  /**
+   * Deletes a batch of terminal commands past retention, and while batches come back full, the
+   * next on a later turn of the loop: one batch a heartbeat kept 40 a second at most (at 5 s),
+   * and a busier agent's journal grew without end.
+   */
+  private purge(): void {
+    if (!this.stopped && this.journal.purge(200) === 200) setImmediate(() => this.purge());
+  }
+
   private heartbeat(nextMs = this.heartbeatMs): void {
     this.heartbeatTimer = undefined;
     if (this.stopped) return;
@@ -651,7 +660,7 @@ export class Agent {
     // synchronous chunk of agent work grows long. Before the heartbeat, not after it: its bytes
     // leave when this turn of the loop ends, and what runs between its sentAt (t0) and then
     // counts as round trip in its clock sample.
-    this.journal.purge(200);
+    this.purge();
     this.executor.tidy();
     if (this.welcomed && this.link.connected) {
       const counts = this.executor.counts;
