@@ -12,7 +12,10 @@ export interface Clock {
   monoNow(): number;
   /** Wall-clock UTC milliseconds; may jump when the system clock is set. */
   wallNow(): number;
-  /** Calls `callback` once after at least about `delayMs` (Node may fire up to ~1 ms early). */
+  /**
+   * Calls `callback` once after at least about `delayMs` (Node may fire up to ~1 ms early), or
+   * after 2^31 - 1 ms (24.8 days) for a longer delay: the caller checks the time when it fires.
+   */
   setTimer(callback: () => void, delayMs: number): TimerHandle;
   /** Cancels a timer; `undefined` (no timer armed) is a no-op, so callers need not check. */
   clearTimer(timer: TimerHandle | undefined): void;
@@ -22,7 +25,10 @@ export interface Clock {
 export const systemClock: Clock = {
   monoNow: () => performance.now(),
   wallNow: () => Date.now(),
-  setTimer: (callback, delayMs) => setTimeout(callback, Math.max(0, delayMs)) as TimerHandle,
+  // Node runs a delay past 2^31 - 1 ms (24.8 days) after 1 ms: such a timer fires at 24.8 days
+  // instead, early, and its caller looks at the time again (the wheel re-arms).
+  setTimer: (callback, delayMs) =>
+    setTimeout(callback, Math.min(Math.max(0, delayMs), 2_147_483_647)) as TimerHandle,
   clearTimer: (timer) => clearTimeout(timer as unknown as NodeJS.Timeout),
 };
 

@@ -622,3 +622,32 @@ describe("TimingWheel on the system clock", () => {
     expect(fires.map((f) => f.due)).toEqual(fires.map((f) => f.due).sort((a, b) => a - b));
   });
 });
+
+describe("TimingWheel on the real clock: an entry past a timer's longest delay", () => {
+  it("waits quietly for an entry 30 days ahead (Node ran a longer timer after 1 ms, every ms)", async () => {
+    const warnings: string[] = [];
+    const onWarning = (w: Error) => warnings.push(w.name);
+    process.on("warning", onWarning);
+    const fired: number[] = [];
+    let arms = 0;
+    const counting: Clock = {
+      ...systemClock,
+      setTimer: (cb, ms) => {
+        arms++;
+        return systemClock.setTimer(cb, ms);
+      },
+    };
+    const wheel = new TimingWheel<number>((n) => fired.push(n), { clock: counting });
+    try {
+      wheel.schedule(systemClock.monoNow() + 30 * 86_400_000, 1);
+      await new Promise((r) => setTimeout(r, 200));
+      expect(fired).toEqual([]);
+      // Armed once, not re-armed every millisecond.
+      expect(arms).toBeLessThanOrEqual(2);
+      expect(warnings).not.toContain("TimeoutOverflowWarning");
+    } finally {
+      wheel.close();
+      process.off("warning", onWarning);
+    }
+  });
+});
