@@ -421,7 +421,7 @@ export class Agent {
       return;
     }
     if (this.auth !== undefined) {
-      const opened = this.auth.open(topic, payload);
+      const opened = this.auth.open(topic, payload, this.coordNow());
       if (!opened.ok) {
         this.refused(topic, opened.error);
         return;

@@ -39,7 +39,9 @@ export class AgentAuth {
   seal(topic: string, body: Uint8Array | string, now: number, fixedAt?: number): Buffer {
     let at = fixedAt;
     if (at === undefined) {
-      at = Math.max(Math.floor(now), this.lastAt + 1);
+      // Rising, unless the last is past the window ahead: signed on a clock since corrected (a
+      // step back, a first sample), it would keep every message outside the window until then.
+      at = Math.max(Math.floor(now), this.lastAt - now > this.windowMs ? 0 : this.lastAt + 1);
       this.lastAt = at;
     }
     return seal(body, topic, this.key.key, this.key.generation, at);
@@ -52,6 +54,7 @@ export class AgentAuth {
   open(
     topic: string,
     payload: Uint8Array,
+    coordNow: number,
   ): { ok: true; body: Buffer; at: number } | { ok: false; error: AuthRefusal } {
     const s = unseal(payload);
     if (s === "unsigned") return no("AX_AUTH_UNSIGNED", "message has no mac member");
@@ -64,6 +67,9 @@ export class AgentAuth {
     }
     if (!verifyTag(s, topic, this.key.key)) return no("AX_AUTH_BAD_MAC", "mac does not verify");
     const id = s.tagText;
+    // A floor past the window ahead is of a coordinator clock since stepped back: what it kept
+    // out is outside the window now anyway (stale), and it would refuse every new message.
+    if (this.floor - coordNow > this.windowMs) this.floor = 0;
     if (s.at <= this.floor || this.seen.has(id)) {
       return no("AX_AUTH_STALE", "replayed: this message was already received");
     }

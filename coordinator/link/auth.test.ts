@@ -120,6 +120,39 @@ describe("LinkAuth.admit: replays of session messages", () => {
     expect(auth.admit(hello("i1"), 300)?.quiet).toBeUndefined();
   });
 
+  it("refuses a superseded instance's hello however many came after it, while inside the window", () => {
+    const auth = new LinkAuth(keys, 60_000, "ax");
+    expect(auth.admit(hello("first"), 1_000)).toBeUndefined();
+    for (let i = 0; i < 6; i++) expect(auth.admit(hello(`later-${i}`), 2_000 + i)).toBeUndefined();
+    // Six instances later (it was forgotten after four), still within the window: refused.
+    expect(auth.admit(hello("first"), 1_000, 3_000)?.code).toBe("AX_AUTH_STALE");
+    // Once the window after its supersession passed, nothing it signed can pass the window, and
+    // it may be forgotten: the list shrinks back to the few most recent.
+    expect(auth.admit(hello("later-6"), 70_000)).toBeUndefined();
+    const seen = (auth as unknown as { seen: Map<string, { instances: string[] }> }).seen.get("A");
+    expect(seen?.instances.length).toBe(5);
+  });
+
+  it("lets go of marks past the window ahead: signed on a clock since corrected", () => {
+    const auth = new LinkAuth(keys, 60_000, "ax");
+    const hour = 3_600_000;
+    // An agent whose clock ran 2 h fast before its first sample, or a coordinator stepped back.
+    expect(auth.admit(hello("i1"), 2 * hour, 1_000)).toBeUndefined();
+    expect(auth.admit(pres("online"), 2 * hour, 1_000)).toBeUndefined();
+    expect(auth.admit(hb("i1"), 1_500, 1_500)).toBeUndefined();
+    expect(auth.admit(pres("offline"), 1_200, 1_500)).toBeUndefined();
+    // Inside the window, the order holds as before.
+    expect(auth.admit(hb("i1"), 1_400, 1_600)?.code).toBe("AX_AUTH_STALE");
+  });
+
+  it("refuses a presence signed past the window ahead: only its past is exempt", () => {
+    const auth = new LinkAuth(keys, 60_000, "ax");
+    const topic = "ax/v1/agents/A/presence";
+    const online = '{"v":1,"type":"presence","status":"online","instanceId":"i1"}';
+    const r = auth.open(topic, seal(online, topic, keyA, 2, 1_000_000 + 60_001), 1_000_000, 65536);
+    expect(r.ok ? "ok" : r.error.code).toBe("AX_AUTH_STALE");
+  });
+
   it("takes the Last Will signed with its connection's online presence, not an older one", () => {
     const auth = new LinkAuth(keys, 60_000, "ax");
     expect(auth.admit(pres("online"), 500)).toBeUndefined();

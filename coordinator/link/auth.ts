@@ -32,10 +32,17 @@ interface Seen {
   sessionAt: number;
   /** Signing time of the last accepted presence. */
   presenceAt: number;
-  /** Instances whose hello was accepted (the last few). */
+  /** Instances whose hello was accepted, the current one last. */
   instances: string[];
+  /**
+   * When each superseded instance (all but the last) may be forgotten: the window after it was
+   * superseded, when every hello it signed before is outside the window. Until then its hello,
+   * replayed, is refused however many instances came after it.
+   */
+  forgetAt: number[];
 }
 
+/** Superseded instances kept in any case, however long ago (the most recent). */
 const RECENT_INSTANCES = 4;
 
 /**
@@ -102,11 +109,11 @@ export class LinkAuth {
       }
       agentId = parsed.agentId;
     }
-    // A presence is exempt from the window, ordered by `at` alone (admit): the Last Will is
-    // signed when its connection opened and published when it ends, often hours later; held to
-    // the window it was refused, and a dead agent waited out its missed heartbeats.
-    const windowed = parsed.kind === "event" || parsed.channel !== "presence";
-    const check = this.verify(sealed, topic, agentId, now, windowed);
+    // A presence is exempt from the window's past side, ordered by `at` alone (admit): the Last
+    // Will is signed when its connection opened and published when it ends, often hours later;
+    // held to the window it was refused, and a dead agent waited out its missed heartbeats.
+    const pastToo = parsed.kind === "event" || parsed.channel !== "presence";
+    const check = this.verify(sealed, topic, agentId, now, pastToo);
     if (check !== undefined) return { ok: false, error: check };
     return event === undefined
       ? { ok: true, body: sealed.body, at: sealed.at }
@@ -118,7 +125,7 @@ export class LinkAuth {
     topic: string,
     agentId: string,
     now: number,
-    windowed: boolean,
+    pastToo: boolean,
   ): Refusal | undefined {
     const k = this.keys.keyOf(agentId);
     if (k === undefined) {
@@ -138,7 +145,7 @@ export class LinkAuth {
     if (!verifyTag(sealed, topic, k.key)) {
       return refusal("AX_AUTH_BAD_MAC", "mac does not verify", agentId);
     }
-    if (windowed && Math.abs(now - sealed.at) > this.windowMs) {
+    if (sealed.at - now > this.windowMs || (pastToo && now - sealed.at > this.windowMs)) {
       return {
         ...refusal(
           "AX_AUTH_STALE",
@@ -158,15 +165,19 @@ export class LinkAuth {
    * never is); a presence after the last presence,
    * or (an `offline`, which is also the Last Will signed at connect time) at the same time.
    */
-  admit(d: Decoded, at: number): Refusal | undefined {
+  admit(d: Decoded, at: number, now = at): Refusal | undefined {
     if (d.channel === "event" || d.channel === "down") return undefined;
     const m = d.message;
     if (m.type !== "hello" && m.type !== "heartbeat" && m.type !== "presence") return undefined;
     let s = this.seen.get(d.agentId);
     if (s === undefined) {
-      s = { sessionAt: -1, presenceAt: -1, instances: [] };
+      s = { sessionAt: -1, presenceAt: -1, instances: [], forgetAt: [] };
       this.seen.set(d.agentId, s);
     }
+    // A mark past the window ahead was signed on a clock since corrected (stepped back, or an
+    // agent's before its first sample): kept, it would refuse every message until then.
+    if (s.sessionAt - now > this.windowMs) s.sessionAt = -1;
+    if (s.presenceAt - now > this.windowMs) s.presenceAt = -1;
     if (m.type === "presence") {
       const fresh = m.status === "offline" ? at >= s.presenceAt : at > s.presenceAt;
       if (!fresh) return replayed(d.agentId, at, s.presenceAt);
@@ -182,7 +193,13 @@ export class LinkAuth {
           d.agentId,
         );
       }
-      s.instances = [...s.instances.slice(1 - RECENT_INSTANCES), m.instanceId];
+      if (s.instances.length > 0) s.forgetAt.push(now + this.windowMs);
+      s.instances.push(m.instanceId);
+      // Forgotten only once out of the window, and beyond the few most recent.
+      while (s.forgetAt.length > RECENT_INSTANCES && (s.forgetAt[0] as number) < now) {
+        s.forgetAt.shift();
+        s.instances.shift();
+      }
       s.sessionAt = at;
       return undefined;
     }

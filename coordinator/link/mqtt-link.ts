@@ -255,7 +255,7 @@ export class CoordinatorLink {
           handlers.invalid(result.error, topic, sender);
           continue;
         }
-        const replay = auth?.admit(result.value, signedAt);
+        const replay = auth?.admit(result.value, signedAt, receivedAt);
         if (replay !== undefined) handlers.refused?.(replay, topic);
         else handlers.message(result.value, receivedAt);
       }
