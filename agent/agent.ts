@@ -295,6 +295,19 @@ export class Agent {
   }
 
   start(): void {
+    // The estimate of the coordinator's clock the last process of this boot had, aged, until
+    // this one has a sample: recovered commands start on it, not on this device's own clock
+    // (offset 0), which would start them early by as much as that clock is ahead.
+    const kept = this.journal.clock;
+    if (kept) {
+      const [o, r, a] = JSON.parse(kept) as number[];
+      const c = this.sinceBoot();
+      this.sync.restore({
+        offsetMs: (o as number) - c,
+        rttMs: r as number,
+        atMs: (a as number) + c,
+      });
+    }
     const recovered = this.executor.recover();
     if (recovered.rescheduled + recovered.interrupted + recovered.expired + recovered.settled > 0) {
       this.log("info", "recovered journaled commands", { ...recovered });
@@ -504,6 +517,23 @@ export class Agent {
     });
   }
 
+  /**
+   * Local time less the boot's monotonic clock: constant in one process, and what carries an
+   * estimate kept in the journal over to the next process's local time (a wall clock stepped in
+   * between moves local time, not the boot's clock).
+   */
+  private sinceBoot(): number {
+    return this.time.localNow() - Number(process.hrtime.bigint()) / 1e6;
+  }
+
+  /** A clock sample was taken: held starts may be sooner, and the estimate is kept. */
+  private sampled(): void {
+    this.executor.retime();
+    const s = this.sync.best;
+    const c = this.sinceBoot();
+    if (s) this.journal.clock = JSON.stringify([s.offsetMs + c, s.rttMs, s.atMs - c]);
+  }
+
   /** An invalid message: logged with its reason and counted, never acted on. */
   private rejected(topic: string, e: Pick<ProtocolError, "code" | "message">): void {
     this.counters.invalidMessages++;
@@ -515,7 +545,7 @@ export class Agent {
     switch (m.type) {
       case "welcome":
         if (m.instanceId !== this.instanceId) return; // an answer to another process's hello
-        if (this.sync.addSample(m.clock, receivedLocal)) this.executor.retime();
+        if (this.sync.addSample(m.clock, receivedLocal)) this.sampled();
         this.heartbeatMs = m.heartbeatMs;
         this.batchBytes = m.batchBytes ?? 0;
         // What is still pending is journaled first and sent by the replay below (not twice).
@@ -535,7 +565,7 @@ export class Agent {
         return;
       case "time":
         // A better estimate may make a held start sooner than its place on the wheel.
-        if (this.sync.addSample(m.clock, receivedLocal)) this.executor.retime();
+        if (this.sync.addSample(m.clock, receivedLocal)) this.sampled();
         return;
       case "ack":
         if (m.journalId !== undefined && m.journalId !== this.journal.journalId) {

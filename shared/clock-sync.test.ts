@@ -34,6 +34,28 @@ function roundTrip(sync: ClockSync, trip: Trip): boolean {
   return sync.addSample(clock, t3);
 }
 
+describe("ClockSync: an estimate kept across a restart", () => {
+  it("stands, aged, until a sample of this process; one that agrees keeps the better bound", () => {
+    const sync = new ClockSync();
+    sync.restore({ offsetMs: TRUE_OFFSET, rttMs: 2, atMs: 0 });
+    expect(sync.offsetMs).toBe(TRUE_OFFSET);
+    // 1 ms of half round trip, plus 50 ppm of 20 s.
+    expect(sync.uncertaintyAt(20_000)).toBeCloseTo(2, 6);
+    expect(sync.sampleCount).toBe(0);
+    expect(sync.wantsSample(20_000)).toBe(true);
+    expect(roundTrip(sync, { local0: 20_000, up: 2, down: 2 })).toBe(true);
+    expect(sync.offsetMs).toBe(TRUE_OFFSET);
+  });
+
+  it("goes at once when the first sample of this process refutes it", () => {
+    const sync = new ClockSync();
+    // Kept from before the coordinator's clock was stepped by a second.
+    sync.restore({ offsetMs: TRUE_OFFSET + 1_000, rttMs: 2, atMs: 0 });
+    expect(roundTrip(sync, { local0: 5_000, up: 1, down: 1 })).toBe(true);
+    expect(sync.offsetMs).toBe(TRUE_OFFSET);
+  });
+});
+
 describe("ClockSync", () => {
   it("offset 0 and uncertainty 0 before any sample (rule 4)", () => {
     const sync = new ClockSync();

@@ -64,7 +64,8 @@ export class ClockSync {
   private disagreeing: OffsetSample[] = [];
   /** The offset each outgoing message was stamped with, keyed by its `sentAt` (rule 12). */
   private readonly stamped = new Map<number, number>();
-  private best: OffsetSample | undefined;
+  /** The sample in use (kept across a restart by agent.ts); undefined before the first. */
+  best: OffsetSample | undefined;
   /** Local time of the newest sample: the bounds below are as of then. */
   private latestAt = 0;
   private readonly windowSize: number;
@@ -97,6 +98,16 @@ export class ClockSync {
    */
   uncertaintyAt(at: number): number {
     return this.best ? this.bound(this.best, at) : 0;
+  }
+
+  /**
+   * Takes a sample kept by this agent's previous process as the estimate until this process has
+   * samples of its own: its bound has aged since (50 ppm of its age), and the first sample of
+   * this process that disagrees with it replaces it at once.
+   */
+  restore(s: OffsetSample): void {
+    this.best = s;
+    this.latestAt = s.atMs;
   }
 
   /** Samples accepted and kept (0 until the first one). */
@@ -152,6 +163,10 @@ export class ClockSync {
       atMs: localT3,
     };
     this.latestAt = Math.max(this.latestAt, localT3);
+    // A restored estimate (no sample of this process yet) that this one refutes goes at once.
+    if (this.window.length === 0 && this.best !== undefined && !this.agree(sample, this.best)) {
+      this.best = undefined;
+    }
     const best = this.best;
     if (best !== undefined && !this.agree(sample, best)) {
       this.disagreeing.push(sample);

@@ -292,6 +292,18 @@ export class Journal {
     return value;
   }
 
+  /**
+   * The clock estimate the agent keeps across restarts (agent.ts), as it last wrote it: only
+   * within one boot of the device, since it is anchored to the boot's monotonic clock.
+   */
+  get clock(): string | undefined {
+    return this.sameBootValue ? this.meta("clock") : undefined;
+  }
+
+  set clock(value: string) {
+    this.initMeta("clock", value);
+  }
+
   /** The highest seq handed out (rule 1: survives restarts). */
   get lastSeq(): number {
     return this.lastSeqValue;

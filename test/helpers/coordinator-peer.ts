@@ -56,6 +56,8 @@ export class CoordinatorPeer {
   readonly unverified: string[] = [];
   /** How far this stand-in coordinator's clock is ahead of the host's, in its clock samples. */
   clockAheadMs = 0;
+  /** Hellos that arrive before this wall time are noted and not answered (a slow coordinator). */
+  holdWelcomesUntil = 0;
 
   constructor(
     private readonly url: string,
@@ -129,6 +131,7 @@ export class CoordinatorPeer {
     const now = Date.now();
     if (m.type === "hello") {
       this.hellos.push(m);
+      if (now < this.holdWelcomesUntil) return;
       const prev = this.acked.get(m.agentId);
       if (!prev || prev.journalId !== m.journalId)
         this.acked.set(m.agentId, { journalId: m.journalId, upTo: 0 });

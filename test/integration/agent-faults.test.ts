@@ -197,6 +197,40 @@ describe("agent: a held command and a better clock estimate", () => {
   }, 60_000);
 });
 
+describe("agent: the clock estimate kept across a restart", () => {
+  it("never starts a recovered command early on a coordinator clock 10 s behind, killed and restarted", async () => {
+    const r = await rig();
+    r.peer.clockAheadMs = -10_000;
+    const id = r.config.agentId;
+    const first = r.spawn();
+    await waitFor("hello", () => (r.peer.welcomed(id) ? true : undefined), 20_000);
+    await waitFor("the agent's estimate of the -10 s", () =>
+      Math.abs((r.peer.heartbeats.at(-1)?.clockOffset.offsetMs ?? 0) + 10_000) < 50
+        ? true
+        : undefined,
+    );
+    // Due 6 s ahead on the coordinator's clock; with offset 0 (the device's own clock, 10 s
+    // ahead of it) it was already due 4 s ago.
+    const fireAt = Date.now() + r.peer.clockAheadMs + 6_000;
+    r.peer.dispatch(id, { executionId: "held", fireAt, deadline: fireAt + 60_000 });
+    await waitFor("accepted", () => (r.peer.of(id, "accepted", "held").length ? true : undefined));
+    await first.kill();
+    // The welcome comes late: before it, only the kept estimate stands between it and offset 0.
+    r.peer.holdWelcomesUntil = Date.now() + 2_500;
+    r.spawn();
+    const started = await waitFor(
+      "held started",
+      () => r.peer.of(id, "started", "held")[0],
+      20_000,
+    );
+    const startedAtOnPeer = Date.now() + r.peer.clockAheadMs;
+    // Not early on the coordinator's clock, as reported and as the peer saw it arrive.
+    expect(started.startedAt).toBeGreaterThanOrEqual(fireAt);
+    expect(startedAtOnPeer).toBeGreaterThanOrEqual(fireAt);
+    expect(started.startedAt - fireAt).toBeLessThan(500);
+  }, 60_000);
+});
+
 describe("agent: one journal, one agent", () => {
   it("refuses to start on a journal another live agent holds, naming the file, its pid and agentId", async () => {
     const r = await rig();
