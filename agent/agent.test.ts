@@ -273,6 +273,17 @@ describe("agent: shutdown", () => {
     expect(during.length).toBeGreaterThanOrEqual(2);
     expect(during.every((h) => h.shuttingDown === true)).toBe(true);
   });
+
+  it("sends the shutting-down heartbeat with nothing running too, before it goes offline", async () => {
+    const r = await rig({ shutdownGraceMs: 5_000 });
+    await waitFor("a heartbeat", () => (r.heartbeats.length > 0 ? true : undefined));
+    const before = r.heartbeats.length;
+    await r.agent.stop();
+    await waitFor("the shutting-down heartbeat", () =>
+      r.heartbeats.length > before ? true : undefined,
+    );
+    expect(r.heartbeats.slice(before).map((h) => h.shuttingDown)).toEqual([true]);
+  });
 });
 
 /** What each up payload carried, as `type executionId` per message ("hello", "heartbeat" alone). */

@@ -821,8 +821,11 @@ export class Agent {
   private async shutdown(graceMs: number): Promise<void> {
     this.executor.shuttingDown = true;
     this.shuttingDown = true;
-    // Said at once, not at the next period: the coordinator stops routing work here now.
+    // Said at once, not at the next period: the coordinator stops routing work here now. Sent
+    // before anything else goes on: with nothing running the drain below ends in this turn, and
+    // the timers it clears would have taken the heartbeat with them.
     this.scheduleHeartbeat(0);
+    await new Promise<void>((r) => this.clock.setTimer(r, 0));
     await this.executor.drainRunning(graceMs);
     this.stopped = true;
     this.replays.close();

@@ -164,9 +164,7 @@ export class ClockSync {
     };
     this.latestAt = Math.max(this.latestAt, localT3);
     // A restored estimate (no sample of this process yet) that this one refutes goes at once.
-    if (this.window.length === 0 && this.best !== undefined && !this.agree(sample, this.best)) {
-      this.best = undefined;
-    }
+    if (!this.window.length && this.best && !this.agree(sample, this.best)) this.best = undefined;
     const best = this.best;
     if (best !== undefined && !this.agree(sample, best)) {
       this.disagreeing.push(sample);
