@@ -100,6 +100,17 @@ export class Fleet {
    * each agent: how far into the agent's stream this coordinator has read. Memory only.
    */
   private readonly heard = new Map<string, number>();
+  /** Each agent's last hello's `lastSeq`: its reports up to it were written by earlier processes. */
+  private readonly helloSeq = new Map<string, number>();
+
+  /**
+   * Whether report `seq` of `agentId` was written by the process of its last hello (above that
+   * hello's `lastSeq`), not replayed from an earlier one's outbox: what such a report says of the
+   * agent itself (busy, shutting down) is of that process only.
+   */
+  fromCurrentProcess(agentId: string, seq: number): boolean {
+    return seq > (this.helloSeq.get(agentId) ?? 0);
+  }
 
   /** Notes a message from `agentId` sent at `sentAt`, as it is handled. */
   heardFrom(agentId: string, sentAt: number): void {
@@ -167,6 +178,7 @@ export class Fleet {
 
   /** A hello: a new instance supersedes the old; a new journal resets the expected seq. */
   async hello(h: Hello, now: number): Promise<AgentRecord> {
+    this.helloSeq.set(h.agentId, h.lastSeq);
     const prev = this.agents.get(h.agentId);
     const sameJournal = prev !== undefined && prev.journalId === h.journalId;
     const record: AgentRecord = {

@@ -582,11 +582,18 @@ export class Inbound {
   private async applyReports(agentId: string, rs: InboundReport[]): Promise<void> {
     const steps: EventStep[] = [];
     const stepReports: Report[] = [];
+    // What a report says of its agent (busy, shutting down), acted on once its step applied: a
+    // report of an older round, or replayed from an earlier process, changes nothing.
+    const onApplied: ((() => void) | undefined)[] = [];
     let id = "";
     const flush = async () => {
       if (steps.length === 0) return;
       const outcomes = await applyEvents(this.ctx, id, steps.splice(0));
       const reports = stepReports.splice(0);
+      const effects = onApplied.splice(0);
+      for (const [i, outcome] of outcomes.entries()) {
+        if (outcome === "applied") effects[i]?.();
+      }
       // Facts outrank fences: a start or finish the state machine would not take (an older
       // round, or a record that had moved on) is a fact about the device, and is recorded.
       for (const [i, outcome] of outcomes.entries()) {
@@ -615,20 +622,31 @@ export class Inbound {
         continue;
       }
       if (r.type !== "progress" && r.type !== "state") stepReports.push(r);
+      const current = this.fleet.fromCurrentProcess(agentId, r.seq);
+      const busy = () => {
+        if (current) this.fleet.markBusy(agentId, this.ctx.clock.wallNow());
+      };
       switch (r.type) {
         case "accepted":
-          this.fleet.markAccepting(agentId);
+          onApplied.push(() => this.fleet.markAccepting(agentId));
           steps.push({ event: { type: "accepted", round: r.round } });
           break;
         case "busy":
-          this.fleet.markBusy(agentId, this.ctx.clock.wallNow());
+          onApplied.push(busy);
           steps.push({ event: { type: "busy", round: r.round } });
           break;
         case "rejected":
           // "Not now": the agent is stopping (nothing more is routed to it) or its journal is
           // full (passed over like a busy agent); the execution waits instead of failing.
-          if (r.reason === "shutting_down") this.fleet.markDraining(agentId);
-          if (r.reason === "journal_full") this.fleet.markBusy(agentId, this.ctx.clock.wallNow());
+          onApplied.push(
+            r.reason === "shutting_down"
+              ? () => {
+                  if (current) this.fleet.markDraining(agentId);
+                }
+              : r.reason === "journal_full"
+                ? busy
+                : undefined,
+          );
           steps.push({
             event: { type: "rejected", round: r.round, reason: r.reason },
             patch: () => ({
@@ -639,12 +657,14 @@ export class Inbound {
           break;
         case "started":
           this.leases.renew(id, r.round, this.ctx.clock.wallNow());
+          onApplied.push(undefined);
           steps.push({
             event: { type: "started", round: r.round },
             patch: () => ({ startedAt: r.startedAt, lateMs: r.lateMs }),
           });
           break;
         case "finished":
+          onApplied.push(undefined);
           steps.push({
             event: { type: "finished", round: r.round, outcome: r.outcome, retryable: r.retryable },
             patch: () => ({

@@ -49,6 +49,8 @@ export async function fakeAgent(
   options: {
     handlers?: string[];
     journalId?: string;
+    /** The hello's lastSeq: reports up to it are an earlier process's, replayed. @default 0 */
+    lastSeq?: number;
     batchBytes?: number;
     /** Its enrolled key (kid 1): every message is sealed with it, and each one received opened. */
     key?: Buffer;
@@ -115,7 +117,7 @@ export async function fakeAgent(
         agentId,
         instanceId,
         journalId,
-        lastSeq: 0,
+        lastSeq: options.lastSeq ?? 0,
         profile: "server",
         bundle: { version: "dev", sha256: "dev" },
         handlers: options.handlers ?? ["echo"],

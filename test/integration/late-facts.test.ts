@@ -220,4 +220,46 @@ describe("late facts", () => {
     expect(done.result).toEqual({ ok: 1 });
     expect(done.agentId).toBe(a.agentId);
   }, 30_000);
+
+  it("a busy or shutting_down of an older round, or of an earlier process, routes nothing around the agent", async () => {
+    const { broker, coordinator } = await setup();
+    const agentId = `${broker.prefix}-d`;
+    const first = await fakeAgent(broker, agentId);
+    cleanups.push(() => first.close());
+    const id = await coordinator.sendCommand({ agentId, handler: "echo", timeoutMs: 60_000 });
+    const isRound =
+      (round: number) =>
+      (m: DownMessage): m is Dispatch =>
+        m.type === "dispatch" && m.executionId === id && m.round === round;
+    await first.waitFor("round 1", isRound(1));
+    // Busy: the coordinator sends round 2 after the back-off.
+    await first.report({ type: "busy", executionId: id, round: 1, seq: 1 });
+    await first.waitFor("round 2", isRound(2));
+    // A shutting_down of round 1, late: the record follows round 2, and the agent is not stopping.
+    await first.report({
+      type: "rejected",
+      executionId: id,
+      round: 1,
+      seq: 2,
+      reason: "shutting_down",
+    });
+    await waitFor("acknowledged", () =>
+      first.received.some((m) => m.type === "ack" && m.upTo >= 2) ? true : undefined,
+    );
+    expect(coordinator.fleet.isDraining(agentId)).toBe(false);
+    // The process stops; its successor replays its outbox, where the first one had written that
+    // it was shutting down (round 2, seq 3): the record moves, but the new process is not draining.
+    await first.close();
+    const second = await fakeAgent(broker, agentId, { journalId: first.journalId, lastSeq: 3 });
+    cleanups.push(() => second.close());
+    await second.report({
+      type: "rejected",
+      executionId: id,
+      round: 2,
+      seq: 3,
+      reason: "shutting_down",
+    });
+    await second.waitFor("round 3, to the new process", isRound(3));
+    expect(coordinator.fleet.isDraining(agentId)).toBe(false);
+  });
 });
