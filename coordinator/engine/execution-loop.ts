@@ -5,6 +5,7 @@ import { decideOverlap } from "../domain/overlap.js";
 import { eligibleAgents, hashKeyValue, Router, routingMemoryOf } from "../domain/routing.js";
 import type { ExecutionRecord, PeerRecord } from "../store/port.js";
 import type { EngineContext } from "./context.js";
+import { lookUpFollowed } from "./facts.js";
 import type { Fleet } from "./fleet.js";
 import type { Leases } from "./leases.js";
 import { applyEvent } from "./transitions.js";
@@ -515,6 +516,7 @@ export class ExecutionLoop {
    */
   private async checkLease(exec: ExecutionRecord, now: number, linkUp: number): Promise<boolean> {
     if (exec.agentId === null || exec.state !== "RUNNING") return false;
+    await lookUpFollowed(this.ctx, this.leases, exec, now);
     const agentLive = this.fleet.get(exec.agentId)?.status === "online";
     const decision = this.leases.check(exec, agentLive, now, linkUp, updateHoldMs(exec));
     if (decision.action === "query") {

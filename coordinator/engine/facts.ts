@@ -7,6 +7,24 @@ import type { EngineContext } from "./context.js";
 import type { Leases } from "./leases.js";
 
 /**
+ * Reads back, once per execution per process, the older round a RUNNING record follows (a fact
+ * adopted before a restart), so that the agent's heartbeats for that round renew its lease and a
+ * query asks for it, as before the restart.
+ */
+export async function lookUpFollowed(
+  ctx: EngineContext,
+  leases: Leases,
+  exec: { id: string; round: number; state: string },
+  now: number,
+): Promise<void> {
+  if (exec.state !== "RUNNING" || !leases.mustLookUp(exec.id)) return;
+  const { followedRound } = roundHistory(await ctx.store.getTimeline(exec.id));
+  if (followedRound !== null && followedRound < exec.round) {
+    leases.follow(exec.id, followedRound, exec.round, now);
+  }
+}
+
+/**
  * Records a fact an agent reported about a round the record has moved past (issue 15, item 2):
  * reads the execution and its timeline, asks the pure rules (domain/facts.ts), and writes their
  * answer as a `fact` entry on the timeline — with a state change when the record now follows that

@@ -16,7 +16,7 @@ import type { Refusal } from "../link/auth.js";
 import { MAX_INBOUND_BACKLOG } from "../link/mqtt-link.js";
 import type { EngineContext } from "./context.js";
 import { inLanes, storeLanes } from "./execution-loop.js";
-import { recordFact } from "./facts.js";
+import { lookUpFollowed, recordFact } from "./facts.js";
 import type { Fleet } from "./fleet.js";
 import type { Leases } from "./leases.js";
 import { applyEvent, applyEvents, type EventStep } from "./transitions.js";
@@ -613,6 +613,12 @@ export class Inbound {
       if (settles === null) continue;
       const r = settles ?? report;
       id = r.executionId;
+      if (r.type === "finished" && r.outcome === "canceled") {
+        // Which round the record follows may need reading back after a restart (facts.ts): a
+        // later round cancelled on its agent must not end a record that follows an older one.
+        const exec = await this.ctx.store.getExecution(id);
+        if (exec) await lookUpFollowed(this.ctx, this.leases, exec, this.ctx.clock.wallNow());
+      }
       if (r.type === "finished" && this.leases.ranRound(id, r.round) !== r.round) {
         // The record follows an older round that started (a fact adopted), and this round was
         // cancelled on its agent: its end is a fact about a round not followed, never the

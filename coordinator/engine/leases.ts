@@ -52,6 +52,21 @@ export class Leases {
     this.leases.set(executionId, { round: latest, renewedAt: now, queriedAt: undefined });
   }
 
+  /** Executions whose followed round was looked up in their timeline since this process began. */
+  private readonly looked = new Set<string>();
+
+  /**
+   * Whether `executionId`'s followed round must still be read from its timeline: once per
+   * execution per process, since {@link follow} lives in memory and a restart forgot it (the
+   * agent, still running the older round, would have its lease lapse).
+   */
+  mustLookUp(executionId: string): boolean {
+    if (this.looked.has(executionId) || this.followed.has(executionId)) return false;
+    if (this.looked.size >= 100_000) this.looked.clear(); // bounded; a lost entry costs a read
+    this.looked.add(executionId);
+    return true;
+  }
+
   /** The round an agent runs the execution under, for a query: the followed one, if any. */
   ranRound(executionId: string, latest: number): number {
     const f = this.followed.get(executionId);
@@ -62,6 +77,7 @@ export class Leases {
   forget(executionId: string): void {
     this.leases.delete(executionId);
     this.followed.delete(executionId);
+    this.looked.delete(executionId);
   }
 
   /** Leases held in memory (one per execution an agent holds). */

@@ -2,7 +2,12 @@ import { afterEach, describe, expect, it } from "vitest";
 import { envelope } from "../../shared/message.js";
 import type { Dispatch, DownMessage, UpMessage } from "../../shared/protocol/index.js";
 import { waitFor } from "../helpers/env.js";
-import { type Cleanups, coordinatorSetup, fakeAgent } from "../helpers/fake-agent.js";
+import {
+  type Cleanups,
+  coordinatorSetup,
+  type FakeAgent,
+  fakeAgent,
+} from "../helpers/fake-agent.js";
 
 /**
  * Facts outrank fences (issue 15, item 2), through the real engine: what a device reports about
@@ -262,4 +267,65 @@ describe("late facts", () => {
     await second.waitFor("round 3, to the new process", isRound(3));
     expect(coordinator.fleet.isDraining(agentId)).toBe(false);
   });
+
+  it("keeps following an adopted round across a coordinator restart: the agent's heartbeats for it hold the lease", async () => {
+    const { broker, start } = await coordinatorSetup(cleanups, { heartbeatMs: 300 });
+    let coordinator = await start();
+    const agentId = `${broker.prefix}-f`;
+    const a = await fakeAgent(broker, agentId);
+    cleanups.push(() => a.close());
+    let running: { executionId: string; round: number }[] = [];
+    let beating: FakeAgent = a;
+    const beat = setInterval(() => beating.heartbeat(0, running).catch(() => {}), 150);
+    cleanups.push(() => clearInterval(beat));
+    await coordinator.putJob({
+      id: "f",
+      handler: "echo",
+      trigger: { type: "manual" },
+      dispatchTimeout: "600ms",
+      maxDispatches: 5,
+      timeout: "60s",
+    });
+    const id = await coordinator.triggerJob("f");
+    const r1 = await a.waitFor("round 1", isDispatch);
+    await a.waitFor("round 2", (m): m is Dispatch => isDispatch(m) && m.round === r1.round + 1);
+    // Round 1 was only late: it runs, and the record follows it (a fact adopted).
+    running = [{ executionId: id, round: r1.round }];
+    await a.report({ type: "accepted", executionId: id, round: r1.round, seq: 1 });
+    await a.report({
+      type: "started",
+      executionId: id,
+      round: r1.round,
+      seq: 2,
+      startedAt: Date.now(),
+      lateMs: 0,
+    });
+    await waitFor("running round 1", async () =>
+      (await coordinator.store.getExecution(id))?.state === "RUNNING" ? true : undefined,
+    );
+    // The coordinator restarts: its memory of the followed round is gone, the timeline has it.
+    await coordinator.close();
+    coordinator = await start();
+    cleanups.push(() => coordinator.close());
+    const again = await fakeAgent(broker, agentId, { journalId: a.journalId, lastSeq: 2 });
+    cleanups.push(() => again.close());
+    beating = again;
+    // Well past a lease (3 heartbeats, 900 ms) and a query's wait (2 s): it is still running.
+    await new Promise((r) => setTimeout(r, 4_500));
+    const e = await coordinator.store.getExecution(id);
+    expect(e?.state, e?.message ?? "").toBe("RUNNING");
+    await again.report({
+      type: "finished",
+      executionId: id,
+      round: r1.round,
+      seq: 3,
+      outcome: "succeeded",
+      retryable: false,
+      message: "",
+      finishedAt: Date.now(),
+    });
+    await waitFor("succeeded", async () =>
+      (await coordinator.store.getExecution(id))?.state === "SUCCEEDED" ? true : undefined,
+    );
+  }, 30_000);
 });
