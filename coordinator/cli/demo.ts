@@ -71,7 +71,7 @@ export async function runDemo(argv: string[]): Promise<number> {
     const tokenFile = coordinator.apiTokens.adminTokenFile;
     out.write(`ax demo: broker ${broker.url}, store ${config.store.path}, logs in ${dir}\n`);
     out.write(
-      `ax demo: console ${http.url}/  ·  API ${http.url}/api/  ·  metrics ${http.url}/metrics\n`,
+      `ax demo: console ${http.url}/  ·  API ${http.url}/api/openapi.json  ·  metrics ${http.url}/metrics\n`,
     );
     out.write(
       `ax demo: admin token in ${tokenFile} (paste it into the console; ` +
