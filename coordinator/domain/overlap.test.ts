@@ -65,9 +65,15 @@ const cases: Case[] = [
       want: dispatch,
     },
     {
-      name: `${policy}: only a RETRY_WAITING peer (waiting, not active)`,
+      // A firing waiting for its retry is in flight: its retry would run beside this one.
+      name: `${policy}: only a RETRY_WAITING peer (a firing still in flight)`,
       in: input({ policy, sameJob: [peer("r", "RETRY_WAITING", NOW - 500)] }),
-      want: dispatch,
+      want: {
+        PARALLEL: dispatch,
+        SKIP: skip("overlap SKIP: r is still running"),
+        QUEUE: wait("overlap QUEUE: waiting for r"),
+        REPLACE: replace(["r"], "overlap REPLACE: canceling r"),
+      }[policy],
     },
     {
       name: `${policy}: only peers in other, non-blocking states`,
@@ -220,9 +226,9 @@ const cases: Case[] = [
     want: dispatch,
   },
   {
-    name: "QUEUE FIFO: an older RETRY_WAITING peer does not hold a new firing back",
+    name: "QUEUE: an older firing waiting for its retry holds a new one back",
     in: input({ policy: "QUEUE", sameJob: [peer("r1", "RETRY_WAITING", NOW - 100)] }),
-    want: dispatch,
+    want: wait("overlap QUEUE: waiting for r1"),
   },
   ...(["PARALLEL", "SKIP", "REPLACE"] as const).map(
     (policy): Case => ({
@@ -239,7 +245,7 @@ const cases: Case[] = [
     want: replace(["a1"], "overlap REPLACE: canceling a1"),
   },
   {
-    name: "REPLACE: lists every active peer, in order, and no waiting one",
+    name: "REPLACE: lists every peer in flight, in order (a retry awaited too), no pending one",
     in: input({
       policy: "REPLACE",
       sameJob: [
@@ -250,7 +256,7 @@ const cases: Case[] = [
         peer("a3", "RUNNING", NOW - 100),
       ],
     }),
-    want: replace(["a1", "a2", "a3"], "overlap REPLACE: canceling a1"),
+    want: replace(["a1", "a2", "r1", "a3"], "overlap REPLACE: canceling a1"),
   },
   {
     name: "REPLACE: goes ahead of the concurrency limit",

@@ -57,7 +57,8 @@ export function decideOverlap(input: OverlapInput): OverlapDecision {
   // Sibling shards are the same firing, not an overlap: the policy looks past them (concurrency
   // and the group still count them).
   const others = input.sameJob.filter((p) => e.shardOf == null || p.shardOf !== e.shardOf);
-  const othersActive = others.filter((p) => ACTIVE.has(p.state));
+  // A firing waiting for its retry is still in flight: a later one would run beside its retry.
+  const othersActive = others.filter((p) => ACTIVE.has(p.state) || p.state === "RETRY_WAITING");
   if (e.attempt === 1 && othersActive.length > 0) {
     const first = othersActive[0]?.id;
     switch (input.policy) {
