@@ -1,8 +1,9 @@
 import { existsSync } from "node:fs";
 import { type IssueLike, issueLines, unknownKeys } from "../shared/config-issues.js";
 import { AxError } from "../shared/errors.js";
+import { AGENT_UPDATE_HANDLER } from "../shared/update.js";
 import { readJsonFile } from "./config.js";
-import { jobDefinitionSchema } from "./domain/job.js";
+import { AGENT_UPDATE_NOT_A_JOB, jobDefinitionSchema } from "./domain/job.js";
 import type { Logger } from "./engine/context.js";
 import type { JobHistoryEntry, StoredJob } from "./store/port.js";
 
@@ -74,6 +75,9 @@ export function parseJobFile(value: unknown, file: string, single = false): unkn
     if (def.trigger.type === "after" && def.trigger.job === def.id) {
       problems.push(`${at(i, "trigger", "job")}: a job cannot fire after itself`);
     }
+    // Every check the API makes, so that a file refused at start has stored none of its jobs.
+    if (def.handler === AGENT_UPDATE_HANDLER)
+      problems.push(`${at(i, "handler")}: ${AGENT_UPDATE_NOT_A_JOB}`);
     const first = seen.get(def.id);
     if (first !== undefined) {
       problems.push(

@@ -4,10 +4,18 @@ import { TERMINAL_STATE_NAMES } from "../../shared/fsm.js";
 import { HANDLER_NAME_PATTERN, ID_PATTERN } from "../../shared/ids.js";
 import { MAX_OBJECT_KEYS } from "../../shared/protocol/envelope.js";
 import { MAX_JSON_DEPTH } from "../../shared/protocol/json-depth.js";
+import { AGENT_UPDATE_HANDLER } from "../../shared/update.js";
 import { durationSchema, positiveDurationSchema } from "./duration.js";
 import { MAX_VIRTUAL_NODES } from "./hash-ring.js";
 import { noZoneProblem, parseIsoInstant } from "./instant.js";
 import { isValidTimeZone, validateCron } from "./schedule.js";
+
+/**
+ * Why `agent.update` is no job's handler: its params are the coordinator's to fill in from a
+ * published bundle, which a command or a rollout does at creation; a job's would go to devices as
+ * written, URL and target included.
+ */
+export const AGENT_UPDATE_NOT_A_JOB = `${AGENT_UPDATE_HANDLER} installs a bundle: send it as a command (ax command send --bundle) or a rollout (ax rollout create --bundle), not a job`;
 
 const ID_MESSAGE = "must be 1-128 of A-Z a-z 0-9 . _ : - and start with a letter or digit";
 

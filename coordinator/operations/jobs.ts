@@ -2,6 +2,7 @@ import { AxError } from "../../shared/errors.js";
 import { TERMINAL_STATES } from "../../shared/fsm.js";
 import { AGENT_UPDATE_HANDLER } from "../../shared/update.js";
 import {
+  AGENT_UPDATE_NOT_A_JOB,
   formatIssues,
   type JobDefinitionInput,
   jobDefinitionSchema,
@@ -136,14 +137,8 @@ export class JobOperations {
     if (def.trigger.type === "after" && def.trigger.job === def.id) {
       throw invalidJob(def.id, "a job cannot fire after itself", ["trigger", "job"]);
     }
-    // Its params are the coordinator's to fill in from a published bundle, which a command or a
-    // rollout does at creation; a job's would go to devices as written, URL and target included.
     if (def.handler === AGENT_UPDATE_HANDLER) {
-      throw invalidJob(
-        def.id,
-        `${AGENT_UPDATE_HANDLER} installs a bundle: send it as a command (ax command send --bundle) or a rollout (ax rollout create --bundle), not a job`,
-        ["handler"],
-      );
+      throw invalidJob(def.id, AGENT_UPDATE_NOT_A_JOB, ["handler"]);
     }
     let job: StoredJob | undefined;
     for (let attempt = 1; job === undefined; attempt++) {

@@ -290,5 +290,17 @@ describe("ax coordinator start with a jobsFile", () => {
     );
     // Nothing applied, nothing created: not even the store.
     expect(existsSync(join(etc, "ax.sqlite"))).toBe(false);
+    // A job of agent.update, which the API refuses, is refused with the file too: before, the
+    // jobs ahead of it were stored, then the start failed on it without naming the file.
+    writeFileSync(
+      jobs,
+      JSON.stringify({ jobs: [job("a"), { ...job("u"), handler: "agent.update" }] }),
+    );
+    const u = startRefused(file, cwd);
+    expect(u.status).toBe(1);
+    expect(u.stderr).toBe(
+      `ax: AX_JOB_INVALID: ${jobs}: invalid job definitions\njobs.1.handler: agent.update installs a bundle: send it as a command (ax command send --bundle) or a rollout (ax rollout create --bundle), not a job\n`,
+    );
+    expect(existsSync(join(etc, "ax.sqlite"))).toBe(false);
   });
 });
