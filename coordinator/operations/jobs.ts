@@ -12,7 +12,7 @@ import { firstFireAt, preview } from "../domain/schedule.js";
 import type { EngineContext } from "../engine/context.js";
 import type { FiringLoop } from "../engine/firing.js";
 import { jobExecutions } from "../engine/job-executions.js";
-import { newExecutionId } from "../engine/transitions.js";
+import { applyEvent, newExecutionId } from "../engine/transitions.js";
 import type { EventTriggers } from "../engine/triggers.js";
 import { decodeExecutionCursor, encodeExecutionCursor } from "../store/cursor.js";
 import type { JobHistoryEntry, JobPage, StoredJob } from "../store/port.js";
@@ -180,12 +180,39 @@ export class JobOperations {
 
   /**
    * Pauses a job: it fires nothing until resumed. State, not a new version (issue 17): the
-   * history records who paused it. Pausing a paused job changes nothing.
+   * history records who paused it. Pausing a paused job changes nothing. Its fires made ahead of
+   * their time (`dispatchLead`) that have not started are canceled with it: what the pause
+   * stops is every run from now on, not only the fires still to be made.
    */
   async pause(jobId: string, actor = "system"): Promise<StoredJob> {
-    const job = await this.ctx.store.setJobPaused(jobId, true, this.ctx.clock.wallNow(), actor);
+    const now = this.ctx.clock.wallNow();
+    const job = await this.ctx.store.setJobPaused(jobId, true, now, actor);
     if (!job) throw jobNotFound(jobId);
     this.triggers.invalidate();
+    // A page at a time (a long lead on a short interval makes many). One its agent holds stays
+    // open until the agent answers the cancel, so each is sent one once: a page with none new
+    // is the last.
+    const seen = new Set<string>();
+    for (let pages = 0; pages < 1_000; pages++) {
+      const open = await this.ctx.store.listExecutions({
+        jobId,
+        states: ["PENDING", "DISPATCHED", "SCHEDULED"],
+        limit: 1_000,
+      });
+      const fresh = open.filter((e) => !seen.has(e.id));
+      if (fresh.length === 0) break;
+      for (const e of fresh) {
+        seen.add(e.id);
+        // A fire whose time has come is the job's run before the pause, and a retry is that of
+        // a run already made: they go on.
+        if (e.fireAt <= now || e.attempt > 1) continue;
+        await applyEvent(this.ctx, e.id, { type: "cancel" }, () => ({}), {
+          by: "operator",
+          actor,
+          reason: "job paused before its time",
+        });
+      }
+    }
     await this.ctx.store.flush();
     return job;
   }

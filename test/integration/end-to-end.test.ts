@@ -83,8 +83,9 @@ describe("a job runs end to end", () => {
     await new Promise((r) => setTimeout(r, 3000));
 
     expect(await coordinator.store.getJob(jobId)).toBeDefined();
+    const pausedAt = Date.now();
     await coordinator.pauseJob(jobId);
-    const executions = await waitFor(
+    const ended = await waitFor(
       "every execution of the job to end",
       async () => {
         const all = await coordinator.store.listExecutions({ jobId });
@@ -92,6 +93,12 @@ describe("a job runs end to end", () => {
       },
       20_000,
     );
+    // The pause cancels a fire made ahead of its time (the 500 ms dispatch lead) that had not
+    // started: only one due after the pause.
+    for (const e of ended.filter((x) => x.state === "CANCELED")) {
+      expect(e.fireAt).toBeGreaterThan(pausedAt - 5);
+    }
+    const executions = ended.filter((e) => e.state !== "CANCELED");
 
     expect(executions.length).toBeGreaterThanOrEqual(4);
     expect(executions.length).toBeLessThanOrEqual(6);

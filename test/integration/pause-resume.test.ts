@@ -130,6 +130,40 @@ describe("pause and resume", () => {
     },
   );
 
+  it("cancels with the pause the fires made ahead of their time, and leaves a fire whose time came", async () => {
+    const id = "ahead";
+    clock.advance(1_500 - (clock.wallNow() % 1_000));
+    await coordinator.settle();
+    await coordinator.putJob({
+      id,
+      handler: "echo",
+      trigger: { type: "every", every: "2s", anchor: 0 },
+      dispatchLead: "10s",
+      overlap: { policy: "PARALLEL" },
+    });
+    // The firing loop makes each fire 10 s ahead: five are waiting for their time.
+    for (let i = 0; i < 10; i++) {
+      clock.advance(100);
+      await coordinator.settle();
+    }
+    const made = await executions(id);
+    expect(made.length).toBeGreaterThanOrEqual(5);
+    const pausedAt = clock.wallNow();
+    await coordinator.pauseJob(id, "bob");
+    const after = await executions(id);
+    for (const e of after) {
+      // A fire whose time came before the pause is the job's run; every later one is canceled.
+      if (e.fireAt > pausedAt) expect(e.state, e.id).toBe("CANCELED");
+      else expect(e.state, e.id).not.toBe("CANCELED");
+    }
+    expect(after.filter((e) => e.state === "CANCELED").length).toBeGreaterThanOrEqual(4);
+    const timeline = await coordinator.store.getTimeline(
+      (after.find((e) => e.state === "CANCELED") as { id: string }).id,
+    );
+    expect(timeline.at(-1)).toMatchObject({ event: "cancel", actor: "bob" });
+    await coordinator.deleteJob(id);
+  });
+
   it("keeps a paused job paused when its definition is stored again (a jobs file re-read)", async () => {
     const def = { id: "reloaded", handler: "echo", trigger: { type: "every", every: "1m" } };
     await coordinator.putJob(def, "jobs-file");
