@@ -875,6 +875,25 @@ describe("Executor: cancel and query (rule 8)", () => {
     expect(h.of("finished")).toHaveLength(1);
   });
 
+  it("answers a cancel of an update that switched to its new version too_late: the next process reports it", async () => {
+    const h = setup();
+    h.dispatch({ executionId: "u1", handler: "block", fireAt: h.clock.wallNow() });
+    await flush();
+    // The updater switched the device to the new version; this process only drains now.
+    h.ex.detach("u1");
+    h.ex.cancel("u1", 1);
+    expect(h.reports.at(-1)).toEqual({
+      type: "state",
+      executionId: "u1",
+      round: 1,
+      localState: "running",
+      reason: "too_late",
+    });
+    // Nothing ended it here: it stays running in the journal for the next process to settle.
+    expect(h.of("finished", "u1")).toEqual([]);
+    expect(h.signals.get("u1")?.aborted).toBe(false);
+  });
+
   it("answers a cancel or query for an unknown execution with state unknown", () => {
     const h = setup();
     h.ex.cancel("nope", 3);

@@ -100,6 +100,8 @@ export class Executor {
    * them a burst inside one tick was accepted whole, and nothing was answered busy (issue 15).
    */
   private readonly arriving = new Set<number>();
+  /** Updates let go of by {@link detach}: a cancel comes too late for them. */
+  private readonly detached = new Set<string>();
   /**
    * Commands on the wheel to start, by journal row: their fire time, the monotonic time of their
    * wheel entry and its handle, so that {@link retime} can bring one forward when a better clock
@@ -416,6 +418,9 @@ export class Executor {
     const latest = this.o.journal.latest(id);
     if (
       latest &&
+      // An update that switched to its new version is past stopping: too late (below), and the
+      // next process reports how it ended.
+      !this.detached.has(id) &&
       round >= latest.round &&
       (latest.state === "scheduled" || latest.state === "queued" || latest.state === "running")
     ) {
@@ -807,6 +812,7 @@ export class Executor {
    * switched to its new version, see ExecutorOptions.recovered).
    */
   detach(executionId: string): void {
+    this.detached.add(executionId);
     for (const active of this.active.values()) {
       if (active.row.executionId === executionId && active.state === "running") {
         this.release(active.row);
