@@ -1,4 +1,5 @@
 import { afterEach, describe, expect, it } from "vitest";
+import type { Coordinator } from "../../coordinator/coordinator.js";
 import { envelope } from "../../shared/message.js";
 import type { Dispatch, DownMessage, UpMessage } from "../../shared/protocol/index.js";
 import { waitFor } from "../helpers/env.js";
@@ -26,6 +27,54 @@ describe("late facts", () => {
     return { broker, coordinator };
   }
   const isDispatch = (m: DownMessage): m is Dispatch => m.type === "dispatch";
+  /** The agent's `accepted` (seq `seq`) and `started` (seq + 1) of `round`, started at `at`. */
+  const acceptAndStart = async (
+    agent: FakeAgent,
+    id: string,
+    round: number,
+    seq: number,
+    at: number,
+  ) => {
+    await agent.report({ type: "accepted", executionId: id, round, seq });
+    await agent.report({
+      type: "started",
+      executionId: id,
+      round,
+      seq: seq + 1,
+      startedAt: at,
+      lateMs: 0,
+    });
+  };
+  /** The agent's `finished` `succeeded` of `round`, as seq `seq`, now. */
+  const succeeded = (
+    agent: FakeAgent,
+    id: string,
+    round: number,
+    seq: number,
+    more: { message?: string; startedAt?: number; result?: Record<string, unknown> } = {},
+  ) =>
+    agent.report({
+      type: "finished",
+      executionId: id,
+      round,
+      seq,
+      outcome: "succeeded",
+      retryable: false,
+      message: "",
+      finishedAt: Date.now(),
+      ...more,
+    });
+  /** Fires a manual job whose dispatch is sent again after 600 ms unanswered: its execution. */
+  const fireRedispatchedSoon = async (coordinator: Coordinator, id: string) => {
+    await coordinator.putJob({
+      id,
+      handler: "echo",
+      trigger: { type: "manual" },
+      dispatchTimeout: "600ms",
+      maxDispatches: 5,
+    });
+    return coordinator.triggerJob(id);
+  };
 
   it("a finish reported after the lease lapsed corrects the FAILED it contradicts; the timeline shows both", async () => {
     const { broker, coordinator } = await setup();
@@ -38,15 +87,7 @@ describe("late facts", () => {
     });
     const d = await agent.waitFor("dispatch", isDispatch);
     const at = Date.now();
-    await agent.report({ type: "accepted", executionId: id, round: d.round, seq: 1 });
-    await agent.report({
-      type: "started",
-      executionId: id,
-      round: d.round,
-      seq: 2,
-      startedAt: at,
-      lateMs: 0,
-    });
+    await acceptAndStart(agent, id, d.round, 1, at);
     // No heartbeats: the agent goes offline, its lease lapses, the query goes unanswered.
     const failed = await waitFor(
       "lease fail-over",
@@ -100,15 +141,7 @@ describe("late facts", () => {
     );
     const at = Date.now();
     // Round 1's reports were only late: the device ran round 1 (rule 3: round 2 never starts).
-    await agent.report({ type: "accepted", executionId: id, round: first.round, seq: 1 });
-    await agent.report({
-      type: "started",
-      executionId: id,
-      round: first.round,
-      seq: 2,
-      startedAt: at,
-      lateMs: 0,
-    });
+    await acceptAndStart(agent, id, first.round, 1, at);
     await agent.report({
       type: "finished",
       executionId: id,
@@ -156,14 +189,7 @@ describe("late facts", () => {
       ).catch(() => {});
     }, 300);
     cleanups.push(() => clearInterval(beatA));
-    await coordinator.putJob({
-      id: "x",
-      handler: "echo",
-      trigger: { type: "manual" },
-      dispatchTimeout: "600ms",
-      maxDispatches: 5,
-    });
-    const id = await coordinator.triggerJob("x");
+    const id = await fireRedispatchedSoon(coordinator, "x");
     const r1 = await a.waitFor("round 1 on A", isDispatch);
     aStopping = true;
     const b = await fakeAgent(broker, `${broker.prefix}-b`);
@@ -174,15 +200,7 @@ describe("late facts", () => {
     // A's reports, held up until now: round 1 started. The record follows it; B's round is
     // cancelled.
     const at = Date.now();
-    await a.report({ type: "accepted", executionId: id, round: r1.round, seq: 1 });
-    await a.report({
-      type: "started",
-      executionId: id,
-      round: r1.round,
-      seq: 2,
-      startedAt: at,
-      lateMs: 0,
-    });
+    await acceptAndStart(a, id, r1.round, 1, at);
     const cancel = await b.waitFor(
       "the cancel of B's round",
       (m): m is Extract<DownMessage, { type: "cancel" }> => m.type === "cancel",
@@ -206,18 +224,7 @@ describe("late facts", () => {
         : undefined,
     );
     expect((await coordinator.store.getExecution(id))?.state).toBe("RUNNING");
-    await a.report({
-      type: "finished",
-      executionId: id,
-      round: r1.round,
-      seq: 3,
-      outcome: "succeeded",
-      retryable: false,
-      message: "ok",
-      startedAt: at,
-      finishedAt: Date.now(),
-      result: { ok: 1 },
-    });
+    await succeeded(a, id, r1.round, 3, { message: "ok", startedAt: at, result: { ok: 1 } });
     const done = await waitFor("succeeded", async () => {
       const e = await coordinator.store.getExecution(id);
       return e?.state === "SUCCEEDED" ? e : undefined;
@@ -278,28 +285,12 @@ describe("late facts", () => {
     let beating: FakeAgent = a;
     const beat = setInterval(() => beating.heartbeat(0, running).catch(() => {}), 150);
     cleanups.push(() => clearInterval(beat));
-    await coordinator.putJob({
-      id: "f",
-      handler: "echo",
-      trigger: { type: "manual" },
-      dispatchTimeout: "600ms",
-      maxDispatches: 5,
-      timeout: "60s",
-    });
-    const id = await coordinator.triggerJob("f");
+    const id = await fireRedispatchedSoon(coordinator, "f");
     const r1 = await a.waitFor("round 1", isDispatch);
     await a.waitFor("round 2", (m): m is Dispatch => isDispatch(m) && m.round === r1.round + 1);
     // Round 1 was only late: it runs, and the record follows it (a fact adopted).
     running = [{ executionId: id, round: r1.round }];
-    await a.report({ type: "accepted", executionId: id, round: r1.round, seq: 1 });
-    await a.report({
-      type: "started",
-      executionId: id,
-      round: r1.round,
-      seq: 2,
-      startedAt: Date.now(),
-      lateMs: 0,
-    });
+    await acceptAndStart(a, id, r1.round, 1, Date.now());
     await waitFor("running round 1", async () =>
       (await coordinator.store.getExecution(id))?.state === "RUNNING" ? true : undefined,
     );
@@ -314,16 +305,7 @@ describe("late facts", () => {
     await new Promise((r) => setTimeout(r, 4_500));
     const e = await coordinator.store.getExecution(id);
     expect(e?.state, e?.message ?? "").toBe("RUNNING");
-    await again.report({
-      type: "finished",
-      executionId: id,
-      round: r1.round,
-      seq: 3,
-      outcome: "succeeded",
-      retryable: false,
-      message: "",
-      finishedAt: Date.now(),
-    });
+    await succeeded(again, id, r1.round, 3);
     await waitFor("succeeded", async () =>
       (await coordinator.store.getExecution(id))?.state === "SUCCEEDED" ? true : undefined,
     );
