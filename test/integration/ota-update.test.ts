@@ -158,6 +158,9 @@ describe("OTA: agent.update on a real agent", () => {
     // Runs, but never registers: only the health window catches it.
     const mute = new Map(v2.files).set("agent.mjs", Buffer.from("setInterval(() => {}, 1000);\n"));
     await publish("mute", packBundle({ ...v2.manifest, ax: { version: "2.2.0-mute" } }, mute, key));
+    // Blocks its event loop at start, the one the launcher's process runs it on.
+    const spin = new Map(v2.files).set("agent.mjs", Buffer.from("for (;;) {}\n"));
+    await publish("spin", packBundle({ ...v2.manifest, ax: { version: "2.2.1-spin" } }, spin, key));
     // Signed by a key that is not the coordinator's, put straight into the store (as if written
     // by something other than the publishing API, which refuses it): only the device's own check
     // stands between it and the install.
@@ -239,6 +242,17 @@ describe("OTA: agent.update on a real agent", () => {
 
   it("a build that runs but never registers: rolled back when its health window ends", async () => {
     const id = await update(published.mute?.sha256 as string);
+    const e = await ended(id);
+    expect(e.state).toBe("FAILED");
+    expect(e.message).toContain(`did not register within ${HEALTH_MS} ms`);
+    expect(currentSlotOf(root)).toBe("b");
+    await waitFor("the agent online on 2.0.0 again", async () =>
+      (await agentVersion()) === "2.0.0" ? true : undefined,
+    );
+  }, 60_000);
+
+  it("a build that blocks its event loop: rolled back when its health window ends all the same", async () => {
+    const id = await update(published.spin?.sha256 as string);
     const e = await ended(id);
     expect(e.state).toBe("FAILED");
     expect(e.message).toContain(`did not register within ${HEALTH_MS} ms`);
