@@ -73,8 +73,10 @@ export function onCheckpointThread(): boolean {
 }
 
 /**
- * The worker: one connection, a PASSIVE checkpoint per request. An ES module in a data: URL (its
- * text ships in every agent bundle as written, so what it does is told here, not in it).
+ * The worker: one connection, a PASSIVE checkpoint per request. It runs as an ES module in a
+ * data: URL made from this function's text (WORKER_SOURCE), so it uses nothing of this module:
+ * only what it imports itself. As a function, not a string, the bundler minifies it with the
+ * rest of the agent.
  *
  * A PASSIVE checkpoint that cannot catch up with the writer leaves the pages it copied in the
  * OS's cache: only one that copies the whole WAL syncs the database file, and under steady
@@ -85,54 +87,70 @@ export function onCheckpointThread(): boolean {
  * came in meanwhile, and syncs again: the writer is left the last few frames. Syncing only then,
  * not after every pass, lets a page the passes rewrite go to disk once per WAL, as before.
  */
-const WORKER_SOURCE = `
-import { closeSync, fdatasyncSync, openSync } from "node:fs";
-import { parentPort, workerData } from "node:worker_threads";
-globalThis[Symbol.for(${JSON.stringify(WORKER_FLAG)})] = true;
-const m = await import(workerData.sqliteModule);
-const Database = m.Database ?? m.default;
-const db = new Database(workerData.path, {
-  fileMustExist: true,
-  ...(workerData.nativeBinding ? { nativeBinding: workerData.nativeBinding } : {}),
-});
-db.pragma("synchronous = " + workerData.synchronous);
-let dbFd;
-try {
-  dbFd = openSync(workerData.path, "r+");
-} catch {
-  dbFd = undefined;
-}
-const syncFile = () => {
-  if (dbFd === undefined) return;
+async function checkpointThread(
+  { closeSync, fdatasyncSync, openSync }: typeof import("node:fs"),
+  { parentPort, workerData }: typeof import("node:worker_threads"),
+  load: (url: string) => Promise<Record<string, unknown>>,
+  flag: string,
+): Promise<void> {
+  (globalThis as Record<symbol, unknown>)[Symbol.for(flag)] = true;
+  const port = parentPort;
+  if (!port) return;
+  const m = await load(workerData.sqliteModule);
+  const Database = (m.Database ?? m.default) as typeof import("better-sqlite3");
+  const db = new Database(workerData.path, {
+    fileMustExist: true,
+    ...(workerData.nativeBinding ? { nativeBinding: workerData.nativeBinding } : {}),
+  });
+  db.pragma(`synchronous = ${workerData.synchronous}`);
+  let dbFd: number | undefined;
   try {
-    fdatasyncSync(dbFd);
+    dbFd = openSync(workerData.path, "r+");
   } catch {
     dbFd = undefined;
   }
-};
-const pass = () => db.pragma("wal_checkpoint(PASSIVE)")[0];
-parentPort.on("message", (msg) => {
-  if (msg === "close") {
-    if (dbFd !== undefined) closeSync(dbFd);
-    db.close();
-    parentPort.close();
-    return;
-  }
-  const started = performance.now();
-  try {
-    let r = pass();
-    if (r.log >= workerData.restartFrames) {
-      syncFile();
-      r = pass();
-      syncFile();
+  const syncFile = () => {
+    if (dbFd === undefined) return;
+    try {
+      fdatasyncSync(dbFd);
+    } catch {
+      dbFd = undefined;
     }
-    parentPort.postMessage({ log: r.log, checkpointed: r.checkpointed, ms: performance.now() - started });
-  } catch (err) {
-    parentPort.postMessage({ error: String(err && err.message ? err.message : err) });
-  }
-});
-parentPort.postMessage({ ready: true });
-`;
+  };
+  const pass = () =>
+    (db.pragma("wal_checkpoint(PASSIVE)") as { log: number; checkpointed: number }[])[0] ?? {
+      log: 0,
+      checkpointed: 0,
+    };
+  port.on("message", (msg: unknown) => {
+    if (msg === "close") {
+      if (dbFd !== undefined) closeSync(dbFd);
+      db.close();
+      port.close();
+      return;
+    }
+    const started = performance.now();
+    try {
+      let r = pass();
+      if (r.log >= workerData.restartFrames) {
+        syncFile();
+        r = pass();
+        syncFile();
+      }
+      port.postMessage({
+        log: r.log,
+        checkpointed: r.checkpointed,
+        ms: performance.now() - started,
+      });
+    } catch (err) {
+      port.postMessage({ error: String(err instanceof Error && err.message ? err.message : err) });
+    }
+  });
+  port.postMessage({ ready: true });
+}
+
+// Its imports are the module's own: a test runner rewrites an import() in the function's text.
+const WORKER_SOURCE = `import*as f from"node:fs";import*as w from"node:worker_threads";(${checkpointThread})(f,w,(u)=>import(u),${JSON.stringify(WORKER_FLAG)});`;
 
 const WORKER_URL = new URL(`data:text/javascript,${encodeURIComponent(WORKER_SOURCE)}`);
 
