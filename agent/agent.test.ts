@@ -45,6 +45,8 @@ interface RigOptions {
   clockSync?: ClockSyncOptions;
   /** Give the agent an identity: every message is sealed with its key, both ways. */
   sealed?: boolean;
+  /** What the peer's welcome offers as idleHeartbeatMs (none by default). */
+  idleHeartbeatMs?: number;
 }
 
 async function rig(options: RigOptions = {}): Promise<Rig> {
@@ -53,6 +55,7 @@ async function rig(options: RigOptions = {}): Promise<Rig> {
   const tmp = tempDir();
   cleanups.push(() => tmp.cleanup());
   const peer = new CoordinatorPeer(broker.url, broker.prefix);
+  peer.idleHeartbeatMs = options.idleHeartbeatMs;
   await peer.start();
   cleanups.push(() => peer.close());
   const heartbeats: Heartbeat[] = [];
@@ -208,6 +211,53 @@ describe("agent: heartbeat phase", () => {
     const steady = (r.heartbeatAt[at + 1] as number) - (r.heartbeatAt[at] as number);
     expect(steady).toBeGreaterThan(heartbeatMs - 100);
   }, 30_000);
+});
+
+describe("agent: idle heartbeats", () => {
+  it("heartbeats idleHeartbeatMs apart while idle, and within heartbeatMs once it has work", async () => {
+    // Welcomed without idleHeartbeatMs: every heartbeat 500 ms apart, none idle.
+    const plain = await rig();
+    await waitFor("three heartbeats", () => (plain.heartbeats.length >= 3 ? true : undefined));
+    expect(plain.heartbeats.some((h) => h.idle !== undefined)).toBe(false);
+    // Welcomed by a coordinator that offers 3 s while idle.
+    const r = await rig({ idleHeartbeatMs: 3_000 });
+    await waitFor("an idle heartbeat", () =>
+      r.heartbeats.at(-1)?.idle === true ? true : undefined,
+    );
+    const idleFrom = r.heartbeats.length;
+    await new Promise((res) => setTimeout(res, 4_000));
+    // At 500 ms, eight in 4 s; idle, at most two: one at a random point of the first 3 s
+    // (rule 12, as after any welcome), then one 3 s after it.
+    expect(r.heartbeats.length - idleFrom).toBeLessThanOrEqual(2);
+    const gaps = r.heartbeatAt
+      .slice(idleFrom)
+      .map((t, i) => t - (r.heartbeatAt[idleFrom + i - 1] ?? t));
+    expect(gaps.every((g) => g > 250)).toBe(true);
+    expect(r.heartbeats.slice(idleFrom).every((h) => h.idle === true)).toBe(true);
+    // A command held for 3 s: no longer idle, and the next heartbeat within heartbeatMs of it.
+    const before = r.heartbeats.length;
+    const sentAt = Date.now();
+    r.peer.dispatch(r.agentId, {
+      executionId: "idle-1",
+      handler: "echo",
+      params: {},
+      fireAt: Date.now() + 3_000,
+    });
+    await waitFor("a heartbeat after the dispatch", () =>
+      r.heartbeats.length > before ? true : undefined,
+    );
+    expect((r.heartbeatAt[before] as number) - sentAt).toBeLessThan(500 + 250);
+    expect(r.heartbeats[before]?.idle).toBeUndefined();
+    expect(r.heartbeats[before]?.scheduled).toBe(1);
+    // Once it has run and its reports are acknowledged, idle again.
+    await waitFor("finished", () =>
+      r.peer.of(r.agentId, "finished", "idle-1").length ? true : undefined,
+    );
+    const after = r.heartbeats.length;
+    await waitFor("idle again", () =>
+      r.heartbeats.slice(after).some((h) => h.idle === true) ? true : undefined,
+    );
+  }, 20_000);
 });
 
 describe("agent: retention", () => {

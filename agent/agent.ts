@@ -118,6 +118,10 @@ export class Agent {
   /** The largest batch of reports the coordinator reads, in bytes (its welcome); 0: none. */
   private batchBytes = 0;
   private heartbeatMs: number;
+  /** How far apart heartbeats may be while idle (the welcome's `idleHeartbeatMs`; 0: never). */
+  private idleHeartbeatMs = 0;
+  /** The last heartbeat sent said `idle`, so the next may be `idleHeartbeatMs` off. */
+  private idleSent = false;
   private helloTimer: TimerHandle | undefined;
   private heartbeatTimer: TimerHandle | undefined;
   private stopped = false;
@@ -255,6 +259,7 @@ export class Agent {
       envelope: (body, seq) => ({ ...envelope(body, this.coordNow()), seq }) as Report,
       // The executor calls this only once the report's transaction has committed.
       publish: (report) => {
+        this.notIdle();
         if (this.welcomed) {
           this.publish(() => this.link.publishUp(report, this.journal.encoded(report)));
         }
@@ -548,6 +553,7 @@ export class Agent {
         if (this.sync.addSample(m.clock, receivedLocal)) this.sampled();
         this.heartbeatMs = m.heartbeatMs;
         this.batchBytes = m.batchBytes ?? 0;
+        this.idleHeartbeatMs = m.idleHeartbeatMs ?? 0;
         // What is still pending is journaled first and sent by the replay below (not twice).
         this.executor.flush();
         this.welcomed = true;
@@ -692,8 +698,14 @@ export class Agent {
     // counts as round trip in its clock sample.
     this.purge();
     this.executor.tidy();
+    this.idleSent = false;
     if (this.welcomed && this.link.connected) {
       const counts = this.executor.counts;
+      // Idle: nothing runs, is held or waits for an ack; its next heartbeat may be far off.
+      this.idleSent =
+        this.idleHeartbeatMs > this.heartbeatMs &&
+        !this.shuttingDown &&
+        counts.open + counts.running + counts.queued + this.journal.outboxDepth === 0;
       const sentAt = this.coordNow();
       this.sync.stamp(sentAt);
       this.publish(() =>
@@ -713,6 +725,7 @@ export class Agent {
               journal: { depth: counts.open, outboxDepth: this.journal.outboxDepth },
               ...(this.shuttingDown ? { shuttingDown: true } : {}),
               time: this.sync.wantsSample(this.time.localNow()),
+              ...(this.idleSent ? { idle: true } : {}),
             },
             sentAt,
           ),
@@ -736,7 +749,20 @@ export class Agent {
         this.ackStallSince = now;
       }
     }
-    this.scheduleHeartbeat(nextMs);
+    // Idle, the period stretches to idleHeartbeatMs, in the same proportion after a welcome.
+    this.scheduleHeartbeat(
+      this.idleSent ? (nextMs * this.idleHeartbeatMs) / this.heartbeatMs : nextMs,
+    );
+  }
+
+  /**
+   * A report is made: no longer idle, so the next heartbeat comes within heartbeatMs (at a random
+   * point of it, as after a welcome, so a fleet sent one command together does not heartbeat in step).
+   */
+  private notIdle(): void {
+    if (!this.idleSent) return;
+    this.idleSent = false;
+    this.scheduleHeartbeat(heartbeatAfterWelcome(this.heartbeatMs, Math.random()));
   }
 
   /** Re-sends every report still in the outbox, in seq order, as the journal wrote it (rule 1). */
@@ -752,6 +778,7 @@ export class Agent {
    * one message each otherwise. Either way each report's outboxed JSON is what is sent.
    */
   private publishReports(reports: readonly Report[]): void {
+    this.notIdle();
     if (!this.welcomed) return;
     this.publishJsons(reports.map((r) => this.journal.encoded(r) ?? JSON.stringify(r)));
   }

@@ -165,8 +165,27 @@ describe("coordinator config: durations end in Ms; the 0.x names are read as dep
     expect(problems({ ...base, heartbeatMs: 1500.5 })).toEqual([
       "heartbeatMs: must be a whole number of milliseconds",
     ]);
-    expect(parseCoordinatorConfig({ ...base, heartbeatMs: "10m" }).heartbeatMs).toBe(600_000);
+    expect(
+      parseCoordinatorConfig({ ...base, heartbeatMs: "10m", idleHeartbeatMs: 0 }).heartbeatMs,
+    ).toBe(600_000);
     expect(parseCoordinatorConfig({ ...base, heartbeatMs: "100ms" }).heartbeatMs).toBe(100);
+  });
+
+  it("holds idleHeartbeatMs to 0 or from heartbeatMs to an hour", () => {
+    expect(parseCoordinatorConfig(base).idleHeartbeatMs).toBe(60_000);
+    expect(parseCoordinatorConfig({ ...base, idleHeartbeatMs: "5m" }).idleHeartbeatMs).toBe(
+      300_000,
+    );
+    expect(parseCoordinatorConfig({ ...base, idleHeartbeatMs: 0 }).idleHeartbeatMs).toBe(0);
+    expect(problems({ ...base, idleHeartbeatMs: "2h" })).toEqual([
+      "idleHeartbeatMs: must be at most 3600000 ms (1 hour)",
+    ]);
+    expect(problems({ ...base, idleHeartbeatMs: -1 })).toEqual([
+      "idleHeartbeatMs: must be milliseconds or a duration such as 500ms, 2s, 5m, 1h (got -1)",
+    ]);
+    expect(problems({ ...base, heartbeatMs: 10_000, idleHeartbeatMs: 5_000 })).toEqual([
+      "idleHeartbeatMs: must be 0 (off) or at least heartbeatMs (10000 ms), not 5000 ms",
+    ]);
   });
 });
 

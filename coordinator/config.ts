@@ -450,6 +450,19 @@ export const coordinatorConfigSchema = z
           "How often agents send heartbeats (the coordinator's welcome tells them), 100 ms to 10 minutes; three missed and an agent is offline.",
         ),
       ),
+    idleHeartbeatMs: durationSchema
+      .pipe(
+        z
+          .number()
+          .int("must be a whole number of milliseconds")
+          .max(3_600_000, "must be at most 3600000 ms (1 hour)"),
+      )
+      .default(60_000)
+      .meta(
+        doc(
+          "How far apart an idle agent's heartbeats may be (it runs nothing, holds no command, and has no report waiting for an ack; the welcome tells it), up to 1 hour, and at least `heartbeatMs`; `0` keeps every heartbeat `heartbeatMs` apart. Three missed and an idle agent is offline; its MQTT keepalive and Last Will tell sooner when it is gone. See [protocol.md](protocol.md#heartbeat).",
+        ),
+      ),
     dispatchLeadMs: durationSchema
       .default(500)
       .meta(
@@ -647,6 +660,14 @@ export const coordinatorConfigSchema = z
       c.mqtt?.username === undefined
         ? c.security?.messages !== "off"
         : c.mqtt.password !== undefined;
+    // Compared only when heartbeatMs is itself valid (its own issue says what is wrong with it).
+    if (c.idleHeartbeatMs !== 0 && c.heartbeatMs <= 600_000 && c.idleHeartbeatMs < c.heartbeatMs) {
+      ctx.addIssue({
+        code: "custom",
+        path: ["idleHeartbeatMs"],
+        message: `must be 0 (off) or at least heartbeatMs (${c.heartbeatMs} ms), not ${c.idleHeartbeatMs} ms`,
+      });
+    }
     if (c.broker?.mosquitto !== undefined && !hasLogin) {
       ctx.addIssue({
         code: "custom",

@@ -67,7 +67,12 @@ describe("CoordinatorMetrics", () => {
     events = new EngineEventBus((err) => {
       throw err;
     });
-    fleet = new Fleet({ store, events, clock: systemClock } as unknown as EngineContext);
+    fleet = new Fleet({
+      store,
+      events,
+      clock: systemClock,
+      config: { heartbeatMs: 5_000, idleHeartbeatMs: 60_000 },
+    } as unknown as EngineContext);
     metrics = new CoordinatorMetrics({ events, fleet, store });
   });
 

@@ -64,7 +64,11 @@ export interface SimCommand {
 
 /** A task on the simulator's one timing wheel. */
 export type SimTask =
-  | { kind: "heartbeat" | "hello" | "replay" | "connect"; agent: SimAgent; generation: number }
+  | {
+      kind: "heartbeat" | "hello" | "replay" | "connect" | "ping";
+      agent: SimAgent;
+      generation: number;
+    }
   | { kind: "finish"; agent: SimAgent; command: SimCommand }
   | { kind: "starts" };
 
@@ -152,6 +156,10 @@ export class SimAgent {
   private upBatchBytes = 0;
   private heartbeatMs = 5_000;
   private heartbeatHandle = 0;
+  /** The welcome's idleHeartbeatMs (0: none), and whether the last heartbeat said idle. */
+  private idleHeartbeatMs = 0;
+  private idleSent = false;
+  private pingHandle = 0;
   /** The next heartbeat is the one after a welcome's (agent/heartbeat.ts). */
   private spreadNext = false;
   private helloHandle = 0;
@@ -292,6 +300,7 @@ export class SimAgent {
     }
     if (task.generation !== this.generation) return;
     if (task.kind === "heartbeat") this.heartbeat();
+    else if (task.kind === "ping") this.ping();
     else if (task.kind === "hello") {
       if (this.isWelcomed || !this.connected) return;
       this.ctx.counters.helloRetries++;
@@ -413,6 +422,11 @@ export class SimAgent {
     const now = this.ctx.monoNow();
     let scheduled = 0;
     for (const c of this.journal.values()) if (c.state === "scheduled") scheduled++;
+    // As the reference agent: idle (nothing held, nothing waiting for an ack), its next heartbeat
+    // may be idleHeartbeatMs off.
+    const idle =
+      this.idleHeartbeatMs > this.heartbeatMs && scheduled === 0 && this.outbox.length === 0;
+    this.idleSent = idle;
     const sentAt = this.coordNow();
     this.clock.stamp(sentAt);
     this.publishUp(
@@ -430,6 +444,7 @@ export class SimAgent {
           },
           journal: { depth: scheduled, outboxDepth: this.outbox.length },
           time: this.clock.wantsSample(this.ctx.localNow()),
+          ...(idle ? { idle: true } : {}),
         },
         sentAt,
       ),
@@ -455,11 +470,36 @@ export class SimAgent {
       ? heartbeatAfterWelcome(this.heartbeatMs, Math.random())
       : this.heartbeatMs;
     this.spreadNext = false;
-    this.heartbeatHandle = this.ctx.schedule(now + delay, {
+    this.scheduleHeartbeat(idle ? (delay * this.idleHeartbeatMs) / this.heartbeatMs : delay);
+    // mqtt.js pings on its own timer in the reference agent; here, between idle heartbeats.
+    if (idle) this.schedulePing(now);
+  }
+
+  private scheduleHeartbeat(delayMs: number): void {
+    this.ctx.cancel(this.heartbeatHandle);
+    this.heartbeatHandle = this.ctx.schedule(this.ctx.monoNow() + delayMs, {
       kind: "heartbeat",
       agent: this,
       generation: this.generation,
     });
+  }
+
+  private schedulePing(now: number): void {
+    this.ctx.cancel(this.pingHandle);
+    this.pingHandle = this.ctx.schedule(now + (this.ctx.keepaliveS * 1000) / 2, {
+      kind: "ping",
+      agent: this,
+      generation: this.generation,
+    });
+  }
+
+  /** The keepalive while heartbeats are far apart: a PINGREQ when nothing was written for half of it. */
+  private ping(): void {
+    if (!this.idleSent || !this.connected) return;
+    const now = this.ctx.monoNow();
+    if (now - this.lastWriteMono >= (this.ctx.keepaliveS * 1000) / 2 - 50)
+      this.write(PINGREQ_PACKET);
+    this.schedulePing(now);
   }
 
   /** Gives a report the next seq, keeps it in the outbox, and queues it for sending. */
@@ -468,6 +508,11 @@ export class SimAgent {
     const text = this.envelope({ ...body, seq });
     this.outbox.push({ seq, body: text });
     this.pendingReports.push(text);
+    // As the reference agent: no longer idle, the next heartbeat within heartbeatMs.
+    if (this.idleSent) {
+      this.idleSent = false;
+      this.scheduleHeartbeat(heartbeatAfterWelcome(this.heartbeatMs, Math.random()));
+    }
   }
 
   /** Sends the queued reports: as batches when the welcome carried batchBytes, else one by one. */
@@ -592,6 +637,8 @@ export class SimAgent {
         this.addSample(m, t3);
         this.heartbeatMs = m.heartbeatMs;
         this.upBatchBytes = m.batchBytes ?? 0;
+        this.idleHeartbeatMs = m.idleHeartbeatMs ?? 0;
+        this.idleSent = false;
         this.ctx.cancel(this.helloHandle);
         this.ctx.cancel(this.heartbeatHandle);
         this.isWelcomed = true;

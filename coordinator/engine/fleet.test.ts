@@ -15,7 +15,7 @@ afterEach(async () => {
 });
 
 /** A fleet on a real store, on a clock the test moves. */
-function fleet() {
+function fleet(overrides: { idleHeartbeatMs?: number } = {}) {
   const tmp = tempDir();
   cleanups.push(tmp.cleanup);
   const store = new SqliteStore({ path: join(tmp.dir, "ax.sqlite") });
@@ -23,6 +23,7 @@ function fleet() {
   const config = parseCoordinatorConfig({
     store: { path: join(tmp.dir, "ax.sqlite") },
     mqtt: { url: "mqtt://127.0.0.1:1" },
+    ...overrides,
   });
   let now = 1_000_000;
   const clock = {
@@ -141,7 +142,8 @@ describe("Fleet: who is out of reach", () => {
   });
 
   it("takes offline exactly the silent agents, in whatever order they were heard", async () => {
-    const f = fleet();
+    // Idle heartbeats off: every agent, loaded ones too, is held to three heartbeats.
+    const f = fleet({ idleHeartbeatMs: 0 });
     const since = f.now();
     // Loaded from the store as at a start: one online but silent 20 s, one online and fresh.
     const base = { ...(await seed(f, "s-old")), status: "online" as const };
@@ -175,6 +177,48 @@ describe("Fleet: who is out of reach", () => {
       "offline",
       "online",
     ]);
+  });
+
+  it("holds an agent whose last heartbeat said idle to three idle periods, the others to three heartbeats", async () => {
+    const f = fleet(); // heartbeatMs 5 s, idleHeartbeatMs 60 s (the defaults)
+    const since = f.now();
+    // Loaded from the store as at a start: whether it was idle is not stored.
+    const base = { ...(await seed(f, "loaded")), status: "online" as const };
+    await f.store.putAgent({ ...base, agentId: "loaded", lastSeenAt: f.now() });
+    await f.fleet.load();
+    for (const id of ["idle", "busy", "idle-then-busy", "idle-without-it"]) {
+      await f.fleet.hello(hello(id, f.now()), f.now());
+    }
+    f.fleet.heartbeatInMemory("idle", { ...beat("idle", f.now(), 0), idle: true }, f.now());
+    f.fleet.heartbeatInMemory("busy", beat("busy", f.now(), 0), f.now());
+    f.fleet.heartbeatInMemory(
+      "idle-then-busy",
+      { ...beat("idle-then-busy", f.now(), 0), idle: true },
+      f.now(),
+    );
+    f.advance(1_000);
+    f.fleet.heartbeatInMemory("idle-then-busy", beat("idle-then-busy", f.now(), 0), f.now());
+    const status = (id: string) => f.fleet.get(id)?.status;
+    const ids = ["loaded", "idle", "busy", "idle-then-busy", "idle-without-it"];
+    f.advance(15_500); // past three heartbeats (15 s) for all of them
+    await f.fleet.sweep(f.now(), since);
+    expect(ids.map(status)).toEqual(["online", "online", "offline", "offline", "offline"]);
+    f.advance(180_000 - 16_500); // three idle periods (180 s) since "loaded" and "idle" were heard
+    await f.fleet.sweep(f.now(), since);
+    expect(ids.map(status)).toEqual(["online", "online", "offline", "offline", "offline"]);
+    f.advance(1_000);
+    await f.fleet.sweep(f.now(), since);
+    expect(ids.map(status)).toEqual(["offline", "offline", "offline", "offline", "offline"]);
+  });
+
+  it("holds an agent to three heartbeats when it says idle but the coordinator offers no idle period", async () => {
+    const f = fleet({ idleHeartbeatMs: 0 });
+    const since = f.now();
+    await f.fleet.hello(hello("a", f.now()), f.now());
+    f.fleet.heartbeatInMemory("a", { ...beat("a", f.now(), 0), idle: true }, f.now());
+    f.advance(15_500);
+    await f.fleet.sweep(f.now(), since);
+    expect(f.fleet.get("a")?.status).toBe("offline");
   });
 
   it("reads only the silent agents, and the first one that is not", async () => {

@@ -35,6 +35,12 @@ export class Fleet {
    * whole fleet each time (at 10,000 agents, 10,000 records a second for nothing).
    */
   private readonly bySeen = new Map<string, AgentRecord>();
+  /**
+   * The same for the agents whose last heartbeat said `idle`, which may be `idleHeartbeatMs`
+   * apart: each map holds agents of one limit, so each sweep can stop at its first agent heard
+   * within it.
+   */
+  private readonly bySeenIdle = new Map<string, AgentRecord>();
   /** The largest batch of commands each agent's current instance reads (its hello said so). */
   private readonly batchBytes = new Map<string, number>();
   /** Agents whose heartbeat figures are newer in memory than in the store. */
@@ -61,9 +67,12 @@ export class Fleet {
     const agents = await this.ctx.store.listAgents();
     for (const a of agents) this.agents.set(a.agentId, a);
     this.bySeen.clear();
+    this.bySeenIdle.clear();
+    // Whether an agent was idle is not stored: each is given the longer limit until its next
+    // heartbeat says which it is, so none is taken offline for a silence it was allowed.
+    const loaded = this.idleLimitMs() === undefined ? this.bySeen : this.bySeenIdle;
     const online = agents.filter((a) => a.status === "online");
-    for (const a of online.sort((x, y) => x.lastSeenAt - y.lastSeenAt))
-      this.bySeen.set(a.agentId, a);
+    for (const a of online.sort((x, y) => x.lastSeenAt - y.lastSeenAt)) loaded.set(a.agentId, a);
     this.reachCache = undefined;
   }
 
@@ -241,7 +250,7 @@ export class Fleet {
   /** What a heartbeat says of its agent, into its record (memory only). */
   private takeFigures(a: AgentRecord, hb: Heartbeat, now: number): void {
     a.lastSeenAt = now;
-    this.seen(a);
+    this.seen(a, hb.idle === true && this.idleLimitMs() !== undefined);
     if (a.status !== "online") {
       a.status = "online";
       this.reachabilityChanged();
@@ -254,10 +263,20 @@ export class Fleet {
     if (hb.shuttingDown === true) this.markDraining(a.agentId);
   }
 
-  /** Moves an agent just heard (online) to the end of {@link bySeen}. */
-  private seen(a: AgentRecord): void {
+  /**
+   * Moves an agent just heard (online) to the end of {@link bySeen}, or of {@link bySeenIdle}
+   * when its heartbeat said it is idle.
+   */
+  private seen(a: AgentRecord, idle = false): void {
     this.bySeen.delete(a.agentId);
-    this.bySeen.set(a.agentId, a);
+    this.bySeenIdle.delete(a.agentId);
+    (idle ? this.bySeenIdle : this.bySeen).set(a.agentId, a);
+  }
+
+  /** How long an idle agent may be silent before it is offline; undefined when idle agents may not heartbeat less often. */
+  private idleLimitMs(): number | undefined {
+    const { idleHeartbeatMs, heartbeatMs } = this.ctx.config;
+    return idleHeartbeatMs > heartbeatMs ? idleHeartbeatMs * MISSED_HEARTBEATS : undefined;
   }
 
   /** A heartbeat from the current instance; false (and counted) when it is from a superseded one. */
@@ -311,6 +330,7 @@ export class Fleet {
   private async takeOffline(a: AgentRecord, reason: string, level: "info" | "warn"): Promise<void> {
     a.status = "offline";
     this.bySeen.delete(a.agentId);
+    this.bySeenIdle.delete(a.agentId);
     this.reachabilityChanged();
     this.unsaved.delete(a.agentId);
     await this.ctx.store.putAgent(a);
@@ -388,18 +408,31 @@ export class Fleet {
     const limit = this.ctx.config.heartbeatMs * MISSED_HEARTBEATS;
     if (now - this.sweptAt < Math.max(SWEEP_INTERVAL_MS, limit / SWEEPS_PER_LIMIT)) return;
     this.sweptAt = now;
+    await this.sweepSilent(this.bySeen, limit, now, linkUpSince);
+    const idleLimit = this.idleLimitMs();
+    if (idleLimit !== undefined)
+      await this.sweepSilent(this.bySeenIdle, idleLimit, now, linkUpSince);
+  }
+
+  /** Takes offline the agents of one map silent for more than `limit`, least recently heard first. */
+  private async sweepSilent(
+    bySeen: Map<string, AgentRecord>,
+    limit: number,
+    now: number,
+    linkUpSince: number,
+  ): Promise<void> {
     // Least recently heard first: past the first agent heard within the limit, all were. (What
     // is heard is handled a little out of order across agents, and a wall clock stepped back
     // puts an agent behind one heard before it: such an agent is taken offline late by at most
     // that much, or at the next sweep.)
-    for (const a of this.bySeen.values()) {
+    for (const a of bySeen.values()) {
       if (a.status !== "online") {
-        this.bySeen.delete(a.agentId);
+        bySeen.delete(a.agentId);
         continue;
       }
       if (now - Math.max(a.lastSeenAt, linkUpSince) <= limit) break;
       a.status = "offline";
-      this.bySeen.delete(a.agentId);
+      bySeen.delete(a.agentId);
       this.reachabilityChanged();
       this.unsaved.delete(a.agentId);
       await this.ctx.store.putAgent(a);

@@ -409,6 +409,11 @@ export class Inbound {
               clock: { t0: m.sentAt, t1: receivedAt, t2: this.ctx.clock.wallNow() },
               // What the link reads: a batch of reports up to the payload limit.
               batchBytes: this.ctx.config.maxPayloadBytes,
+              // An idle agent may heartbeat less often (protocol.md, heartbeat): offered only when
+              // it is longer than the heartbeat.
+              ...(this.ctx.config.idleHeartbeatMs > this.ctx.config.heartbeatMs
+                ? { idleHeartbeatMs: this.ctx.config.idleHeartbeatMs }
+                : {}),
             },
             this.ctx.clock.wallNow(),
           ),

@@ -88,6 +88,12 @@ export const heartbeatSchema = z.object({
    * field) or `true`: answered with `time`.
    */
   time: z.optional(z.boolean()),
+  /**
+   * True when the agent runs nothing, holds no command and has no report waiting for an ack, and
+   * its welcome gave `idleHeartbeatMs`: its next heartbeat may be that far off. Absent (or false)
+   * otherwise, and from agents before this field.
+   */
+  idle: z.optional(z.boolean()),
 });
 export type Heartbeat = z.infer<typeof heartbeatSchema>;
 
@@ -103,6 +109,12 @@ export const welcomeSchema = z.object({
    * largest payload it reads, in bytes. Absent: send each report as a message of its own.
    */
   batchBytes: z.optional(z.int().check(z.gte(1024))),
+  /**
+   * Present when an idle agent may heartbeat less often: while it runs nothing, holds no command
+   * and has no report waiting for an ack, its heartbeats may be this far apart (it says `idle` in
+   * them); the rest of the time, `heartbeatMs`. Absent: every heartbeat `heartbeatMs` apart.
+   */
+  idleHeartbeatMs: z.optional(z.int().check(z.gte(100), z.lte(3_600_000))),
 });
 export type Welcome = z.infer<typeof welcomeSchema>;
 

@@ -37,6 +37,8 @@ export class CoordinatorPeer {
   ackReports = true;
   /** The welcome's batchBytes; undefined: a coordinator that reads no batches. */
   batchBytes: number | undefined = 65_536;
+  /** The welcome's idleHeartbeatMs; undefined (the default here): none offered. */
+  idleHeartbeatMs: number | undefined;
   /** MQTT messages received on up topics: one report or session message each, or a batch. */
   readonly upPayloads = { single: 0, batch: 0 };
   /** The largest batch payload received, in bytes. */
@@ -141,6 +143,7 @@ export class CoordinatorPeer {
         heartbeatMs: 500,
         clock: { t0: m.sentAt, t1: now + this.clockAheadMs, t2: Date.now() + this.clockAheadMs },
         ...(this.batchBytes === undefined ? {} : { batchBytes: this.batchBytes }),
+        ...(this.idleHeartbeatMs === undefined ? {} : { idleHeartbeatMs: this.idleHeartbeatMs }),
       });
       this.send(m.agentId, { type: "ack", upTo: this.acked.get(m.agentId)?.upTo ?? 0 });
       return;

@@ -93,6 +93,8 @@ describe("authenticated messages: forgeries and replays are refused", () => {
         store: { path: join(tmp.dir, "ax.sqlite") },
         mqtt: { url: broker.url, prefix: broker.prefix },
         heartbeatMs: 500,
+        // Every heartbeat 500 ms apart, idle or not: the revocation test waits for one.
+        idleHeartbeatMs: 0,
       }),
     );
     coordinator.events.on("refusedMessage", (e) => refusals.push(e));
