@@ -224,6 +224,16 @@ describe("firstFireAt", () => {
     expect(iso(nextFireAfter(t, now)!)).toBe("2026-05-02T12:00:00.000Z");
   });
 
+  it("at: its instant, past or not (a past one goes to the misfire policy)", () => {
+    expect(firstFireAt({ type: "at", at: now + 60_000 }, now)).toBe(now + 60_000);
+    expect(firstFireAt({ type: "at", at: now }, now)).toBe(now);
+    expect(firstFireAt({ type: "at", at: now + 1 }, now)).toBe(now + 1);
+    expect(firstFireAt({ type: "at", at: now - 1 }, now)).toBe(now - 1);
+    expect(firstFireAt({ type: "at", at: now - 60_000 }, now)).toBe(now - 60_000);
+    // nextFireAfter stays strict: after its instant there is none.
+    expect(nextFireAfter({ type: "at", at: now - 60_000 }, now - 60_000)).toBeNull();
+  });
+
   it("cron: a fractional now never gives a time before it", () => {
     expect(firstFireAt(cron("* * * * * *"), 1000)).toBe(1000);
     expect(firstFireAt(cron("* * * * * *"), 1000.5)).toBe(2000);
@@ -234,12 +244,6 @@ describe("firstFireAt", () => {
     expect(firstFireAt({ type: "every", everyMs: 1000 }, 2000)).toBe(2000);
     expect(firstFireAt({ type: "every", everyMs: 1000 }, 2001)).toBe(3000);
     expect(firstFireAt({ type: "every", everyMs: 1000, anchor: 5000 }, 0)).toBe(5000);
-  });
-
-  it("at: the instant when now or later, else never", () => {
-    expect(firstFireAt({ type: "at", at: now }, now)).toBe(now);
-    expect(firstFireAt({ type: "at", at: now + 1 }, now)).toBe(now + 1);
-    expect(firstFireAt({ type: "at", at: now - 1 }, now)).toBeNull();
   });
 });
 

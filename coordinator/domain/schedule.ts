@@ -79,9 +79,13 @@ export function nextFireAfter(trigger: Trigger, afterMs: number): number | null 
  * The first fire time of a job version stored at `nowMs`, or `null` when it has none.
  *
  * - `delay`: `nowMs + delayMs`.
- * - `cron`, `every`, `at`: the first nominal fire time at or after `nowMs` (inclusive, unlike
- *   {@link nextFireAfter}: a definition stored exactly on a fire time fires at it). An `at` in
- *   the past never fires.
+ * - `cron`, `every`: the first nominal fire time at or after `nowMs` (inclusive, unlike
+ *   {@link nextFireAfter}: a definition stored exactly on a fire time fires at it).
+ * - `at`: its instant, even one already past: a one-shot time that passed before its job was
+ *   stored is a missed time like any other, and the job's misfire policy decides (FIRE_ONCE, the
+ *   default, fires it at once; SKIP records it missed), rather than a job that silently never
+ *   fires. Stored again with the same trigger, a job keeps its next fire time, so a jobs file
+ *   re-applied at each start fires it once in all.
  * - `event`, `after`, `manual`: `null` (no time-based fires).
  */
 export function firstFireAt(trigger: Trigger, nowMs: number): number | null {
@@ -92,9 +96,10 @@ export function firstFireAt(trigger: Trigger, nowMs: number): number | null {
     case "after":
     case "manual":
       return null;
+    case "at":
+      return trigger.at;
     case "cron":
-    case "every":
-    case "at": {
+    case "every": {
       let t = nextFireAfter(trigger, nowMs - 1);
       // Only with a fractional nowMs can the time found fall in (nowMs - 1, nowMs).
       while (t !== null && t < nowMs) t = nextFireAfter(trigger, t);

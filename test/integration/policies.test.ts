@@ -426,6 +426,44 @@ describe("job policies on real parts", () => {
     expect(ranOf(execs).map((e) => e.id)).toEqual(execs.map((e) => e.id));
   }, 40_000);
 
+  it("misfire: a one-shot at already past when stored fires once now (FIRE_ONCE) or is recorded missed (SKIP)", async ({
+    expect,
+  }) => {
+    const at = Date.now() - 60_000;
+    const missed: { jobId: string; scheduledFor: number[] }[] = [];
+    coordinator.events.on("missed", (m) => {
+      missed.push({ jobId: m.jobId, scheduledFor: [...m.scheduledFor] });
+    });
+    const storedAt = Date.now();
+    await coordinator.putJob({ id: "past-once", handler: "echo", trigger: { type: "at", at } });
+    await coordinator.putJob({
+      id: "past-skip",
+      handler: "echo",
+      trigger: { type: "at", at },
+      misfire: { policy: "SKIP" },
+    });
+    const [fired] = await allEnded("past-once", 1);
+    expect(fired?.state).toBe("SUCCEEDED");
+    expect(fired?.scheduledFor).toBe(at);
+    expect(fired?.fireAt).toBeGreaterThanOrEqual(storedAt); // fired now, late
+    await waitFor("the SKIP job's missed time", () =>
+      missed.some((m) => m.jobId === "past-skip") ? true : undefined,
+    );
+    expect(missed.filter((m) => m.jobId === "past-skip")).toEqual([
+      { jobId: "past-skip", scheduledFor: [at] },
+    ]);
+    expect(missed.filter((m) => m.jobId === "past-once")).toEqual([]);
+    await sleep(500);
+    expect(await jobExecutions("past-skip")).toEqual([]);
+    // Stored again unchanged (a jobs file at the next start): nothing fires a second time.
+    await coordinator.putJob({ id: "past-once", handler: "echo", trigger: { type: "at", at } });
+    await sleep(1_000);
+    expect(await jobExecutions("past-once")).toHaveLength(1);
+    for (const id of ["past-once", "past-skip"]) {
+      expect((await coordinator.store.getJob(id))?.nextFireAt).toBeNull();
+    }
+  }, 30_000);
+
   it("tags: a job that requires site=north runs only on the agent tagged so", async ({
     expect,
   }) => {
