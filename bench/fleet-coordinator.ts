@@ -27,6 +27,8 @@ export interface FleetWorkerArgs {
   tags: Record<string, string>;
   /** Where to write the agents' keys (SimKey[] as JSON). */
   keysFile: string;
+  /** The config's idleHeartbeatMs; absent: its default. */
+  idleHeartbeatMs?: number;
 }
 
 export type FleetWorkerLine =
@@ -55,6 +57,7 @@ async function main(args: FleetWorkerArgs): Promise<void> {
         persistentSession: false,
       },
       security: { messages: "required" },
+      ...(args.idleHeartbeatMs === undefined ? {} : { idleHeartbeatMs: args.idleHeartbeatMs }),
     },
     "bench",
   );

@@ -43,6 +43,8 @@ export interface ScaleOptions {
   /** How far ahead of the POST the command's fireAt is, ms. */
   leadMs: number;
   connectConcurrency: number;
+  /** The coordinator's idleHeartbeatMs; undefined: its default. */
+  idleHeartbeatMs?: number | undefined;
   /**
    * Mosquitto's log file, when it can be read: the run counts its notices that it is dropping
    * messages for the coordinator's connection (its queue for one client is full), by phase.
@@ -213,6 +215,7 @@ export async function runScale(o: ScaleOptions): Promise<ScaleResult> {
       agentIds,
       tags,
       keysFile: join(dir, "keys.json"),
+      ...(o.idleHeartbeatMs === undefined ? {} : { idleHeartbeatMs: o.idleHeartbeatMs }),
     };
     // AX_BENCH_PROFILE_DIR: a CPU profile of the coordinator's whole run, written as it exits.
     const profileDir = process.env.AX_BENCH_PROFILE_DIR;
