@@ -93,6 +93,30 @@ describe("Membership", () => {
     b.m.close();
   });
 
+  it("lists only members whose lease holds by the store's clock, between renewals too", async () => {
+    const { clock, joined } = setUp();
+    const a = await joined("a");
+    await advance(clock, 500);
+    // b renews half a period after a, so a's lease lapses between two of b's renewals.
+    const b = await joined("b");
+    await advance(clock, 1_500);
+    a.m.close(); // its renewals stop
+    let listedA = false;
+    const lapsedListed: number[] = [];
+    for (let i = 0; i < 100; i++) {
+      clock.advance(50);
+      for (let k = 0; k < 5; k++) await new Promise<void>((r) => setImmediate(r));
+      for (const c of b.m.view().coordinators) {
+        if (c.id === "a") listedA = true;
+        if (c.leaseUntil <= clock.wallNow()) lapsedListed.push(clock.wallNow() - c.leaseUntil);
+      }
+    }
+    expect(listedA).toBe(true); // while its lease held
+    expect(lapsedListed).toEqual([]);
+    expect(b.m.view().coordinators.map((c) => c.id)).toEqual(["b"]);
+    b.m.close();
+  });
+
   it("fences itself when no renewal reaches the store, before its lease can lapse there", async () => {
     const { clock, open, member } = setUp();
     const store = open();

@@ -130,7 +130,10 @@ export class Membership {
       role: this.role_,
       firing: this.firing,
       clockOffsetMs: this.offsetMs,
-      coordinators: this.members,
+      // As read at the last renewal, less those whose lease has lapsed since by the store's
+      // clock: a lost coordinator leaves the list when it stops being live, not up to a
+      // renewal later.
+      coordinators: this.members.filter((m) => m.leaseUntil > this.clock.wallNow() + this.offsetMs),
     };
   }
 
