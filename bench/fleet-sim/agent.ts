@@ -508,10 +508,10 @@ export class SimAgent {
     const text = this.envelope({ ...body, seq });
     this.outbox.push({ seq, body: text });
     this.pendingReports.push(text);
-    // As the reference agent: no longer idle, the next heartbeat within heartbeatMs.
+    // As the reference agent: no longer idle, a heartbeat now (a clock sample if it needs one).
     if (this.idleSent) {
       this.idleSent = false;
-      this.scheduleHeartbeat(heartbeatAfterWelcome(this.heartbeatMs, Math.random()));
+      this.scheduleHeartbeat(0);
     }
   }
 
