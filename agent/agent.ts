@@ -756,15 +756,13 @@ export class Agent {
   }
 
   /**
-   * A report is made: no longer idle, so a heartbeat now (with a clock sample if the estimate,
-   * aged while idle, needs one, so that a command dispatched ahead starts on a fresh one), then
-   * every heartbeatMs. A fleet sent one command together is not in step: its dispatches leave
-   * paced by their answers.
+   * A report is made: no longer idle, so the next heartbeat comes within heartbeatMs (at a random
+   * point of it, as after a welcome, so a fleet sent one command together does not heartbeat in step).
    */
   private notIdle(): void {
     if (!this.idleSent) return;
     this.idleSent = false;
-    this.scheduleHeartbeat(0);
+    this.scheduleHeartbeat(heartbeatAfterWelcome(this.heartbeatMs, Math.random()));
   }
 
   /** Re-sends every report still in the outbox, in seq order, as the journal wrote it (rule 1). */

@@ -508,10 +508,10 @@ export class SimAgent {
     const text = this.envelope({ ...body, seq });
     this.outbox.push({ seq, body: text });
     this.pendingReports.push(text);
-    // As the reference agent: no longer idle, a heartbeat now (a clock sample if it needs one).
+    // As the reference agent: no longer idle, the next heartbeat within heartbeatMs.
     if (this.idleSent) {
       this.idleSent = false;
-      this.scheduleHeartbeat(0);
+      this.scheduleHeartbeat(heartbeatAfterWelcome(this.heartbeatMs, Math.random()));
     }
   }
 
