@@ -62,6 +62,7 @@ export async function startTestCoordinator(
   broker: TestBroker,
   dir: string,
   heartbeatMs: number,
+  more: { idleHeartbeatMs?: number } = {},
 ): Promise<Coordinator> {
   const coordinator = new Coordinator(
     parseCoordinatorConfig({
@@ -70,6 +71,7 @@ export async function startTestCoordinator(
       // Unsigned agents: this test is not about authentication (test/integration/security*.test.ts are).
       security: { messages: "off" },
       heartbeatMs,
+      ...more,
     }),
   );
   await coordinator.start();

@@ -87,7 +87,9 @@ describe("fleet: agents and liveness", () => {
 
   it("takes an agent offline after 3 missed heartbeats when no will comes, and back online when it speaks again", async () => {
     await coordinator.close();
-    coordinator = await startTestCoordinator(broker, tmp.dir, 300);
+    // Every heartbeat 300 ms apart, idle or not: an idle agent frozen after its first heartbeat
+    // would otherwise be held to three idle periods (a minute each), not three heartbeats.
+    coordinator = await startTestCoordinator(broker, tmp.dir, 300, { idleHeartbeatMs: 0 });
     coordinator.events.on("agent", (e) => {
       agentEvents.push(e);
     });
