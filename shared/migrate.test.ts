@@ -4,7 +4,7 @@ import { join } from "node:path";
 import Database from "better-sqlite3";
 import { afterEach, describe, expect, it } from "vitest";
 import { AxError } from "./errors.js";
-import { type MigratableDb, type Migration, migrate } from "./migrate.js";
+import { type MigratableDb, type Migration, migrate, transactionOf } from "./migrate.js";
 
 const CREATE_T: Migration = { version: 1, name: "create t", sql: "CREATE TABLE t (a INTEGER)" };
 const ADD_B: Migration = { version: 2, name: "add t.b", sql: "ALTER TABLE t ADD COLUMN b TEXT" };
@@ -135,13 +135,16 @@ describe("migrate", () => {
     // The other process runs all migrations just after this one has read the ledger.
     const racing: MigratableDb = {
       exec: (sql) => mine.exec(sql),
-      prepare: (sql) => mine.prepare(sql),
-      transaction: (fn) => {
-        if (!raced) {
+      prepare: (sql) => {
+        // The step's transaction is about to begin.
+        if (sql.startsWith("BEGIN") && !raced) {
           raced = true;
           expect(migrate(theirs, [CREATE_T, ADD_B], 400)).toEqual([1, 2]);
         }
-        return mine.transaction(fn);
+        return mine.prepare(sql);
+      },
+      get inTransaction() {
+        return mine.inTransaction;
       },
     };
     expect(migrate(racing, [CREATE_T, ADD_B], 500)).toEqual([]);
@@ -150,5 +153,52 @@ describe("migrate", () => {
       { version: 1, name: "create t", applied_at: 400 },
       { version: 2, name: "add t.b", applied_at: 400 },
     ]);
+  });
+});
+
+describe("transactionOf", () => {
+  const dbs: Database.Database[] = [];
+  afterEach(() => {
+    for (const db of dbs.splice(0)) db.close();
+  });
+  const rows = (db: Database.Database) =>
+    (db.prepare("SELECT v FROM t ORDER BY v").all() as { v: number }[]).map((r) => r.v);
+
+  it("commits what fn wrote, and rolls all of it back when fn throws", () => {
+    const db = new Database(":memory:");
+    dbs.push(db);
+    db.exec("CREATE TABLE t (v INTEGER)");
+    const tx = transactionOf(db);
+    const insert = db.prepare("INSERT INTO t (v) VALUES (?)");
+    expect(tx(() => insert.run(1).changes)).toBe(1);
+    expect(() =>
+      tx(() => {
+        insert.run(2);
+        throw new Error("boom");
+      }),
+    ).toThrow("boom");
+    expect(rows(db)).toEqual([1]);
+    expect(db.inTransaction).toBe(false);
+  });
+
+  it("inside an open transaction, undoes only its own part when it throws", () => {
+    const db = new Database(":memory:");
+    dbs.push(db);
+    db.exec("CREATE TABLE t (v INTEGER)");
+    const tx = transactionOf(db, "IMMEDIATE");
+    const insert = db.prepare("INSERT INTO t (v) VALUES (?)");
+    tx(() => {
+      insert.run(1);
+      expect(() =>
+        tx(() => {
+          insert.run(2);
+          throw new Error("inner");
+        }),
+      ).toThrow("inner");
+      tx(() => insert.run(3));
+      expect(db.inTransaction).toBe(true);
+    });
+    expect(rows(db)).toEqual([1, 3]);
+    expect(db.inTransaction).toBe(false);
   });
 });

@@ -2,6 +2,7 @@ import { readFileSync } from "node:fs";
 import type Database from "better-sqlite3";
 import { AxError } from "../../shared/errors.js";
 import { newId } from "../../shared/ids.js";
+import { transactionOf } from "../../shared/migrate.js";
 import type { Dispatch, LocalState, Report } from "../../shared/protocol/index.js";
 import { openSqlite } from "../../shared/sqlite.js";
 import { WalCheckpointer } from "../../shared/wal-checkpoint.js";
@@ -269,7 +270,7 @@ export class Journal {
     const maxOutboxSeq =
       (db.prepare("SELECT MAX(seq) AS s FROM outbox").get() as { s: number | null }).s ?? 0;
     this.lastSeqValue = Math.max(Number(this.meta("last_seq") ?? "0"), maxOutboxSeq);
-    this.runTx = db.transaction((fn: () => unknown) => fn());
+    this.runTx = transactionOf(db);
     if ((options.checkpoint ?? "thread") === "thread" && options.path !== ":memory:") {
       this.checkpointer = new WalCheckpointer(db, {
         path: options.path,

@@ -66,10 +66,18 @@ const STAND_INS: Record<string, string> = {
 
 /**
  * better-sqlite3's Database methods the agent never calls — `backup`, `serialize`, `function`,
- * `aggregate` and `table` (virtual tables) — about 8 KB minified: all five are one stand-in that
- * says so (one module, not five: the agent's byte budget counts each module's wrapper).
+ * `aggregate`, `table` (virtual tables) and `transaction` (the agent has its own, shared/migrate.ts)
+ * — about 9.5 KB minified: all six are one stand-in that says so (one module, not six: the agent's
+ * byte budget counts each module's wrapper).
  */
-const UNUSED_SQLITE_METHODS = ["backup", "serialize", "function", "aggregate", "table"];
+const UNUSED_SQLITE_METHODS = [
+  "backup",
+  "serialize",
+  "function",
+  "aggregate",
+  "table",
+  "transaction",
+];
 
 /** Resolves the packages in {@link STAND_INS}, and unused better-sqlite3 methods, to stand-ins. */
 export function standInsPlugin(): Plugin {
