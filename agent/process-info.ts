@@ -7,6 +7,11 @@ import { readFileSync } from "node:fs";
  * "another one that got its number".
  */
 export function processStartTime(pid: number): string | undefined {
+  return statFields(pid)?.[19]; // field 22: fields from 3 on follow the name
+}
+
+/** `/proc/<pid>/stat` from field 3 (the state) on; undefined without /proc or such a process. */
+function statFields(pid: number): string[] | undefined {
   let stat: string;
   try {
     stat = readFileSync(`/proc/${pid}/stat`, "utf8");
@@ -14,8 +19,7 @@ export function processStartTime(pid: number): string | undefined {
     return undefined;
   }
   // Field 2, the command name, is in parentheses and may hold spaces and parentheses itself.
-  const rest = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
-  return rest[19]; // field 22: fields from 3 on follow the name
+  return stat.slice(stat.lastIndexOf(")") + 2).split(" ");
 }
 
 /** True while a process with this pid exists (one we may not signal counts). */
@@ -34,7 +38,10 @@ export function pidExists(pid: number): boolean {
  */
 export function isSameProcessAlive(pid: number, startTime: string | undefined): boolean {
   if (!pidExists(pid)) return false;
-  if (startTime === undefined) return true;
-  const now = processStartTime(pid);
-  return now === undefined || now === startTime;
+  const f = statFields(pid);
+  if (f === undefined) return true;
+  // A zombie has ended: what is left is its exit status, for a parent that may no longer be
+  // this agent (where nothing reaps orphans, a container without an init, it stays).
+  if (f[0] === "Z" || f[0] === "X") return false;
+  return startTime === undefined || f[19] === startTime;
 }

@@ -31,6 +31,11 @@ export interface ChildTracker {
     pid: number,
     exit: { code: number | null; signal: string | null; stoppedByAgent: boolean },
   ): void;
+  /**
+   * A file where a child may append `pid status` as it ends (exec's wrapper does), so that a
+   * restart knows how a child that ended while the agent was down did. Absent: none is kept.
+   */
+  exitFile?: string | undefined;
 }
 
 /** A handler failure; `retryable` (default true) tells the coordinator whether to try again. */

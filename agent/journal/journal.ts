@@ -651,6 +651,15 @@ export class Journal {
     );
   }
 
+  /**
+   * Where a child of command `id` may leave its exit status when no agent is left to see it
+   * (exec's wrapper appends `pid status`): beside the journal, so it has the journal's fate.
+   * Undefined for a journal in memory.
+   */
+  exitFile(id: number): string | undefined {
+    return this.options.path === ":memory:" ? undefined : `${this.options.path}.exit-${id}`;
+  }
+
   /** The child processes journaled for command `id`, in the order they started. */
   children(id: number): ChildRecord[] {
     const rows = this.guard("children", () => this.stmt.childrenOf.all(id)) as {

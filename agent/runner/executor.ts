@@ -1,3 +1,4 @@
+import { rmSync } from "node:fs";
 import type { Clock, TimerHandle } from "../../shared/clock.js";
 import { describeIssue } from "../../shared/protocol/codec.js";
 import type { Dispatch, Outcome, RejectReason, Report } from "../../shared/protocol/index.js";
@@ -194,6 +195,7 @@ export class Executor {
     // Children are stopped before the transaction: a report must not say "interrupted" while
     // the side effect it is about is still going on, and no transaction waits on a kill.
     const settled = new Map<number, ReturnType<typeof settleRunning> | "hold">();
+    const exitFiles: string[] = [];
     for (const row of open) {
       if (row.state !== "running") continue;
       // An update's execution: its outcome is the update's, not the process's (agent/update).
@@ -202,13 +204,16 @@ export class Executor {
         settled.set(row.id, update === "hold" ? update : { body: update, stopped: [] });
         continue;
       }
+      const exitFile = this.o.journal.exitFile(row.id);
       const s = settleRunning(
         row,
         this.o.journal.children(row.id),
         this.o.journal.sameBoot,
         now,
         this.o.processes,
+        exitFile,
       );
+      if (exitFile) exitFiles.push(exitFile);
       for (const g of s.stopped) {
         this.o.log("warn", `stopped a child that outlived the agent: pid ${g.pid} ${g.how}`, {
           executionId: row.executionId,
@@ -219,6 +224,8 @@ export class Executor {
     const out = this.batch(() => this.recoverIn(open, settled, now));
     // Every command found running is settled and that is journaled: no mark matters any more.
     this.o.journal.forgetLaunches();
+    // The children's exit notes too, once what they said is journaled.
+    for (const f of exitFiles) rmSync(f, { force: true });
     return out;
   }
 
@@ -662,6 +669,7 @@ export class Executor {
           pid: number,
           exit: { code: number | null; signal: string | null; stoppedByAgent: boolean },
         ) => this.journalChild(d, () => this.o.journal.recordChildExit(row.id, pid, exit)),
+        exitFile: this.o.journal.exitFile(row.id),
       },
       progress: (percent?: number, note?: string) => {
         if (!current()) return;

@@ -1,5 +1,5 @@
 import { spawn, spawnSync } from "node:child_process";
-import { mkdtempSync, rmSync } from "node:fs";
+import { existsSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterEach, describe, expect, it } from "vitest";
@@ -7,6 +7,7 @@ import { FakeClock } from "../../shared/clock.js";
 import { envelope } from "../../shared/message.js";
 import type { Finished, Report } from "../../shared/protocol/index.js";
 import { testDispatch } from "../../test/helpers/dispatch.js";
+import { execArgv } from "../handlers/device/exec.js";
 import { HandlerRegistry } from "../handlers/registry.js";
 import { Journal, type ReportBody } from "../journal/journal.js";
 import { pidExists, processStartTime } from "../process-info.js";
@@ -73,6 +74,11 @@ function recoverX(path: string): Finished {
 }
 
 const linux = processStartTime(process.pid) !== undefined;
+
+async function poll(done: () => boolean): Promise<void> {
+  for (let i = 0; i < 200 && !done(); i++) await new Promise((r) => setTimeout(r, 10));
+  expect(done()).toBe(true);
+}
 
 describe.runIf(linux)("recovery of a command found running", () => {
   it("says before_handler when its start committed but its handler was never launched", () => {
@@ -144,6 +150,85 @@ describe.runIf(linux)("recovery of a command found running", () => {
       message:
         "the agent stopped its child as it shut down (pid 4242 was killed by SIGTERM); not run again",
     });
+  });
+
+  it("reports what a child under exec's wrapper did when it ended while nobody watched", async () => {
+    // Spawned as exec spawns it, and left to end with no agent to see it: only the wrapper's
+    // exit file can tell the restart how it did.
+    const ended = async (script: string) => {
+      const dir = mkdtempSync(join(tmpdir(), "ax-children-"));
+      dirs.push(dir);
+      const path = join(dir, "journal.sqlite");
+      const exitFile = `${path}.exit-1`;
+      const [file, args] = execArgv("/bin/sh", ["-c", script], exitFile);
+      const child = spawn(file, args, { detached: true, stdio: "ignore" });
+      const pid = child.pid as number;
+      await new Promise((r) => child.once("exit", r));
+      const j = new Journal({ path, maxOpen: 100, now: () => T0 });
+      const accepted = j.accept(testDispatch("x", T0, "exec"), envelopeAt);
+      if (!accepted) throw new Error("not accepted");
+      expect(j.exitFile(accepted.id)).toBe(exitFile);
+      j.transition(accepted.id, "scheduled", "running", undefined, envelopeAt, T0);
+      j.markBegan([accepted.id]);
+      j.recordChild(accepted.id, pid, "1");
+      j.close();
+      return { path, pid, exitFile };
+    };
+    const ok = await ended("exit 0");
+    expect(recoverX(ok.path)).toMatchObject({
+      outcome: "succeeded",
+      result: { exitCode: 0, recovered: true },
+      message: `ok: its child pid ${ok.pid} exited with code 0 before the agent stopped (its output is lost)`,
+    });
+    // Read once, then gone with the command it was about.
+    expect(existsSync(ok.exitFile)).toBe(false);
+    const failed = await ended("exit 3");
+    expect(recoverX(failed.path)).toMatchObject({
+      outcome: "failed",
+      retryable: true,
+      result: { exitCode: 3, recovered: true },
+    });
+    // Killed by a signal: the wrapper notes 128 + its number.
+    const killed = await ended("kill -KILL $$");
+    expect(recoverX(killed.path)).toMatchObject({ outcome: "failed", result: { exitCode: 137 } });
+  });
+
+  it("takes a child that ended but was never reaped (a zombie) for ended, not for alive", async () => {
+    // Where nothing reaps orphans (a container without an init), the wrapper of a child that
+    // ended while the agent was down stays a zombie. Here its parent is a process that never
+    // reaps it, as such an init would not.
+    const dir = mkdtempSync(join(tmpdir(), "ax-children-"));
+    dirs.push(dir);
+    const path = join(dir, "journal.sqlite");
+    const exitFile = `${path}.exit-1`;
+    const [file, args] = execArgv("/bin/sh", ["-c", "exit 0"], exitFile);
+    const parent = spawn(
+      "/bin/sh",
+      ["-c", '"$@" & echo $!; exec sleep 30', "parent", file, ...args],
+      {
+        detached: true,
+        stdio: ["ignore", "pipe", "ignore"],
+      },
+    );
+    closers.push(() => {
+      try {
+        process.kill(-(parent.pid as number), "SIGKILL");
+      } catch {}
+    });
+    const pid = Number(
+      await new Promise<string>((r) => parent.stdout?.once("data", (d) => r(String(d)))),
+    );
+    const start = processStartTime(pid);
+    await poll(() => existsSync(exitFile));
+    await poll(() => readFileSync(`/proc/${pid}/stat`, "utf8").includes(") Z "));
+    expect(pidExists(pid)).toBe(true);
+    const j = new Journal({ path, maxOpen: 100, now: () => T0 });
+    const accepted = j.accept(testDispatch("x", T0, "exec"), envelopeAt);
+    if (!accepted) throw new Error("not accepted");
+    j.transition(accepted.id, "scheduled", "running", undefined, envelopeAt, T0);
+    j.recordChild(accepted.id, pid, start);
+    j.close();
+    expect(recoverX(path)).toMatchObject({ outcome: "succeeded", result: { exitCode: 0 } });
   });
 
   it("says in_handler, unknown how, for a child that died unobserved, and never signals a reused pid", () => {

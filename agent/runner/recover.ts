@@ -1,3 +1,4 @@
+import { readFileSync } from "node:fs";
 import type { ChildRecord, CommandRow, ReportBody } from "../journal/journal.js";
 import { type ProcessControl, stopGroup, systemProcesses } from "./process-group.js";
 
@@ -18,7 +19,8 @@ export interface Settled {
  *   `before_handler`: nothing was done;
  * - a child it started is still alive (same pid and start time) → its process group is stopped
  *   (SIGTERM, then SIGKILL) before anything is reported → `interrupted`, `in_handler`;
- * - a child died while nobody watched (no exit journaled) → `interrupted`, `in_handler`;
+ * - a child died while nobody watched (no exit journaled): how it ended as its exit file says
+ *   (exec's wrapper writes it as the child ends), else → `interrupted`, `in_handler`;
  * - every child's exit was journaled → what it did: exit 0 `succeeded`, otherwise `failed`
  *   (retryable), its output lost; a child the agent itself stopped (shutdown) → `interrupted`;
  * - otherwise (it began, no children) → `interrupted`, `in_handler`.
@@ -28,10 +30,11 @@ export interface Settled {
  */
 export function settleRunning(
   row: CommandRow,
-  children: readonly ChildRecord[],
+  journaled: readonly ChildRecord[],
   sameBoot: boolean,
   finishedAt: number,
   control: ProcessControl = systemProcesses,
+  exitFile?: string,
 ): Settled {
   const base = {
     type: "finished" as const,
@@ -47,6 +50,7 @@ export function settleRunning(
     retryable: true,
     message,
   });
+  const children = journaled.map((c) => ({ ...c }));
   if (children.length === 0) {
     if (sameBoot && !row.began) {
       return {
@@ -75,8 +79,14 @@ export function settleRunning(
       sameBoot &&
       (control.alive(c.pid, c.startTime) ||
         (!control.alive(c.pid, undefined) && control.groupAlive(c.pid)));
-    if (survived) stopped.push({ pid: c.pid, how: stopGroup(c.pid, control) });
-    else unobserved.push(c.pid);
+    if (survived) {
+      stopped.push({ pid: c.pid, how: stopGroup(c.pid, control) });
+      continue;
+    }
+    // Read once it is known not to be alive, so that an end in between is not missed.
+    const code = sameBoot ? exitIn(exitFile, c.pid) : undefined;
+    if (code === undefined) unobserved.push(c.pid);
+    else c.exit = { code, signal: null, stoppedByAgent: false, at: finishedAt };
   }
   if (stopped.length > 0) {
     const what = stopped.map((s) => `pid ${s.pid} ${s.how}`).join(", ");
@@ -139,4 +149,14 @@ export function settleRunning(
     },
     stopped,
   };
+}
+
+/** The status an exit file (lines of `pid status`) holds for `pid`, if any. */
+function exitIn(file: string | undefined, pid: number): number | undefined {
+  try {
+    const m = readFileSync(file as string, "utf8").match(new RegExp(`^${pid} (\\d+)$`, "m"));
+    return m ? Number(m[1]) : undefined;
+  } catch {
+    return undefined; // no file (no exit file given, or none written)
+  }
 }

@@ -5,8 +5,9 @@ import { agentKill } from "../helpers/chaos/scenarios.js";
 
 /**
  * Scenario 3 of issue 15: kill -9 of an agent while two exec children (3 s each) run on it: a
- * command, and a job with 3 attempts routed FIRST. The agent restarts 1 s later on the same
- * journal. The record must match what the children actually did.
+ * command, and a job with 3 attempts routed FIRST; and a third child (0.5 s) that ends, its
+ * effect done, while the agent is down. The agent restarts 1 s later on the same journal. The
+ * record must match what the children actually did: the third one SUCCEEDED, from its exit file.
  *
  * Common settings (test/helpers/chaos/harness.ts): two agents; coordinator heartbeat 500 ms (lease
  * 1.5 s, a lapsed lease's query waits 2 s, offline after 1.5 s), misfire threshold 2 s; agents

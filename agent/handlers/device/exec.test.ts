@@ -3,8 +3,9 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { fitFinished } from "../../runner/fit-report.js";
+import type { HandlerContext } from "../registry.js";
 import { EXEC_DEFAULT_MAX_OUTPUT_BYTES, EXEC_KILL_GRACE_MS, execHandler } from "./exec.js";
-import { failureOf, paramsError, testContext } from "./test-context.js";
+import { testContext as baseContext, failureOf, paramsError } from "./test-context.js";
 
 const ALLOW = ["/bin/echo", "/bin/sh", "/bin/sleep"];
 const exec = execHandler({ enabled: true, allow: ALLOW });
@@ -17,7 +18,28 @@ afterAll(async () => {
   await rm(dir, { recursive: true, force: true });
 });
 
-describe("exec", () => {
+/**
+ * Set by each run of the suite: with an exit file the child runs under the wrapper that notes
+ * its exit status for a restart, and must behave exactly as when started directly.
+ */
+let exitFile: string | undefined;
+let files = 0;
+function testContext(overrides: Partial<HandlerContext> = {}) {
+  if (exitFile === undefined) return baseContext(overrides);
+  const children = overrides.children ?? { spawned: () => {}, exited: () => {} };
+  return baseContext({
+    ...overrides,
+    children: { ...children, exitFile: `${exitFile}-${++files}` },
+  });
+}
+
+describe.each([
+  ["started directly", false],
+  ["under its exit-file wrapper", true],
+])("exec, %s", (_how, wrapped) => {
+  beforeAll(() => {
+    exitFile = wrapped ? join(dir, "journal.exit") : undefined;
+  });
   it("runs an allow-listed command and returns its exit code and output", async () => {
     expect(exec.name).toBe("exec");
     await expect(

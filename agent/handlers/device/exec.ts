@@ -1,4 +1,5 @@
 import { spawn } from "node:child_process";
+import { accessSync, constants, existsSync, rmSync, statSync } from "node:fs";
 import * as z from "zod/mini";
 import type { HandlerPart } from "../../parts/types.js";
 import { defineHandler, type Handler, type HandlerContext, HandlerFailure } from "../registry.js";
@@ -114,9 +115,10 @@ class Capture {
 }
 
 /**
- * `exec`: runs one allow-listed executable, never through a shell (args are passed as they are:
- * `;`, `$( )` and `*` mean nothing). Off unless enabled. Cancel and timeout send SIGTERM to the
- * child's process group, then SIGKILL after {@link EXEC_KILL_GRACE_MS}.
+ * `exec`: runs one allow-listed executable; no shell interprets anything (args are passed as they
+ * are: `;`, `$( )` and `*` mean nothing; under the agent's journal a fixed wrapper runs it as
+ * `"$@"` to note its exit status, see {@link WRAPPER}). Off unless enabled. Cancel and timeout
+ * send SIGTERM to the child's process group, then SIGKILL after {@link EXEC_KILL_GRACE_MS}.
  *
  * Exit 0 succeeds with `{ exitCode, stdout, stderr }`; any other exit fails retryable, quoting the
  * end of stderr; a command that cannot be started (missing, not executable, bad cwd) fails for good.
@@ -156,6 +158,27 @@ export function executionEnv(ctx: HandlerContext): Record<string, string> {
   };
 }
 
+/**
+ * Runs the command (`"$@"`, nothing interpreted) and appends `pid status` to the exit file as it
+ * ends, so that a restart of an agent that died meanwhile knows what the child did. The shell
+ * waits out SIGHUP, SIGINT and SIGTERM (they reach the command, its group's leader is the shell)
+ * and then ends by the command's signal, so the agent sees what it would have seen without it.
+ */
+const WRAPPER =
+  'trap : HUP INT TERM;f=$1;shift;"$@";s=$?;echo "$$ $s" 2>/dev/null >>"$f";[ $s -gt 128 ]&&[ $s -lt 160 ]&&trap - HUP INT TERM&&kill -$((s-128)) $$;exit $s';
+const SH = "/bin/sh";
+
+/** What is spawned for `command args`, under the wrapper when there is an exit file. */
+export function execArgv(
+  command: string,
+  args: readonly string[],
+  exitFile: string | undefined,
+): [string, string[]] {
+  return exitFile === undefined
+    ? [command, [...args]]
+    : [SH, ["-c", WRAPPER, NAME, exitFile, command, ...args]];
+}
+
 function run(
   params: ExecParams,
   ctx: HandlerContext,
@@ -163,8 +186,24 @@ function run(
 ): Promise<Record<string, unknown>> {
   const { command } = params;
   const signal = ctx.signal;
+  const exitFile = ctx.children?.exitFile;
+  const wrapped = exitFile !== undefined && existsSync(SH);
+  if (wrapped) {
+    // What the spawn itself would refuse, refused as before: for good, not as the shell's 127.
+    try {
+      accessSync(command, constants.X_OK);
+      if (!statSync(command).isFile()) throw Object.assign(new Error(), { code: "EACCES" });
+    } catch (err) {
+      const code = (err as NodeJS.ErrnoException).code;
+      throw new HandlerFailure(
+        `${NAME}: cannot start ${command}: ${code}${code === "ENOENT" ? " (the command or the cwd does not exist)" : ""}`,
+        { retryable: false, cause: err },
+      );
+    }
+  }
   return new Promise((resolve, reject) => {
-    const child = spawn(command, params.args ?? [], {
+    const [file, argv] = execArgv(command, params.args ?? [], wrapped ? exitFile : undefined);
+    const child = spawn(file, argv, {
       shell: false,
       // Its own process group, so a kill also reaches what it started (`sh -c 'a | b'`), and a
       // restart after a crash can stop all of it by the pid journaled below.
@@ -261,6 +300,8 @@ function run(
           signal: sig,
           stoppedByAgent: stopping !== undefined,
         });
+        // Journaled: the wrapper's note of it is no longer needed.
+        if (wrapped) rmSync(exitFile, { force: true });
       }
       // Normally "close" follows at once. A background grandchild holding the pipes open must
       // not keep the execution running after the command itself has exited.

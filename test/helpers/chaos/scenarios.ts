@@ -202,6 +202,13 @@ export const agentKill: Scenario = {
     withHarness("agent-kill", options, async (h) => {
       const victim = h.agent(1);
       const cmd = await startExecOn(h, victim.agentId, "retried");
+      // A third child ends (its effect done) while the agent is down: only its exit file can
+      // tell the restart that it succeeded.
+      const short = await h.command({
+        agentId: victim.agentId,
+        at: Date.now(),
+        effect: { kind: "exec", seconds: 0.5 },
+      });
       // Some work on the other agent that must not be disturbed.
       for (let i = 0; i < 5; i++) {
         await h.command({
@@ -212,7 +219,9 @@ export const agentKill: Scenario = {
       }
       await poll("both exec children to begin", () => {
         const begun = h.effects().begun;
-        return (begun.get(cmd.tag) ?? 0) >= 1 && (begun.get("job-retried") ?? 0) >= 1
+        return (begun.get(cmd.tag) ?? 0) >= 1 &&
+          (begun.get("job-retried") ?? 0) >= 1 &&
+          (begun.get(short.tag) ?? 0) >= 1
           ? true
           : undefined;
       });
@@ -222,7 +231,21 @@ export const agentKill: Scenario = {
       const faultEnd = Date.now();
       const converge = h.convergence(faultEnd);
       await sleep(6_000);
-      return h.truth({ convergeMs: await converge });
+      const truth = await h.truth({ convergeMs: await converge });
+      // Truth alone would also hold had the short child been cut off before its effect.
+      const rec = (
+        await h.coordinator.api<{ execution: { state: string } }>(
+          "GET",
+          `/api/executions/${encodeURIComponent(short.executionId)}`,
+        )
+      ).execution;
+      const state = rec.state;
+      if (state !== "SUCCEEDED") {
+        throw new Error(
+          `the child that ended while its agent was down is recorded ${state}: ${JSON.stringify(rec)}`,
+        );
+      }
+      return truth;
     }),
 };
 
