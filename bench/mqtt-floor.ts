@@ -16,7 +16,8 @@
  *   npm run bench:mqtt-floor                     # the machine's broker at 127.0.0.1:1883
  *   options: --host 127.0.0.1 --port 1883 --rate 2000
  *
- * It prints a table and writes bench/results/mqtt-floor.json; docs/benchmarks.md quotes it by hand
+ * It prints a table and writes bench/results/mqtt-floor.json (another rate: mqtt-floor-RATE.json);
+ * docs/benchmarks.md quotes it by hand
  * ("Findings at 10,000 simulated agents").
  */
 import { type ChildProcess, spawn } from "node:child_process";
@@ -191,10 +192,12 @@ async function main(): Promise<void> {
     ["heartbeats", "work", "messages in 20 s", "CPU % of a core", "µs per message"],
     rows.map((r) => [r.pattern, r.work, r.messages, fmt(r.cpuPct), fmt(r.usPerMessage)]),
   );
-  const json = fileURLToPath(new URL("./results/mqtt-floor.json", import.meta.url));
+  // Another rate than the default's goes to a file of its own, so that both stay on record.
+  const name = rate === 2000 ? "mqtt-floor" : `mqtt-floor-${rate}`;
+  const json = fileURLToPath(new URL(`./results/${name}.json`, import.meta.url));
   writeFileSync(
     json,
-    `${JSON.stringify({ name: "mqtt-floor", date: new Date().toISOString(), node: process.version, figures: { rate, machine, rows } }, null, 2)}\n`,
+    `${JSON.stringify({ name, date: new Date().toISOString(), node: process.version, figures: { rate, machine, rows } }, null, 2)}\n`,
   );
   console.log(`wrote ${json}`);
 }
