@@ -1,3 +1,4 @@
+import { existsSync } from "node:fs";
 import { mkdtemp, realpath, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -198,6 +199,25 @@ describe.each([
     const took = performance.now() - started;
     expect(took).toBeGreaterThanOrEqual(EXEC_KILL_GRACE_MS);
     expect(took).toBeLessThan(15_000);
+  });
+
+  it("never lets a command run to its end after a cancel sent the moment it was spawned", async () => {
+    // The signal reaches the child at whatever point of its start it is: before the wrapper's
+    // trap, before the command exists, or once it runs. In none may the command finish.
+    const marker = join(dir, `cancel-at-spawn-${wrapped}`);
+    const runs = [];
+    for (let i = 0; i < 20; i++) {
+      const ctx = testContext();
+      const run = exec.run(ctx, {
+        command: "/bin/sh",
+        args: ["-c", `sleep 0.3; echo done >> ${marker}`],
+      });
+      ctx.abort.abort();
+      runs.push(failureOf(run));
+    }
+    for (const f of await Promise.all(runs)) expect(f.message).toBe("exec: /bin/sh aborted");
+    await new Promise((r) => setTimeout(r, 600));
+    expect(existsSync(marker)).toBe(false);
   });
 
   it("kills the child after its own timeoutMs", async () => {

@@ -160,12 +160,17 @@ export function executionEnv(ctx: HandlerContext): Record<string, string> {
 
 /**
  * Runs the command (`"$@"`, nothing interpreted) and appends `pid status` to the exit file as it
- * ends, so that a restart of an agent that died meanwhile knows what the child did. The shell
- * waits out SIGHUP, SIGINT and SIGTERM (they reach the command, its group's leader is the shell)
- * and then ends by the command's signal, so the agent sees what it would have seen without it.
+ * ends, so that a restart of an agent that died meanwhile knows what the child did. Once the
+ * command exists, the shell waits out SIGHUP, SIGINT and SIGTERM (they reach the command too:
+ * the shell leads its group) until the command has ended, then ends by the command's signal, so
+ * the agent sees what it would have seen without it. The trap is set only after the command is
+ * started (in the background, so the shell goes on): set before, it would have the shell survive
+ * a signal that came before the command existed, and the command run to its end after a cancel.
+ * A background command starts with SIGINT and SIGQUIT ignored (POSIX); the agent stops a child
+ * with SIGTERM and SIGKILL.
  */
 const WRAPPER =
-  'trap : HUP INT TERM;f=$1;shift;"$@";s=$?;echo "$$ $s" 2>/dev/null >>"$f";[ $s -gt 128 ]&&[ $s -lt 160 ]&&trap - HUP INT TERM&&kill -$((s-128)) $$;exit $s';
+  'f=$1;shift;"$@"& p=$!;trap : HUP INT TERM;while :;do wait $p;s=$?;kill -0 $p 2>/dev/null||break;done;echo "$$ $s" 2>/dev/null >>"$f";[ $s -gt 128 ]&&[ $s -lt 160 ]&&trap - HUP INT TERM&&kill -$((s-128)) $$;exit $s';
 const SH = "/bin/sh";
 
 /** What is spawned for `command args`, under the wrapper when there is an exit file. */
