@@ -167,10 +167,11 @@ export function executionEnv(ctx: HandlerContext): Record<string, string> {
  * started (in the background, so the shell goes on): set before, it would have the shell survive
  * a signal that came before the command existed, and the command run to its end after a cancel.
  * A background command starts with SIGINT and SIGQUIT ignored (POSIX); the agent stops a child
- * with SIGTERM and SIGKILL.
+ * with SIGTERM and SIGKILL. `wait` is asked again only when a trapped signal cut it short (over
+ * 128) with the command still there; never on a plain exit, whose pid may already be another's.
  */
 const WRAPPER =
-  'f=$1;shift;"$@"& p=$!;trap : HUP INT TERM;while :;do wait $p;s=$?;kill -0 $p 2>/dev/null||break;done;echo "$$ $s" 2>/dev/null >>"$f";[ $s -gt 128 ]&&[ $s -lt 160 ]&&trap - HUP INT TERM&&kill -$((s-128)) $$;exit $s';
+  'f=$1;shift;"$@"& p=$!;trap : HUP INT TERM;while :;do wait $p;s=$?;[ $s -gt 128 ]&&kill -0 $p 2>/dev/null||break;done;echo "$$ $s" 2>/dev/null >>"$f";[ $s -gt 128 ]&&[ $s -lt 160 ]&&trap - HUP INT TERM&&kill -$((s-128)) $$;exit $s';
 const SH = "/bin/sh";
 
 /** What is spawned for `command args`, under the wrapper when there is an exit file. */
