@@ -724,7 +724,7 @@ export class Agent {
               },
               journal: { depth: counts.open, outboxDepth: this.journal.outboxDepth },
               ...(this.shuttingDown ? { shuttingDown: true } : {}),
-              time: this.sync.wantsSample(this.time.localNow()),
+              time: this.sync.wantsSample(this.time.localNow(), counts.scheduled > 0),
               ...(this.idleSent ? { idle: true } : {}),
             },
             sentAt,

@@ -308,6 +308,25 @@ describe("ClockSync", () => {
       expect(wan.wantsSample(45_040 + 20_000)).toBe(true);
     });
 
+    it("holding a start, asks while its bound is over 1 ms however many samples it holds", () => {
+      // Eight answers that each waited up to 20 ms on their way up (a coordinator reading in
+      // batches): a full window, a bound of some milliseconds, and no more asking while idle.
+      const sync = new ClockSync();
+      for (let i = 0; i < 8; i++) {
+        roundTrip(sync, { local0: 10_000 + i * 1_000, up: 4 + 2 * i, down: 0.5 });
+      }
+      expect(sync.sampleCount).toBe(8);
+      expect(sync.uncertaintyMs).toBeGreaterThan(1);
+      expect(sync.wantsSample(18_000)).toBe(false);
+      // A command scheduled for later waits the bound out at its start: ask, until one is good.
+      expect(sync.wantsSample(18_000, true)).toBe(true);
+      roundTrip(sync, { local0: 19_000, up: 0.5, down: 0.5 });
+      expect(sync.uncertaintyMs).toBeCloseTo(0.5, 9);
+      expect(sync.wantsSample(19_001, true)).toBe(false);
+      // Its age still counts: 20 s on, it asks again.
+      expect(sync.wantsSample(19_001 + 20_000, true)).toBe(true);
+    });
+
     it("asks while a sample set aside waits: a good one refutes it, three in a row confirm a step", () => {
       const sync = new ClockSync();
       for (let i = 0; i < 4; i++) roundTrip(sync, { local0: 10_000 + i * 1_000, up: 1, down: 1 });

@@ -119,11 +119,12 @@ export class ClockSync {
    * Whether a message sent at local time `localNow` should ask for a clock sample (heartbeat
    * `time`, docs/protocol.md "How often a sample"): while fewer than 4 are held, while a sample
    * set aside waits for the next ones to confirm it (a step) or refute it, while the bound is
-   * over 1 ms and the window is not yet full, and once the estimate's sample is
+   * over 1 ms and the window is not yet full (or, with `holding`, whatever the window holds:
+   * a start is coming, and it waits out the bound), and once the estimate's sample is
    * `resampleAfterMs` old. Otherwise an answer would cost the coordinator a
    * message and improve nothing the starts wait for.
    */
-  wantsSample(localNow: number): boolean {
+  wantsSample(localNow: number, holding = false): boolean {
     const best = this.best;
     return (
       best === undefined ||
@@ -132,7 +133,7 @@ export class ClockSync {
       localNow - best.atMs >= this.resampleAfterMs ||
       // Still learning: the first samples of a connection are often its worst (taken while the
       // coordinator answered a whole fleet's hellos), and a later one may do far better.
-      (this.uncertaintyMs > GOOD_ENOUGH_MS && this.window.length < this.windowSize)
+      (this.uncertaintyMs > GOOD_ENOUGH_MS && (holding || this.window.length < this.windowSize))
     );
   }
 

@@ -443,7 +443,7 @@ export class SimAgent {
             uncertaintyMs: this.clock.uncertaintyAt(this.ctx.localNow()),
           },
           journal: { depth: scheduled, outboxDepth: this.outbox.length },
-          time: this.clock.wantsSample(this.ctx.localNow()),
+          time: this.clock.wantsSample(this.ctx.localNow(), scheduled > 0),
           ...(idle ? { idle: true } : {}),
         },
         sentAt,
