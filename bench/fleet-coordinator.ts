@@ -29,6 +29,8 @@ export interface FleetWorkerArgs {
   keysFile: string;
   /** The config's idleHeartbeatMs; absent: its default. */
   idleHeartbeatMs?: number;
+  /** The config's mqtt.readWindowMs; absent: its default. */
+  readWindowMs?: number;
 }
 
 export type FleetWorkerLine =
@@ -55,6 +57,7 @@ async function main(args: FleetWorkerArgs): Promise<void> {
         prefix: args.prefix,
         clientId: `ax-bench-${args.prefix}`,
         persistentSession: false,
+        ...(args.readWindowMs === undefined ? {} : { readWindowMs: args.readWindowMs }),
       },
       security: { messages: "required" },
       ...(args.idleHeartbeatMs === undefined ? {} : { idleHeartbeatMs: args.idleHeartbeatMs }),

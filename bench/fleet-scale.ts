@@ -45,6 +45,8 @@ export interface ScaleOptions {
   connectConcurrency: number;
   /** The coordinator's idleHeartbeatMs; undefined: its default. */
   idleHeartbeatMs?: number | undefined;
+  /** The coordinator's mqtt.readWindowMs; undefined: its default. */
+  readWindowMs?: number | undefined;
   /**
    * Mosquitto's log file, when it can be read: the run counts its notices that it is dropping
    * messages for the coordinator's connection (its queue for one client is full), by phase.
@@ -216,6 +218,7 @@ export async function runScale(o: ScaleOptions): Promise<ScaleResult> {
       tags,
       keysFile: join(dir, "keys.json"),
       ...(o.idleHeartbeatMs === undefined ? {} : { idleHeartbeatMs: o.idleHeartbeatMs }),
+      ...(o.readWindowMs === undefined ? {} : { readWindowMs: o.readWindowMs }),
     };
     // AX_BENCH_PROFILE_DIR: a CPU profile of the coordinator's whole run, written as it exits.
     const profileDir = process.env.AX_BENCH_PROFILE_DIR;

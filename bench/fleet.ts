@@ -21,6 +21,8 @@
  *            --idle-heartbeat 0 (the coordinator's idleHeartbeatMs, ms; default: its default, 60 s;
  *            0: every agent heartbeats every 5 s, idle or not; its results go to a section of
  *            their own, "-every-heartbeat")
+ *            --read-window 50 (the coordinator's mqtt.readWindowMs, ms; default: its default;
+ *            its results go to a section of their own, "-read-window-N")
  *            --death-trials 10 (also the per-agent death trials of bench/fleet-death.ts;
  *            --agents 0 runs those alone)  --keepalive 2 (their agents' keepalive, s)
  *
@@ -78,6 +80,7 @@ const { values } = parseArgs({
     "broker-log": { type: "string" },
     broker: { type: "string", default: "machine" },
     "idle-heartbeat": { type: "string" },
+    "read-window": { type: "string" },
   },
   strict: true,
 });
@@ -104,6 +107,11 @@ const idleHeartbeatMs =
     : num("idle-heartbeat", values["idle-heartbeat"], 0);
 /** The default's figures and those of every heartbeat at 5 s go to sections of their own. */
 const everyHeartbeat = idleHeartbeatMs === 0;
+/** The coordinator's mqtt.readWindowMs, when given; undefined: its default. */
+const readWindowMs =
+  values["read-window"] === undefined ? undefined : num("read-window", values["read-window"], 0);
+/** What the run's results are filed under besides the broker: each variant has its own. */
+const variant = `${everyHeartbeat ? "-every-heartbeat" : ""}${readWindowMs === undefined ? "" : `-read-window-${readWindowMs}`}`;
 
 async function buildAll(): Promise<void> {
   mkdirSync(DIST, { recursive: true });
@@ -195,6 +203,16 @@ function verdicts(r: ScaleResult) {
   return rows;
 }
 
+/** The command that runs this variant of the bench again. */
+function reproduce(own: boolean): string {
+  const flags = [
+    own ? "--broker own" : "",
+    everyHeartbeat ? "--idle-heartbeat 0" : "",
+    readWindowMs === undefined ? "" : `--read-window ${readWindowMs}`,
+  ].filter(Boolean);
+  return `npm run bench:fleet${flags.length ? ` -- ${flags.join(" ")}` : ""}`;
+}
+
 function markdown(
   results: ScaleResult[],
   judged: ScaleResult | undefined,
@@ -206,9 +224,9 @@ function markdown(
   const broker = own
     ? "a Mosquitto of the bench's own on a free port, configured as docs/operations.md asks (`set_tcp_nodelay true`, `max_inflight_messages 100`, `max_queued_messages 100000`)"
     : `the broker at ${machine.broker} (the machine's Mosquitto 2, with its default settings: no \`set_tcp_nodelay\`, 20 messages in flight and 1,000 queued per client, where docs/operations.md asks for \`set_tcp_nodelay true\`, 100 and 100,000)`;
-  return `## Fleet at scale: a coordinator and up to ${Math.max(...results.map((r) => r.agents)).toLocaleString("en-US")} simulated agents${own ? ", on a broker configured as docs/operations.md says" : ""}${everyHeartbeat ? ", every heartbeat 5 s apart" : ""}
+  return `## Fleet at scale: a coordinator and up to ${Math.max(...results.map((r) => r.agents)).toLocaleString("en-US")} simulated agents${own ? ", on a broker configured as docs/operations.md says" : ""}${everyHeartbeat ? ", every heartbeat 5 s apart" : ""}${readWindowMs === undefined ? "" : `, reads batched ${readWindowMs} ms apart`}
 
-Reproduce with \`npm run bench:fleet${[own ? " -- --broker own" : "", everyHeartbeat ? `${own ? "" : " --"} --idle-heartbeat 0` : ""].join("")}\` (\`bench/fleet.ts\`; \`--agents 1000,5000,10000\` is the default). For each fleet size, one fresh coordinator process (\`bench/fleet-coordinator.ts\`: the real \`Coordinator\` and HTTP API, a fresh SQLite store, \`security.messages: "required"\`, the default heartbeat of 5 s, ${everyHeartbeat ? "and `idleHeartbeatMs: 0`, so that every agent heartbeats every 5 s, idle or not" : idleHeartbeatMs === undefined ? 'idle agents\' heartbeats a minute apart (`idleHeartbeatMs`, its default: docs/protocol.md, "Idle heartbeats")' : `\`idleHeartbeatMs: ${idleHeartbeatMs}\``}, \`--max-old-space-size=256\` as the systemd unit of docs/operations.md starts it) with every agent enrolled in bulk before it starts (tag \`fleet=sim\`), and one simulator process (\`bench/fleet-sim.ts\`) running all the agents, each on its own MQTT connection to ${broker}, under a topic prefix of the run's own. The simulator speaks protocol v1 as an agent does (sealed messages, clock exchange with \`heartbeat.time\`, outbox and acks, batches both ways) but keeps its journal in memory and has one instant handler, \`echo\`; its header comment lists what it simplifies. It opens at most ${machine.connectConcurrency} connections awaiting CONNACK at once. Measured on ${machine.cpus} cores (${machine.cpuModel}), load average ${(machine.loadavgAtStart as number[]).join(" / ")} at start and ${(machine.loadavgAtEnd as number[]).join(" / ")} at the end, **shared with other work** (Mosquitto, the simulator and the coordinator are on the same 2 cores, and other processes ran meanwhile): the figures are rough.
+Reproduce with \`${reproduce(own)}\` (\`bench/fleet.ts\`; \`--agents 1000,5000,10000\` is the default). For each fleet size, one fresh coordinator process (\`bench/fleet-coordinator.ts\`: the real \`Coordinator\` and HTTP API, a fresh SQLite store, \`security.messages: "required"\`, the default heartbeat of 5 s, ${everyHeartbeat ? "and `idleHeartbeatMs: 0`, so that every agent heartbeats every 5 s, idle or not" : idleHeartbeatMs === undefined ? 'idle agents\' heartbeats a minute apart (`idleHeartbeatMs`, its default: docs/protocol.md, "Idle heartbeats")' : `\`idleHeartbeatMs: ${idleHeartbeatMs}\``}, ${readWindowMs === undefined ? "`mqtt.readWindowMs` at its default" : `\`mqtt.readWindowMs: ${readWindowMs}\``} (docs/config.md), \`--max-old-space-size=256\` as the systemd unit of docs/operations.md starts it) with every agent enrolled in bulk before it starts (tag \`fleet=sim\`), and one simulator process (\`bench/fleet-sim.ts\`) running all the agents, each on its own MQTT connection to ${broker}, under a topic prefix of the run's own. The simulator speaks protocol v1 as an agent does (sealed messages, clock exchange with \`heartbeat.time\`, outbox and acks, batches both ways) but keeps its journal in memory and has one instant handler, \`echo\`; its header comment lists what it simplifies. It opens at most ${machine.connectConcurrency} connections awaiting CONNACK at once. Measured on ${machine.cpus} cores (${machine.cpuModel}), load average ${(machine.loadavgAtStart as number[]).join(" / ")} at start and ${(machine.loadavgAtEnd as number[]).join(" / ")} at the end, **shared with other work** (Mosquitto, the simulator and the coordinator are on the same 2 cores, and other processes ran meanwhile): the figures are rough.
 
 - **all online**: from spawning the simulator to the coordinator's agent events saying all N are online.
 - **idle**: ${results[0]?.idle.windowS.toFixed(0) ?? "?"} s, ${machine.settleS} s after the last came online, every agent ${everyHeartbeat ? "heartbeating every 5 s" : "idle, heartbeating as its welcome allows"} and nothing else; the coordinator's CPU (user + system, \`/proc/PID/stat\`, % of one core) and RSS (\`VmRSS\`, MB of 10^6 bytes).
@@ -251,6 +269,7 @@ async function main(): Promise<void> {
     idleS: num("idle", values.idle, 1),
     leadMs: num("lead", values.lead, 1000),
     idleHeartbeatMs: idleHeartbeatMs ?? "the coordinator's default",
+    readWindowMs: readWindowMs ?? "the coordinator's default",
   };
   if (sizes.length > 0) {
     await buildAll();
@@ -276,6 +295,7 @@ async function main(): Promise<void> {
             leadMs: machine.leadMs,
             connectConcurrency: machine.connectConcurrency,
             idleHeartbeatMs,
+            readWindowMs,
             brokerLog:
               brokerDir !== undefined
                 ? join(brokerDir.dir, "mosquitto-broker.log")
@@ -299,7 +319,7 @@ async function main(): Promise<void> {
     }
     finishRun(machine, started);
     writeResults(
-      `${ownBroker ? "fleet-own-mosquitto" : "fleet"}${everyHeartbeat ? "-every-heartbeat" : ""}`,
+      `${ownBroker ? "fleet-own-mosquitto" : "fleet"}${variant}`,
       {
         machine,
         targets: TARGETS,

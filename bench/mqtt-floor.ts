@@ -13,10 +13,16 @@
  * docs/protocol.md has it) or all of a 5 s period's at once (a fleet in step). The subscriber's CPU
  * (user + system, /proc/self/stat) over a 20 s window after 5 s of warm-up, per message received.
  *
- *   npm run bench:mqtt-floor                     # the machine's broker at 127.0.0.1:1883
- *   options: --host 127.0.0.1 --port 1883 --rate 2000
+ * With `--batch-ms N` the subscriber reads its connection as the coordinator does with
+ * `mqtt.readWindowMs: N` (coordinator/link/batch-reads.ts): after a small read it stops reading
+ * for N ms. Each row also counts the subscriber's wake-ups (its main thread's voluntary context
+ * switches, /proc/self/task/PID/status).
  *
- * It prints a table and writes bench/results/mqtt-floor.json (another rate: mqtt-floor-RATE.json);
+ *   npm run bench:mqtt-floor                     # the machine's broker at 127.0.0.1:1883
+ *   options: --host 127.0.0.1 --port 1883 --rate 2000 --batch-ms 0
+ *
+ * It prints a table and writes bench/results/mqtt-floor.json (another rate: mqtt-floor-RATE.json;
+ * reads batched: mqtt-floor[-RATE]-batch-N.json);
  * docs/benchmarks.md quotes it by hand
  * ("Findings at 10,000 simulated agents").
  */
@@ -26,6 +32,7 @@ import { readFileSync, writeFileSync } from "node:fs";
 import { fileURLToPath } from "node:url";
 import { parseArgs } from "node:util";
 import mqtt from "mqtt";
+import { type BatchableSocket, batchReads } from "../coordinator/link/batch-reads.js";
 import { COMPILED_SCHEMAS } from "../coordinator/link/compiled-schemas.js";
 import { envelope } from "../shared/message.js";
 import { decodeAll, encode, topics } from "../shared/protocol/index.js";
@@ -48,6 +55,7 @@ const { values, positionals } = parseArgs({
     port: { type: "string", default: "1883" },
     rate: { type: "string", default: "2000" },
     prefix: { type: "string", default: `floor${process.pid}` },
+    "batch-ms": { type: "string", default: "0" },
   },
   allowPositionals: true,
   strict: true,
@@ -59,7 +67,20 @@ if (!Number.isInteger(rate) || rate < 1 || rate > 100_000) {
     `--rate must be a whole number of messages a second, 1 to 100000 (got "${values.rate}")`,
   );
 }
+const batchMs = Number(values["batch-ms"]);
+if (!Number.isInteger(batchMs) || batchMs < 0 || batchMs > 1000) {
+  throw new Error(
+    `--batch-ms must be a whole number of ms, 0 to 1000 (got "${values["batch-ms"]}")`,
+  );
+}
 const t = topics(values.prefix);
+
+function wakeups(): number {
+  const m = /voluntary_ctxt_switches:\s+(\d+)/.exec(
+    readFileSync(`/proc/self/task/${process.pid}/status`, "utf8"),
+  );
+  return Number(m?.[1] ?? 0);
+}
 
 function cpuTicks(): number {
   const f = readFileSync("/proc/self/stat", "utf8").split(") ")[1]?.split(" ") ?? [];
@@ -70,6 +91,7 @@ function cpuTicks(): number {
 async function subscriber(work: Work): Promise<void> {
   const client = await mqtt.connectAsync(url, { clientId: `${values.prefix}-sub`, keepalive: 10 });
   let n = 0;
+  if (batchMs > 0) batchReads(client.stream as unknown as BatchableSocket, batchMs);
   const options = { prefix: values.prefix, maxBytes: 65_536, schemas: COMPILED_SCHEMAS };
   client.on("message", (topic, payload) => {
     n++;
@@ -82,15 +104,16 @@ async function subscriber(work: Work): Promise<void> {
   await client.subscribeAsync(t.allUp, { qos: 1 });
   process.send?.({ t: "ready" });
   await new Promise((r) => setTimeout(r, WARMUP_MS));
-  const [c0, n0] = [cpuTicks(), n];
+  const [c0, n0, w0] = [cpuTicks(), n, wakeups()];
   await new Promise((r) => setTimeout(r, WINDOW_MS));
-  const [c1, n1] = [cpuTicks(), n];
+  const [c1, n1, w1] = [cpuTicks(), n, wakeups()];
   // Clock ticks are 10 ms: CPU % of one core = ticks per second.
   const cpuPct = (c1 - c0) / (WINDOW_MS / 1000);
   process.send?.({
     t: "done",
     messages: n1 - n0,
     cpuPct,
+    wakeupsPerSecond: (w1 - w0) / (WINDOW_MS / 1000),
     usPerMessage: ((c1 - c0) * 10_000) / (n1 - n0),
   });
   await client.endAsync();
@@ -143,6 +166,8 @@ function child(role: string, arg: string): ChildProcess {
       String(rate),
       "--prefix",
       values.prefix,
+      "--batch-ms",
+      String(batchMs),
     ],
     {
       stdio: ["ignore", "inherit", "inherit", "ipc"],
@@ -166,6 +191,7 @@ async function main(): Promise<void> {
     work: Work;
     messages: number;
     cpuPct: number;
+    wakeupsPerSecond: number;
     usPerMessage: number;
   }[] = [];
   for (const pattern of ["spread", "burst"] as const) {
@@ -180,24 +206,33 @@ async function main(): Promise<void> {
         work,
         messages: done.messages ?? 0,
         cpuPct: done.cpuPct ?? 0,
+        wakeupsPerSecond: done.wakeupsPerSecond ?? 0,
         usPerMessage: done.usPerMessage ?? 0,
       });
       console.log(
-        `${pattern} ${work}: ${fmt(done.cpuPct ?? 0)} % of a core, ${fmt(done.usPerMessage ?? 0)} µs a message`,
+        `${pattern} ${work}: ${fmt(done.cpuPct ?? 0)} % of a core, ${fmt(done.wakeupsPerSecond ?? 0)} wake-ups/s, ${fmt(done.usPerMessage ?? 0)} µs a message`,
       );
     }
   }
   finishRun(machine, started);
   printTable(
-    ["heartbeats", "work", "messages in 20 s", "CPU % of a core", "µs per message"],
-    rows.map((r) => [r.pattern, r.work, r.messages, fmt(r.cpuPct), fmt(r.usPerMessage)]),
+    ["heartbeats", "work", "messages in 20 s", "CPU % of a core", "wake-ups/s", "µs per message"],
+    rows.map((r) => [
+      r.pattern,
+      r.work,
+      r.messages,
+      fmt(r.cpuPct),
+      fmt(r.wakeupsPerSecond),
+      fmt(r.usPerMessage),
+    ]),
   );
-  // Another rate than the default's goes to a file of its own, so that both stay on record.
-  const name = rate === 2000 ? "mqtt-floor" : `mqtt-floor-${rate}`;
+  // Another rate than the default's, or reads batched, go to a file of their own, so that all
+  // stay on record.
+  const name = `mqtt-floor${rate === 2000 ? "" : `-${rate}`}${batchMs > 0 ? `-batch-${batchMs}` : ""}`;
   const json = fileURLToPath(new URL(`./results/${name}.json`, import.meta.url));
   writeFileSync(
     json,
-    `${JSON.stringify({ name, date: new Date().toISOString(), node: process.version, figures: { rate, machine, rows } }, null, 2)}\n`,
+    `${JSON.stringify({ name, date: new Date().toISOString(), node: process.version, figures: { rate, batchMs, machine, rows } }, null, 2)}\n`,
   );
   console.log(`wrote ${json}`);
 }

@@ -287,6 +287,7 @@ export class Coordinator {
         ...(config.mqtt.sharedGroup === undefined ? {} : { sharedGroup: config.mqtt.sharedGroup }),
         clientId: config.mqtt.clientId ?? defaultClientId(config),
         persistentSession: config.mqtt.persistentSession,
+        readWindowMs: config.mqtt.readWindowMs,
         freshSession: config.store.url !== undefined,
         auth:
           config.security.messages === "required"

@@ -2,6 +2,7 @@ import mqtt from "mqtt";
 import { afterEach, describe, expect, it } from "vitest";
 import { envelope } from "../../shared/message.js";
 import { decodeAll, encode, topics } from "../../shared/protocol/index.js";
+import { testDispatch } from "../../test/helpers/dispatch.js";
 import { idleHeartbeat, type TestBroker, testBroker, waitFor } from "../../test/helpers/env.js";
 import { CoordinatorLink, MAX_INBOUND_BACKLOG } from "./mqtt-link.js";
 
@@ -153,5 +154,82 @@ describe("CoordinatorLink: time answers", () => {
     for (let i = 0; i < 5; i++) {
       expect(got.find((g) => g.agentId === `b${i}`)).toMatchObject({ t1: 2, t2: 6_000 + i });
     }
+  });
+});
+
+describe("CoordinatorLink: when a message was received", () => {
+  /** A link whose handler takes `busyMs` of CPU per message, noting when each came and was read. */
+  async function timed(busyMs: number, readWindowMs?: number) {
+    const broker: TestBroker = await testBroker();
+    cleanups.push(() => broker.close());
+    const link = new CoordinatorLink(
+      {
+        url: broker.url,
+        prefix: broker.prefix,
+        clientId: `ax-c-${broker.prefix}`,
+        ...(readWindowMs === undefined ? {} : { readWindowMs }),
+      },
+      () => performance.timeOrigin + performance.now(),
+    );
+    const got: { receivedAt: number; handledAt: number }[] = [];
+    await link.start({
+      message: (d, receivedAt) => {
+        if (d.channel !== "up") return;
+        const handledAt = performance.timeOrigin + performance.now();
+        got.push({ receivedAt, handledAt });
+        while (performance.timeOrigin + performance.now() < handledAt + busyMs);
+      },
+      invalid: () => {},
+    });
+    cleanups.push(() => link.close());
+    const agent = await mqtt.connectAsync(broker.url);
+    cleanups.push(() => agent.endAsync(true));
+    const up = topics(broker.prefix).up("a1");
+    const heartbeat = () =>
+      agent.publish(up, encode(envelope(idleHeartbeat("i1"), Date.now())), { qos: 0 });
+    return { link, got, heartbeat };
+  }
+
+  const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+  it("is when the read that brought it came, not when a backlog let it be handled", async () => {
+    const { got, heartbeat } = await timed(20);
+    const before = performance.timeOrigin + performance.now();
+    for (let i = 0; i < 10; i++) heartbeat();
+    await waitFor("all ten", () => (got.length === 10 ? true : undefined));
+    for (const g of got) {
+      // Never before it could have arrived, never after it was handled: a clock sample's t1 is
+      // still a bound.
+      expect(g.receivedAt).toBeGreaterThanOrEqual(before);
+      expect(g.receivedAt).toBeLessThanOrEqual(g.handledAt);
+    }
+    // The first is handled for 20 ms while the rest arrive, are read together, and wait their
+    // turn: the last one was read some 160 ms before it was handled, and says so.
+    const waited = Math.max(...got.map((g) => g.handledAt - g.receivedAt));
+    expect(waited).toBeGreaterThanOrEqual(100);
+  });
+
+  it("with readWindowMs, reads a trickle a window at a time, and every message while a dispatched start is due", async () => {
+    const { link, got, heartbeat } = await timed(0, 100);
+    const reads = (from: number) => new Set(got.slice(from).map((g) => g.receivedAt)).size;
+    for (let i = 0; i < 30; i++) {
+      heartbeat();
+      await sleep(10);
+    }
+    await waitFor("the trickle", () => (got.length === 30 ? true : undefined));
+    // 30 messages over 300 ms, read in about 4 windows (one read each) instead of 30 reads.
+    expect(reads(0)).toBeLessThanOrEqual(8);
+    for (const g of got) expect(g.handledAt - g.receivedAt).toBeLessThan(50);
+
+    const now = Date.now();
+    await link.send("a1", testDispatch("e1", now, "echo", { fireAt: now + 3_000 }));
+    for (let i = 0; i < 30; i++) {
+      heartbeat();
+      await sleep(10);
+    }
+    await waitFor("the second trickle", () => (got.length === 60 ? true : undefined));
+    // Until a second after that fireAt, each is read as it comes: agents holding the start get
+    // clock samples that did not wait in a window.
+    expect(reads(30)).toBeGreaterThanOrEqual(20);
   });
 });

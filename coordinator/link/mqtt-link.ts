@@ -13,6 +13,7 @@ import {
 } from "../../shared/protocol/index.js";
 import { MAX_SEAL_BYTES, type Sealed, unseal } from "../../shared/protocol/mac.js";
 import type { LinkAuth, Refusal } from "./auth.js";
+import { type BatchableSocket, batchReads } from "./batch-reads.js";
 import { type CorkableStream, coalesceWrites } from "./coalesce.js";
 import { COMPILED_SCHEMAS } from "./compiled-schemas.js";
 
@@ -42,6 +43,8 @@ export interface CoordinatorLinkOptions {
    * until acknowledged, and the new active coordinator asks for them. @default false
    */
   freshSession?: boolean;
+  /** Reads from the broker's connection at most once per this many ms (batch-reads.ts). @default 0 */
+  readWindowMs?: number;
 }
 
 export interface LinkHandlers {
@@ -81,6 +84,12 @@ export const MAX_INBOUND_BACKLOG = 10_000;
  * CoordinatorLink.congested} says to hold new dispatches back.
  */
 export const MAX_IN_FLIGHT = 5_000;
+
+/**
+ * How long after the latest dispatched `fireAt` reads stay unbatched: the start has happened,
+ * give or take the agent's lateness, and its report should not wait in a read window either.
+ */
+const PRECISE_AFTER_FIRE_MS = 1_000;
 
 /** Down messages that may travel in a batch; `welcome`, `time` and `ack` always go alone. */
 const BATCHABLE: ReadonlySet<string> = new Set(["dispatch", "cancel", "query"]);
@@ -127,6 +136,13 @@ export class CoordinatorLink {
   private flushWrites: () => void = () => {};
   /** Wall time the current connection came up; undefined while disconnected. */
   private upAt: number | undefined;
+  /**
+   * Until this wall time, reads are not batched (readWindowMs): a command dispatched ahead is due
+   * by then, and its agent's clock samples meanwhile should not wait in a read window.
+   */
+  private preciseUntil = 0;
+  /** When the connection's latest read came (see the `connect` handler); undefined before one. */
+  private lastReadAt: number | undefined;
   /** Set by {@link close}: the coordinator is stopping, and sends nothing more. */
   private closed_ = false;
 
@@ -192,6 +208,24 @@ export class CoordinatorLink {
       stream.setNoDelay?.(true);
       this.flushWrites =
         typeof stream.cork === "function" ? coalesceWrites(stream as CorkableStream) : () => {};
+      // When the bytes of what is handled next were read: no later than the latest read. The
+      // packets of one read are handled one per tick, after any backlog ahead of them, so the
+      // time of handling can be well after it (a clock sample's t1 would take that as round
+      // trip). Ahead of mqtt.js's own listener, so a read is stamped before its packets are
+      // handled; until the first read of this connection, the time of handling.
+      this.lastReadAt = undefined;
+      const readable = client.stream as unknown as Partial<NodeJS.EventEmitter>;
+      readable.prependListener?.("data", () => {
+        this.lastReadAt = this.now();
+      });
+      const windowMs = this.options.readWindowMs ?? 0;
+      if (windowMs > 0) {
+        batchReads(
+          client.stream as unknown as BatchableSocket,
+          windowMs,
+          () => this.now() < this.preciseUntil,
+        );
+      }
     });
     client.on("close", () => {
       if (this.upAt === undefined) return;
@@ -199,7 +233,7 @@ export class CoordinatorLink {
       handlers.down?.(this.now());
     });
     client.on("message", (topic, payload) => {
-      const receivedAt = this.now();
+      const receivedAt = this.lastReadAt ?? this.now();
       const maxBytes = this.options.maxPayloadBytes ?? 65_536;
       const options = { prefix: this.topics.prefix, maxBytes, schemas: COMPILED_SCHEMAS };
       const auth = this.options.auth;
@@ -350,6 +384,12 @@ export class CoordinatorLink {
         }
       });
       return;
+    }
+    if (message.type === "dispatch") {
+      // The agent asks for a clock sample when its bound needs one before a start it holds
+      // (docs/protocol.md, "How often a sample"): read its heartbeats as they come until then.
+      const until = message.fireAt + PRECISE_AFTER_FIRE_MS;
+      if (until > this.preciseUntil) this.preciseUntil = until;
     }
     const batchBytes = BATCHABLE.has(message.type) ? this.batchBytesOf(agentId) : undefined;
     if (batchBytes === undefined) {
