@@ -15,7 +15,7 @@ import {
 import { BUILTIN_HANDLERS } from "../handlers/builtins.js";
 import { defineHandler, HandlerFailure, HandlerRegistry } from "../handlers/registry.js";
 import { Journal, type ReportBody } from "../journal/journal.js";
-import { Executor } from "./executor.js";
+import { CANCEL_GRACE_MS, Executor } from "./executor.js";
 
 /** Lets the handlers' promise chains settle. */
 async function flush(): Promise<void> {
@@ -822,7 +822,7 @@ describe("Executor: cancel and query (rule 8)", () => {
     expect(h.runs.get("q")).toBeUndefined();
   });
 
-  it("cancels a running one: aborts it, reports canceled once, and ignores its later result", async () => {
+  it("cancels a running one: aborts it, and reports canceled once it ends by throwing", async () => {
     const h = setup({ concurrency: 1, queue: 1 });
     const now = h.clock.wallNow();
     h.dispatch({ executionId: "e1", handler: "block", fireAt: now });
@@ -833,21 +833,68 @@ describe("Executor: cancel and query (rule 8)", () => {
     h.clock.advance(250);
     h.ex.cancel("e1", 1);
     expect(h.signals.get("e1")?.aborted).toBe(true);
+    // Nothing is said until the handler ends: whether the cancel stopped it is its end's to say.
+    expect(h.of("finished", "e1")).toEqual([]);
+    h.ex.cancel("e1", 1); // a repeated cancel changes nothing
+    h.clock.advance(50);
+    await h.release("e1", { error: new Error("aborted") });
+    await flush();
     expect(h.of("finished", "e1")).toEqual([
       expect.objectContaining({
         outcome: "canceled",
         retryable: false,
         startedAt,
-        finishedAt: (startedAt ?? 0) + 250,
+        finishedAt: (startedAt ?? 0) + 300,
       }),
     ]);
+    // Its slot went to the queued one.
+    expect(h.runs.get("e2")).toBe(1);
+    h.clock.advance(CANCEL_GRACE_MS);
+    await flush();
+    expect(h.of("finished", "e1")).toHaveLength(1);
+    h.ex.query("e1", 1);
+    expect(h.reports.at(-1)).toMatchObject({ type: "state", localState: "canceled" });
+  });
+
+  it("a running one that returns after the cancel came had finished: succeeded, not canceled", async () => {
+    const h = setup();
+    h.dispatch({ executionId: "e1", handler: "block", fireAt: h.clock.wallNow() });
+    await flush();
+    h.ex.cancel("e1", 1);
+    await h.release("e1", { result: { done: true } });
+    await flush();
+    expect(h.of("finished", "e1")).toEqual([
+      expect.objectContaining({
+        outcome: "succeeded",
+        result: { done: true },
+        message: "ok: it finished before the cancel stopped it",
+      }),
+    ]);
+    h.ex.query("e1", 1);
+    expect(h.reports.at(-1)).toMatchObject({ type: "state", localState: "succeeded" });
+  });
+
+  it("one that ignores the cancel is reported canceled after the grace, and its later result ignored", async () => {
+    const h = setup({ concurrency: 1, queue: 1 });
+    const now = h.clock.wallNow();
+    h.dispatch({ executionId: "e1", handler: "block", fireAt: now, timeoutMs: 1_000 });
+    h.dispatch({ executionId: "e2", handler: "count", fireAt: now });
+    await flush();
+    h.ex.cancel("e1", 1);
+    // Its timeout passes meanwhile: still the cancel's to decide.
+    h.clock.advance(CANCEL_GRACE_MS - 1);
+    await flush();
+    expect(h.of("finished", "e1")).toEqual([]);
+    expect(h.runs.get("e2")).toBeUndefined();
+    h.clock.advance(1);
+    await flush();
+    expect(h.of("finished", "e1")).toEqual([
+      expect.objectContaining({ outcome: "canceled", message: "canceled by the coordinator" }),
+    ]);
+    expect(h.runs.get("e2")).toBe(1);
     await h.release("e1", { result: { late: true } });
     await flush();
     expect(h.of("finished", "e1")).toHaveLength(1);
-    // Its slot went to the queued one.
-    expect(h.runs.get("e2")).toBe(1);
-    h.ex.query("e1", 1);
-    expect(h.reports.at(-1)).toMatchObject({ type: "state", localState: "canceled" });
   });
 
   it("ignores the later rejection of a canceled run too", async () => {

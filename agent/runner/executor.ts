@@ -19,7 +19,21 @@ interface Active {
   abort: AbortController | undefined;
   timeoutTimer: TimerHandle | undefined;
   startedAt: number | undefined;
+  /** Its handler was called (its start committed). */
+  launched?: boolean;
+  /**
+   * A cancel came while its handler ran: set, the handler was aborted and its end decides the
+   * outcome (returned: succeeded, the cancel came too late; threw: canceled), or this timer,
+   * {@link CANCEL_GRACE_MS} on, records it canceled.
+   */
+  canceling?: TimerHandle | undefined;
 }
+
+/**
+ * How long a canceled handler has to end before it is reported canceled anyway: an exec child
+ * gets SIGTERM, then SIGKILL 2 s later (exec.ts), and its exit comes after.
+ */
+export const CANCEL_GRACE_MS = 3_000;
 
 export interface ExecutorOptions {
   clock: Clock;
@@ -433,6 +447,17 @@ export class Executor {
     ) {
       const active = this.active.get(latest.id);
       const startedAt = active?.startedAt;
+      if (active?.launched && active.abort !== undefined && latest.state === "running") {
+        // Rule 8: its end says whether the cancel stopped it, or came as it finished.
+        if (active.canceling === undefined) {
+          active.canceling = this.o.clock.setTimer(
+            () => this.canceled(active, latest),
+            CANCEL_GRACE_MS,
+          );
+          active.abort.abort();
+        }
+        return;
+      }
       active?.abort?.abort();
       this.release(latest);
       this.move(latest, latest.state, "canceled", {
@@ -453,6 +478,22 @@ export class Executor {
       round: latest?.round ?? round,
       localState: latest?.state ?? "unknown",
       reason: !latest ? "unknown" : round < latest.round ? "stale_round" : "too_late",
+    });
+  }
+
+  /** Journals and reports a running command canceled (rule 8). */
+  private canceled(active: Active, row: CommandRow): void {
+    if (this.active.get(row.id) !== active || row.state !== "running") return;
+    this.release(row);
+    this.move(row, "running", "canceled", {
+      type: "finished",
+      executionId: row.executionId,
+      round: row.round,
+      outcome: "canceled",
+      retryable: false,
+      message: "canceled by the coordinator",
+      finishedAt: this.o.coordNow(),
+      ...(active.startedAt === undefined ? {} : { startedAt: active.startedAt }),
     });
   }
 
@@ -644,8 +685,10 @@ export class Executor {
     const current = () => this.active.get(row.id) === active && row.state === "running";
     // Canceled (or the executor closed) between the start and its commit: never launched.
     if (!current() || abort === undefined) return;
+    active.launched = true;
     active.timeoutTimer = this.o.clock.setTimer(() => {
-      if (!current()) return;
+      // Being canceled: the cancel's end decides.
+      if (!current() || active.canceling !== undefined) return;
       abort.abort();
       this.finish(active, {
         outcome: "timed_out",
@@ -711,7 +754,11 @@ export class Executor {
           this.finish(active, {
             outcome: "succeeded",
             retryable: false,
-            message: "ok",
+            // Returned after a cancel asked it to stop: it had finished, or finished anyway.
+            message:
+              active.canceling === undefined
+                ? "ok"
+                : "ok: it finished before the cancel stopped it",
             // Anything returned is sent, or stands as a marker (fit-report.ts): a string or a
             // number is not a result, and is said to be dropped rather than dropped unsaid.
             ...(result === undefined ? {} : { result: result as Record<string, unknown> }),
@@ -719,6 +766,10 @@ export class Executor {
         },
         (err: unknown) => {
           if (!current()) return;
+          if (active.canceling !== undefined) {
+            this.canceled(active, row);
+            return;
+          }
           this.finish(active, {
             outcome: "failed",
             retryable: err instanceof HandlerFailure ? err.retryable : true,
@@ -779,6 +830,7 @@ export class Executor {
     if (!active) return;
     if (active.deadlineHandle !== undefined) this.wheel.cancel(active.deadlineHandle);
     if (active.timeoutTimer !== undefined) this.o.clock.clearTimer(active.timeoutTimer);
+    if (active.canceling !== undefined) this.o.clock.clearTimer(active.canceling);
     if (active.state === "queued") {
       const i = this.queue.indexOf(row.id);
       if (i >= 0) this.queue.splice(i, 1);

@@ -201,6 +201,17 @@ describe.each([
     expect(took).toBeLessThan(15_000);
   });
 
+  it("a command that ends with exit 0 as it is stopped succeeded: the record says what it did", async () => {
+    const ctx = testContext();
+    // It finishes its work on SIGTERM and exits 0, as a command that had finished would.
+    const run = exec.run(ctx, {
+      command: "/bin/sh",
+      args: ["-c", 'trap "echo flushed; exit 0" TERM; sleep 30 & wait'],
+    });
+    setTimeout(() => ctx.abort.abort(), 200);
+    expect(await run).toMatchObject({ exitCode: 0, stdout: "flushed\n" });
+  });
+
   it("never lets a command run to its end after a cancel sent the moment it was spawned", async () => {
     // The signal reaches the child at whatever point of its start it is: before the wrapper's
     // trap, before the command exists, or once it runs. In none may the command finish.

@@ -268,7 +268,9 @@ function run(
     const finish = () => {
       if (exit === undefined) return;
       const err = stderr.text();
-      if (stopping !== undefined) {
+      // Exit 0 is success even as it was being stopped: it ended before the signal reached it,
+      // or ended well on it. The record says what the command did (docs/handlers.md).
+      if (stopping !== undefined && exit.code !== 0) {
         settle({ err: new HandlerFailure(`${NAME}: ${command} ${stopping}`) });
       } else if (exit.code === 0) {
         settle({
