@@ -87,8 +87,11 @@ export interface ScaleResult {
   };
   /** The simulator during the fan-out (POST → all SUCCEEDED). */
   simFanout: { lag: LagFigures; cpuPct: number; lagTotal: LagFigures };
-  /** The simulator's account of the starts: the estimates' uncertainty and its own lateness. */
-  simStarts: { uncertainty: Spread; timerLate: Spread };
+  /**
+   * The simulator's account of the starts: the estimates' uncertainty, its own lateness, and
+   * the lateness on the host's clock (when the handler really ran).
+   */
+  simStarts: { uncertainty: Spread; timerLate: Spread; hostLate: Spread };
   simCounters: Record<string, number>;
   simCommands: { held: number; runs: number; runTwice: number };
   /** SIGKILL of the simulator → the coordinator's agent events say all N offline. */
@@ -401,7 +404,7 @@ export async function runScale(o: ScaleOptions): Promise<ScaleResult> {
     const skew = { ...stats(skews), started: skews.length };
     const lead = stats(leads);
     console.log(
-      `  command: accepted in ${acceptedMs ?? "—"} ms, all SUCCEEDED in ${succeededMs ?? "—"} ms; skew p50 ${skew.p50.toFixed(1)} / p99 ${skew.p99.toFixed(1)} / max ${skew.max.toFixed(1)} ms; ${after} dispatched after fireAt; simulator lag p99 ${simFanout.lag.p99.toFixed(1)} ms, uncertainty p99 ${status.starts.uncertainty.p99.toFixed(1)} ms, own lateness p99 ${status.starts.timerLate.p99.toFixed(1)} ms`,
+      `  command: accepted in ${acceptedMs ?? "—"} ms, all SUCCEEDED in ${succeededMs ?? "—"} ms; skew p50 ${skew.p50.toFixed(1)} / p99 ${skew.p99.toFixed(1)} / max ${skew.max.toFixed(1)} ms; ${after} dispatched after fireAt; simulator lag p99 ${simFanout.lag.p99.toFixed(1)} ms, uncertainty p99 ${status.starts.uncertainty.p99.toFixed(1)} ms, own lateness p99 ${status.starts.timerLate.p99.toFixed(1)} ms; on the host's clock p50 ${status.starts.hostLate.p50.toFixed(1)} / p99 ${status.starts.hostLate.p99.toFixed(1)} ms`,
     );
 
     // Death of the whole fleet at once.

@@ -97,11 +97,16 @@ export type SimLine =
       lagTotal: LagFigures;
       counters: Simulator["counters"];
       commands: { held: number; runs: number; runTwice: number };
-      /** Over the commands started: the estimates' uncertainty, and the simulator's own lateness. */
-      starts: { uncertainty: Spread; timerLate: Spread };
+      /**
+       * Over the commands started: the estimates' uncertainty, the simulator's own lateness, and
+       * the lateness on the host's clock.
+       */
+      starts: { uncertainty: Spread; timerLate: Spread; hostLate: Spread };
     };
 
 export interface Spread {
+  /** Absent in results from before it was recorded. */
+  min?: number;
   p50: number;
   p99: number;
   max: number;
@@ -113,7 +118,12 @@ function spread(xs: number[]): Spread {
     s.length === 0
       ? Number.NaN
       : (s[Math.min(s.length - 1, Math.ceil((p / 100) * s.length) - 1)] as number);
-  return { p50: at(50), p99: at(99), max: at(100) };
+  return {
+    min: s.length === 0 ? Number.NaN : (s[0] as number),
+    p50: at(50),
+    p99: at(99),
+    max: at(100),
+  };
 }
 
 /**
@@ -180,6 +190,7 @@ function main(args: FleetSimArgs): void {
       let runTwice = 0;
       const uncertainty: number[] = [];
       const timerLate: number[] = [];
+      const hostLate: number[] = [];
       for (const a of sim.agents) {
         for (const c of a.journal.values()) {
           held++;
@@ -187,6 +198,7 @@ function main(args: FleetSimArgs): void {
           if (c.runs > 1) runTwice++;
           if (c.uncertaintyAtStart !== undefined) uncertainty.push(c.uncertaintyAtStart);
           if (c.timerLateMs !== undefined) timerLate.push(c.timerLateMs);
+          if (c.hostLateMs !== undefined) hostLate.push(c.hostLateMs);
         }
       }
       send({
@@ -197,7 +209,11 @@ function main(args: FleetSimArgs): void {
         lagTotal: ms(total),
         counters: sim.counters,
         commands: { held, runs, runTwice },
-        starts: { uncertainty: spread(uncertainty), timerLate: spread(timerLate) },
+        starts: {
+          uncertainty: spread(uncertainty),
+          timerLate: spread(timerLate),
+          hostLate: spread(hostLate),
+        },
       });
     }
   });

@@ -147,6 +147,9 @@ function rowsOf(results: ScaleResult[]): (string | number)[][] {
     `${fmt(r.simFanout.lag.p99)} / ${fmt(r.simFanout.lag.max)}`,
     `${fmt(r.simStarts.uncertainty.p50)} / ${fmt(r.simStarts.uncertainty.p99)}`,
     `${fmt(r.simStarts.timerLate.p50)} / ${fmt(r.simStarts.timerLate.p99)}`,
+    r.simStarts.hostLate
+      ? `${fmt(r.simStarts.hostLate.min ?? Number.NaN)} / ${fmt(r.simStarts.hostLate.p50)} / ${fmt(r.simStarts.hostLate.p99)} / ${fmt(r.simStarts.hostLate.max)}`
+      : "—",
     `${fmt(r.idle.simCpuPct)} / ${fmt(r.simFanout.cpuPct)}`,
     r.brokerDrops === null
       ? "—"
@@ -168,6 +171,7 @@ const HEADER = [
   "sim lag p99 / max ms",
   "uncertainty p50 / p99 ms",
   "sim late p50 / p99 ms",
+  "host late min / p50 / p99 / max ms",
   "sim CPU % idle / fan-out",
   "broker drops connect / idle / command / death",
 ];
@@ -236,6 +240,7 @@ Reproduce with \`${reproduce(own)}\` (\`bench/fleet.ts\`; \`--agents 1000,5000,1
 - **all offline (why)**: with the reason of the coordinator's agent events: \`presence\` (the will) or the heartbeat rule (three missed, 15 s).
 - **broker drops**: Mosquitto's notices (\`--broker-log\`; — when not read) that it began dropping messages for the coordinator's connection (its queue for one client, \`max_queued_messages\`, 1,000 by default, was full), by the phase the notice fell in. Mosquitto logs the first drop of a connection only, so a phase after the first with a notice may have dropped without one. A dropped report is re-sent by its agent when acks stall (three heartbeats, 15 s); a dropped hello, after 2 s; a dropped will leaves the agent to the heartbeat rule.
 - **uncertainty, sim late**: the skew taken apart, per start, as the simulator saw it. An agent starts once its estimate of the coordinator's clock less the estimate's uncertainty reaches \`fireAt\` (rule 12), so a start is late by the uncertainty (half the round trip of its best clock sample, plus its age × 50 ppm) by design; *sim late* is how far past that moment the simulator's timer and loop actually started it. A skew made of these two is the clock exchange's and the simulator's, not the coordinator's; a dispatch that arrives after \`fireAt\` adds its own lateness to *sim late*.
+- **host late**: when each start really happened, past \`fireAt\`, on the host's clock (\`Date.now()\`), which the coordinator and the simulator share (a *min* below 0 would be a start before \`fireAt\`, within how far \`Date.now()\` and the simulator's monotonic clock drift apart in a run): the skew says when the record says the handler ran, on the agent's estimate of the coordinator's clock; this says when it ran. The estimate's bound is what the start waits out, so the two differ by how far the estimate was from the truth within its bound.
 
 ${mdTable(HEADER, rowsOf(results))}
 

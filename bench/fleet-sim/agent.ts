@@ -58,6 +58,11 @@ export interface SimCommand {
    * own lateness (its timer and its loop), the rest of the skew being the uncertainty.
    */
   timerLateMs?: number;
+  /**
+   * How far past fireAt it started on the host's clock (`Date.now()`), which the coordinator
+   * and the simulator share: when the handler really ran, whatever the estimate said.
+   */
+  hostLateMs?: number;
   /** How many times its handler ran: the test checks it is 1. */
   runs: number;
 }
@@ -798,6 +803,7 @@ export class SimAgent {
     c.startedAt = now;
     c.uncertaintyAtStart = bound;
     c.timerLateMs = now - bound - c.fireAt;
+    c.hostLateMs = local - c.fireAt;
     c.runs++;
     this.ctx.counters.starts++;
     this.startedUnreported.push(c);
