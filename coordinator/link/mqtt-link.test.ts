@@ -4,25 +4,29 @@ import { envelope } from "../../shared/message.js";
 import { decodeAll, encode, topics } from "../../shared/protocol/index.js";
 import { testDispatch } from "../../test/helpers/dispatch.js";
 import { idleHeartbeat, type TestBroker, testBroker, waitFor } from "../../test/helpers/env.js";
-import { CoordinatorLink, MAX_INBOUND_BACKLOG } from "./mqtt-link.js";
+import { CoordinatorLink, type CoordinatorLinkOptions, MAX_INBOUND_BACKLOG } from "./mqtt-link.js";
 
 const cleanups: (() => Promise<unknown>)[] = [];
 afterEach(async () => {
   for (const c of cleanups.splice(0).reverse()) await c();
 });
 
-async function setup(maxInFlight?: number) {
+/** A test broker of its own, and a link to it with `options` and the clock `now`. */
+async function linkTo(
+  options: Partial<CoordinatorLinkOptions> = {},
+  now: () => number = Date.now,
+): Promise<{ broker: TestBroker; link: CoordinatorLink }> {
   const broker: TestBroker = await testBroker();
   cleanups.push(() => broker.close());
   const link = new CoordinatorLink(
-    {
-      url: broker.url,
-      prefix: broker.prefix,
-      clientId: `ax-c-${broker.prefix}`,
-      ...(maxInFlight ? { maxInFlight } : {}),
-    },
-    Date.now,
+    { url: broker.url, prefix: broker.prefix, clientId: `ax-c-${broker.prefix}`, ...options },
+    now,
   );
+  return { broker, link };
+}
+
+async function setup(maxInFlight?: number) {
+  const { broker, link } = await linkTo(maxInFlight ? { maxInFlight } : {});
   const got: string[] = [];
   const state = { backlog: 0 };
   await link.start({
@@ -81,13 +85,8 @@ describe("CoordinatorLink: backpressure", () => {
 
 describe("CoordinatorLink: time answers", () => {
   it("stamps t2 as each leaves, and writes those held together in one system call", async () => {
-    const broker: TestBroker = await testBroker();
-    cleanups.push(() => broker.close());
     let now = 1_000;
-    const link = new CoordinatorLink(
-      { url: broker.url, prefix: broker.prefix, clientId: `ax-c-${broker.prefix}` },
-      () => now,
-    );
+    const { broker, link } = await linkTo({}, () => now);
     await link.start({ message: () => {}, invalid: () => {}, backlog: () => 0 });
     cleanups.push(() => link.close());
     const agents = await mqtt.connectAsync(broker.url);
@@ -160,15 +159,8 @@ describe("CoordinatorLink: time answers", () => {
 describe("CoordinatorLink: when a message was received", () => {
   /** A link whose handler takes `busyMs` of CPU per message, noting when each came and was read. */
   async function timed(busyMs: number, readWindowMs?: number) {
-    const broker: TestBroker = await testBroker();
-    cleanups.push(() => broker.close());
-    const link = new CoordinatorLink(
-      {
-        url: broker.url,
-        prefix: broker.prefix,
-        clientId: `ax-c-${broker.prefix}`,
-        ...(readWindowMs === undefined ? {} : { readWindowMs }),
-      },
+    const { broker, link } = await linkTo(
+      readWindowMs === undefined ? {} : { readWindowMs },
       () => performance.timeOrigin + performance.now(),
     );
     const got: { receivedAt: number; handledAt: number }[] = [];
