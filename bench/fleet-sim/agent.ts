@@ -59,8 +59,9 @@ export interface SimCommand {
    */
   timerLateMs?: number;
   /**
-   * How far past fireAt it started on the host's clock (`Date.now()`), which the coordinator
-   * and the simulator share: when the handler really ran, whatever the estimate said.
+   * How far past fireAt it started on the host's clock (`Date.now()`, whole ms), which the
+   * coordinator stamps fireAt with: when the simulator really ran it, its own loop's lag
+   * included, whatever the estimate said.
    */
   hostLateMs?: number;
   /** How many times its handler ran: the test checks it is 1. */
@@ -803,7 +804,7 @@ export class SimAgent {
     c.startedAt = now;
     c.uncertaintyAtStart = bound;
     c.timerLateMs = now - bound - c.fireAt;
-    c.hostLateMs = local - c.fireAt;
+    c.hostLateMs = Date.now() - c.fireAt;
     c.runs++;
     this.ctx.counters.starts++;
     this.startedUnreported.push(c);
