@@ -6,7 +6,7 @@ import { CoordinatorLink } from "../link/mqtt-link.js";
 import type { Store, StoredJob } from "../store/port.js";
 import type { EngineContext } from "./context.js";
 import { EngineEventBus } from "./events.js";
-import { FiringLoop, MAX_FIRES_IN_FLIGHT } from "./firing.js";
+import { FIRE_GRID_MS, FiringLoop, MAX_FIRES_IN_FLIGHT } from "./firing.js";
 
 /** A store answering only the firing scan's two reads, with `listDueFires` as given. */
 function scanStore(listDueFires: Store["listDueFires"]): Store {
@@ -151,6 +151,65 @@ describe("FiringLoop scans", () => {
     expect(loop.queuedFires).toBe(0);
     // Each once, and in the order they came due (here, the scan's).
     expect(recording).toEqual(ids);
+    loop.close();
+  });
+
+  it("makes the fires due within one cell of the grid together, never late, at most a cell early", async () => {
+    // Monotonic 1,000 is a grid line; wall time is monotonic time plus a fixed offset.
+    const clock = new FakeClock({ mono: 1_000 });
+    const lead = parseCoordinatorConfig({ mqtt: { url: "mqtt://127.0.0.1:1" } }).dispatchLeadMs;
+    const cell = 1_000 + 50 * FIRE_GRID_MS;
+    const wallOf = (mono: number) => mono - clock.monoNow() + clock.wallNow();
+    // Due (made `lead` ahead of their nominal time) 1, 7 and 19 ms into a cell, and 1 ms into the next.
+    const dueAt: Record<string, number> = { a: cell + 1, b: cell + 7, c: cell + 19 };
+    dueAt.d = cell + FIRE_GRID_MS + 1;
+    const made: { jobId: string; at: number }[] = [];
+    const reads: string[][] = [];
+    let turn: string[] | undefined;
+    const store = {
+      listDueFires: async () =>
+        Object.entries(dueAt).map(([jobId, due]) => ({ jobId, nextFireAt: wallOf(due) + lead })),
+      listLeadFires: async () => [],
+      getJob: async (id: string) => {
+        // The reads issued in one synchronous run (one turn of the loop) go together.
+        if (turn === undefined) {
+          turn = [];
+          reads.push(turn);
+          queueMicrotask(() => {
+            turn = undefined;
+          });
+        }
+        turn.push(id);
+        return storedJob(id, wallOf(dueAt[id] as number) + lead);
+      },
+      recordFires: async (b: { jobId: string }) => {
+        made.push({ jobId: b.jobId, at: clock.monoNow() });
+        return true;
+      },
+      bumpCounter: async () => {},
+    } as unknown as Store;
+    const loop = new FiringLoop(context(store, clock));
+    await loop.rescan();
+    clock.advance(cell - 1 - clock.monoNow());
+    await settle();
+    expect(made).toEqual([]);
+    clock.advance(1);
+    await settle();
+    // All three of the cell in one turn, at its start: before each is due, by less than a cell.
+    expect(reads).toEqual([["a", "b", "c"]]);
+    expect(made.map((m) => m.jobId)).toEqual(["a", "b", "c"]);
+    for (const m of made) {
+      const due = dueAt[m.jobId] as number;
+      expect(m.at).toBeLessThanOrEqual(due);
+      expect(due - m.at).toBeLessThan(FIRE_GRID_MS);
+    }
+    clock.advance(FIRE_GRID_MS - 1);
+    await settle();
+    expect(made).toHaveLength(3);
+    clock.advance(1);
+    await settle();
+    expect(made.map((m) => m.jobId)).toEqual(["a", "b", "c", "d"]);
+    expect(made[3]?.at).toBe(cell + FIRE_GRID_MS);
     loop.close();
   });
 });
