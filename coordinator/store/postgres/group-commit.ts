@@ -35,6 +35,16 @@ export interface Batchable<I = unknown> {
   run: (q: Queryable, items: I[]) => Promise<unknown[]>;
 }
 
+/**
+ * Writes in one transaction, at most. At 64, one coordinator at 2,000 fires/s waited for groups
+ * in turn: each carried its 64 writes in about as many round trips as a larger one, and the
+ * dispatches fell behind their fire times (start p99 0.09 and 0.82 s in two runs). At 256 and
+ * 1,024 it kept up (p99 29 to 59 ms in most runs), and the server spent 5 to 10 % less CPU per
+ * fire, for fewer commits. The price is a failing write's: its group is run again one write at a
+ * time, so a conflict (an operator's stale job version) costs up to this many transactions.
+ */
+export const MAX_GROUP_WRITES = 256;
+
 /** A write waiting for its group. */
 interface Queued {
   what: string;
@@ -55,7 +65,7 @@ export type RunTransaction = <T>(
 export interface GroupCommitOptions {
   /** Transactions in flight at once; the rest of the pool is left to reads. */
   maxGroups: number;
-  /** Writes in one transaction, at most. @default 64 */
+  /** Writes in one transaction, at most. @default {@link MAX_GROUP_WRITES} */
   maxWrites?: number;
   /** Options of a group's own transaction (its fence). */
   groupOptions: () => TransactionOptions;
@@ -93,7 +103,7 @@ export class GroupCommit {
     private readonly run: RunTransaction,
     private readonly options: GroupCommitOptions,
   ) {
-    this.maxWrites = options.maxWrites ?? 64;
+    this.maxWrites = options.maxWrites ?? MAX_GROUP_WRITES;
   }
 
   /** Queues a write; resolves with its result once its transaction committed. */
