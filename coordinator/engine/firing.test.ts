@@ -13,8 +13,11 @@ function scanStore(listDueFires: Store["listDueFires"]): Store {
   return { listDueFires, listLeadFires: async () => [] } as unknown as Store;
 }
 
-function context(store: Store, clock: FakeClock): EngineContext {
-  const config = parseCoordinatorConfig({ mqtt: { url: "mqtt://127.0.0.1:1" } });
+function context(store: Store, clock: FakeClock, storeUrl?: string): EngineContext {
+  const config = parseCoordinatorConfig({
+    mqtt: { url: "mqtt://127.0.0.1:1" },
+    ...(storeUrl === undefined ? {} : { store: { url: storeUrl } }),
+  });
   // The loop never talks to agents here; the link is built but never started.
   const link = new CoordinatorLink(
     { url: config.mqtt.url, clientId: `ax-c-${Math.random().toString(36).slice(2)}` },
@@ -153,63 +156,90 @@ describe("FiringLoop scans", () => {
     expect(recording).toEqual(ids);
     loop.close();
   });
+});
 
-  it("makes the fires due within one cell of the grid together, never late, at most a cell early", async () => {
-    // Monotonic 1,000 is a grid line; wall time is monotonic time plus a fixed offset.
-    const clock = new FakeClock({ mono: 1_000 });
-    const lead = parseCoordinatorConfig({ mqtt: { url: "mqtt://127.0.0.1:1" } }).dispatchLeadMs;
-    const cell = 1_000 + 50 * FIRE_GRID_MS;
-    const wallOf = (mono: number) => mono - clock.monoNow() + clock.wallNow();
-    // Due (made `lead` ahead of their nominal time) 1, 7 and 19 ms into a cell, and 1 ms into the next.
-    const dueAt: Record<string, number> = { a: cell + 1, b: cell + 7, c: cell + 19 };
-    dueAt.d = cell + FIRE_GRID_MS + 1;
-    const made: { jobId: string; at: number }[] = [];
-    const reads: string[][] = [];
-    let turn: string[] | undefined;
-    const store = {
-      listDueFires: async () =>
-        Object.entries(dueAt).map(([jobId, due]) => ({ jobId, nextFireAt: wallOf(due) + lead })),
-      listLeadFires: async () => [],
-      getJob: async (id: string) => {
-        // The reads issued in one synchronous run (one turn of the loop) go together.
-        if (turn === undefined) {
-          turn = [];
-          reads.push(turn);
-          queueMicrotask(() => {
-            turn = undefined;
-          });
-        }
-        turn.push(id);
-        return storedJob(id, wallOf(dueAt[id] as number) + lead);
-      },
-      recordFires: async (b: { jobId: string }) => {
-        made.push({ jobId: b.jobId, at: clock.monoNow() });
-        return true;
-      },
-      bumpCounter: async () => {},
-    } as unknown as Store;
-    const loop = new FiringLoop(context(store, clock));
-    await loop.rescan();
-    clock.advance(cell - 1 - clock.monoNow());
+/**
+ * Jobs due (made `dispatchLead` ahead of their nominal time) 1, 7 and 19 ms into a cell of the
+ * fire grid and 1 ms into the next, on PostgreSQL or SQLite; the clock is advanced to each
+ * moment in `stops` in turn. Returns the jobs' reads, grouped by the turn they were issued in,
+ * and each fire made, with the monotonic time it was made at.
+ */
+async function fireAround(storeUrl: string | undefined, stops: readonly number[]) {
+  // Monotonic 1,000 is a grid line; wall time is monotonic time plus a fixed offset.
+  const clock = new FakeClock({ mono: 1_000 });
+  const lead = parseCoordinatorConfig({ mqtt: { url: "mqtt://127.0.0.1:1" } }).dispatchLeadMs;
+  const cell = 1_000 + 50 * FIRE_GRID_MS;
+  const wallOf = (mono: number) => mono - clock.monoNow() + clock.wallNow();
+  const dueAt: Record<string, number> = { a: cell + 1, b: cell + 7, c: cell + 19 };
+  dueAt.d = cell + FIRE_GRID_MS + 1;
+  const made: { jobId: string; at: number }[] = [];
+  const reads: string[][] = [];
+  let turn: string[] | undefined;
+  const store = {
+    listDueFires: async () =>
+      Object.entries(dueAt).map(([jobId, due]) => ({ jobId, nextFireAt: wallOf(due) + lead })),
+    listLeadFires: async () => [],
+    getJob: async (id: string) => {
+      // The reads issued in one synchronous run (one turn of the loop) go together.
+      if (turn === undefined) {
+        turn = [];
+        reads.push(turn);
+        queueMicrotask(() => {
+          turn = undefined;
+        });
+      }
+      turn.push(id);
+      return storedJob(id, wallOf(dueAt[id] as number) + lead);
+    },
+    recordFires: async (b: { jobId: string }) => {
+      made.push({ jobId: b.jobId, at: clock.monoNow() });
+      return true;
+    },
+    bumpCounter: async () => {},
+  } as unknown as Store;
+  const loop = new FiringLoop(context(store, clock, storeUrl));
+  await loop.rescan();
+  const seen: { reads: string[][]; made: string[] }[] = [];
+  for (const stop of stops) {
+    clock.advance(cell + stop - clock.monoNow());
     await settle();
-    expect(made).toEqual([]);
-    clock.advance(1);
-    await settle();
-    // All three of the cell in one turn, at its start: before each is due, by less than a cell.
-    expect(reads).toEqual([["a", "b", "c"]]);
-    expect(made.map((m) => m.jobId)).toEqual(["a", "b", "c"]);
+    seen.push({ reads: reads.map((r) => [...r]), made: made.map((m) => m.jobId) });
+  }
+  loop.close();
+  return { cell, dueAt, made, seen };
+}
+
+describe("FiringLoop fire times", () => {
+  it("on PostgreSQL, makes the fires due within one 20 ms step together: never late, never a step early", async () => {
+    const { cell, dueAt, made, seen } = await fireAround("postgres://ax@127.0.0.1:1/ax", [
+      -1,
+      0,
+      FIRE_GRID_MS - 1,
+      FIRE_GRID_MS,
+    ]);
+    expect(seen[0]?.made).toEqual([]);
+    // All three of the step in one turn, at its start: one read of their jobs.
+    expect(seen[1]).toEqual({ reads: [["a", "b", "c"]], made: ["a", "b", "c"] });
+    expect(seen[2]?.made).toEqual(["a", "b", "c"]);
+    expect(seen[3]?.made).toEqual(["a", "b", "c", "d"]);
+    expect(made[3]?.at).toBe(cell + FIRE_GRID_MS);
     for (const m of made) {
       const due = dueAt[m.jobId] as number;
       expect(m.at).toBeLessThanOrEqual(due);
       expect(due - m.at).toBeLessThan(FIRE_GRID_MS);
     }
-    clock.advance(FIRE_GRID_MS - 1);
-    await settle();
-    expect(made).toHaveLength(3);
-    clock.advance(1);
-    await settle();
-    expect(made.map((m) => m.jobId)).toEqual(["a", "b", "c", "d"]);
-    expect(made[3]?.at).toBe(cell + FIRE_GRID_MS);
-    loop.close();
+  });
+
+  it("on SQLite, makes each fire at its due time", async () => {
+    const { dueAt, made, seen } = await fireAround(undefined, [0, 1, 6, 7, 19, FIRE_GRID_MS + 1]);
+    expect(seen.map((s) => s.made)).toEqual([
+      [],
+      ["a"],
+      ["a"],
+      ["a", "b"],
+      ["a", "b", "c"],
+      ["a", "b", "c", "d"],
+    ]);
+    for (const m of made) expect(m.at).toBe(dueAt[m.jobId]);
   });
 });

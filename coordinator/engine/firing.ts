@@ -19,19 +19,21 @@ interface PlannedFire {
 export const MAX_FIRES_IN_FLIGHT = 512;
 
 /**
- * Fires are made on a grid of this many ms of the monotonic clock, up to that much before they
- * are due, so that the fires due close together are made in one turn: their jobs are read by one
- * statement, their fire rows written by one, and the dispatcher takes them in one pass. Made one
- * by one at their exact times, at 2,000 fires/s on PostgreSQL each wheel turn made about five, and
- * the jobs' reads were 39 % of the coordinator's statements; on the grid, one read per 40 fires.
- * The execution is still created its dispatch lead ahead (20 ms more at most), and the agent
- * starts it at its fire time whenever it arrives.
+ * On PostgreSQL, fires are made on a grid of this many ms of the monotonic clock, up to that much
+ * before they are due, so that the fires due close together are made in one turn: their jobs are
+ * read by one statement, their fire rows written by one, and the dispatcher takes them in one
+ * pass. Made one by one at their exact times, at 2,000 fires/s each wheel turn made about five,
+ * and the jobs' reads were 37 to 39 % of the coordinator's statements; on the grid, one read per
+ * 40 fires. The execution is still created its dispatch lead ahead (20 ms more at most), and its
+ * agent still starts it at its fire time. On SQLite, whose reads and writes are calls in this
+ * process, the grid saved nothing a bench could tell at 2,000/s and carried fewer at 5,000/s
+ * (docs/benchmarks.md): there fires are made at their due time.
  */
 export const FIRE_GRID_MS = 20;
 
-/** `dueMono` brought forward onto the {@link FIRE_GRID_MS} grid (never later). */
-export function onFireGrid(dueMono: number): number {
-  return Math.floor(dueMono / FIRE_GRID_MS) * FIRE_GRID_MS;
+/** `dueMono` brought forward onto a grid of `gridMs` (never later); as it is when 0. */
+export function onFireGrid(dueMono: number, gridMs = FIRE_GRID_MS): number {
+  return gridMs > 0 ? Math.floor(dueMono / gridMs) * gridMs : dueMono;
 }
 
 /**
@@ -65,7 +67,11 @@ export class FiringLoop {
    */
   owns: (jobId: string) => boolean = () => true;
 
+  /** The grid fires are made on: {@link FIRE_GRID_MS} on PostgreSQL, none on SQLite. */
+  private readonly gridMs: number;
+
   constructor(private readonly ctx: EngineContext) {
+    this.gridMs = ctx.config.store.url === undefined ? 0 : FIRE_GRID_MS;
     this.wheel = new TimingWheel<PlannedFire>((fire) => this.fire(fire), {
       clock: ctx.clock,
       tickMs: 100,
@@ -182,7 +188,7 @@ export class FiringLoop {
     // and dispatched ahead of its nominal time, and the agent starts it from its own wheel at
     // exactly `fireAt`.
     const dueWall = nextFireAt - leadMs;
-    const dueMono = onFireGrid(this.ctx.clock.monoNow() + (dueWall - wallNow));
+    const dueMono = onFireGrid(this.ctx.clock.monoNow() + (dueWall - wallNow), this.gridMs);
     const handle = this.wheel.schedule(dueMono, { jobId, scheduledFor: nextFireAt });
     this.planned.set(key, handle);
   }
