@@ -313,7 +313,9 @@ export class ExecutionLoop {
           this.ctx,
           exec.id,
           { type: "dispatch" },
-          () => ({ agentId, dispatchedAt: now }),
+          // When it is written, as its timeline entry says, not when the pass began: the pass's
+          // reads and the lanes ahead of it come in between (tens of ms under load).
+          () => ({ agentId, dispatchedAt: this.ctx.clock.wallNow() }),
           // An update records what the agent ran when it was offered: its update history's "from".
           exec.handler === AGENT_UPDATE_HANDLER && agent !== undefined
             ? { agentId, from: { version: agent.bundleVersion, sha256: agent.bundleSha256 } }
@@ -371,7 +373,10 @@ export class ExecutionLoop {
         this.ctx,
         exec.id,
         { type: "dispatch_timeout", round: exec.round },
-        () => ({ dispatchedAt: now, ...(agentId === undefined ? {} : { agentId }) }),
+        () => ({
+          dispatchedAt: this.ctx.clock.wallNow(),
+          ...(agentId === undefined ? {} : { agentId }),
+        }),
         { reason: "no accepted within dispatchTimeoutMs" },
         exec,
       );
