@@ -2,13 +2,9 @@ import { afterEach, describe, expect, it } from "vitest";
 import { FakeClock } from "../../shared/clock.js";
 import { envelope } from "../../shared/message.js";
 import type { Hello } from "../../shared/protocol/index.js";
+import { engineContext, newCommand } from "../../test/helpers/engine.js";
 import { helloBody } from "../../test/helpers/env.js";
-import { parseCoordinatorConfig } from "../config.js";
-import { CoordinatorLink } from "../link/mqtt-link.js";
-import type { NewExecution } from "../store/port.js";
 import { SqliteStore } from "../store/sqlite/sqlite-store.js";
-import type { EngineContext } from "./context.js";
-import { EngineEventBus } from "./events.js";
 import { ExecutionLoop } from "./execution-loop.js";
 import { Fleet } from "./fleet.js";
 import { Leases } from "./leases.js";
@@ -18,52 +14,17 @@ afterEach(async () => {
   for (const c of cleanups.splice(0).reverse()) await c();
 });
 
-/** A command for `agentId`, due now. */
-function command(id: string, agentId: string, now: number): NewExecution {
-  return {
-    id,
-    kind: "command",
-    jobId: null,
-    jobVersion: null,
-    handler: "echo",
-    params: {},
-    targetAgentId: agentId,
-    fireAt: now,
-    deadline: now + 3_600_000,
-    timeoutMs: 1000,
-    dispatchTimeoutMs: 5000,
-    maxAttempts: 1,
-    maxDispatches: 3,
-    priority: 0,
-    retryBaseMs: 1000,
-    retryCapMs: 3000,
-    createdAt: now,
-  };
-}
-
 describe("ExecutionLoop dispatch", () => {
   it("records a dispatch's time as when it was written, not when its pass began", async () => {
     const clock = new FakeClock({ wall: 1_900_000_000_000 });
     const store = new SqliteStore({ path: ":memory:", now: () => clock.wallNow() });
     cleanups.push(() => store.close());
-    const config = parseCoordinatorConfig({ mqtt: { url: "mqtt://127.0.0.1:1" } });
-    // The link is never started: the dispatch's send, after its write, goes nowhere.
-    const link = new CoordinatorLink(
-      { url: config.mqtt.url, clientId: `ax-c-${Math.random().toString(36).slice(2)}` },
-      () => clock.wallNow(),
-    );
-    const ctx: EngineContext = {
-      config,
-      store,
-      link,
-      clock,
-      log: () => {},
-      events: new EngineEventBus(),
-    };
+    // Its link is never started: the dispatch's send, after its write, goes nowhere.
+    const ctx = engineContext({ store, clock });
     const fleet = new Fleet(ctx);
     await fleet.hello(envelope(helloBody("a1"), clock.wallNow()) as Hello, clock.wallNow());
     const created = clock.wallNow();
-    await store.createExecution(command("ex-1", "a1", created), created);
+    await store.createExecution(newCommand("ex-1", created), created);
     // The pass's read of due work takes 40 ms, as a busy store's can.
     const listDue = store.listDue.bind(store);
     store.listDue = async (...args) => {

@@ -1,11 +1,9 @@
 import { afterEach, describe, expect, it } from "vitest";
 import { FakeClock } from "../../shared/clock.js";
-import { parseCoordinatorConfig } from "../config.js";
-import { CoordinatorLink } from "../link/mqtt-link.js";
+import { engineContext, newCommand } from "../../test/helpers/engine.js";
 import type { NewExecution } from "../store/port.js";
 import { SqliteStore } from "../store/sqlite/sqlite-store.js";
 import type { EngineContext } from "./context.js";
-import { EngineEventBus } from "./events.js";
 import { applyEvent } from "./transitions.js";
 
 /**
@@ -26,42 +24,12 @@ function context(log: EngineContext["log"] = () => {}): {
   const clock = new FakeClock({ wall: 1_900_000_000_000 });
   const store = new SqliteStore({ path: ":memory:", now: () => clock.wallNow() });
   stores.push(store);
-  const config = parseCoordinatorConfig({ mqtt: { url: "mqtt://127.0.0.1:1" } });
-  const ctx: EngineContext = {
-    config,
-    store,
-    link: new CoordinatorLink(
-      { url: config.mqtt.url, clientId: `ax-c-${Math.random().toString(36).slice(2)}` },
-      () => clock.wallNow(),
-    ),
-    clock,
-    log,
-    events: new EngineEventBus(),
-  };
-  return { ctx, clock, store };
+  return { ctx: engineContext({ store, clock, log }), clock, store };
 }
 
 /** A command for agent a1, due `now`, retried with base 1 s and cap 3 s. */
 function command(id: string, handler: string, maxAttempts: number, now: number): NewExecution {
-  return {
-    id,
-    kind: "command",
-    jobId: null,
-    jobVersion: null,
-    handler,
-    params: {},
-    targetAgentId: "a1",
-    fireAt: now,
-    deadline: now + 3_600_000,
-    timeoutMs: 1000,
-    dispatchTimeoutMs: 5000,
-    maxAttempts,
-    maxDispatches: 3,
-    priority: 0,
-    retryBaseMs: 1000,
-    retryCapMs: 3000,
-    createdAt: now,
-  };
+  return newCommand(id, now, { handler, maxAttempts });
 }
 
 describe("retry timing", () => {

@@ -5,12 +5,10 @@ import Database from "better-sqlite3";
 import { afterEach, describe, expect, it } from "vitest";
 import { FakeClock } from "../../shared/clock.js";
 import { jobDef } from "../../test/contract/store.contract.js";
+import { engineContext } from "../../test/helpers/engine.js";
 import { parseCoordinatorConfig } from "../config.js";
-import { CoordinatorLink } from "../link/mqtt-link.js";
 import type { Store } from "../store/port.js";
 import { SqliteStore } from "../store/sqlite/sqlite-store.js";
-import type { EngineContext } from "./context.js";
-import { EngineEventBus } from "./events.js";
 import { FiringLoop } from "./firing.js";
 import { type Firing, Membership } from "./membership.js";
 
@@ -46,19 +44,7 @@ function setUp(firing: Firing) {
       { id, leaseMs: 3_000, firing, info: () => ({}) },
       () => {},
     );
-    const link = new CoordinatorLink(
-      { url: config.mqtt.url, clientId: `ax-c-${id}-${Math.random().toString(36).slice(2)}` },
-      () => clock.wallNow(),
-    );
-    const ctx: EngineContext = {
-      config,
-      store,
-      link,
-      clock,
-      log: () => {},
-      events: new EngineEventBus(),
-      coordinatorId: id,
-    };
+    const ctx = engineContext({ store, clock, config, coordinatorId: id });
     const loop = new FiringLoop(ctx);
     loop.owns = (jobId) => membership.firesJob(jobId);
     membership.onMembersChanged = () => void loop.rescan();
