@@ -406,6 +406,8 @@ export class Coordinator {
       return;
     }
     membership.onFenced = (reason) => this.fenced(reason);
+    // Until it is the active one, its fleet is the store's (it reads no agent's messages).
+    this.fleet.followStore(true);
     membership.onActive = () => {
       this.activating = this.activate().catch((err: unknown) => {
         this.ctx.log(
@@ -433,6 +435,18 @@ export class Coordinator {
         { mqtt: this.ctx.config.mqtt.url },
       );
       if (shared) this.firing.start();
+      // Its API may have something for an agent (a cancel): it is sent at once, from here.
+      let warnedAt = Number.NEGATIVE_INFINITY;
+      this.ctx.link.startSending((err) => {
+        const now = this.ctx.clock.monoNow();
+        if (now - warnedAt < 60_000) return;
+        warnedAt = now;
+        this.ctx.log(
+          "warn",
+          `standby cannot reach the MQTT broker to send what its API asks (trying again): ${err.message}`,
+          { mqtt: this.ctx.config.mqtt.url },
+        );
+      });
     }
     this.watchStop = this.store.watchWork((what) => {
       if (what === "access") this.reloadAccess();
@@ -539,6 +553,7 @@ export class Coordinator {
   private async activate(): Promise<void> {
     if (this.activated) return;
     this.activated = true;
+    this.fleet.followStore(false);
     await this.fleet.load();
     await this.identities.load();
     // Enrolments changed while the coordinator was down (another process on the store) reach

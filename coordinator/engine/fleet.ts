@@ -17,6 +17,12 @@ export const PRESENCE_PERSIST_MS = 30_000;
 export const PRESENCE_PERSIST_CHUNK = 1_000;
 
 /**
+ * How old the fleet may be when a coordinator that stands by answers from it (it reads no
+ * agent's messages, so its fleet is the store's, read again when a request finds it older).
+ */
+export const FOLLOWED_FLEET_MAX_AGE_MS = 1_000;
+
+/**
  * The least time between two sweeps for silent agents: silence is counted in heartbeats, so a
  * fifteenth of the silence that takes an agent offline, and never less than this.
  */
@@ -58,13 +64,62 @@ export class Fleet {
    */
   private readonly draining = new Map<string, string>();
 
+  /**
+   * Set while the coordinator stands by: the fleet is then the store's as the active coordinator
+   * writes it (status at once, heartbeat figures in batches), read again by {@link current}.
+   */
+  private followed: { readAt: number; reading: Promise<void> | undefined } | undefined;
+
   constructor(private readonly ctx: EngineContext) {
     // The first batch a full period after the start, not at the first sweep.
     this.persistedAt = ctx.clock.wallNow();
   }
 
+  /**
+   * Follows the store instead of the agents (`true`: the coordinator stands by and reads no
+   * agent's messages), or stops (`false`: it became the active one, which loads the fleet itself).
+   */
+  followStore(on: boolean): void {
+    this.followed = on ? { readAt: Number.NEGATIVE_INFINITY, reading: undefined } : undefined;
+  }
+
+  /**
+   * Resolves once the fleet is current enough to answer from: at once on the active coordinator,
+   * which hears the agents; on one that stands by, once the store's fleet has been read within
+   * {@link FOLLOWED_FLEET_MAX_AGE_MS} (requests that come meanwhile share one read).
+   */
+  async current(): Promise<void> {
+    const f = this.followed;
+    if (f === undefined) return;
+    if (f.reading !== undefined) return f.reading;
+    if (this.ctx.clock.monoNow() - f.readAt < FOLLOWED_FLEET_MAX_AGE_MS) return;
+    const startedAt = this.ctx.clock.monoNow();
+    f.reading = this.ctx.store.listAgents().then(
+      (agents) => {
+        f.readAt = startedAt;
+        f.reading = undefined;
+        // Became the active one meanwhile: what it loaded and heard since is newer than this.
+        if (this.followed === f) this.take(agents, true);
+      },
+      (err: unknown) => {
+        f.reading = undefined;
+        throw err;
+      },
+    );
+    return f.reading;
+  }
+
+  /**
+   * Reads the fleet from the store over what is known: at start, and after a failed commit, whose
+   * undone writes are re-read.
+   */
   async load(): Promise<void> {
-    const agents = await this.ctx.store.listAgents();
+    this.take(await this.ctx.store.listAgents(), false);
+  }
+
+  /** The store's `agents` over what is known; `replace`: forgets the agents it does not have. */
+  private take(agents: AgentRecord[], replace: boolean): void {
+    if (replace) this.agents.clear();
     for (const a of agents) this.agents.set(a.agentId, a);
     this.bySeen.clear();
     this.bySeenIdle.clear();

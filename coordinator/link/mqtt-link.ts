@@ -180,8 +180,55 @@ export class CoordinatorLink {
     }
   }
 
+  /**
+   * Connects to send only, subscribing to nothing and reading no agent: for a coordinator that
+   * stands by, whose API's operations may still have something to tell an agent (a cancel), while
+   * the active one reads the agents. Does not wait for the broker (the client connects, and
+   * reconnects, by itself; what is sent meanwhile waits for it); `failed` hears why it cannot.
+   * {@link start} ends this connection before its own.
+   */
+  startSending(failed: (err: Error) => void): void {
+    if (this.client !== undefined || this.closed_) return;
+    const client = mqtt.connect(this.options.url, {
+      clientId: this.options.clientId,
+      clean: true,
+      keepalive: 10,
+      reconnectPeriod: 1000,
+      connectTimeout: 10_000,
+      ...(this.options.username === undefined ? {} : { username: this.options.username }),
+      ...(this.options.password === undefined ? {} : { password: this.options.password }),
+    });
+    this.client = client;
+    this.sendingOnly = client;
+    client.on("connect", () => this.connected_(client));
+    client.on("error", failed);
+  }
+
+  /** The connection {@link startSending} made, until {@link start} replaces it. */
+  private sendingOnly: MqttClient | undefined;
+
+  /** Sets up a connection that came up: Nagle off, one write per turn of the loop. */
+  private connected_(client: MqttClient): void {
+    // Rule 10: without TCP_NODELAY two small publishes in a row wait on the peer's delayed ACK.
+    // Then one writev per turn of the loop instead of one per packet (coalesce.ts). Each
+    // connection has a stream of its own.
+    const stream = client.stream as Partial<CorkableStream> & {
+      setNoDelay?: (on: boolean) => void;
+    };
+    stream.setNoDelay?.(true);
+    this.flushWrites =
+      typeof stream.cork === "function" ? coalesceWrites(stream as CorkableStream) : () => {};
+  }
+
   async start(handlers: LinkHandlers): Promise<void> {
     const { url, sharedGroup } = this.options;
+    const sending = this.sendingOnly;
+    if (sending !== undefined) {
+      // Its sends finish first (a cancel asked for through this coordinator's API still leaves).
+      this.sendingOnly = undefined;
+      if (this.client === sending) this.client = undefined;
+      await sending.endAsync();
+    }
     if (this.options.freshSession) await this.dropSession();
     const client = mqtt.connect(url, {
       // A fixed client id and `clean: false` keep the session (and its QoS 1 subscriptions) on the
@@ -196,18 +243,10 @@ export class CoordinatorLink {
       ...(this.options.password === undefined ? {} : { password: this.options.password }),
     });
     this.client = client;
-    // Rule 10: without TCP_NODELAY two small publishes in a row wait on the peer's delayed ACK.
-    // Then one writev per turn of the loop instead of one per packet (coalesce.ts). Each
-    // connection has a stream of its own.
     client.on("connect", (connack) => {
       this.upAt = this.now();
       handlers.up?.(this.upAt, connack.sessionPresent);
-      const stream = client.stream as Partial<CorkableStream> & {
-        setNoDelay?: (on: boolean) => void;
-      };
-      stream.setNoDelay?.(true);
-      this.flushWrites =
-        typeof stream.cork === "function" ? coalesceWrites(stream as CorkableStream) : () => {};
+      this.connected_(client);
       // When the bytes of what is handled next were read: no later than the latest read. The
       // packets of one read are handled one per tick, after any backlog ahead of them, so the
       // time of handling can be well after it (a clock sample's t1 would take that as round
@@ -552,6 +591,7 @@ export class CoordinatorLink {
     for (const c of this.clocks.splice(0)) c.reject(this.notOpen());
     const client = this.client;
     this.client = undefined;
+    this.sendingOnly = undefined;
     if (client) await client.endAsync();
   }
 }

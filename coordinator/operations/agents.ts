@@ -63,6 +63,7 @@ export class AgentOperations {
    * between two pages neither repeat nor shift the others).
    */
   async page(query: AgentQuery): Promise<AgentPage> {
+    await this.fleet.current();
     const q = query.q?.toLowerCase();
     const tags = Object.entries(query.tag ?? {});
     const matching = this.fleet
@@ -102,6 +103,7 @@ export class AgentOperations {
 
   /** One agent; AX_AGENT_NOT_FOUND when the coordinator has never heard from it. */
   async get(agentId: string): Promise<AgentView> {
+    await this.fleet.current();
     const agent = this.fleet.get(agentId);
     if (!agent) {
       throw new AxError("AX_AGENT_NOT_FOUND", `agent "${agentId}" not found`, {
@@ -119,6 +121,7 @@ export class AgentOperations {
     agentId: string,
     query: { limit: number; cursor?: string | undefined },
   ): Promise<AgentUpdatePage> {
+    await this.fleet.current();
     if (!this.fleet.get(agentId)) {
       throw new AxError("AX_AGENT_NOT_FOUND", `agent "${agentId}" not found`, {
         context: { agentId },

@@ -99,6 +99,7 @@ export class CommandOperations {
     }
     // The params' shape first: a malformed body is a 400 whatever the agents (docs/api.md).
     checkCommandParams(req.handler, req.params ?? {}, ["params"]);
+    await this.fleet.current();
     const agentIds =
       req.selector === undefined
         ? [this.checkAgent(req.agentId, req.handler, req.queue === true)]

@@ -213,6 +213,7 @@ export class RolloutOperations {
 
   /** The record with its progress, counted from its executions and the fleet now. */
   async view(r: RolloutRecord): Promise<RolloutView> {
+    await this.fleet.current();
     const t = tally(r, await this.ctx.store.countRolloutExecutions(r.id));
     const skip = await this.engine.skipped(r);
     const matching = matchingAgents(this.fleet, r, this.excluded, skip).length;

@@ -54,6 +54,8 @@ export async function fakeAgent(
     batchBytes?: number;
     /** Its enrolled key (kid 1): every message is sealed with it, and each one received opened. */
     key?: Buffer;
+    /** The tags its hello claims (taken when messages are not authenticated). @default {} */
+    tags?: Record<string, string>;
   } = {},
 ): Promise<FakeAgent> {
   const t = topics(broker.prefix);
@@ -122,7 +124,7 @@ export async function fakeAgent(
         bundle: { version: "dev", sha256: "dev" },
         handlers: options.handlers ?? ["echo"],
         capacity: { concurrency: 4, queue: 4 },
-        tags: {},
+        tags: options.tags ?? {},
         ...(options.batchBytes === undefined ? {} : { batchBytes: options.batchBytes }),
       },
       Date.now(),

@@ -1,0 +1,152 @@
+import { readFileSync } from "node:fs";
+import { join } from "node:path";
+import { afterAll, beforeAll, expect, it } from "vitest";
+import { parseCoordinatorConfig } from "../../coordinator/config.js";
+import { Coordinator, openStore } from "../../coordinator/coordinator.js";
+import { type HttpServer, startHttpServer } from "../../coordinator/http/server.js";
+import type { DownMessage } from "../../shared/protocol/index.js";
+import { type TestBroker, tempDir, testBroker, waitFor } from "../helpers/env.js";
+import { type FakeAgent, fakeAgent } from "../helpers/fake-agent.js";
+import { call } from "../helpers/http.js";
+import { describeOnPg, dropPgSchema, freshPgSchema } from "../helpers/postgres.js";
+
+type Dispatch = Extract<DownMessage, { type: "dispatch" }>;
+type Cancel = Extract<DownMessage, { type: "cancel" }>;
+
+/**
+ * Two coordinators on one PostgreSQL store, the second standing by. Every coordinator serves the
+ * API (docs/operations.md, "Several coordinators"), so an operator whose request reaches the
+ * standby must get the same answers and the same effects as on the active one. Before, the
+ * standby's fleet was empty (no agent listed, a command by tags refused as matching none) and a
+ * cancel made through it was never sent: it had no connection to the broker to send it on.
+ */
+await describeOnPg("a standby serves the API as the active one does", (url) => {
+  const schema = freshPgSchema();
+  let broker: TestBroker;
+  let tmp: ReturnType<typeof tempDir>;
+  const coordinators: Coordinator[] = [];
+  const servers: HttpServer[] = [];
+  let agent: FakeAgent | undefined;
+  let admin: string;
+  let active: Coordinator;
+  let a: string;
+  let b: string;
+
+  const start = async (id: string) => {
+    const config = parseCoordinatorConfig({
+      store: { url, schema, poolMax: 2 },
+      cluster: { id, leaseMs: 3_000 },
+      mqtt: { url: broker.url, prefix: broker.prefix, clientId: `${broker.prefix}-${id}` },
+      security: { dir: join(tmp.dir, "ax-secrets"), messages: "off" },
+    });
+    const c = new Coordinator(config, { store: await openStore(config) });
+    await c.start();
+    coordinators.push(c);
+    const http = await startHttpServer(c, { port: 0 });
+    servers.push(http);
+    return { c, url: http.url };
+  };
+
+  beforeAll(async () => {
+    broker = await testBroker();
+    tmp = tempDir();
+    const first = await start("coord-a");
+    active = first.c;
+    a = first.url;
+    b = (await start("coord-b")).url;
+    admin = readFileSync(join(tmp.dir, "ax-secrets", "admin.token"), "utf8").trim();
+  }, 30_000);
+
+  afterAll(async () => {
+    await agent?.close();
+    for (const s of servers) await s.close();
+    for (const c of coordinators.reverse()) await c.close();
+    await broker?.close();
+    await dropPgSchema(url, schema);
+    tmp?.cleanup();
+  });
+
+  it("lists the fleet, sends a command by tags and delivers a cancel, through the standby", async () => {
+    expect((await call(b, "GET", "/api/ready")).status).toBe(503); // b stands by
+    const dev = await fakeAgent(broker, `${broker.prefix}-dev`, { tags: { site: "north" } });
+    agent = dev;
+    await waitFor("the agent online at the active one", async () =>
+      (await call(a, "GET", `/api/agents/${dev.agentId}`, { token: admin })).status === 200
+        ? true
+        : undefined,
+    );
+
+    // The fleet, as the standby lists it: the store's, within a second.
+    const listed = await waitFor("the standby to list the agent", async () => {
+      const page = await call<{ items: { agentId: string; status: string }[]; total: number }>(
+        b,
+        "GET",
+        "/api/agents?status=online",
+        { token: admin },
+      );
+      return page.body.items.length > 0 ? page : undefined;
+    });
+    expect(listed.status).toBe(200);
+    expect(listed.body.items.map((x) => [x.agentId, x.status])).toEqual([[dev.agentId, "online"]]);
+    expect(listed.body.total).toBe(1);
+    const one = await call<{ agentId: string; tags: Record<string, string>; handlers: string[] }>(
+      b,
+      "GET",
+      `/api/agents/${dev.agentId}`,
+      { token: admin },
+    );
+    expect(one.status).toBe(200);
+    expect(one.body.tags).toEqual({ site: "north" });
+    expect(one.body.handlers).toEqual(["echo"]);
+
+    // A command by tags made through the standby: the active one dispatches it.
+    const sent = await call<{ executionIds: string[]; targets: { agentId: string }[] }>(
+      b,
+      "POST",
+      "/api/commands",
+      { token: admin, body: { selector: { tags: { site: "north" } }, handler: "echo" } },
+    );
+    expect(sent.status).toBe(202);
+    expect(sent.body.targets.map((t) => t.agentId)).toEqual([dev.agentId]);
+    const id = sent.body.executionIds[0] as string;
+    const d = await dev.waitFor(
+      `dispatch of ${id}`,
+      (m): m is Dispatch => m.type === "dispatch" && m.executionId === id,
+    );
+    const ref = { executionId: id, round: d.round };
+    const at = Date.now();
+    await dev.report({ type: "accepted", ...ref, seq: 1 });
+    await dev.report({ type: "started", ...ref, seq: 2, startedAt: at, lateMs: 0 });
+    await waitFor("the run recorded", async () =>
+      (await active.store.getExecution(id))?.state === "RUNNING" ? true : undefined,
+    );
+
+    // Cancelled through the standby: the agent is sent the cancel, and its answer ends the run.
+    const canceled = await call(b, "POST", `/api/executions/${id}/cancel`, { token: admin });
+    expect(canceled.status).toBe(202);
+    const c = await dev.waitFor(
+      `cancel of ${id}`,
+      (m): m is Cancel => m.type === "cancel" && m.executionId === id,
+    );
+    expect(c.round).toBe(d.round);
+    await dev.report({
+      type: "finished",
+      ...ref,
+      seq: 3,
+      outcome: "canceled",
+      retryable: false,
+      message: "canceled by the operator",
+      startedAt: at,
+      finishedAt: Math.max(Date.now(), at + 1),
+    });
+    const ended = await waitFor("the run to end", async () => {
+      const e = await active.store.getExecution(id);
+      return e?.state === "CANCELED" ? e : undefined;
+    });
+    expect(ended.agentId).toBe(dev.agentId);
+    const events = (await active.store.getTimeline(id)).map((e) => e.event);
+    expect(events).toEqual(["created", "dispatch", "accepted", "started", "cancel", "finished"]);
+    // Sent once, by the standby that was asked: the active one sent none of its own.
+    expect(dev.received.filter((m) => m.type === "cancel")).toHaveLength(1);
+  }, 30_000);
+});
