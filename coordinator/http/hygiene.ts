@@ -60,13 +60,15 @@ function isOneOf(contentType: string | undefined, types: readonly string[]): boo
  * the Content-Types the route takes instead of JSON (a bundle's archive). None of them may be a
  * type a page can send without a preflight (text/plain, a form), or check 3 would be void.
  * Returns the request's Origin when it is another one that `http.allowedOrigins` lets in (its
- * answer then carries the CORS headers that let the page read it).
+ * answer then carries the CORS headers that let the page read it); `admitted` is told of it as
+ * soon as it is let in, before the checks after it, so that their refusals carry them too.
  */
 export function checkRequestHygiene(
   req: IncomingMessage,
   url: URL,
   allowed: { hosts: ReadonlySet<string>; allowedOrigins: ReadonlySet<string> },
   bodyTypes?: readonly string[],
+  admitted?: (origin: string) => void,
 ): string | undefined {
   const host = req.headers.host?.toLowerCase();
   if (host === undefined || !allowed.hosts.has(host)) {
@@ -90,7 +92,10 @@ export function checkRequestHygiene(
         { context: { origin } },
       );
     }
-    if (!same) crossOrigin = origin;
+    if (!same) {
+      crossOrigin = origin;
+      admitted?.(origin);
+    }
   }
   const length = req.headers["content-length"];
   const hasBody =

@@ -277,20 +277,17 @@ const CORS_EXPOSED_HEADERS = "etag, location, retry-after, www-authenticate, all
 
 /**
  * A request from a page of an origin in `http.allowedOrigins` (docs/api.md): its answer carries
- * `Access-Control-Allow-Origin`, so the page may read it; a CORS preflight (OPTIONS with
+ * `Access-Control-Allow-Origin` (set in {@link handle} as the Origin is let in), so the page may
+ * read it; a CORS preflight (OPTIONS with
  * `Access-Control-Request-Method`) is answered 204 here, with the path's methods, without a
  * token (a browser sends none with it). Never with credentials: the API takes no cookies. True
  * when the request was answered here.
  */
-function allowCrossOrigin(
+function answerPreflight(
   req: IncomingMessage,
   res: ServerResponse,
-  origin: string,
   matches: ReturnType<Router["match"]>,
 ): boolean {
-  res.setHeader("access-control-allow-origin", origin);
-  res.setHeader("vary", "Origin");
-  res.setHeader("access-control-expose-headers", CORS_EXPOSED_HEADERS);
   if (req.method !== "OPTIONS" || req.headers["access-control-request-method"] === undefined) {
     return false;
   }
@@ -309,8 +306,14 @@ async function handle(req: IncomingMessage, res: ServerResponse, s: ServerState)
   const matches = s.router.match(url.pathname);
   const match = matches?.find((m) => m.route.method === req.method);
   const bodyTypes = match?.route.kind === "raw" ? match.route.body?.contentTypes : undefined;
-  const crossOrigin = checkRequestHygiene(req, url, s, bodyTypes);
-  if (crossOrigin !== undefined && allowCrossOrigin(req, res, crossOrigin, matches)) return;
+  // The CORS headers as soon as the Origin is let in: a refusal of a later check carries them
+  // too, so the page can read why (docs/api.md).
+  const crossOrigin = checkRequestHygiene(req, url, s, bodyTypes, (origin) => {
+    res.setHeader("access-control-allow-origin", origin);
+    res.setHeader("vary", "Origin");
+    res.setHeader("access-control-expose-headers", CORS_EXPOSED_HEADERS);
+  });
+  if (crossOrigin !== undefined && answerPreflight(req, res, matches)) return;
   if (matches === undefined) {
     throw new AxError("AX_API_INVALID_REQUEST", `path "${url.pathname}" is not valid`);
   }

@@ -178,6 +178,21 @@ describe("HTTP API security", () => {
     const refused = await call(http.url, "GET", "/api/jobs", { headers: { origin: ops } });
     expect(refused.status).toBe(401);
     expect(refused.headers.get("access-control-allow-origin")).toBe(ops);
+    // So can the refusals of the checks made before the token is read: a body that is not JSON,
+    // and a token in the query string.
+    const notJson = await call(http.url, "POST", "/api/commands", {
+      token: OPERATOR,
+      headers: { origin: ops, "content-type": "text/plain" },
+      body: "{}",
+    });
+    expectError(notJson, 415, "AX_API_UNSUPPORTED_MEDIA_TYPE");
+    expect(notJson.headers.get("access-control-allow-origin")).toBe(ops);
+    expect(notJson.headers.get("vary")).toBe("Origin");
+    const inQuery = await call(http.url, "GET", `/api/jobs?token=${VIEWER}`, {
+      headers: { origin: ops },
+    });
+    expectError(inQuery, 401, "AX_API_UNAUTHORIZED");
+    expect(inQuery.headers.get("access-control-allow-origin")).toBe(ops);
     // Another site gets no grant, its preflight refused; a request of its own origin needs none.
     expectError(
       await call(http.url, "OPTIONS", "/api/commands", {
