@@ -186,6 +186,18 @@ describe("coordinator config: durations end in Ms; the 0.x names are read as dep
     expect(problems({ ...base, heartbeatMs: 10_000, idleHeartbeatMs: 5_000 })).toEqual([
       "idleHeartbeatMs: must be 0 (off) or at least heartbeatMs (10000 ms), not 5000 ms",
     ]);
+    expect(problems({ ...base, heartbeatMs: "2m", idleHeartbeatMs: "1m" })).toEqual([
+      "idleHeartbeatMs: must be 0 (off) or at least heartbeatMs (120000 ms), not 60000 ms",
+    ]);
+  });
+
+  it("turns the default idleHeartbeatMs off when heartbeats are a minute or more apart", () => {
+    // Not written, it is no reason to refuse a heartbeat the file gives (nor under its old name).
+    const slow = parseCoordinatorConfig({ ...base, heartbeatMs: "2m" });
+    expect([slow.heartbeatMs, slow.idleHeartbeatMs]).toEqual([120_000, 0]);
+    expect(parseCoordinatorConfig({ ...base, heartbeat: "10m" }).idleHeartbeatMs).toBe(0);
+    expect(parseCoordinatorConfig({ ...base, heartbeatMs: "1m" }).idleHeartbeatMs).toBe(60_000);
+    expect(parseCoordinatorConfig({ ...base, heartbeatMs: "30s" }).idleHeartbeatMs).toBe(60_000);
   });
 });
 

@@ -471,7 +471,7 @@ export const coordinatorConfigSchema = z
       .default(60_000)
       .meta(
         doc(
-          "How far apart an idle agent's heartbeats may be (it runs nothing, holds no command, and has no report waiting for an ack; the welcome tells it), up to 1 hour, and at least `heartbeatMs`; `0` keeps every heartbeat `heartbeatMs` apart. Three missed and an idle agent is offline; its MQTT keepalive and Last Will tell sooner when it is gone. See [protocol.md](protocol.md#heartbeat).",
+          "How far apart an idle agent's heartbeats may be (it runs nothing, holds no command, and has no report waiting for an ack; the welcome tells it), up to 1 hour, and at least `heartbeatMs`; `0` keeps every heartbeat `heartbeatMs` apart, and so does the default when `heartbeatMs` is a minute or more. Three missed and an idle agent is offline; its MQTT keepalive and Last Will tell sooner when it is gone. See [protocol.md](protocol.md#heartbeat).",
         ),
       ),
     dispatchLeadMs: durationSchema
@@ -671,14 +671,6 @@ export const coordinatorConfigSchema = z
       c.mqtt?.username === undefined
         ? c.security?.messages !== "off"
         : c.mqtt.password !== undefined;
-    // Compared only when heartbeatMs is itself valid (its own issue says what is wrong with it).
-    if (c.idleHeartbeatMs !== 0 && c.heartbeatMs <= 600_000 && c.idleHeartbeatMs < c.heartbeatMs) {
-      ctx.addIssue({
-        code: "custom",
-        path: ["idleHeartbeatMs"],
-        message: `must be 0 (off) or at least heartbeatMs (${c.heartbeatMs} ms), not ${c.idleHeartbeatMs} ms`,
-      });
-    }
     if (c.broker?.mosquitto !== undefined && !hasLogin) {
       ctx.addIssue({
         code: "custom",
@@ -807,6 +799,25 @@ export interface CoordinatorConfigOptions {
 }
 
 /**
+ * `idleHeartbeatMs` against `heartbeatMs`: one written in the file must be 0 or at least it. Left
+ * at its default (a minute) with heartbeats a minute or more apart, it is 0: idle agents heartbeat
+ * as the others do, rather than a heartbeat of two minutes being refused for a field not written.
+ */
+function idleHeartbeatIssues(
+  config: { idleHeartbeatMs: number; heartbeatMs: number },
+  input: unknown,
+): string[] {
+  if (config.idleHeartbeatMs === 0 || config.idleHeartbeatMs >= config.heartbeatMs) return [];
+  if (!isPlain(input) || input.idleHeartbeatMs === undefined) {
+    config.idleHeartbeatMs = 0;
+    return [];
+  }
+  return [
+    `idleHeartbeatMs: must be 0 (off) or at least heartbeatMs (${config.heartbeatMs} ms), not ${config.idleHeartbeatMs} ms`,
+  ];
+}
+
+/**
  * Parses options; a bad one throws AX_CONFIG_INVALID naming `source`, the field path and the
  * problem (an unknown key with the closest known one). With `base`, relative paths are resolved
  * from it.
@@ -821,7 +832,7 @@ export function parseCoordinatorConfig(
   const lines = [
     ...renamed.errors,
     ...(result.success
-      ? []
+      ? idleHeartbeatIssues(result.data, renamed.input)
       : issueLines(result.error.issues, renamed.input).map((l) => asWritten(l, renamed.renamed))),
   ];
   if (!result.success || lines.length > 0) {
