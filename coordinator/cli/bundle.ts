@@ -58,6 +58,12 @@ async function build(argv: string[]): Promise<number> {
       "bundle build: --unsigned takes no --signing-key or --config (nothing is signed)",
     );
   }
+  if (f["signing-key"] !== undefined && f.config !== undefined) {
+    throw new AxError(
+      "AX_CLI_USAGE",
+      "bundle build: give one of --signing-key and --config (the key file, or the coordinator's config that finds it)",
+    );
+  }
   // The profile, then the key, are checked before the build starts: a typo or a missing key
   // costs no esbuild run, and the profile's error, the more basic one, comes first.
   loadProfile(f.profile);
@@ -120,6 +126,12 @@ async function verify(argv: string[]): Promise<number> {
   }
   if (extra !== undefined) {
     throw new AxError("AX_CLI_USAGE", `bundle verify: unexpected argument "${extra}"`);
+  }
+  if (f["public-key"] !== undefined && f.config !== undefined) {
+    throw new AxError(
+      "AX_CLI_USAGE",
+      "bundle verify: give one of --public-key and --config (the key file, or the coordinator's config that finds it)",
+    );
   }
   if (!existsSync(file)) throw new AxError("AX_CLI_USAGE", `bundle verify: ${file}: no such file`);
   // Loaded here: verifying needs neither esbuild nor the store.

@@ -27,7 +27,8 @@ export async function fleetEnroll(argv: string[]): Promise<number> {
   const agentId = args[0] as string;
   const tags = tagsFlag(c, "tag", flags.tag);
   const out = resolve(flags.out ?? `${agentId}.identity.json`);
-  if (existsSync(out) && !flags.force) {
+  // A folder is no place for the file, --force or not (docs/cli.md: AX_CLI_USAGE).
+  if (existsSync(out) && !flags.force && !statSync(out).isDirectory()) {
     throw new AxError(
       "AX_CLI_FILE_EXISTS",
       `${c}: ${out} exists; pass --force to overwrite it or --out FILE for another`,

@@ -177,11 +177,18 @@ export async function main(argv: string[]): Promise<number> {
     switch (command) {
       case undefined:
       case "help":
+        // Checked like every command's line: `ax help jobs` is not a help page of ax's.
+        if (sub !== undefined) {
+          throw new AxError("AX_CLI_USAGE", `help: unexpected argument "${sub}"`);
+        }
         process.stdout.write(USAGE);
         return EXIT.ok;
       case "version":
       case "--version":
       case "-v":
+        if (sub !== undefined) {
+          throw new AxError("AX_CLI_USAGE", `${command}: unexpected argument "${sub}"`);
+        }
         process.stdout.write(`ax ${version()}\n`);
         return EXIT.ok;
       case "demo":

@@ -229,6 +229,34 @@ describe("ax bundle build and verify: signatures", () => {
     expect(usage.stderr).toBe(
       "ax: AX_CLI_USAGE: bundle build: --unsigned takes no --signing-key or --config (nothing is signed)\n",
     );
+    // The key file and the config that finds one are alternatives: given both, neither wins.
+    const both = ax([
+      "bundle",
+      "build",
+      "--profile",
+      "sensor-hub",
+      "--signing-key",
+      missing,
+      "--config",
+      configFile,
+    ]);
+    expect(both.code).toBe(2);
+    expect(both.stderr).toBe(
+      "ax: AX_CLI_USAGE: bundle build: give one of --signing-key and --config (the key file, or the coordinator's config that finds it)\n",
+    );
+    const bothPublic = ax([
+      "bundle",
+      "verify",
+      archive,
+      "--public-key",
+      missing,
+      "--config",
+      configFile,
+    ]);
+    expect(bothPublic.code).toBe(2);
+    expect(bothPublic.stderr).toBe(
+      "ax: AX_CLI_USAGE: bundle verify: give one of --public-key and --config (the key file, or the coordinator's config that finds it)\n",
+    );
   });
 
   it("marks an --unsigned build, which verify refuses unless --allow-unsigned", () => {

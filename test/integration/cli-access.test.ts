@@ -210,6 +210,13 @@ describe("ax and the admin token, API tokens and enrolment", () => {
       `ax: AX_CLI_USAGE: fleet enroll: cannot write ${asFolder}: it is a folder`,
     );
     expect(coordinator.identities.get("dev-9")).toBeUndefined();
+    // Without --force the same: a folder is no place for the file, whatever --force says.
+    const folderNoForce = await ax(["fleet", "enroll", "dev-9", "--out", asFolder], tmp.dir, env);
+    expect(folderNoForce.code, folderNoForce.stderr).toBe(2);
+    expect(folderNoForce.stderr).toContain(
+      `ax: AX_CLI_USAGE: fleet enroll: cannot write ${asFolder}: it is a folder`,
+    );
+    expect(coordinator.identities.get("dev-9")).toBeUndefined();
     const none = await ax(["fleet", "enroll", "a/b"], tmp.dir, env);
     expect(none.code).toBe(1);
     expect(none.stderr).toContain("body.agentId: must be 1-128 of");

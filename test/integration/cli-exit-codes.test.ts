@@ -76,6 +76,9 @@ describe("ax exit codes", () => {
     [["job", "list", "--url"], "job list: --url needs a value"],
     [["job", "list", "--json=yes"], 'job list: --json takes no value, got "--json=yes"'],
     [["job", "list", "extra"], 'job list: unexpected argument "extra"'],
+    [["version", "--bogus"], 'version: unexpected argument "--bogus"'],
+    [["--version", "extra"], '--version: unexpected argument "extra"'],
+    [["help", "nonsense"], 'help: unexpected argument "nonsense"'],
     [
       ["command", "send", "--handler", "echo", "--agent", "a", "--params", '{"x":1,}'],
       "command send: --params: not valid JSON at column 8: Expected double-quoted property name",
