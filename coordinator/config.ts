@@ -641,7 +641,11 @@ export const coordinatorConfigSchema = z
       .min(1024)
       .max(16 * 1024 * 1024)
       .default(65_536)
-      .meta(doc("The largest MQTT message accepted from an agent, in bytes.")),
+      .meta(
+        doc(
+          "The largest MQTT message accepted from an agent, in bytes. The reference agent fits each `finished` report to 64 KiB, not to this: below `65536`, a report with a large `result` is refused and re-sent on every reconnect ([protocol.md](protocol.md#size-limit)).",
+        ),
+      ),
     retentionDays: z
       .number()
       .int()
