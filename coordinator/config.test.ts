@@ -56,6 +56,13 @@ describe("coordinator config: unknown keys", () => {
     ).toEqual([
       'http.auth.tokens.0.rol: unknown key; did you mean "role"? (http.auth.tokens.0.role is required)',
     ]);
+    // A token is one of two keys, neither required alone: the rule is said, not "token is required".
+    expect(
+      problems({ ...base, http: { auth: { tokens: [{ role: "viewer", tokn: "t".repeat(16) }] } } }),
+    ).toEqual([
+      'http.auth.tokens.0.tokn: unknown key; did you mean "token"?',
+      "http.auth.tokens.0: give exactly one of token and tokenFile",
+    ]);
   });
 
   it("says a missing key is required, and of what type, without zod's wording", () => {

@@ -97,9 +97,10 @@ export const httpTokenSchema = z
   .strict()
   .superRefine((t, ctx) => {
     if ((t.token === undefined) === (t.tokenFile === undefined)) {
+      // On the entry, not on `token`: a misspelt key's "did you mean" must not stand in for it.
       ctx.addIssue({
         code: "custom",
-        path: ["token"],
+        path: [],
         message: "give exactly one of token and tokenFile",
       });
     }

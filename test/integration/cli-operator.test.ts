@@ -511,9 +511,7 @@ describe("ax coordinator start with an http section", () => {
       expect(r2.stderr).toContain(
         'http.auth.tokens.0.role: must be "viewer", "operator" or "admin"',
       );
-      expect(r2.stderr).toContain(
-        "http.auth.tokens.1.token: give exactly one of token and tokenFile",
-      );
+      expect(r2.stderr).toContain("http.auth.tokens.1: give exactly one of token and tokenFile");
     } finally {
       tmp.cleanup();
     }
