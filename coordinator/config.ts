@@ -895,13 +895,18 @@ function given(raw: unknown, path: string): string | undefined {
  * PostgreSQL (`store.url`) has no file, so a stray SQLite file is nothing to it.
  */
 function refuseMovedFiles(raw: unknown, config: CoordinatorConfig, file: string): void {
+  // Not given, the secrets are `ax-secrets` beside the store's path, given or not: on PostgreSQL
+  // too, where no store file is checked first.
+  const secrets =
+    given(raw, "security.dir") ??
+    join(dirname(given(raw, "store.path") ?? "ax.sqlite"), "ax-secrets");
   const fields: [string, string | undefined, string | undefined][] = [
     [
       "store.path",
       config.store.url === undefined ? (given(raw, "store.path") ?? "ax.sqlite") : undefined,
       config.store.path,
     ],
-    ["security.dir", given(raw, "security.dir"), config.security.dir],
+    ["security.dir", secrets, secretsDir(config)],
     ["jobsFile", given(raw, "jobsFile"), config.jobsFile],
     ["broker.mosquitto.dir", given(raw, "broker.mosquitto.dir"), config.broker.mosquitto?.dir],
     [
@@ -915,9 +920,13 @@ function refuseMovedFiles(raw: unknown, config: CoordinatorConfig, file: string)
     if (written === ":memory:") continue;
     const before = resolve(written);
     if (before === now || existsSync(now) || !existsSync(before)) continue;
+    const what =
+      given(raw, field) === undefined
+        ? `not given, so "${written}" (its default),`
+        : `"${written}"`;
     throw new AxError(
       "AX_CONFIG_INVALID",
-      `${file}: ${field}: "${written}" is read from the config file's folder, so it is ${now}, which does not exist; ${before} does (earlier versions read relative paths from the working folder). Move it beside the config, or give ${field} as an absolute path`,
+      `${file}: ${field}: ${what} is read from the config file's folder, so it is ${now}, which does not exist; ${before} does (earlier versions read relative paths from the working folder). Move it beside the config, or give ${field} as an absolute path`,
       { context: { source: file, field, path: now, previously: before } },
     );
   }

@@ -96,6 +96,20 @@ describe("config files given to the CLI from another folder", () => {
     expect(readdirSync(real)).toEqual(["coordinator.json"]);
   });
 
+  it("a store on PostgreSQL with 0.x's secrets in the working folder is refused, not given new keys", () => {
+    // No security.dir: the secrets are ax-secrets beside the store's path, the config's folder
+    // now; 0.x read that from the working folder, where they are. Refused before it connects.
+    const { real, here, config } = layout({ store: { url: "postgres://ax@127.0.0.1:1/ax" } });
+    mkdirSync(join(here, "ax-secrets"));
+    writeFileSync(join(here, "ax-secrets", "admin.token"), "x\n");
+    const r = ax(["store", "migrate", "--config", config], here);
+    expect(r.code).toBe(1);
+    expect(r.stderr).toBe(
+      `ax: AX_CONFIG_INVALID: ${config}: security.dir: not given, so "ax-secrets" (its default), is read from the config file's folder, so it is ${join(real, "ax-secrets")}, which does not exist; ${join(here, "ax-secrets")} does (earlier versions read relative paths from the working folder). Move it beside the config, or give security.dir as an absolute path\n`,
+    );
+    expect(readdirSync(real)).toEqual(["coordinator.json"]);
+  });
+
   it("ax broker config refuses a secrets folder that holds no keys, and makes none", async () => {
     const { real, here, config } = layout({
       store: { path: "ax.sqlite" },
