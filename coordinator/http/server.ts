@@ -315,7 +315,11 @@ async function handle(req: IncomingMessage, res: ServerResponse, s: ServerState)
   });
   if (crossOrigin !== undefined && answerPreflight(req, res, matches)) return;
   if (matches === undefined) {
-    throw new AxError("AX_API_INVALID_REQUEST", `path "${url.pathname}" is not valid`);
+    // As every invalid request: its issue listed, with where it is (docs/errors.md).
+    const issues = [{ path: "path", message: `"${url.pathname}" is not valid percent-encoding` }];
+    throw new AxError("AX_API_INVALID_REQUEST", `invalid request\npath: ${issues[0]?.message}`, {
+      context: { issues },
+    });
   }
   if (!match) {
     if (matches.length === 0) {

@@ -403,6 +403,11 @@ describe("HTTP API", () => {
           'query: Unrecognized key: "',
         );
       }
+      // A path that does not decode is an invalid request like any other: its issue is listed.
+      expect(
+        expectError(await get("/api/jobs/%E0%A4%A"), 400, "AX_API_INVALID_REQUEST", ["path"])
+          .message,
+      ).toBe('invalid request\npath: "/api/jobs/%E0%A4%A" is not valid percent-encoding');
       const withBody = [
         await post("/api/jobs/strict-1/trigger", { bogus: 1 }),
         await post("/api/jobs/strict-1/pause", "{not json"),
