@@ -408,8 +408,16 @@ export class Coordinator {
     membership.onFenced = (reason) => this.fenced(reason);
     // Until it is the active one, its fleet is the store's (it reads no agent's messages).
     this.fleet.followStore(true);
+    let starting = true;
+    let failedAtStart: unknown;
     membership.onActive = () => {
       this.activating = this.activate().catch((err: unknown) => {
+        // Active from its start and cannot begin (the broker out of reach, a login refused):
+        // the start fails as a coordinator's of its own does (exit 1, AX_LINK_FAILED).
+        if (starting) {
+          failedAtStart = err;
+          return;
+        }
         this.ctx.log(
           "error",
           `taking over as the active coordinator failed: ${(err as Error).message}`,
@@ -425,6 +433,8 @@ export class Coordinator {
     await this.apiTokens.load();
     await membership.join();
     await this.activating;
+    starting = false;
+    if (failedAtStart !== undefined) throw failedAtStart;
     if (membership.role === "standby") {
       const shared = membership.firing === "shared";
       this.ctx.log(
