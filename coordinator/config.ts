@@ -895,11 +895,13 @@ function given(raw: unknown, path: string): string | undefined {
  * PostgreSQL (`store.url`) has no file, so a stray SQLite file is nothing to it.
  */
 function refuseMovedFiles(raw: unknown, config: CoordinatorConfig, file: string): void {
-  // Not given, the secrets are `ax-secrets` beside the store's path, given or not: on PostgreSQL
-  // too, where no store file is checked first.
+  // Not given, the secrets are `ax-secrets` beside the store's path, given or not. On SQLite the
+  // store's file is checked first (the secrets moved with it); on PostgreSQL nothing else is.
   const secrets =
     given(raw, "security.dir") ??
-    join(dirname(given(raw, "store.path") ?? "ax.sqlite"), "ax-secrets");
+    (config.store.url === undefined
+      ? undefined
+      : join(dirname(given(raw, "store.path") ?? "ax.sqlite"), "ax-secrets"));
   const fields: [string, string | undefined, string | undefined][] = [
     [
       "store.path",
