@@ -612,6 +612,21 @@ export const coordinatorConfigSchema = z
       ),
     broker: z
       .object({
+        coordinators: z
+          .array(
+            z
+              .string()
+              .regex(/^[A-Za-z0-9._-]{1,128}$/, "must be 1-128 letters, digits, '.', '_' or '-'"),
+          )
+          .max(64)
+          .refine((ids) => new Set(ids).size === ids.length, "must not name a client id twice")
+          .default([])
+          .meta(
+            doc(
+              "The MQTT client ids of the coordinators sharing this store and this broker (several coordinators, docs/operations.md; this one's may be among them, so every one can list the same): their broker logins, derived from the fleet key as this one's is, are written beside this one's in the files `ax broker config` writes and the coordinator keeps in step (`mosquitto`), so that any of them may connect and take over.",
+              "none",
+            ),
+          ),
         mosquitto: z
           .object({
             dir: z
@@ -634,7 +649,7 @@ export const coordinatorConfigSchema = z
           ),
       })
       .strict()
-      .default({})
+      .default({ coordinators: [] })
       .meta(doc("The broker the coordinator keeps in step with its enrolments.")),
     maxPayloadBytes: z
       .number()
@@ -676,6 +691,14 @@ export const coordinatorConfigSchema = z
       c.mqtt?.username === undefined
         ? c.security?.messages !== "off"
         : c.mqtt.password !== undefined;
+    if ((c.broker?.coordinators.length ?? 0) > 0 && c.mqtt?.username !== undefined) {
+      ctx.addIssue({
+        code: "custom",
+        path: ["broker", "coordinators"],
+        message:
+          'needs broker logins derived from the fleet key: leave mqtt.username and mqtt.password unset, with security.messages "required"',
+      });
+    }
     if (c.broker?.mosquitto !== undefined && !hasLogin) {
       ctx.addIssue({
         code: "custom",

@@ -267,6 +267,7 @@ export class Coordinator {
             prefix: config.mqtt.prefix,
             fleet: this.secrets.fleet,
             coordinator: coordinatorLogin,
+            peers: config.broker.coordinators,
             identities: this.identities.list(),
           },
           log,

@@ -2,6 +2,7 @@ import { pbkdf2Sync } from "node:crypto";
 import { describe, expect, it } from "vitest";
 import { isAxError } from "../../shared/errors.js";
 import { parseCoordinatorConfig } from "../config.js";
+import { coordinatorMqttLogin } from "../coordinator.js";
 import { mqttPassword } from "../security/secrets.js";
 import type { IdentityRecord } from "../store/port.js";
 import { identityLogins } from "./logins.js";
@@ -69,8 +70,49 @@ describe("mosquittoPasswordFile", () => {
     expect(
       thrown(() => mosquittoPasswordFile({ ...base, identities: [rec("ax-c-1")] })).message,
     ).toBe(
-      `agent id "ax-c-1" is the coordinator's broker username; revoke the agent or give the coordinator another mqtt.clientId`,
+      `agent id "ax-c-1" is a coordinator's broker username; revoke the agent or give the coordinator another mqtt.clientId`,
     );
+    expect(
+      thrown(() =>
+        mosquittoPasswordFile({ ...base, peers: ["ax-c-2"], identities: [rec("ax-c-2")] }),
+      ).message,
+    ).toBe(
+      `agent id "ax-c-2" is a coordinator's broker username; revoke the agent or give the coordinator another mqtt.clientId`,
+    );
+    expect(
+      thrown(() => mosquittoPasswordFile({ ...base, peers: ["c 2"], identities: [] })),
+    ).toEqual({
+      code: "AX_BROKER_CONFIG",
+      message: `coordinator client id (broker.coordinators) "c 2" cannot be a Mosquitto user: use only letters, digits, '.', '_' and '-'`,
+    });
+  });
+
+  it("holds the other coordinators of the store too, each with the password it derives", () => {
+    // broker.coordinators: each logs in as coordinatorMqttLogin derives for its client id.
+    const text = mosquittoPasswordFile({
+      prefix: "ax",
+      fleet,
+      coordinator,
+      peers: ["ax-c-2", "ax-c-1", "ax-c-3"],
+      identities: [rec("a")],
+      salt: () => Buffer.alloc(12),
+    });
+    expect(text.split("\n").map((l) => l.split(":")[0])).toEqual([
+      "ax-c-1",
+      "ax-c-2",
+      "ax-c-3",
+      "a",
+      "",
+    ]);
+    const salt = Buffer.alloc(12);
+    const peer = pbkdf2Sync(mqttPassword(fleet, "ax-c-2", 0), salt, 101, 64, "sha512");
+    expect(text).toContain(`ax-c-2:$7$101$${salt.toString("base64")}$${peer.toString("base64")}`);
+    const secrets = { fleet } as Parameters<typeof coordinatorMqttLogin>[1];
+    const theirs = coordinatorMqttLogin(
+      parseCoordinatorConfig({ mqtt: { url: "mqtt://h", clientId: "ax-c-2" } }),
+      secrets,
+    );
+    expect(theirs).toEqual({ username: "ax-c-2", password: mqttPassword(fleet, "ax-c-2", 0) });
   });
 });
 
@@ -94,6 +136,19 @@ describe("mosquittoAcl", () => {
       "topic write p/v1/events/+",
       "topic read p/v1/agents/a/down",
     ]);
+  });
+
+  it("gives every coordinator of the store the coordinator's rules", () => {
+    const acl = mosquittoAcl({ prefix: "p", coordinator, peers: ["ax-c-2"], identities: [] });
+    const rules = acl.split("\n").filter((l) => l !== "" && !l.startsWith("#"));
+    const coordinatorRules = (user: string) => [
+      `user ${user}`,
+      "topic read p/v1/agents/+/up",
+      "topic read p/v1/agents/+/presence",
+      "topic read p/v1/events/+",
+      "topic write p/v1/agents/+/down",
+    ];
+    expect(rules).toEqual([...coordinatorRules("ax-c-1"), ...coordinatorRules("ax-c-2")]);
   });
 });
 
@@ -182,11 +237,39 @@ describe("broker.mosquitto config", () => {
     );
     const ok = parseCoordinatorConfig({ ...input, security: {} });
     expect(ok.broker.mosquitto).toEqual({ dir: "/d" });
-    expect(parseCoordinatorConfig({ mqtt: { url: "mqtt://h" } }).broker).toEqual({});
+    expect(parseCoordinatorConfig({ mqtt: { url: "mqtt://h" } }).broker).toEqual({
+      coordinators: [],
+    });
     expect(
       thrown(() =>
         parseCoordinatorConfig({ mqtt: { url: "mqtt://h" }, broker: { mosquitto: { dir: "" } } }),
       ).message,
     ).toContain("broker.mosquitto.dir: must name the folder ax broker config --out wrote");
+  });
+
+  it("takes the other coordinators' client ids only with logins derived from the fleet key", () => {
+    const url = { url: "mqtt://h" };
+    expect(
+      parseCoordinatorConfig({ mqtt: url, broker: { coordinators: ["ax-c-2", "ax-c-3"] } }).broker
+        .coordinators,
+    ).toEqual(["ax-c-2", "ax-c-3"]);
+    expect(
+      thrown(() =>
+        parseCoordinatorConfig({
+          mqtt: { ...url, username: "u", password: "p" },
+          broker: { coordinators: ["ax-c-2"] },
+        }),
+      ).message,
+    ).toContain(
+      'broker.coordinators: needs broker logins derived from the fleet key: leave mqtt.username and mqtt.password unset, with security.messages "required"',
+    );
+    expect(
+      thrown(() => parseCoordinatorConfig({ mqtt: url, broker: { coordinators: ["a", "a"] } }))
+        .message,
+    ).toContain("broker.coordinators: must not name a client id twice");
+    expect(
+      thrown(() => parseCoordinatorConfig({ mqtt: url, broker: { coordinators: ["a b"] } }))
+        .message,
+    ).toContain("broker.coordinators.0: must be 1-128 letters, digits, '.', '_' or '-'");
   });
 });

@@ -27,6 +27,11 @@ export interface MosquittoFleet {
   fleet: Buffer;
   /** The coordinator's login (`coordinatorMqttLogin`). */
   coordinator: { username: string; password: string };
+  /**
+   * The usernames (client ids) of the other coordinators sharing the store (`broker.coordinators`):
+   * each logs in as this one does, with the password the fleet key derives for it. @default none
+   */
+  peers?: readonly string[];
   /** Every enrolment; revoked ones are left out of the password file. */
   identities: readonly IdentityRecord[];
   /** 12 random bytes per password. @default crypto.randomBytes */
@@ -83,17 +88,28 @@ function checkUsername(name: string, what: string): void {
   }
 }
 
+/** The coordinators' usernames: this one's, then the others' (`peers`), each checked. */
+function coordinatorUsers(f: Pick<MosquittoFleet, "coordinator" | "peers">): string[] {
+  checkUsername(f.coordinator.username, "the coordinator's username");
+  const peers = (f.peers ?? []).filter((p) => p !== f.coordinator.username);
+  for (const p of peers) checkUsername(p, "coordinator client id (broker.coordinators)");
+  return [f.coordinator.username, ...peers];
+}
+
 /** The enrolled, unrevoked agents, sorted, each checked to be a user Mosquitto can hold. */
-function enrolled(f: Pick<MosquittoFleet, "identities" | "coordinator">): IdentityRecord[] {
+function enrolled(
+  f: Pick<MosquittoFleet, "identities" | "coordinator" | "peers">,
+): IdentityRecord[] {
   const out = f.identities
     .filter((r) => r.status === "enrolled")
     .sort((a, b) => (a.agentId < b.agentId ? -1 : 1));
+  const coordinators = new Set(coordinatorUsers(f));
   for (const r of out) {
     checkUsername(r.agentId, "agent id");
-    if (r.agentId === f.coordinator.username) {
+    if (coordinators.has(r.agentId)) {
       throw new AxError(
         "AX_BROKER_CONFIG",
-        `agent id "${r.agentId}" is the coordinator's broker username; revoke the agent or give the coordinator another mqtt.clientId`,
+        `agent id "${r.agentId}" is a coordinator's broker username; revoke the agent or give the coordinator another mqtt.clientId`,
         { context: { username: r.agentId } },
       );
     }
@@ -101,11 +117,15 @@ function enrolled(f: Pick<MosquittoFleet, "identities" | "coordinator">): Identi
   return out;
 }
 
-/** The password file: the coordinator, then every enrolled, unrevoked agent. */
+/** The password file: the coordinators, then every enrolled, unrevoked agent. */
 export function mosquittoPasswordFile(f: MosquittoFleet): string {
   const salt = f.salt ?? (() => randomBytes(PBKDF2.saltBytes));
-  checkUsername(f.coordinator.username, "the coordinator's username");
-  const lines = [mosquittoPasswordLine(f.coordinator.username, f.coordinator.password, salt())];
+  const [, ...peers] = coordinatorUsers(f);
+  const lines = [
+    mosquittoPasswordLine(f.coordinator.username, f.coordinator.password, salt()),
+    // Derived as coordinatorMqttLogin derives each one's own (generation 0 of its client id).
+    ...peers.map((p) => mosquittoPasswordLine(p, mqttPassword(f.fleet, p, 0), salt())),
+  ];
   for (const r of enrolled(f)) {
     lines.push(
       mosquittoPasswordLine(r.agentId, mqttPassword(f.fleet, r.agentId, r.generation), salt()),
@@ -120,22 +140,27 @@ export function mosquittoPasswordFile(f: MosquittoFleet): string {
  * pattern it warns about at each load. A user without a block (a revoked agent) may do nothing.
  */
 export function mosquittoAcl(f: Omit<MosquittoFleet, "salt" | "fleet">): string {
-  checkUsername(f.coordinator.username, "the coordinator's username");
   const t = topics(f.prefix);
   const lines = [
     "# Written by `ax broker config` from coordinator/broker/rules.ts, and rewritten by the",
     "# coordinator on every enrolment change (broker.mosquitto.dir). Edits here are lost.",
     "",
-    "# The coordinator reads every agent's up and presence and the events, and writes downs.",
-    `user ${f.coordinator.username}`,
-    `topic read ${t.allUp}`,
-    `topic read ${t.allPresence}`,
-    `topic read ${t.allEvents}`,
-    `topic write ${t.down("+")}`,
+    "# A coordinator reads every agent's up and presence and the events, and writes downs.",
+  ];
+  for (const user of coordinatorUsers(f)) {
+    lines.push(
+      `user ${user}`,
+      `topic read ${t.allUp}`,
+      `topic read ${t.allPresence}`,
+      `topic read ${t.allEvents}`,
+      `topic write ${t.down("+")}`,
+    );
+  }
+  lines.push(
     "",
     "# An agent (username = agent id = client id) writes its own up and presence, and events;",
     "# it reads its own down.",
-  ];
+  );
   for (const r of enrolled(f)) {
     lines.push(
       `user ${r.agentId}`,

@@ -115,6 +115,7 @@ async function config(argv: string[]): Promise<number> {
         prefix: coordinatorConfig.mqtt.prefix,
         fleet: secrets.fleet,
         coordinator: login,
+        peers: coordinatorConfig.broker.coordinators,
         identities,
       },
       listen,
