@@ -37,6 +37,8 @@ function rolloutTests(
       store: storeOf(tmp.dir),
       mqtt: { url: broker.url, prefix },
       heartbeatMs: 1_000,
+      // In the suite's folder on PostgreSQL too, where there is no store file for it to go beside.
+      security: { dir: join(tmp.dir, "ax-secrets") },
     });
 
   /** A coordinator on the suite's store (PostgreSQL's is opened first and passed in). */
