@@ -446,9 +446,17 @@ export class Coordinator {
         { mqtt: this.ctx.config.mqtt.url },
       );
       if (shared) this.firing.start();
-      // Its API may have something for an agent (a cancel): it is sent at once, from here.
+      // Its API may have something for an agent (a cancel): it is sent at once, from here. Not
+      // under another member's client id: the broker would end that one's connection (the
+      // membership logs the clash as an error).
+      const clientId = this.ctx.config.mqtt.clientId ?? defaultClientId(this.ctx.config);
+      const clash = membership
+        .view()
+        .coordinators.some(
+          (m) => m.id !== membership.view().id && m.info.mqttClientId === clientId,
+        );
       let warnedAt = Number.NEGATIVE_INFINITY;
-      this.ctx.link.startSending((err) => {
+      const failed = (err: Error) => {
         const now = this.ctx.clock.monoNow();
         if (now - warnedAt < 60_000) return;
         warnedAt = now;
@@ -457,7 +465,8 @@ export class Coordinator {
           `standby cannot reach the MQTT broker to send what its API asks (trying again): ${err.message}`,
           { mqtt: this.ctx.config.mqtt.url },
         );
-      });
+      };
+      if (!clash) this.ctx.link.startSending(failed);
     }
     this.watchStop = this.store.watchWork((what) => {
       if (what === "access") this.reloadAccess();
@@ -538,6 +547,8 @@ export class Coordinator {
       host: hostname(),
       role: this.membership?.role ?? "active",
       firing: this.ctx.config.cluster.firing,
+      // Each needs its own: a standby's connection under the active one's would end it.
+      mqttClientId: this.ctx.config.mqtt.clientId ?? defaultClientId(this.ctx.config),
       // Firings this process recorded since it started (its share, with firing shared).
       fired: this.firesRecorded,
       agentsOnline: this.activated

@@ -290,6 +290,31 @@ describe("Membership", () => {
     b.close();
   });
 
+  it("warns once, as an error, of a member under this one's MQTT client id", async () => {
+    const { clock, open } = setUp();
+    const logs: string[] = [];
+    const make = (id: string, mqttClientId: string) =>
+      new Membership(
+        open(),
+        clock,
+        { id, leaseMs: 3_000, info: () => ({ mqttClientId }) },
+        (level, msg) => logs.push(`${level} ${msg}`),
+      );
+    const a = make("a", "ax-c-same");
+    const b = make("b", "ax-c-same");
+    const c = make("c", "ax-c-own");
+    await a.join();
+    await b.join();
+    await c.join();
+    await advance(clock, 3_000);
+    const warned = logs.filter((l) => l.includes("MQTT client id"));
+    expect(warned.sort()).toEqual([
+      "error coordinator a connects to the broker under this one's (b) MQTT client id \"ax-c-same\": give each coordinator its own mqtt.clientId, or each will end the other's connection",
+      "error coordinator b connects to the broker under this one's (a) MQTT client id \"ax-c-same\": give each coordinator its own mqtt.clientId, or each will end the other's connection",
+    ]);
+    for (const m of [a, b, c]) m.close();
+  });
+
   it("firing active: only the active member fires", async () => {
     const { joined } = setUp();
     const a = await joined("a");

@@ -322,6 +322,30 @@ export class Membership {
     }
   }
 
+  /** Members already warned about for sharing this one's MQTT client id, by id and epoch. */
+  private readonly sameClient = new Set<string>();
+
+  /**
+   * Warns, once per member's life, of a member that connects to the broker under this one's MQTT
+   * client id (its `info.mqttClientId`): the broker keeps one connection per client id, so each
+   * would end the other's, the active one's reads included.
+   */
+  private warnSharedClientId(members: CoordinatorRecord[]): void {
+    const ours = this.options.info().mqttClientId;
+    if (typeof ours !== "string") return;
+    for (const m of members) {
+      if (m.id === this.options.id || m.info.mqttClientId !== ours) continue;
+      const key = `${m.id}\u0000${m.epoch}`;
+      if (this.sameClient.has(key)) continue;
+      this.sameClient.add(key);
+      this.log(
+        "error",
+        `coordinator ${m.id} connects to the broker under this one's (${this.options.id}) MQTT client id "${ours}": give each coordinator its own mqtt.clientId, or each will end the other's connection`,
+        { coordinator: m.id },
+      );
+    }
+  }
+
   /** Reads the live members and the store's clock; becomes active when first among them. */
   private async refresh(): Promise<void> {
     const before = this.clock.wallNow();
@@ -345,6 +369,7 @@ export class Membership {
       members.some((m, i) => m.id !== this.members[i]?.id || m.epoch !== this.members[i]?.epoch);
     this.members = members;
     this.warnFiringMismatch(members);
+    this.warnSharedClientId(members);
     if (changed && !first && !this.closed) this.onMembersChanged?.();
     if (this.role_ !== "standby" || this.closed) return;
     if (members[0]?.id === this.options.id && members[0].epoch === this.epoch_) {

@@ -32,11 +32,11 @@ await describeOnPg("a standby serves the API as the active one does", (url) => {
   let a: string;
   let b: string;
 
-  const start = async (id: string) => {
+  const start = async (id: string, clientId = `${broker.prefix}-${id}`) => {
     const config = parseCoordinatorConfig({
       store: { url, schema, poolMax: 2 },
       cluster: { id, leaseMs: 3_000 },
-      mqtt: { url: broker.url, prefix: broker.prefix, clientId: `${broker.prefix}-${id}` },
+      mqtt: { url: broker.url, prefix: broker.prefix, clientId },
       security: { dir: join(tmp.dir, "ax-secrets"), messages: "off" },
     });
     const c = new Coordinator(config, { store: await openStore(config) });
@@ -148,5 +148,22 @@ await describeOnPg("a standby serves the API as the active one does", (url) => {
     expect(events).toEqual(["created", "dispatch", "accepted", "started", "cancel", "finished"]);
     // Sent once, by the standby that was asked: the active one sent none of its own.
     expect(dev.received.filter((m) => m.type === "cancel")).toHaveLength(1);
+  }, 30_000);
+
+  it("opens no connection under the active one's client id, which it would take over", async () => {
+    expect((await call(b, "GET", "/api/ready")).body).toMatchObject({ mqtt: true });
+    // A third coordinator misconfigured with the active one's client id stands by unconnected.
+    // Watched for 3 s (two of the client's reconnect periods): it never connects, and the active
+    // one's connection is never ended by one under its id.
+    const c = await start("coord-c", `${broker.prefix}-coord-a`);
+    const seen = { cUp: 0, aDown: 0, samples: 0 };
+    for (const until = Date.now() + 3_000; Date.now() < until; seen.samples++) {
+      if ((await call<{ mqtt: boolean }>(c.url, "GET", "/api/ready")).body.mqtt) seen.cUp++;
+      if (!(await call<{ mqtt: boolean }>(a, "GET", "/api/ready")).body.mqtt) seen.aDown++;
+      await new Promise((r) => setTimeout(r, 50));
+    }
+    expect(seen.samples).toBeGreaterThan(10);
+    expect([seen.cUp, seen.aDown]).toEqual([0, 0]);
+    expect((await call(c.url, "GET", "/api/ready")).body).toMatchObject({ role: "standby" });
   }, 30_000);
 });
