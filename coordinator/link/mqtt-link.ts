@@ -153,17 +153,25 @@ export class CoordinatorLink {
     this.topics = topics(options.prefix ?? "ax");
   }
 
-  /** Connects once with `clean: true` under the client id, which ends its stored session. */
-  private async dropSession(): Promise<void> {
-    const { url } = this.options;
-    const client = mqtt.connect(url, {
+  /** What every connection of this link is opened with: its client id and login. */
+  private login(): {
+    clientId: string;
+    connectTimeout: number;
+    username?: string;
+    password?: string;
+  } {
+    return {
       clientId: this.options.clientId,
-      clean: true,
-      reconnectPeriod: 0,
       connectTimeout: 10_000,
       ...(this.options.username === undefined ? {} : { username: this.options.username }),
       ...(this.options.password === undefined ? {} : { password: this.options.password }),
-    });
+    };
+  }
+
+  /** Connects once with `clean: true` under the client id, which ends its stored session. */
+  private async dropSession(): Promise<void> {
+    const { url } = this.options;
+    const client = mqtt.connect(url, { ...this.login(), clean: true, reconnectPeriod: 0 });
     try {
       await new Promise<void>((resolve, reject) => {
         client.once("connect", () => resolve());
@@ -190,13 +198,10 @@ export class CoordinatorLink {
   startSending(failed: (err: Error) => void): void {
     if (this.client !== undefined || this.closed_) return;
     const client = mqtt.connect(this.options.url, {
-      clientId: this.options.clientId,
+      ...this.login(),
       clean: true,
       keepalive: 10,
       reconnectPeriod: 1000,
-      connectTimeout: 10_000,
-      ...(this.options.username === undefined ? {} : { username: this.options.username }),
-      ...(this.options.password === undefined ? {} : { password: this.options.password }),
     });
     this.client = client;
     this.sendingOnly = client;
@@ -234,13 +239,10 @@ export class CoordinatorLink {
       // A fixed client id and `clean: false` keep the session (and its QoS 1 subscriptions) on the
       // broker across restarts: reports published while the coordinator is down are queued for it
       // instead of being dropped for want of a subscriber [MQTT-3.1.2-4].
-      clientId: this.options.clientId,
+      ...this.login(),
       clean: !(this.options.persistentSession ?? true),
       keepalive: 10,
       reconnectPeriod: 1000,
-      connectTimeout: 10_000,
-      ...(this.options.username === undefined ? {} : { username: this.options.username }),
-      ...(this.options.password === undefined ? {} : { password: this.options.password }),
     });
     this.client = client;
     client.on("connect", (connack) => {

@@ -230,16 +230,8 @@ describe("ax bundle build and verify: signatures", () => {
       "ax: AX_CLI_USAGE: bundle build: --unsigned takes no --signing-key or --config (nothing is signed)\n",
     );
     // The key file and the config that finds one are alternatives: given both, neither wins.
-    const both = ax([
-      "bundle",
-      "build",
-      "--profile",
-      "sensor-hub",
-      "--signing-key",
-      missing,
-      "--config",
-      configFile,
-    ]);
+    const keyAndConfig = ["--signing-key", missing, "--config", configFile];
+    const both = ax(["bundle", "build", "--profile", "sensor-hub", ...keyAndConfig]);
     expect(both.code).toBe(2);
     expect(both.stderr).toBe(
       "ax: AX_CLI_USAGE: bundle build: give one of --signing-key and --config (the key file, or the coordinator's config that finds it)\n",

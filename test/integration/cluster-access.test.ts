@@ -1,9 +1,9 @@
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import { afterAll, beforeAll, expect, it } from "vitest";
-import { parseCoordinatorConfig } from "../../coordinator/config.js";
-import { Coordinator, openStore } from "../../coordinator/coordinator.js";
+import type { Coordinator } from "../../coordinator/coordinator.js";
 import { type HttpServer, startHttpServer } from "../../coordinator/http/server.js";
+import { clusterCoordinator } from "../helpers/cluster.js";
 import { type TestBroker, tempDir, testBroker, waitFor } from "../helpers/env.js";
 import { call } from "../helpers/http.js";
 import { describeOnPg, dropPgSchema, freshPgSchema } from "../helpers/postgres.js";
@@ -23,13 +23,7 @@ await describeOnPg("who may act, shared by the coordinators of one store", (url)
   let admin: string;
 
   const start = async (id: string) => {
-    const config = parseCoordinatorConfig({
-      store: { url, schema, poolMax: 2 },
-      cluster: { id, leaseMs: 3_000 },
-      mqtt: { url: broker.url, prefix: broker.prefix, clientId: `${broker.prefix}-${id}` },
-      security: { dir: join(tmp.dir, "ax-secrets") },
-    });
-    const c = new Coordinator(config, { store: await openStore(config) });
+    const c = await clusterCoordinator({ url, schema, broker, dir: tmp.dir }, id);
     await c.start();
     coordinators.push(c);
     const http = await startHttpServer(c, { port: 0 });

@@ -1,9 +1,8 @@
 import { createServer } from "node:net";
-import { join } from "node:path";
 import { afterAll, beforeAll, expect, it } from "vitest";
-import { parseCoordinatorConfig } from "../../coordinator/config.js";
-import { Coordinator, openStore } from "../../coordinator/coordinator.js";
+import type { Coordinator } from "../../coordinator/coordinator.js";
 import { AxError } from "../../shared/errors.js";
+import { clusterCoordinator } from "../helpers/cluster.js";
 import { type TestBroker, tempDir, testBroker } from "../helpers/env.js";
 import { describeOnPg, dropPgSchema, freshPgSchema } from "../helpers/postgres.js";
 
@@ -29,13 +28,8 @@ await describeOnPg("a shared store's coordinator whose broker is out of reach at
   const coordinators: Coordinator[] = [];
 
   const make = async (id: string, mqttUrl: string) => {
-    const config = parseCoordinatorConfig({
-      store: { url, schema, poolMax: 2 },
-      cluster: { id, leaseMs: 3_000 },
-      mqtt: { url: mqttUrl, prefix: broker.prefix, clientId: `${broker.prefix}-${id}` },
-      security: { dir: join(tmp.dir, "ax-secrets"), messages: "off" },
-    });
-    const c = new Coordinator(config, { store: await openStore(config) });
+    const shared = { url, schema, broker, dir: tmp.dir };
+    const c = await clusterCoordinator(shared, id, { mqttUrl, messages: "off" });
     coordinators.push(c);
     return c;
   };

@@ -1,10 +1,10 @@
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import { afterAll, beforeAll, expect, it } from "vitest";
-import { parseCoordinatorConfig } from "../../coordinator/config.js";
-import { Coordinator, openStore } from "../../coordinator/coordinator.js";
+import type { Coordinator } from "../../coordinator/coordinator.js";
 import { type HttpServer, startHttpServer } from "../../coordinator/http/server.js";
 import type { DownMessage } from "../../shared/protocol/index.js";
+import { clusterCoordinator } from "../helpers/cluster.js";
 import { type TestBroker, tempDir, testBroker, waitFor } from "../helpers/env.js";
 import { type FakeAgent, fakeAgent } from "../helpers/fake-agent.js";
 import { call } from "../helpers/http.js";
@@ -32,14 +32,9 @@ await describeOnPg("a standby serves the API as the active one does", (url) => {
   let a: string;
   let b: string;
 
-  const start = async (id: string, clientId = `${broker.prefix}-${id}`) => {
-    const config = parseCoordinatorConfig({
-      store: { url, schema, poolMax: 2 },
-      cluster: { id, leaseMs: 3_000 },
-      mqtt: { url: broker.url, prefix: broker.prefix, clientId },
-      security: { dir: join(tmp.dir, "ax-secrets"), messages: "off" },
-    });
-    const c = new Coordinator(config, { store: await openStore(config) });
+  const start = async (id: string, clientId?: string) => {
+    const shared = { url, schema, broker, dir: tmp.dir };
+    const c = await clusterCoordinator(shared, id, { messages: "off", clientId });
     await c.start();
     coordinators.push(c);
     const http = await startHttpServer(c, { port: 0 });
