@@ -190,11 +190,27 @@ describe.each([
     expect(performance.now() - started).toBeLessThan(10_000);
   });
 
+  /**
+   * Aborts `ctx` once the command has created `ready` (after setting its trap): a fixed delay
+   * raced the shell's start on a loaded machine, whose SIGTERM then came before the trap.
+   */
+  const abortWhenReady = async (ctx: ReturnType<typeof testContext>, ready: string) => {
+    for (const until = performance.now() + 10_000; !existsSync(ready); ) {
+      if (performance.now() > until) throw new Error(`${ready} never appeared`);
+      await new Promise((r) => setTimeout(r, 10));
+    }
+    ctx.abort.abort();
+  };
+
   it("sends SIGKILL to a child that ignores SIGTERM, after the grace period", async () => {
     const ctx = testContext();
+    const ready = join(dir, `ignores-term-${wrapped}.ready`);
     const started = performance.now();
-    const run = exec.run(ctx, { command: "/bin/sh", args: ["-c", 'trap "" TERM; sleep 30'] });
-    setTimeout(() => ctx.abort.abort(), 100);
+    const run = exec.run(ctx, {
+      command: "/bin/sh",
+      args: ["-c", `trap "" TERM; : > ${ready}; sleep 30`],
+    });
+    await abortWhenReady(ctx, ready);
     expect(await failureOf(run)).toMatchObject({ message: "exec: /bin/sh aborted" });
     const took = performance.now() - started;
     expect(took).toBeGreaterThanOrEqual(EXEC_KILL_GRACE_MS);
@@ -203,12 +219,13 @@ describe.each([
 
   it("a command that ends with exit 0 as it is stopped succeeded: the record says what it did", async () => {
     const ctx = testContext();
+    const ready = join(dir, `exits-0-${wrapped}.ready`);
     // It finishes its work on SIGTERM and exits 0, as a command that had finished would.
     const run = exec.run(ctx, {
       command: "/bin/sh",
-      args: ["-c", 'trap "echo flushed; exit 0" TERM; sleep 30 & wait'],
+      args: ["-c", `trap "echo flushed; exit 0" TERM; : > ${ready}; sleep 30 & wait`],
     });
-    setTimeout(() => ctx.abort.abort(), 200);
+    await abortWhenReady(ctx, ready);
     expect(await run).toMatchObject({ exitCode: 0, stdout: "flushed\n" });
   });
 
