@@ -266,18 +266,32 @@ describe("Membership", () => {
     for (const m of [a, b, c2]) m.close();
   });
 
-  it("warns once of a member whose cluster.firing differs", async () => {
+  /** Members on one store whose log lines (`level message`) go to `logs`. */
+  function loggedMembers() {
     const { clock, open } = setUp();
     const logs: string[] = [];
-    const make = (id: string, firing: "active" | "shared") =>
+    const make = (
+      id: string,
+      more: { firing?: "active" | "shared"; info: Record<string, unknown> },
+    ) =>
       new Membership(
         open(),
         clock,
-        { id, leaseMs: 3_000, firing, info: () => ({ firing }) },
+        {
+          id,
+          leaseMs: 3_000,
+          ...(more.firing ? { firing: more.firing } : {}),
+          info: () => more.info,
+        },
         (level, msg) => logs.push(`${level} ${msg}`),
       );
-    const a = make("a", "shared");
-    const b = make("b", "active");
+    return { clock, logs, make };
+  }
+
+  it("warns once of a member whose cluster.firing differs", async () => {
+    const { clock, logs, make } = loggedMembers();
+    const a = make("a", { firing: "shared", info: { firing: "shared" } });
+    const b = make("b", { firing: "active", info: { firing: "active" } });
     await a.join();
     await b.join();
     await advance(clock, 3_000);
@@ -291,18 +305,10 @@ describe("Membership", () => {
   });
 
   it("warns once, as an error, of a member under this one's MQTT client id", async () => {
-    const { clock, open } = setUp();
-    const logs: string[] = [];
-    const make = (id: string, mqttClientId: string) =>
-      new Membership(
-        open(),
-        clock,
-        { id, leaseMs: 3_000, info: () => ({ mqttClientId }) },
-        (level, msg) => logs.push(`${level} ${msg}`),
-      );
-    const a = make("a", "ax-c-same");
-    const b = make("b", "ax-c-same");
-    const c = make("c", "ax-c-own");
+    const { clock, logs, make } = loggedMembers();
+    const a = make("a", { info: { mqttClientId: "ax-c-same" } });
+    const b = make("b", { info: { mqttClientId: "ax-c-same" } });
+    const c = make("c", { info: { mqttClientId: "ax-c-own" } });
     await a.join();
     await b.join();
     await c.join();

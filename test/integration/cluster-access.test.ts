@@ -1,12 +1,9 @@
-import { readFileSync } from "node:fs";
-import { join } from "node:path";
 import { afterAll, beforeAll, expect, it } from "vitest";
 import type { Coordinator } from "../../coordinator/coordinator.js";
-import { type HttpServer, startHttpServer } from "../../coordinator/http/server.js";
-import { clusterCoordinator } from "../helpers/cluster.js";
-import { type TestBroker, tempDir, testBroker, waitFor } from "../helpers/env.js";
+import { type ClusterRig, clusterRig } from "../helpers/cluster.js";
+import { waitFor } from "../helpers/env.js";
 import { call } from "../helpers/http.js";
-import { describeOnPg, dropPgSchema, freshPgSchema } from "../helpers/postgres.js";
+import { describeOnPg } from "../helpers/postgres.js";
 
 /**
  * Two coordinators on one PostgreSQL store, one secrets folder, each serving the API: a token or
@@ -15,39 +12,22 @@ import { describeOnPg, dropPgSchema, freshPgSchema } from "../helpers/postgres.j
  * restarted).
  */
 await describeOnPg("who may act, shared by the coordinators of one store", (url) => {
-  const schema = freshPgSchema();
-  let broker: TestBroker;
-  let tmp: ReturnType<typeof tempDir>;
-  const coordinators: Coordinator[] = [];
-  const servers: HttpServer[] = [];
+  let rig: ClusterRig;
   let admin: string;
-
-  const start = async (id: string) => {
-    const c = await clusterCoordinator({ url, schema, broker, dir: tmp.dir }, id);
-    await c.start();
-    coordinators.push(c);
-    const http = await startHttpServer(c, { port: 0 });
-    servers.push(http);
-    return http.url;
-  };
-
+  let active: Coordinator;
   let a: string;
   let b: string;
+
   beforeAll(async () => {
-    broker = await testBroker();
-    tmp = tempDir();
-    a = await start("coord-a");
-    b = await start("coord-b");
-    admin = readFileSync(join(tmp.dir, "ax-secrets", "admin.token"), "utf8").trim();
+    rig = await clusterRig(url);
+    const first = await rig.serve("coord-a");
+    active = first.c;
+    a = first.url;
+    b = (await rig.serve("coord-b")).url;
+    admin = rig.adminToken();
   }, 30_000);
 
-  afterAll(async () => {
-    for (const s of servers) await s.close();
-    for (const c of coordinators.reverse()) await c.close();
-    await broker?.close();
-    await dropPgSchema(url, schema);
-    tmp?.cleanup();
-  });
+  afterAll(() => rig?.close());
 
   it("knows on each coordinator the tokens made and revoked through the other", async () => {
     expect((await call(b, "GET", "/api/ready")).status).toBe(503); // b stands by
@@ -94,14 +74,14 @@ await describeOnPg("who may act, shared by the coordinators of one store", (url)
     expect(enrolled.status).toBe(201);
     // The active one authenticates the agents' messages: it must know the key at once.
     await waitFor("the active one to know the agent enrolled on the standby", () =>
-      coordinators[0]?.identities.keyOf("dev-1") !== undefined ? true : undefined,
+      active.identities.keyOf("dev-1") !== undefined ? true : undefined,
     );
     expect((await call(b, "POST", "/api/identities/dev-1/revoke", { token: admin })).status).toBe(
       200,
     );
     await waitFor("the active one to refuse the revoked agent", () =>
-      coordinators[0]?.identities.keyOf("dev-1") === undefined ? true : undefined,
+      active.identities.keyOf("dev-1") === undefined ? true : undefined,
     );
-    expect(coordinators[0]?.identities.get("dev-1")?.status).toBe("revoked");
+    expect(active.identities.get("dev-1")?.status).toBe("revoked");
   });
 });

@@ -1,10 +1,8 @@
 import { createServer } from "node:net";
 import { afterAll, beforeAll, expect, it } from "vitest";
-import type { Coordinator } from "../../coordinator/coordinator.js";
 import { AxError } from "../../shared/errors.js";
-import { clusterCoordinator } from "../helpers/cluster.js";
-import { type TestBroker, tempDir, testBroker } from "../helpers/env.js";
-import { describeOnPg, dropPgSchema, freshPgSchema } from "../helpers/postgres.js";
+import { type ClusterRig, clusterRig } from "../helpers/cluster.js";
+import { describeOnPg } from "../helpers/postgres.js";
 
 /** A port nothing listens on. */
 async function closedPort(): Promise<number> {
@@ -22,32 +20,19 @@ async function closedPort(): Promise<number> {
  * fenced (exit 75) as one that lost its place would; and it leaves the store to the next one.
  */
 await describeOnPg("a shared store's coordinator whose broker is out of reach at start", (url) => {
-  const schema = freshPgSchema();
-  let broker: TestBroker;
-  let tmp: ReturnType<typeof tempDir>;
-  const coordinators: Coordinator[] = [];
-
-  const make = async (id: string, mqttUrl: string) => {
-    const shared = { url, schema, broker, dir: tmp.dir };
-    const c = await clusterCoordinator(shared, id, { mqttUrl, messages: "off" });
-    coordinators.push(c);
-    return c;
-  };
+  let rig: ClusterRig;
 
   beforeAll(async () => {
-    broker = await testBroker();
-    tmp = tempDir();
+    rig = await clusterRig(url);
   });
 
-  afterAll(async () => {
-    for (const c of coordinators.reverse()) await c.close().catch(() => {});
-    await broker?.close();
-    await dropPgSchema(url, schema);
-    tmp?.cleanup();
-  });
+  afterAll(() => rig?.close());
 
   it("fails its start with AX_LINK_FAILED, and the next start takes the store", async () => {
-    const lost = await make("coord-a", `mqtt://127.0.0.1:${await closedPort()}`);
+    const lost = await rig.coordinator("coord-a", {
+      mqttUrl: `mqtt://127.0.0.1:${await closedPort()}`,
+      messages: "off",
+    });
     let fenced: string | undefined;
     lost.onFenced = (reason) => {
       fenced = reason;
@@ -59,10 +44,10 @@ await describeOnPg("a shared store's coordinator whose broker is out of reach at
     expect(failed).toBeInstanceOf(AxError);
     expect((failed as AxError).code).toBe("AX_LINK_FAILED");
     expect(fenced).toBeUndefined();
-    await lost.close();
+    await rig.closeOne(lost);
 
     // Its membership went with its close: another coordinator starts as the active one at once.
-    const next = await make("coord-b", broker.url);
+    const next = await rig.coordinator("coord-b", { messages: "off" });
     await next.start();
     expect((await next.readiness()).role).toBe("active");
   }, 30_000);

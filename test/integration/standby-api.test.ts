@@ -1,14 +1,11 @@
-import { readFileSync } from "node:fs";
-import { join } from "node:path";
 import { afterAll, beforeAll, expect, it } from "vitest";
 import type { Coordinator } from "../../coordinator/coordinator.js";
-import { type HttpServer, startHttpServer } from "../../coordinator/http/server.js";
 import type { DownMessage } from "../../shared/protocol/index.js";
-import { clusterCoordinator } from "../helpers/cluster.js";
-import { type TestBroker, tempDir, testBroker, waitFor } from "../helpers/env.js";
+import { type ClusterRig, clusterRig } from "../helpers/cluster.js";
+import { waitFor } from "../helpers/env.js";
 import { type FakeAgent, fakeAgent } from "../helpers/fake-agent.js";
 import { call } from "../helpers/http.js";
-import { describeOnPg, dropPgSchema, freshPgSchema } from "../helpers/postgres.js";
+import { describeOnPg } from "../helpers/postgres.js";
 
 type Dispatch = Extract<DownMessage, { type: "dispatch" }>;
 type Cancel = Extract<DownMessage, { type: "cancel" }>;
@@ -21,49 +18,34 @@ type Cancel = Extract<DownMessage, { type: "cancel" }>;
  * cancel made through it was never sent: it had no connection to the broker to send it on.
  */
 await describeOnPg("a standby serves the API as the active one does", (url) => {
-  const schema = freshPgSchema();
-  let broker: TestBroker;
-  let tmp: ReturnType<typeof tempDir>;
-  const coordinators: Coordinator[] = [];
-  const servers: HttpServer[] = [];
+  let rig: ClusterRig;
   let agent: FakeAgent | undefined;
   let admin: string;
   let active: Coordinator;
   let a: string;
   let b: string;
 
-  const start = async (id: string, clientId?: string) => {
-    const shared = { url, schema, broker, dir: tmp.dir };
-    const c = await clusterCoordinator(shared, id, { messages: "off", clientId });
-    await c.start();
-    coordinators.push(c);
-    const http = await startHttpServer(c, { port: 0 });
-    servers.push(http);
-    return { c, url: http.url };
-  };
+  const start = (id: string, clientId?: string) => rig.serve(id, { messages: "off", clientId });
 
   beforeAll(async () => {
-    broker = await testBroker();
-    tmp = tempDir();
+    rig = await clusterRig(url);
     const first = await start("coord-a");
     active = first.c;
     a = first.url;
     b = (await start("coord-b")).url;
-    admin = readFileSync(join(tmp.dir, "ax-secrets", "admin.token"), "utf8").trim();
+    admin = rig.adminToken();
   }, 30_000);
 
   afterAll(async () => {
     await agent?.close();
-    for (const s of servers) await s.close();
-    for (const c of coordinators.reverse()) await c.close();
-    await broker?.close();
-    await dropPgSchema(url, schema);
-    tmp?.cleanup();
+    await rig?.close();
   });
 
   it("lists the fleet, sends a command by tags and delivers a cancel, through the standby", async () => {
     expect((await call(b, "GET", "/api/ready")).status).toBe(503); // b stands by
-    const dev = await fakeAgent(broker, `${broker.prefix}-dev`, { tags: { site: "north" } });
+    const dev = await fakeAgent(rig.broker, `${rig.broker.prefix}-dev`, {
+      tags: { site: "north" },
+    });
     agent = dev;
     await waitFor("the agent online at the active one", async () =>
       (await call(a, "GET", `/api/agents/${dev.agentId}`, { token: admin })).status === 200
@@ -150,7 +132,7 @@ await describeOnPg("a standby serves the API as the active one does", (url) => {
     // A third coordinator misconfigured with the active one's client id stands by unconnected.
     // Watched for 3 s (two of the client's reconnect periods): it never connects, and the active
     // one's connection is never ended by one under its id.
-    const c = await start("coord-c", `${broker.prefix}-coord-a`);
+    const c = await start("coord-c", `${rig.broker.prefix}-coord-a`);
     const seen = { cUp: 0, aDown: 0, samples: 0 };
     for (const until = Date.now() + 3_000; Date.now() < until; seen.samples++) {
       if ((await call<{ mqtt: boolean }>(c.url, "GET", "/api/ready")).body.mqtt) seen.cUp++;
