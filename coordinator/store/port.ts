@@ -520,6 +520,11 @@ export interface Store {
 
   getAgent(agentId: string): Promise<AgentRecord | undefined>;
   listAgents(): Promise<AgentRecord[]>;
+  /**
+   * Writes an agent's record. Its acked seq never goes down while the journal is the same (a
+   * record read before another coordinator acknowledged more, written back later, keeps what
+   * the agent was told); a new journal starts from the record's.
+   */
   putAgent(agent: AgentRecord): Promise<void>;
   /** Writes several agents at once, all or none (heartbeat figures, persisted in batches). */
   putAgents(agents: readonly AgentRecord[]): Promise<void>;

@@ -1518,6 +1518,15 @@ export function storeContract(name: string, makeStore: () => Promise<StoreFixtur
         await store.setAckedSeq("ag-1", "j2", 1);
         expect(await acked()).toBe(1);
         await store.setAckedSeq("ag-none", "j1", 4);
+        // A record written back with an older acked seq of the same journal keeps the higher one:
+        // the agent was told it, and has dropped those reports.
+        await store.putAgent(agentRecord("ag-1", { journalId: "j2", ackedSeq: 0 }));
+        expect(await acked()).toBe(1);
+        await store.putAgents([
+          agentRecord("ag-1", { journalId: "j2", ackedSeq: 0, status: "offline" }),
+        ]);
+        expect(await acked()).toBe(1);
+        expect((await store.getAgent("ag-1"))?.status).toBe("offline");
         expect(await store.getAgent("ag-none")).toBeUndefined();
       });
     });

@@ -14,12 +14,17 @@ import { type Queryable, run } from "./tx.js";
 
 /* Agents, identities, counters, alerts and API tokens: one statement each. */
 
-/** Inserts or replaces agents' records, given as arrays of their columns. */
+/**
+ * Inserts or replaces agents' records, given as arrays of their columns; the acked seq of the same
+ * journal never goes down (Store.putAgent).
+ */
 const PUT_AGENTS_SQL = `INSERT INTO agents (agent_id, record, instance_id, journal_id, acked_seq, status)
     SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::bigint[], $6::text[])
     ON CONFLICT (agent_id) DO UPDATE SET record = excluded.record,
       instance_id = excluded.instance_id, journal_id = excluded.journal_id,
-      acked_seq = excluded.acked_seq, status = excluded.status`;
+      acked_seq = CASE WHEN agents.journal_id = excluded.journal_id
+        THEN GREATEST(agents.acked_seq, excluded.acked_seq) ELSE excluded.acked_seq END,
+      status = excluded.status`;
 
 /** Writes agents' records, all in one statement (Store.putAgent, Store.putAgents). */
 export async function putAgents(q: Queryable, agents: readonly AgentRecord[]): Promise<void> {

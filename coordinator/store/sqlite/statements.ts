@@ -25,11 +25,13 @@ export const OPEN_SQL =
 export const LISTENING_SQL =
   "(json_extract(definition, '$.trigger.type') = 'event' OR json_extract(definition, '$.trigger.type') = 'after')";
 
-/** Inserts or replaces one agent's record. */
+/** Inserts or replaces one agent's record; the acked seq of the same journal never goes down. */
 export const PUT_AGENT_SQL = `INSERT INTO agents (agent_id, record, instance_id, journal_id, acked_seq, status)
    VALUES (@agentId, @record, @instanceId, @journalId, @ackedSeq, @status)
    ON CONFLICT (agent_id) DO UPDATE SET record = @record, instance_id = @instanceId,
-     journal_id = @journalId, acked_seq = @ackedSeq, status = @status`;
+     journal_id = @journalId,
+     acked_seq = CASE WHEN journal_id = @journalId THEN MAX(acked_seq, @ackedSeq) ELSE @ackedSeq END,
+     status = @status`;
 
 /** The UPDATE of each patch shape, made when first needed (a few shapes occur in practice). */
 const applyTransitionSql: (string | undefined)[] = [];
