@@ -307,3 +307,32 @@ describe("coordinator config: mqtt.prefix", () => {
     },
   );
 });
+
+describe("coordinator config: cluster.dispatch", () => {
+  const pg = { ...base, store: { url: "postgres://db/ax" } };
+
+  it("is active by default, and shared with firing shared", () => {
+    expect(parseCoordinatorConfig(pg).cluster.dispatch).toBe("active");
+    const shared = parseCoordinatorConfig({
+      ...pg,
+      cluster: { firing: "shared", dispatch: "shared" },
+    });
+    expect(shared.cluster).toMatchObject({ firing: "shared", dispatch: "shared" });
+  });
+
+  it("refuses shared without firing shared, and with a shared subscription, naming both", () => {
+    expect(problems({ ...pg, cluster: { dispatch: "shared" } })).toEqual([
+      'cluster.dispatch: "shared" needs cluster.firing "shared": each coordinator dispatches the jobs it fires',
+    ]);
+    expect(
+      problems({
+        ...pg,
+        mqtt: { ...base.mqtt, sharedGroup: "ax" },
+        cluster: { firing: "shared", dispatch: "shared" },
+      }),
+    ).toEqual([
+      "mqtt.sharedGroup: cannot be used with cluster.dispatch \"shared\": every coordinator must read every agent's messages (each handles its own agents'), and a shared subscription hands each message to one of them",
+    ]);
+    expect(problems({ ...pg, cluster: { dispatch: "all" } })[0]).toMatch(/^cluster\.dispatch: /);
+  });
+});

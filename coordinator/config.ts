@@ -348,15 +348,23 @@ export const coordinatorConfigSchema = z
           .default("active")
           .meta(
             doc(
-              "Who fires the jobs among the coordinators sharing the store: `active`, the active one alone; `shared`, every live coordinator the jobs that hash to it (the standbys too), each nominal time recorded once by the store's unique fire row. Either way only the active one dispatches and takes the agents' reports. Give every coordinator the same value.",
+              "Who fires the jobs among the coordinators sharing the store: `active`, the active one alone; `shared`, every live coordinator the jobs that hash to it (the standbys too), each nominal time recorded once by the store's unique fire row. Unless `dispatch` is `shared`, only the active one dispatches and takes the agents' reports. Give every coordinator the same value.",
+            ),
+          ),
+        dispatch: z
+          .enum(["active", "shared"])
+          .default("active")
+          .meta(
+            doc(
+              "Who dispatches and takes the agents' reports among the coordinators sharing the store: `active`, the active one alone (the others stand by); `shared`, every live coordinator, each for its share: the agents that hash to it (their messages, their commands, their leases and timeouts) and the jobs that hash to it (routed and dispatched by it). Every coordinator then reads every agent's messages and handles its own agents'; when one is lost, its share moves to the others. Needs `firing` `shared`, and no `mqtt.sharedGroup`. Give every coordinator the same value.",
             ),
           ),
       })
       .strict()
-      .default({ leaseMs: 3_000, firing: "active" })
+      .default({ leaseMs: 3_000, firing: "active", dispatch: "active" })
       .meta(
         doc(
-          "Several coordinators on one PostgreSQL store (`store.url`): one is active, the others stand by and take over when its lease lapses. Ignored with the SQLite store.",
+          "Several coordinators on one PostgreSQL store (`store.url`): one is active, the others stand by and take over when its lease lapses; or, with `dispatch` `shared`, all of them work, each its share. Ignored with the SQLite store.",
         ),
       ),
     mqtt: z
@@ -698,6 +706,24 @@ export const coordinatorConfigSchema = z
         message:
           'needs broker logins derived from the fleet key: leave mqtt.username and mqtt.password unset, with security.messages "required"',
       });
+    }
+    if (c.cluster?.dispatch === "shared") {
+      if (c.cluster.firing !== "shared") {
+        ctx.addIssue({
+          code: "custom",
+          path: ["cluster", "dispatch"],
+          message:
+            '"shared" needs cluster.firing "shared": each coordinator dispatches the jobs it fires',
+        });
+      }
+      if (c.mqtt?.sharedGroup !== undefined) {
+        ctx.addIssue({
+          code: "custom",
+          path: ["mqtt", "sharedGroup"],
+          message:
+            "cannot be used with cluster.dispatch \"shared\": every coordinator must read every agent's messages (each handles its own agents'), and a shared subscription hands each message to one of them",
+        });
+      }
     }
     if (c.broker?.mosquitto !== undefined && !hasLogin) {
       ctx.addIssue({

@@ -10,7 +10,7 @@ import { syncMosquitto } from "./broker/mosquitto-files.js";
 import { type CoordinatorConfig, secretsDir } from "./config.js";
 import type { JobDefinitionInput } from "./domain/job.js";
 import { Alerts } from "./engine/alerts.js";
-import type { EngineContext, Logger } from "./engine/context.js";
+import type { EngineContext, Logger, Share } from "./engine/context.js";
 import { EngineEventBus } from "./engine/events.js";
 import { ExecutionLoop } from "./engine/execution-loop.js";
 import { FiringLoop } from "./engine/firing.js";
@@ -229,6 +229,7 @@ export class Coordinator {
     }
     this.store = deps.store ?? openSqliteStore(config, baseClock);
     let clock = baseClock;
+    let share: Share | undefined;
     if (config.store.url !== undefined) {
       const membership = new Membership(
         this.store,
@@ -237,11 +238,20 @@ export class Coordinator {
           id: coordinatorId(config),
           leaseMs: config.cluster.leaseMs,
           firing: config.cluster.firing,
+          dispatch: config.cluster.dispatch,
           info: () => this.membershipInfo(),
         },
         log,
       );
       this.membership = membership;
+      if (config.cluster.dispatch === "shared") {
+        share = {
+          agent: (agentId) => membership.owns(agentId),
+          job: (jobId) => membership.owns(jobId),
+          event: (name) => membership.owns(`event\u0000${name}`),
+          since: () => this.shareMovedAt,
+        };
+      }
       // The engine reads the store's clock: dispatch timeouts and leases mean the same on every
       // coordinator, whatever their own clocks say.
       clock = offsetClock(baseClock, () => membership.clockOffsetMs);
@@ -308,6 +318,7 @@ export class Coordinator {
       log,
       events: this.events,
       ...(this.membership === undefined ? {} : { coordinatorId: coordinatorId(config) }),
+      ...(share === undefined ? {} : { share }),
     };
     this.fleet = new Fleet(this.ctx);
     link.batchBytesOf = (agentId) => this.fleet.batchBytesOf(agentId);
@@ -366,9 +377,11 @@ export class Coordinator {
     this.firing.onFired = () => {
       this.firesRecorded++;
       // Fired by a coordinator that does not dispatch (a standby's share): the active one's
-      // watch learns of it, coalesced, since one NOTIFY per fire serializes commits.
+      // watch learns of it, coalesced, since one NOTIFY per fire serializes commits. With
+      // dispatch shared the one that fires a job dispatches it, but a job in a group is
+      // dispatched by the group's coordinator, which learns of it so.
       if (this.activated) this.executionLoop.kick();
-      else this.announceFires();
+      if (!this.activated || share !== undefined) this.announceFires();
     };
     const membershipOf = this.membership;
     if (membershipOf !== undefined) this.firing.owns = (jobId) => membershipOf.firesJob(jobId);
@@ -398,7 +411,8 @@ export class Coordinator {
   /**
    * Starts the coordinator. With a store several coordinators share, it joins them first, and
    * only the active one (the oldest live member) runs the loops and the MQTT link; a standby
-   * answers the API and takes over when the active one's lease lapses.
+   * answers the API and takes over when the active one's lease lapses. With `cluster.dispatch`
+   * `shared` every member is active for its share (Membership.owns) from its join.
    */
   async start(): Promise<void> {
     const membership = this.membership;
@@ -427,7 +441,11 @@ export class Coordinator {
       });
     };
     // Who fires which job moved: each member plans what is its own now (and leaves the rest).
-    membership.onMembersChanged = () => this.rescanFiring();
+    // With dispatch shared, who handles which agent moved too.
+    membership.onMembersChanged = () => {
+      this.rescanFiring();
+      if (this.ctx.share !== undefined) this.shareMoved();
+    };
     // Every coordinator serves the API, standbys too: each knows the tokens and the enrolled
     // agents from the start, and again whenever another one changes them (watchWork below).
     await this.identities.load();
@@ -547,13 +565,22 @@ export class Coordinator {
       host: hostname(),
       role: this.membership?.role ?? "active",
       firing: this.ctx.config.cluster.firing,
+      dispatch: this.ctx.config.cluster.dispatch,
       // Each needs its own: a standby's connection under the active one's would end it.
       mqttClientId: this.ctx.config.mqtt.clientId ?? defaultClientId(this.ctx.config),
       // Firings this process recorded since it started (its share, with firing shared).
       fired: this.firesRecorded,
       agentsOnline: this.activated
-        ? this.fleet.list().filter((a) => a.status === "online").length
+        ? this.fleet.list().filter((a) => a.status === "online" && this.fleet.owns(a.agentId))
+            .length
         : 0,
+      ...(this.ctx.share === undefined
+        ? {}
+        : {
+            agentsHandled: this.activated
+              ? this.fleet.list().filter((a) => this.fleet.owns(a.agentId)).length
+              : 0,
+          }),
       // What it holds: the leases of executions its agents run; and its lag to the database.
       leasesHeld: this.activated ? this.leases.size : 0,
       storeRoundTripMs: this.membership?.storeRoundTripMs ?? 0,
@@ -588,6 +615,7 @@ export class Coordinator {
       invalid: (error, topic, sender) => this.inbound.invalid(error, topic, sender),
       refused: (error, topic, stale) => this.inbound.refused(error, topic, stale),
       backlog: () => this.inbound.backlog,
+      ...(this.ctx.share === undefined ? {} : { wants: (agentId) => this.fleet.owns(agentId) }),
       up: (at) => {
         this.inbound.linkUp(at);
         this.executionLoop.kick();
@@ -595,9 +623,7 @@ export class Coordinator {
     });
     this.firing.start();
     this.executionLoop.start();
-    this.retention.start();
-    this.rolloutEngine.start();
-    await this.alerts.start();
+    await this.lead();
     if (this.ctx.config.security.messages === "off") {
       this.ctx.log(
         "warn",
@@ -605,6 +631,49 @@ export class Coordinator {
       );
     }
     this.ctx.log("info", "coordinator started", { mqtt: this.ctx.config.mqtt.url });
+  }
+
+  private leading = false;
+  /** When who handles which agent last moved (engine wall ms; Share.since). */
+  private shareMovedAt = Number.NEGATIVE_INFINITY;
+
+  /**
+   * Starts what the cluster runs once (rollouts, retention, alerts left pending by an earlier
+   * run) when this coordinator leads: the active one; with dispatch shared, the oldest member,
+   * and so again when the oldest is lost.
+   */
+  private async lead(): Promise<void> {
+    if (this.leading || !this.activated) return;
+    if (this.membership !== undefined && !this.membership.leads()) return;
+    this.leading = true;
+    this.retention.start();
+    this.rolloutEngine.start();
+    await this.alerts.start();
+  }
+
+  /**
+   * Who handles which agent moved (dispatch shared): the fleet takes the agents now its own from
+   * the store and leaves the others', silences count from now, the dispatcher reads again, and
+   * the oldest member takes up what runs once.
+   */
+  private shareMoved(): void {
+    this.shareMovedAt = this.ctx.clock.wallNow();
+    if (!this.activated) return;
+    // An agent taken up (again) is asked for its outbox at its first heartbeat here, as after
+    // the link's return: what it sent while no coordinator handled it was passed over.
+    this.inbound.linkUp(this.shareMovedAt);
+    this.fleet
+      .reown()
+      .catch((err: unknown) =>
+        this.ctx.log(
+          "error",
+          `taking up the agents of this share failed: ${(err as Error).message}`,
+        ),
+      )
+      .finally(() => this.executionLoop.kick());
+    this.lead().catch((err: unknown) =>
+      this.ctx.log("error", `taking up rollouts and retention failed: ${(err as Error).message}`),
+    );
   }
 
   // --- operations -------------------------------------------------------------------------

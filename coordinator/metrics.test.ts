@@ -202,6 +202,7 @@ describe("CoordinatorMetrics", () => {
         epoch: 1,
         role: "active",
         firing: "active",
+        dispatch: "active",
         clockOffsetMs: 0,
         // c3 was killed: its lease lapsed since the last renewal read the members.
         coordinators: [

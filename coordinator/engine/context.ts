@@ -29,4 +29,24 @@ export interface EngineContext {
    * `http.port` 0 the port is known only then, and agents are sent there for bundles.
    */
   listening?: { host: string; port: number };
+  /**
+   * Several coordinators on one store with `cluster.dispatch` `shared`: what this one handles
+   * of the fleet's work. Undefined otherwise (this one handles all of it while it is active).
+   */
+  share?: Share;
+}
+
+/** This coordinator's share of the work, with `cluster.dispatch` `shared` (Membership.owns). */
+export interface Share {
+  /** Whether it handles the agent: its messages, its commands, the leases and timeouts of its work. */
+  agent(agentId: string): boolean;
+  /** Whether it routes and dispatches the job's executions (it fires the job too). */
+  job(jobId: string): boolean;
+  /** Whether it handles the event's messages (the jobs they fire). */
+  event(name: string): boolean;
+  /**
+   * When the share last moved (engine wall ms): an agent newly handled here was not heard by
+   * this coordinator before, so silences and dispatch timeouts count from then at the earliest.
+   */
+  since(): number;
 }

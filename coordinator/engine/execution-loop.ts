@@ -4,7 +4,7 @@ import type { JobDefinition, Routing } from "../domain/job.js";
 import { decideOverlap } from "../domain/overlap.js";
 import { eligibleAgents, hashKeyValue, Router, routingMemoryOf } from "../domain/routing.js";
 import type { ExecutionRecord, PeerRecord } from "../store/port.js";
-import type { EngineContext } from "./context.js";
+import type { EngineContext, Share } from "./context.js";
 import { lookUpFollowed } from "./facts.js";
 import type { Fleet } from "./fleet.js";
 import type { Leases } from "./leases.js";
@@ -99,6 +99,9 @@ export class ExecutionLoop {
     ctx.events.on("transition", (e) => {
       if (e.to === "DISPATCHED") {
         this.unanswered.delete(e.executionId);
+        // An agent of another coordinator's share answers that coordinator: its answer is
+        // never seen here, so it does not hold this one's fan-out.
+        if (e.agentId !== null && !this.fleet.owns(e.agentId)) return;
         this.unanswered.set(e.executionId, e.at);
       } else if (e.from === "DISPATCHED") {
         this.unanswered.delete(e.executionId);
@@ -200,7 +203,11 @@ export class ExecutionLoop {
     this.inFlight = undefined;
     // While the coordinator's own link is down it can neither hear agents nor reach them: no
     // timeout that measures an agent counts then, and none restarts before the link is back.
-    const linkUp = this.ctx.link.upSince;
+    const linkUp = upSince(this.ctx);
+    const share = this.ctx.share;
+    // The agents of the others' shares, as the store has them (read at most once a second):
+    // a job's execution may be routed to any agent.
+    if (share !== undefined) await this.fleet.current();
     await this.fleet.sweep(now, linkUp);
     const { store } = this.ctx;
     // Only what is due is read: a pass runs after every fire and burst of reports, and reading
@@ -218,7 +225,8 @@ export class ExecutionLoop {
     // The commands of agents out of reach wait: the store is told the shorter of the two lists,
     // so that a backlog for 10,000 offline agents is not walked to find the few that can move.
     const away = this.fleet.unreachable();
-    const near = this.fleet.reachable();
+    // With a share, only its own agents' commands are read (and the others' past their deadline).
+    const near = share === undefined ? this.fleet.reachable() : this.fleet.reachableMine();
     const timeouts = this.timeoutsChanged || now - this.timeoutsReadAt >= this.ctx.config.pollMs;
     if (timeouts) {
       this.timeoutsReadAt = now;
@@ -226,12 +234,21 @@ export class ExecutionLoop {
     }
     const due = await store.listDue(now, horizon, BATCH, {
       commandsBy: horizon,
-      ...(near.length < away.length ? { onlyTargets: near } : { skipTargets: away }),
+      ...(share !== undefined || near.length < away.length
+        ? { onlyTargets: near }
+        : { skipTargets: away }),
       pendingLimit,
       timeouts,
     });
     if (due.retry.length >= BATCH || due.dispatchTimedOut.length >= BATCH) {
       this.timeoutsChanged = true;
+    }
+    if (share !== undefined) {
+      // The others' work is theirs; the compare-and-set of each transition would refuse it
+      // here anyway, at the cost of a write.
+      due.pending = due.pending.filter((e) => dispatches(share, e));
+      due.retry = due.retry.filter((e) => dispatches(share, e));
+      due.dispatchTimedOut = due.dispatchTimedOut.filter((e) => holds(share, e));
     }
     if (readPending) {
       this.pendingReadAt = now;
@@ -395,7 +412,7 @@ export class ExecutionLoop {
     const held = [
       ...(await store.listExecutionsInStates(["RUNNING"], BATCH)),
       ...(await store.listExecutionsInStates(["SCHEDULED", "DISPATCHED"], BATCH)),
-    ];
+    ].filter((e) => share === undefined || holds(share, e));
     for (const exec of held) {
       if (await this.checkLease(exec, now, linkUp)) continue;
       // A run is timed out here only while its agent can be reached: an agent cut off keeps
@@ -704,4 +721,36 @@ export async function inLanes<T>(
     }
   };
   await Promise.all(Array.from({ length: Math.min(width, queue.length) }, worker));
+}
+
+/**
+ * When the coordinator's link came up, or its share last moved if later (`cluster.dispatch`
+ * `shared`): an agent's silence and a dispatch's wait count from then, since before it this
+ * coordinator could not hear the agent. Undefined while the link is down.
+ */
+export function upSince(ctx: EngineContext): number | undefined {
+  const up = ctx.link.upSince;
+  const moved = ctx.share?.since();
+  return up === undefined || moved === undefined ? up : Math.max(up, moved);
+}
+
+/**
+ * Whether a coordinator with this share routes and dispatches the execution: a job's by the job's
+ * owner (its overlap and concurrency rules need one dispatcher), a group's by the group's (a
+ * group spans jobs), a command by its agent's.
+ */
+export function dispatches(share: Share, e: ExecutionRecord): boolean {
+  if (e.groupKey !== null) return share.job(`group\u0000${e.groupKey}`);
+  if (e.jobId !== null) return share.job(e.jobId);
+  return share.agent(e.targetAgentId ?? e.agentId ?? "");
+}
+
+/**
+ * Whether a coordinator with this share watches the execution an agent holds (its dispatch
+ * timeout, lease and run timeout): the agent's, which hears it. One with no agent yet is the
+ * dispatcher's.
+ */
+export function holds(share: Share, e: ExecutionRecord): boolean {
+  const agentId = e.agentId ?? e.targetAgentId;
+  return agentId === null ? dispatches(share, e) : share.agent(agentId);
 }

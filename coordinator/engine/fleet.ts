@@ -68,7 +68,14 @@ export class Fleet {
    * Set while the coordinator stands by: the fleet is then the store's as the active coordinator
    * writes it (status at once, heartbeat figures in batches), read again by {@link current}.
    */
-  private followed: { readAt: number; reading: Promise<void> | undefined } | undefined;
+  private followed:
+    | { readAt: number; reading: Promise<void> | undefined; others: boolean }
+    | undefined;
+  /**
+   * With `cluster.dispatch` `shared`: the agents this coordinator handled at the last
+   * {@link load} or {@link reown}. The others' are the store's, read again by {@link current}.
+   */
+  private readonly mine = new Set<string>();
 
   constructor(private readonly ctx: EngineContext) {
     // The first batch a full period after the start, not at the first sweep.
@@ -80,13 +87,24 @@ export class Fleet {
    * agent's messages), or stops (`false`: it became the active one, which loads the fleet itself).
    */
   followStore(on: boolean): void {
-    this.followed = on ? { readAt: Number.NEGATIVE_INFINITY, reading: undefined } : undefined;
+    this.followed = on
+      ? { readAt: Number.NEGATIVE_INFINITY, reading: undefined, others: false }
+      : this.ctx.share === undefined
+        ? undefined
+        : // Active for a share: the agents of the others' shares are followed in the store.
+          { readAt: Number.NEGATIVE_INFINITY, reading: undefined, others: true };
+  }
+
+  /** Whether this coordinator handles the agent (always, unless `cluster.dispatch` is `shared`). */
+  owns(agentId: string): boolean {
+    return this.ctx.share === undefined || this.ctx.share.agent(agentId);
   }
 
   /**
    * Resolves once the fleet is current enough to answer from: at once on the active coordinator,
    * which hears the agents; on one that stands by, once the store's fleet has been read within
-   * {@link FOLLOWED_FLEET_MAX_AGE_MS} (requests that come meanwhile share one read).
+   * {@link FOLLOWED_FLEET_MAX_AGE_MS} (requests that come meanwhile share one read). With
+   * `cluster.dispatch` `shared`, the agents of the other coordinators' shares are read so.
    */
   async current(): Promise<void> {
     const f = this.followed;
@@ -99,7 +117,9 @@ export class Fleet {
         f.readAt = startedAt;
         f.reading = undefined;
         // Became the active one meanwhile: what it loaded and heard since is newer than this.
-        if (this.followed === f) this.take(agents, true);
+        if (this.followed !== f) return;
+        if (f.others) this.takeOthers(agents);
+        else this.take(agents, true);
       },
       (err: unknown) => {
         f.reading = undefined;
@@ -123,12 +143,58 @@ export class Fleet {
     for (const a of agents) this.agents.set(a.agentId, a);
     this.bySeen.clear();
     this.bySeenIdle.clear();
+    this.mine.clear();
+    for (const id of this.agents.keys()) if (this.owns(id)) this.mine.add(id);
     // Whether an agent was idle is not stored: each is given the longer limit until its next
     // heartbeat says which it is, so none is taken offline for a silence it was allowed.
     const loaded = this.idleLimitMs() === undefined ? this.bySeen : this.bySeenIdle;
-    const online = agents.filter((a) => a.status === "online");
+    // Only the agents it handles are its to find silent.
+    const online = agents.filter((a) => a.status === "online" && this.mine.has(a.agentId));
     for (const a of online.sort((x, y) => x.lastSeenAt - y.lastSeenAt)) loaded.set(a.agentId, a);
     this.reachCache = undefined;
+  }
+
+  /** The store's records of the agents other coordinators handle (`cluster.dispatch` `shared`). */
+  private takeOthers(agents: AgentRecord[]): void {
+    let changed = false;
+    for (const a of agents) {
+      if (this.mine.has(a.agentId)) continue;
+      const known = this.agents.get(a.agentId);
+      if (known?.status !== a.status || known.instanceId !== a.instanceId) changed = true;
+      this.agents.set(a.agentId, a);
+    }
+    if (changed) this.reachCache = undefined;
+  }
+
+  /**
+   * The share moved (`cluster.dispatch` `shared`): an agent newly handled here is read from the
+   * store (its acked seq and status as its last handler wrote them), and its silence is counted
+   * from now (Share.since); one handled elsewhere now is left to that coordinator, and this one
+   * writes nothing more of it.
+   */
+  async reown(): Promise<void> {
+    const agents = await this.ctx.store.listAgents();
+    const loaded = this.idleLimitMs() === undefined ? this.bySeen : this.bySeenIdle;
+    for (const id of [...this.mine]) {
+      if (this.owns(id)) continue;
+      this.mine.delete(id);
+      this.bySeen.delete(id);
+      this.bySeenIdle.delete(id);
+      this.unsaved.delete(id);
+      this.heard.delete(id);
+    }
+    for (const a of agents) {
+      // Still its own: what it heard since is newer than this read.
+      if (this.mine.has(a.agentId)) continue;
+      this.agents.set(a.agentId, a);
+      if (!this.owns(a.agentId)) continue;
+      this.mine.add(a.agentId);
+      this.busyUntil.delete(a.agentId);
+      this.busyStreak.delete(a.agentId);
+      if (a.status === "online") loaded.set(a.agentId, a);
+    }
+    if (this.followed !== undefined) this.followed.readAt = this.ctx.clock.monoNow();
+    this.reachabilityChanged();
   }
 
   /**
@@ -136,7 +202,7 @@ export class Fleet {
    * draining changes: every dispatch pass asks (ten a second), and reading 10,000 records each
    * time for the same answer was most of an idle coordinator's passes.
    */
-  private reachCache: { in: string[]; out: string[] } | undefined;
+  private reachCache: { in: string[]; out: string[]; mine: string[] } | undefined;
 
   private reachabilityChanged(): void {
     this.reachCache = undefined;
@@ -229,12 +295,19 @@ export class Fleet {
     return this.reach().in;
   }
 
-  private reach(): { in: string[]; out: string[] } {
+  /** Of {@link reachable}, those this coordinator handles (`cluster.dispatch` `shared`). */
+  reachableMine(): readonly string[] {
+    return this.reach().mine;
+  }
+
+  private reach(): { in: string[]; out: string[]; mine: string[] } {
     if (this.reachCache !== undefined) return this.reachCache;
-    const reach = { in: [] as string[], out: [] as string[] };
+    const reach = { in: [] as string[], out: [] as string[], mine: [] as string[] };
+    const shared = this.ctx.share !== undefined;
     for (const a of this.agents.values()) {
       const away = a.status !== "online" || this.draining.get(a.agentId) === a.instanceId;
       (away ? reach.out : reach.in).push(a.agentId);
+      if (!away && (!shared || this.mine.has(a.agentId))) reach.mine.push(a.agentId);
     }
     this.reachCache = reach;
     return reach;
@@ -243,6 +316,7 @@ export class Fleet {
   /** A hello: a new instance supersedes the old; a new journal resets the expected seq. */
   async hello(h: Hello, now: number): Promise<AgentRecord> {
     this.helloSeq.set(h.agentId, h.lastSeq);
+    if (this.owns(h.agentId)) this.mine.add(h.agentId);
     const prev = this.agents.get(h.agentId);
     const sameJournal = prev !== undefined && prev.journalId === h.journalId;
     const record: AgentRecord = {
@@ -378,6 +452,8 @@ export class Fleet {
   /** A revoked agent: offline at once, so nothing more is routed to it. */
   async revoked(agentId: string): Promise<void> {
     const a = this.agents.get(agentId);
+    // Another coordinator's agent is taken offline by that coordinator.
+    if (this.ctx.share !== undefined && !this.mine.has(agentId)) return;
     if (a && a.status !== "offline") await this.takeOffline(a, "revoked", "warn");
   }
 
@@ -424,6 +500,18 @@ export class Fleet {
   }
 
   /** Stores the agent's acknowledged seq (a no-op when the store already has it). */
+  /**
+   * Takes the store's acked seq of the agent when it is further (the same journal): another
+   * coordinator applied and acknowledged its reports while both held it (`cluster.dispatch`
+   * `shared`, for a renewal's time after the share moved).
+   */
+  async catchUpAcked(agentId: string): Promise<void> {
+    const stored = await this.ctx.store.getAgent(agentId);
+    const a = this.agents.get(agentId);
+    if (!a || !stored || stored.journalId !== a.journalId) return;
+    this.ackedTo(agentId, stored.ackedSeq);
+  }
+
   async persistAcked(agentId: string): Promise<void> {
     const a = this.agents.get(agentId);
     if (!a) return;

@@ -195,6 +195,15 @@ export class Inbound {
   }
 
   handle(decoded: Decoded | Unreadable, receivedAt: number): void {
+    // Several coordinators, each with its share (`cluster.dispatch` `shared`): the others'
+    // agents and events are theirs to handle (their messages reach every coordinator).
+    const share = this.ctx.share;
+    if (
+      share !== undefined &&
+      !(decoded.channel === "event" ? share.event(decoded.name) : share.agent(decoded.agentId))
+    ) {
+      return;
+    }
     const key = decoded.channel === "event" ? `event:${decoded.name}` : decoded.agentId;
     const queued = this.queues.get(key);
     // A heartbeat with nothing ahead of it from its agent is handled at once, in memory: at
@@ -464,6 +473,16 @@ export class Inbound {
     if (!agent) {
       await this.ctx.store.bumpCounter("reports_from_unknown_agents", rs.length);
       return;
+    }
+    // Several coordinators, each with its share: for a renewal's time after the share moved, the
+    // one this agent left may still have applied and acknowledged its reports. A gap is then
+    // no gap: the store's acked seq says how far they went, and the agent no longer has them.
+    if (
+      this.ctx.share !== undefined &&
+      !this.ahead.has(agentId) &&
+      Math.min(...rs.map((r) => r.seq)) > agent.ackedSeq + 1
+    ) {
+      await this.fleet.catchUpAcked(agentId);
     }
     let held = this.ahead.get(agentId);
     if (held?.journalId !== agent.journalId) {

@@ -321,6 +321,69 @@ describe("Membership", () => {
     for (const m of [a, b, c]) m.close();
   });
 
+  it("dispatch shared: every member is active at once, each key has one owner, the same as the job's firing, and only the oldest leads", async () => {
+    const { clock, open } = setUp();
+    const made: { m: Membership; events: string[] }[] = [];
+    const shared = (id: string) => {
+      const events: string[] = [];
+      const m = new Membership(
+        open(),
+        clock,
+        { id, leaseMs: 3_000, firing: "shared", dispatch: "shared", info: () => ({}) },
+        () => {},
+      );
+      m.onActive = () => events.push("active");
+      made.push({ m, events });
+      return { m, events };
+    };
+    const a = shared("a");
+    const b = shared("b");
+    const c = shared("c");
+    for (const x of [a, b, c]) await x.m.join();
+    // No standby: each is active from its join, for its share.
+    for (const x of [a, b, c]) {
+      expect(x.m.role).toBe("active");
+      expect(x.events).toEqual(["active"]);
+    }
+    await advance(clock, 1_100);
+    expect(a.m.view().dispatch).toBe("shared");
+    const keys = Array.from({ length: 3_000 }, (_, i) => `agent-${i}`);
+    const counts: Record<string, number> = { a: 0, b: 0, c: 0 };
+    for (const k of keys) {
+      const owners = [a, b, c].filter((x) => x.m.owns(k)).map((x) => x.m.view().id);
+      expect(owners, k).toHaveLength(1);
+      counts[owners[0] as string] = (counts[owners[0] as string] ?? 0) + 1;
+      // A job's dispatcher is the coordinator that fires it.
+      for (const x of [a, b, c]) expect(x.m.owns(k)).toBe(x.m.firesJob(k));
+    }
+    for (const n of Object.values(counts)) expect(n).toBeGreaterThan(800);
+    expect([a, b, c].map((x) => x.m.leads())).toEqual([true, false, false]);
+    // The oldest is lost: once its lease lapsed, the next oldest leads, and a's keys moved.
+    a.m.close();
+    await advance(clock, 5_000);
+    expect([b, c].map((x) => x.m.leads())).toEqual([true, false]);
+    for (const k of keys) expect([b, c].filter((x) => x.m.owns(k))).toHaveLength(1);
+    // Fenced, a member owns nothing.
+    b.m.fence("test");
+    expect(keys.some((k) => b.m.owns(k))).toBe(false);
+    expect(b.m.leads()).toBe(false);
+    for (const x of made) x.m.close();
+  });
+
+  it("dispatch active: the active member owns every key and leads, a standby none", async () => {
+    const { joined } = setUp();
+    const a = await joined("a");
+    const b = await joined("b");
+    expect(a.m.view().dispatch).toBe("active");
+    for (const k of ["x", "y", "z"]) {
+      expect(a.m.owns(k)).toBe(true);
+      expect(b.m.owns(k)).toBe(false);
+    }
+    expect([a.m.leads(), b.m.leads()]).toEqual([true, false]);
+    a.m.close();
+    b.m.close();
+  });
+
   it("firing active: only the active member fires", async () => {
     const { joined } = setUp();
     const a = await joined("a");

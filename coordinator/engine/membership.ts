@@ -13,12 +13,19 @@ export type Role = "standby" | "active" | "fenced";
  */
 export type Firing = "active" | "shared";
 
+/**
+ * Who dispatches and takes the agents' reports (`cluster.dispatch`): the active coordinator
+ * alone, or every live member its share (the agents and the jobs that hash to it).
+ */
+export type Dispatch = "active" | "shared";
+
 /** This coordinator's membership, as /api/health shows it. */
 export interface MembershipView {
   id: string;
   epoch: number;
   role: Role;
   firing: Firing;
+  dispatch: Dispatch;
   /** The store's clock minus this process's wall clock, ms (measured at each renewal). */
   clockOffsetMs: number;
   /** Every live coordinator on the store, oldest joined first (the active one is the first). */
@@ -33,6 +40,8 @@ export interface MembershipOptions {
   info: () => Record<string, unknown>;
   /** Who fires the jobs. @default "active" */
   firing?: Firing;
+  /** Who dispatches and takes the reports. @default "active" */
+  dispatch?: Dispatch;
 }
 
 /**
@@ -51,6 +60,10 @@ export interface MembershipOptions {
  * last renewal is `leaseMs` minus a margin old on its monotonic clock, which is before the store
  * can consider it lapsed (the store started the lease after this process sent the renewal).
  * A fenced coordinator stays fenced: it must stop (`onFenced`) and start again as a new epoch.
+ *
+ * With dispatch `shared` there is no standby: every live member is active for its share
+ * ({@link owns}), and the oldest one also runs what the cluster needs once (rollouts,
+ * retention): it {@link leads}. Each one fences itself as the active one does.
  */
 export class Membership {
   private role_: Role = "standby";
@@ -111,16 +124,44 @@ export class Membership {
   firesJob(jobId: string): boolean {
     if (this.role_ === "fenced" || this.closed) return false;
     if (this.firing === "active") return this.role_ === "active";
-    let best: CoordinatorRecord | undefined;
-    let bestScore = -1;
-    for (const m of this.members) {
-      const score = hash32(`${jobId}\u0000${m.id}`);
-      if (score > bestScore || (score === bestScore && best !== undefined && m.id < best.id)) {
-        best = m;
-        bestScore = score;
-      }
-    }
-    return best !== undefined && best.id === this.options.id && best.epoch === this.epoch_;
+    return this.isMe(this.ownerOf(jobId));
+  }
+
+  /** Who dispatches and takes the reports. */
+  get dispatch(): Dispatch {
+    return this.options.dispatch ?? "active";
+  }
+
+  /**
+   * Whether this coordinator handles `key` now: an agent (its messages, its commands, the
+   * leases and timeouts of what it holds), a job (routing and dispatching its executions; the
+   * same share as {@link firesJob}), an event's name. With dispatch `active`: while it is the
+   * active one. With `shared`: while it is the member `key` hashes to highest, as for firing.
+   * Two members that disagree for a renewal's time may both act on one key: each of their
+   * writes is a compare-and-set of the store (a dispatch, a report's transition), so one of them
+   * takes effect and the other is refused.
+   */
+  owns(key: string): boolean {
+    if (this.role_ === "fenced" || this.closed) return false;
+    if (this.dispatch === "active") return this.role_ === "active";
+    return this.isMe(this.ownerOf(key));
+  }
+
+  /**
+   * Whether this coordinator runs what the cluster needs once (rollouts, retention, alerts left
+   * pending): the active one; with dispatch `shared`, the oldest live member.
+   */
+  leads(): boolean {
+    if (this.role_ !== "active" || this.closed) return false;
+    return this.dispatch === "active" || this.isMe(this.members[0]);
+  }
+
+  private isMe(m: CoordinatorRecord | undefined): boolean {
+    return m !== undefined && m.id === this.options.id && m.epoch === this.epoch_;
+  }
+
+  private ownerOf(key: string): CoordinatorRecord | undefined {
+    return ownerAmong(key, this.members);
   }
 
   view(): MembershipView {
@@ -129,6 +170,7 @@ export class Membership {
       epoch: this.epoch_,
       role: this.role_,
       firing: this.firing,
+      dispatch: this.dispatch,
       clockOffsetMs: this.offsetMs,
       // As read at the last renewal, less those whose lease has lapsed since by the store's
       // clock: a lost coordinator leaves the list when it stops being live, not up to a
@@ -299,26 +341,33 @@ export class Membership {
     );
   }
 
-  /** Members already warned about, by id and epoch. */
+  /** Members already warned about, by setting, id and epoch. */
   private readonly mismatched = new Set<string>();
 
   /**
    * Warns, once per member's life, of a member that says it fires otherwise (`cluster.firing`
    * differs): with `active` and `shared` mixed, the active one fires every job and the others
-   * their shares besides, which the fire rows record once but costs each time twice.
+   * their shares besides, which the fire rows record once but costs each time twice. The same
+   * for `cluster.dispatch`: mixed, the active one and the shared ones both act on some agents.
    */
   private warnFiringMismatch(members: CoordinatorRecord[]): void {
     for (const m of members) {
-      const theirs = m.info.firing;
-      if (m.id === this.options.id || theirs === undefined || theirs === this.firing) continue;
-      const key = `${m.id}\u0000${m.epoch}`;
-      if (this.mismatched.has(key)) continue;
-      this.mismatched.add(key);
-      this.log(
-        "warn",
-        `coordinator ${m.id} has cluster.firing "${String(theirs)}", this one (${this.options.id}) "${this.firing}": give every coordinator the same value`,
-        { coordinator: m.id },
-      );
+      if (m.id === this.options.id) continue;
+      for (const [setting, ours] of [
+        ["firing", this.firing],
+        ["dispatch", this.dispatch],
+      ] as const) {
+        const theirs = m.info[setting];
+        if (theirs === undefined || theirs === ours) continue;
+        const key = `${setting}\u0000${m.id}\u0000${m.epoch}`;
+        if (this.mismatched.has(key)) continue;
+        this.mismatched.add(key);
+        this.log(
+          "warn",
+          `coordinator ${m.id} has cluster.${setting} "${String(theirs)}", this one (${this.options.id}) "${ours}": give every coordinator the same value`,
+          { coordinator: m.id },
+        );
+      }
     }
   }
 
@@ -372,11 +421,16 @@ export class Membership {
     this.warnSharedClientId(members);
     if (changed && !first && !this.closed) this.onMembersChanged?.();
     if (this.role_ !== "standby" || this.closed) return;
-    if (members[0]?.id === this.options.id && members[0].epoch === this.epoch_) {
+    const shared = this.dispatch === "shared";
+    if (shared ? members.some((m) => this.isMe(m)) : this.isMe(members[0])) {
       this.role_ = "active";
-      this.log("info", `coordinator ${this.options.id} is now the active one`, {
-        epoch: this.epoch_,
-      });
+      this.log(
+        "info",
+        shared
+          ? `coordinator ${this.options.id} is active, for its share of the agents and jobs`
+          : `coordinator ${this.options.id} is now the active one`,
+        { epoch: this.epoch_ },
+      );
       this.onActive?.();
     }
   }
@@ -390,4 +444,25 @@ export function offsetClock(base: Clock, offset: () => number): Clock {
     setTimer: (callback, delayMs) => base.setTimer(callback, delayMs),
     clearTimer: (timer) => base.clearTimer(timer),
   };
+}
+
+/**
+ * The member `key` hashes to highest (rendezvous hashing over the members' ids): every member
+ * derives the same one from the same rows, a member that joins or lapses moves only its own
+ * share, and one restarted under its id gets the same share back.
+ */
+export function ownerAmong<M extends { id: string }>(
+  key: string,
+  members: readonly M[],
+): M | undefined {
+  let best: M | undefined;
+  let bestScore = -1;
+  for (const m of members) {
+    const score = hash32(`${key}\u0000${m.id}`);
+    if (score > bestScore || (score === bestScore && best !== undefined && m.id < best.id)) {
+      best = m;
+      bestScore = score;
+    }
+  }
+  return best;
 }

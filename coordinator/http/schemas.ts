@@ -256,7 +256,7 @@ const coordinatorMemberSchema = z.object({
   }),
   info: z.record(z.string(), z.unknown()).meta({
     description:
-      "What it reports of itself: version, host, role, firing (`cluster.firing`), fired (firings it recorded since it started), agentsOnline, leasesHeld (executions its agents hold), storeRoundTripMs (its lag to the database).",
+      "What it reports of itself: version, host, role, firing (`cluster.firing`), dispatch (`cluster.dispatch`), fired (firings it recorded since it started), agentsOnline (of the agents it handles), agentsHandled (with dispatch `shared`: the agents of its share, online or not), leasesHeld (executions its agents hold), storeRoundTripMs (its lag to the database).",
   }),
 });
 
@@ -273,12 +273,16 @@ export const healthSchema = z.object({
         description:
           "`cluster.firing`: the active coordinator fires every job, or each live one its share.",
       }),
+      dispatch: z.enum(["active", "shared"]).meta({
+        description:
+          "`cluster.dispatch`: the active coordinator dispatches and takes every agent's reports, or each live one those of its share.",
+      }),
       clockOffsetMs: z.number().meta({
         description: "The database's clock minus this process's, as last measured.",
       }),
       coordinators: z.array(coordinatorMemberSchema).meta({
         description:
-          "Every live coordinator on the store, oldest first: the first is the active one.",
+          "Every live coordinator on the store, oldest first: the first is the active one (with `cluster.dispatch` `shared`, every one is active, and the first also runs rollouts and retention).",
       }),
     })
     .optional()

@@ -70,6 +70,13 @@ export interface LinkHandlers {
    * reading the socket (and so acknowledging), until {@link CoordinatorLink.resume} is called.
    */
   backlog?(): number;
+  /**
+   * Whether this coordinator handles the agent's messages (`cluster.dispatch` `shared`: each
+   * coordinator reads every agent's and handles its own agents'). A message on another agent's
+   * topic is passed over before anything else reads it: its MAC is checked by the coordinator
+   * that handles it. Unset: every message is handled.
+   */
+  wants?(agentId: string): boolean;
 }
 
 /**
@@ -274,6 +281,10 @@ export class CoordinatorLink {
       handlers.down?.(this.now());
     });
     client.on("message", (topic, payload) => {
+      if (handlers.wants !== undefined) {
+        const parsed = parseTopic(topic, this.topics.prefix);
+        if (parsed?.kind === "agent" && !handlers.wants(parsed.agentId)) return;
+      }
       const receivedAt = this.lastReadAt ?? this.now();
       const maxBytes = this.options.maxPayloadBytes ?? 65_536;
       const options = { prefix: this.topics.prefix, maxBytes, schemas: COMPILED_SCHEMAS };

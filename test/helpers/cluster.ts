@@ -14,12 +14,18 @@ import { dropPgSchema, freshPgSchema } from "./postgres.js";
 export async function clusterCoordinator(
   shared: { url: string; schema: string; broker: TestBroker; dir: string },
   id: string,
-  more: { clientId?: string | undefined; mqttUrl?: string; messages?: "off" | "required" } = {},
+  more: {
+    clientId?: string | undefined;
+    mqttUrl?: string;
+    messages?: "off" | "required";
+    /** `cluster.firing` and `cluster.dispatch`. */
+    shares?: { firing: "active" | "shared"; dispatch: "active" | "shared" };
+  } = {},
 ): Promise<Coordinator> {
   const o = { ...shared, ...more, id };
   const config = parseCoordinatorConfig({
     store: { url: o.url, schema: o.schema, poolMax: 2 },
-    cluster: { id: o.id, leaseMs: 3_000 },
+    cluster: { id: o.id, leaseMs: 3_000, ...o.shares },
     mqtt: {
       url: o.mqttUrl ?? o.broker.url,
       prefix: o.broker.prefix,

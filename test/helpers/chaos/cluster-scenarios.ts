@@ -1,4 +1,5 @@
 import { readFileSync } from "node:fs";
+import { ownerAmong } from "../../../coordinator/engine/membership.js";
 import { tcpProxy } from "../tcp-proxy.js";
 import type { BrokerKind } from "./broker-process.js";
 import type { CoordinatorProcess } from "./coordinator-process.js";
@@ -81,6 +82,7 @@ async function withCluster<R>(
   body: (h: ChaosHarness) => Promise<R>,
   leaseMs = LEASE_MS,
   firing?: "active" | "shared",
+  dispatch?: "active" | "shared",
 ): Promise<R> {
   const h = await ChaosHarness.start({
     scenario,
@@ -90,6 +92,7 @@ async function withCluster<R>(
       schema: pg.schema,
       leaseMs,
       ...(firing === undefined ? {} : { firing }),
+      ...(dispatch === undefined ? {} : { dispatch }),
       ...(pg.urlOf === undefined ? {} : { urlOf: pg.urlOf }),
     },
     ...(pg.broker === undefined ? {} : { broker: pg.broker }),
@@ -482,6 +485,99 @@ export const sharedFiringFailover = {
         };
       },
       LEASE_MS,
+      "shared",
+    ),
+};
+
+/** What {@link sharedDispatchFailover} measures besides the truth check. */
+export interface SharedDispatchResult {
+  truth: TruthResult;
+  lost: string;
+  /** The agent whose coordinator was killed. */
+  orphan: string;
+  /** Dispatches (transitions to DISPATCHED) each coordinator wrote, before the kill. */
+  dispatchedBy: Record<string, number>;
+  /** Reports of the orphan's work each coordinator applied (transitions out of DISPATCHED and RUNNING). */
+  reportsBy: Record<string, number>;
+  /** From the kill to the first report of the orphan's applied by another coordinator, ms. */
+  agentTakenMs: number | null;
+  shares: ShareLedger;
+  handledByTwo: number;
+  unnamedEntries: number;
+}
+
+/**
+ * Dispatch shared (`cluster.dispatch: "shared"`, with firing shared): every coordinator is
+ * active for its share, the agents and the jobs that hash to it. The coordinator that handles
+ * agent 1 is killed (-9) under load, with commands running, scheduled and due on that agent;
+ * once its lease lapses another takes the agent up (its reports, its commands, its leases), and
+ * the killed one is started again. Every nominal time of the cron jobs must have exactly one
+ * execution, and the run ends with the truth check.
+ */
+export const sharedDispatchFailover = {
+  name: "shared-dispatch-failover",
+  title:
+    "3 coordinators on PostgreSQL, dispatch shared: kill -9 of the one that handles an agent, under load, restarted",
+  allowsTwoRounds: false,
+  run: (pg: ClusterRunOptions): Promise<SharedDispatchResult> =>
+    withCluster(
+      "shared-dispatch-failover",
+      pg,
+      async (h) => {
+        await addShareJobs(h);
+        const t0 = await workInEveryState(h);
+        const orphan = h.agent(1).agentId;
+        const ids = h.coordinators.map((c) => ({ id: c.config.cluster?.id ?? "?", c }));
+        const owner = ownerAmong(orphan, ids) as { id: string; c: CoordinatorProcess };
+        const lost = owner.c;
+        const lostId = owner.id;
+        await lost.kill();
+        const lostAt = Date.now();
+        // The run talks to one of the others from here.
+        await h.findActive(20_000);
+        // Down long enough for its lease to lapse and the others to take its share; started
+        // again sooner, it would take the same share back under its id.
+        await sleep(5_000);
+        const end = await finish(h, lost, t0, 5_000);
+        const shares = await shareLedger(h, { id: lostId, at: lostAt });
+        const dispatchedBy: Record<string, number> = {};
+        const reportsBy: Record<string, number> = {};
+        let agentTakenMs: number | null = null;
+        for (const e of await listExecutions(h.coordinator)) {
+          const r = await h.coordinator.api<RecordedExecution>(
+            "GET",
+            `/api/executions/${encodeURIComponent(e.id)}`,
+          );
+          for (const t of r.timeline) {
+            const by = String((t.detail as { coordinator?: unknown } | null)?.coordinator);
+            if (t.toState === "DISPATCHED" && t.at < lostAt) {
+              dispatchedBy[by] = (dispatchedBy[by] ?? 0) + 1;
+            }
+            const report = t.fromState === "DISPATCHED" || t.fromState === "RUNNING";
+            if (!report || r.execution.agentId !== orphan) continue;
+            reportsBy[by] = (reportsBy[by] ?? 0) + 1;
+            if (by !== lostId && t.at >= lostAt) {
+              agentTakenMs = Math.min(agentTakenMs ?? Number.POSITIVE_INFINITY, t.at - lostAt);
+            }
+          }
+        }
+        end.truth.notes.push(
+          `${lostId} handled ${orphan}; dispatches before the kill by ${JSON.stringify(dispatchedBy)}; ${orphan}'s reports applied by ${JSON.stringify(reportsBy)}, by another ${agentTakenMs} ms after the kill; ${shares.note}`,
+        );
+        return {
+          truth: end.truth,
+          lost: lostId,
+          orphan,
+          dispatchedBy,
+          reportsBy,
+          agentTakenMs,
+          shares,
+          handledByTwo: end.handledByTwo,
+          unnamedEntries: end.unnamedEntries,
+        };
+      },
+      LEASE_MS,
+      "shared",
       "shared",
     ),
 };

@@ -55,6 +55,8 @@ export interface SharedStore {
   leaseMs?: number;
   /** `cluster.firing`. */
   firing?: "active" | "shared";
+  /** `cluster.dispatch` (`shared` needs `firing` `shared`). */
+  dispatch?: "active" | "shared";
 }
 
 /**
@@ -91,6 +93,7 @@ export async function coordinatorProcess(
             id: name,
             ...(shared.leaseMs === undefined ? {} : { leaseMs: shared.leaseMs }),
             ...(shared.firing === undefined ? {} : { firing: shared.firing }),
+            ...(shared.dispatch === undefined ? {} : { dispatch: shared.dispatch }),
           },
           security: { ...settings.security, dir: shared.securityDir },
         }),
@@ -129,6 +132,8 @@ export async function coordinatorProcess(
         );
         if (!options.standby && ready?.status === 200 && ready.body.ready) return;
         if (options.standby && ready?.body.role === "standby") return;
+        // With dispatch shared none stands by: each is active for its share from its start.
+        if (options.standby && shared?.dispatch === "shared" && ready?.body.ready) return;
         if (Date.now() > until)
           throw new Error(`the coordinator was not ready within 20 s; see ${logFile}`);
         await new Promise((r) => setTimeout(r, 50));

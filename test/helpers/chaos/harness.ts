@@ -50,6 +50,8 @@ export interface HarnessOptions {
     leaseMs?: number;
     /** `cluster.firing` of every coordinator. */
     firing?: "active" | "shared";
+    /** `cluster.dispatch` of every coordinator. */
+    dispatch?: "active" | "shared";
     /** The store URL of coordinator `i` (0-based) when it differs (a proxy in front of one). */
     urlOf?: (i: number) => string;
   };
@@ -119,6 +121,7 @@ export class ChaosHarness {
                 securityDir: join(tmp.dir, "ax-secrets"),
                 ...(cluster.leaseMs === undefined ? {} : { leaseMs: cluster.leaseMs }),
                 ...(cluster.firing === undefined ? {} : { firing: cluster.firing }),
+                ...(cluster.dispatch === undefined ? {} : { dispatch: cluster.dispatch }),
               }),
             ),
           );

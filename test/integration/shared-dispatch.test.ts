@@ -1,0 +1,153 @@
+import { afterAll, beforeAll, expect, it } from "vitest";
+import type { Coordinator } from "../../coordinator/coordinator.js";
+import { ownerAmong } from "../../coordinator/engine/membership.js";
+import type { DownMessage } from "../../shared/protocol/index.js";
+import { type ClusterRig, clusterRig } from "../helpers/cluster.js";
+import { waitFor } from "../helpers/env.js";
+import { type FakeAgent, fakeAgent } from "../helpers/fake-agent.js";
+import { call } from "../helpers/http.js";
+import { describeOnPg } from "../helpers/postgres.js";
+
+type Dispatch = Extract<DownMessage, { type: "dispatch" }>;
+
+const IDS = ["coord-a", "coord-b"];
+
+/**
+ * Two coordinators on one PostgreSQL store with `cluster.dispatch: "shared"` (docs/operations.md,
+ * "Several coordinators"): both are active, each for the agents that hash to it. A command by
+ * tags made through either reaches every agent from the coordinator that handles it, which also
+ * applies that agent's reports; both list the whole fleet.
+ */
+await describeOnPg("dispatch shared: each coordinator handles its own agents", (url) => {
+  let rig: ClusterRig;
+  const agents: FakeAgent[] = [];
+  let admin: string;
+  const api: Record<string, { c: Coordinator; url: string }> = {};
+
+  beforeAll(async () => {
+    rig = await clusterRig(url);
+    for (const id of IDS) {
+      api[id] = await rig.serve(id, {
+        messages: "off",
+        shares: { firing: "shared", dispatch: "shared" },
+      });
+    }
+    admin = rig.adminToken();
+  }, 30_000);
+
+  afterAll(async () => {
+    for (const a of agents) await a.close();
+    await rig?.close();
+  });
+
+  /** An agent id of the test's that hashes to `coordinator` among the two. */
+  const agentOf = (coordinator: string) => {
+    for (let i = 0; ; i++) {
+      const id = `${rig.broker.prefix}-dev${i}`;
+      if (
+        ownerAmong(
+          id,
+          IDS.map((x) => ({ id: x })),
+        )?.id === coordinator
+      )
+        return id;
+    }
+  };
+
+  it("both are ready; a command by tags runs on the agents of both, each handled by its own", async () => {
+    const a = api["coord-a"] as { c: Coordinator; url: string };
+    const b = api["coord-b"] as { c: Coordinator; url: string };
+    for (const x of [a, b]) {
+      const ready = await call<{ ready: boolean; role: string }>(x.url, "GET", "/api/ready");
+      expect(ready.status).toBe(200);
+      expect(ready.body).toMatchObject({ ready: true, role: "active" });
+    }
+    const owner: Record<string, string> = {};
+    for (const c of IDS) {
+      const agent = await fakeAgent(rig.broker, agentOf(c), { tags: { site: "north" } });
+      agents.push(agent);
+      owner[agent.agentId] = c;
+    }
+    // Both list the whole fleet online, the other's agent from the store within a second.
+    for (const x of [a, b]) {
+      await waitFor("both agents online in either listing", async () => {
+        const page = await call<{ items: { agentId: string; status: string }[] }>(
+          x.url,
+          "GET",
+          "/api/agents?status=online",
+          { token: admin },
+        );
+        return page.body.items.length === 2 ? true : undefined;
+      });
+    }
+
+    // Made through b: a's agent is dispatched by a, b's by b.
+    const sent = await call<{
+      executionIds: string[];
+      targets: { agentId: string; executionId: string }[];
+    }>(b.url, "POST", "/api/commands", {
+      token: admin,
+      body: { selector: { tags: { site: "north" } }, handler: "echo" },
+    });
+    expect(sent.status).toBe(202);
+    expect(sent.body.targets).toHaveLength(2);
+    for (const agent of agents) {
+      const target = sent.body.targets.find((t) => t.agentId === agent.agentId);
+      const id = target?.executionId as string;
+      const d = await agent.waitFor(
+        `dispatch of ${id}`,
+        (m): m is Dispatch => m.type === "dispatch" && m.executionId === id,
+      );
+      const ref = { executionId: id, round: d.round };
+      const at = Date.now();
+      await agent.report({ type: "accepted", ...ref, seq: 1 });
+      await agent.report({ type: "started", ...ref, seq: 2, startedAt: at, lateMs: 0 });
+      await agent.report({
+        type: "finished",
+        ...ref,
+        seq: 3,
+        outcome: "succeeded",
+        retryable: false,
+        message: "",
+        startedAt: at,
+        finishedAt: at + 1,
+      });
+    }
+    for (const t of sent.body.targets) {
+      await waitFor(`${t.executionId} SUCCEEDED`, async () =>
+        (await a.c.store.getExecution(t.executionId))?.state === "SUCCEEDED" ? true : undefined,
+      );
+      // Every step after its creation is the agent's coordinator's: it dispatched it and
+      // applied each report.
+      const steps = (await a.c.store.getTimeline(t.executionId)).map((e) => [
+        e.event,
+        (e.detail as { coordinator?: string } | null)?.coordinator,
+      ]);
+      const mine = owner[t.agentId];
+      expect(steps.slice(1)).toEqual([
+        ["dispatch", mine],
+        ["accepted", mine],
+        ["started", mine],
+        ["finished", mine],
+      ]);
+    }
+    // Each agent had its dispatch once, from its own coordinator only.
+    for (const agent of agents) {
+      expect(agent.received.filter((m) => m.type === "dispatch")).toHaveLength(1);
+    }
+
+    // /api/health shows the mode and what each coordinator handles.
+    const health = await waitFor("each coordinator reports its agents", async () => {
+      const h = await call<{
+        cluster: {
+          dispatch: string;
+          coordinators: { id: string; info: { agentsHandled?: number; agentsOnline?: number } }[];
+        };
+      }>(a.url, "GET", "/api/health", { token: admin });
+      const handled = h.body.cluster.coordinators.map((m) => m.info.agentsHandled);
+      return handled.length === 2 && handled.every((n) => n === 1) ? h.body : undefined;
+    });
+    expect(health.cluster.dispatch).toBe("shared");
+    expect(health.cluster.coordinators.map((m) => m.info.agentsOnline)).toEqual([1, 1]);
+  }, 60_000);
+});
