@@ -79,6 +79,8 @@ export interface PgWorkerArgs {
   leaseMs?: number;
   /** `cluster.firing`. */
   firing: "active" | "shared";
+  /** `cluster.dispatch`. @default "active" */
+  dispatch?: "active" | "shared";
 }
 
 /** Where the worker writes an agent's identity file (mode 0600), for its config's identityFile. */

@@ -236,6 +236,8 @@ export interface PgReportInput {
     repeat: number;
     /** `cluster.firing` of every coordinator. */
     firing: "active" | "shared";
+    /** `cluster.dispatch` of every coordinator. @default "active" */
+    dispatch?: "active" | "shared";
   };
   server: string;
   command: string;
@@ -257,9 +259,11 @@ function findings(x: PgReportInput): string[] {
       .flatMap((r) => coordinatorsOf(r))
       .reduce((a, c) => a + (c.worker?.events.fired ?? 0), 0);
     out.push(
-      x.o.firing === "shared"
-        ? `**The standbys fire their share** (\`cluster.firing: "shared"\`): over ${n(many.length)} runs with standbys they recorded ${n(fired)} of the ${n(allFired)} fires (${fmt((100 * fired) / Math.max(1, allFired))} %), using ${fmt(Math.min(...standbyCpu.map((c) => c.cores)))}–${fmt(Math.max(...standbyCpu.map((c) => c.cores)))} cores each (${fmt(Math.min(...standbyCpu.map((c) => c.cpuMsPerFire)))}–${fmt(Math.max(...standbyCpu.map((c) => c.cpuMsPerFire)))} ms per fire of the window), RSS ${fmt(Math.min(...standbyCpu.map((c) => c.rssMaxMB)))}–${fmt(Math.max(...standbyCpu.map((c) => c.rssMaxMB)))} MB. The active one still dispatches every execution and takes every report, which is most of a fire's work (the transitions), so the firing moved off it is the smaller part; and on 2 shared cores every coordinator takes CPU from the same PostgreSQL, broker and agents.`
-        : `**Standbys carry nothing, by design** (\`cluster.firing: "active"\`). One coordinator is active (the oldest live member) and the others only renew their membership lease one coordinator is active (the oldest live member) and the others only renew their membership lease (every ${"⅓"} of \`cluster.leaseMs\`, 3 s) and wait to take over; so adding coordinators adds availability, not rate. Over ${n(many.length)} runs with standbys they fired ${n(fired)} times and used ${fmt(Math.min(...standbyCpu.map((c) => c.cores)))}–${fmt(Math.max(...standbyCpu.map((c) => c.cores)))} cores each (${fmt(Math.min(...standbyCpu.map((c) => c.cpuMsPerFire)))}–${fmt(Math.max(...standbyCpu.map((c) => c.cpuMsPerFire)))} ms per fire of the active one's), RSS ${fmt(Math.min(...standbyCpu.map((c) => c.rssMaxMB)))}–${fmt(Math.max(...standbyCpu.map((c) => c.rssMaxMB)))} MB. What they cost the active one is their share of the 2 cores and of PostgreSQL: compare the rows with 1 and with ${n(Math.max(...counts))} at the same rate.`,
+      x.o.dispatch === "shared"
+        ? `**Every coordinator works its share** (\`cluster.dispatch: "shared"\`, with firing shared): each fires, routes and dispatches the jobs that hash to it and takes the reports of the agents that hash to it. Over ${n(many.length)} runs with several, the coordinators after the first recorded ${n(fired)} of the ${n(allFired)} fires (${fmt((100 * fired) / Math.max(1, allFired))} %), using ${fmt(Math.min(...standbyCpu.map((c) => c.cores)))}–${fmt(Math.max(...standbyCpu.map((c) => c.cores)))} cores each (${fmt(Math.min(...standbyCpu.map((c) => c.cpuMsPerFire)))}–${fmt(Math.max(...standbyCpu.map((c) => c.cpuMsPerFire)))} ms per fire of the window), RSS ${fmt(Math.min(...standbyCpu.map((c) => c.rssMaxMB)))}–${fmt(Math.max(...standbyCpu.map((c) => c.rssMaxMB)))} MB. Each coordinator also receives, and passes over, the messages of the others' agents; and on 2 shared cores every coordinator takes CPU from the same PostgreSQL, broker and agents.`
+        : x.o.firing === "shared"
+          ? `**The standbys fire their share** (\`cluster.firing: "shared"\`): over ${n(many.length)} runs with standbys they recorded ${n(fired)} of the ${n(allFired)} fires (${fmt((100 * fired) / Math.max(1, allFired))} %), using ${fmt(Math.min(...standbyCpu.map((c) => c.cores)))}–${fmt(Math.max(...standbyCpu.map((c) => c.cores)))} cores each (${fmt(Math.min(...standbyCpu.map((c) => c.cpuMsPerFire)))}–${fmt(Math.max(...standbyCpu.map((c) => c.cpuMsPerFire)))} ms per fire of the window), RSS ${fmt(Math.min(...standbyCpu.map((c) => c.rssMaxMB)))}–${fmt(Math.max(...standbyCpu.map((c) => c.rssMaxMB)))} MB. The active one still dispatches every execution and takes every report, which is most of a fire's work (the transitions), so the firing moved off it is the smaller part; and on 2 shared cores every coordinator takes CPU from the same PostgreSQL, broker and agents.`
+          : `**Standbys carry nothing, by design** (\`cluster.firing: "active"\`). One coordinator is active (the oldest live member) and the others only renew their membership lease one coordinator is active (the oldest live member) and the others only renew their membership lease (every ${"⅓"} of \`cluster.leaseMs\`, 3 s) and wait to take over; so adding coordinators adds availability, not rate. Over ${n(many.length)} runs with standbys they fired ${n(fired)} times and used ${fmt(Math.min(...standbyCpu.map((c) => c.cores)))}–${fmt(Math.max(...standbyCpu.map((c) => c.cores)))} cores each (${fmt(Math.min(...standbyCpu.map((c) => c.cpuMsPerFire)))}–${fmt(Math.max(...standbyCpu.map((c) => c.cpuMsPerFire)))} ms per fire of the active one's), RSS ${fmt(Math.min(...standbyCpu.map((c) => c.rssMaxMB)))}–${fmt(Math.max(...standbyCpu.map((c) => c.rssMaxMB)))} MB. What they cost the active one is their share of the 2 cores and of PostgreSQL: compare the rows with 1 and with ${n(Math.max(...counts))} at the same rate.`,
     );
   }
   const takeovers = runs.filter((r) =>
@@ -313,9 +317,11 @@ export function renderPgMarkdown(x: PgReportInput): string {
         t.met === null ? "n/a" : t.met ? "met" : "**not met**",
       ]),
     ),
-    x.o.firing === "shared"
-      ? 'How the work is shared in this version (`coordinator/engine/membership.ts`): with `cluster.firing: "shared"` every coordinator fires the jobs that hash to it, and the active one (the oldest live member) dispatches every execution and takes every report; the others take over when its lease lapses. Dispatching and reports are not shared out yet, so what several coordinators add is the firing\'s share of the work.'
-      : 'The scale-out target is **not met by design** with `cluster.firing: "active"`: one coordinator is active and the standbys take over when its lease lapses, but fire nothing meanwhile, so the rate a cluster carries is the rate one coordinator carries, less what the standbys\' renewals take from the shared cores.',
+    x.o.dispatch === "shared"
+      ? 'How the work is shared (`coordinator/engine/membership.ts`): with `cluster.dispatch: "shared"` (and firing shared) no coordinator stands by; each fires, routes and dispatches the jobs that hash to it, and handles the agents that hash to it (their reports, their commands, the leases of what they hold). In the tables below "active" is the first coordinator and "standbys" the others, all of them working.'
+      : x.o.firing === "shared"
+        ? 'How the work is shared in this version (`coordinator/engine/membership.ts`): with `cluster.firing: "shared"` every coordinator fires the jobs that hash to it, and the active one (the oldest live member) dispatches every execution and takes every report; the others take over when its lease lapses. Dispatching and reports are not shared out yet, so what several coordinators add is the firing\'s share of the work.'
+        : 'The scale-out target is **not met by design** with `cluster.firing: "active"`: one coordinator is active and the standbys take over when its lease lapses, but fire nothing meanwhile, so the rate a cluster carries is the rate one coordinator carries, less what the standbys\' renewals take from the shared cores.',
     "### Findings",
     findings(x)
       .map((f, i) => `${i + 1}. ${f}`)

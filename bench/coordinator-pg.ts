@@ -34,6 +34,8 @@ export interface PgBenchOptions {
   leaseMs: number | undefined;
   /** `cluster.firing` of every coordinator. */
   firing: "active" | "shared";
+  /** `cluster.dispatch` of every coordinator. */
+  dispatch: "active" | "shared";
   /** The command line, for the docs. */
   command: string;
 }
@@ -84,6 +86,7 @@ export async function runPostgres(
             coordinators,
             ...(o.leaseMs === undefined ? {} : { leaseMs: o.leaseMs }),
             firing: o.firing,
+            dispatch: o.dispatch,
           },
         });
         cell.runs.push(r);
@@ -114,6 +117,7 @@ export async function runPostgres(
     coordinatorNice: o.coordinatorNice,
     leaseMs: o.leaseMs ?? null,
     firing: o.firing,
+    dispatch: o.dispatch,
     jobs: JOBS,
   };
   writeResults(
@@ -135,6 +139,7 @@ export async function runPostgres(
         auth: o.auth,
         repeat: o.repeat,
         firing: o.firing,
+        dispatch: o.dispatch,
       },
       server,
       command: o.command,

@@ -64,7 +64,13 @@ export interface RunOptions {
    */
   auth: boolean;
   /** On PostgreSQL: the database, and how many coordinators share the run's schema. */
-  pg?: { url: string; coordinators: number; leaseMs?: number; firing: "active" | "shared" };
+  pg?: {
+    url: string;
+    coordinators: number;
+    leaseMs?: number;
+    firing: "active" | "shared";
+    dispatch?: "active" | "shared";
+  };
 }
 
 /** One coordinator process of a PostgreSQL run, over the window. */
@@ -340,6 +346,7 @@ export async function runRate(o: RunOptions): Promise<RateResult> {
                 enroll: n === 1,
                 ...(o.pg.leaseMs === undefined ? {} : { leaseMs: o.pg.leaseMs }),
                 firing: o.pg.firing,
+                ...(o.pg.dispatch === undefined ? {} : { dispatch: o.pg.dispatch }),
               },
             }
           : {}),

@@ -185,6 +185,7 @@ async function main(args: WorkerArgs): Promise<void> {
               id: pg.clusterId,
               ...(pg.leaseMs === undefined ? {} : { leaseMs: pg.leaseMs }),
               firing: pg.firing,
+              ...(pg.dispatch === undefined ? {} : { dispatch: pg.dispatch }),
             },
             mqtt: { url: args.mqttUrl, prefix: args.prefix, clientId: pg.clientId },
           }

@@ -20,6 +20,8 @@
  *            rest standbys; each count runs every rate; bench/coordinator-pg.ts)
  *            --lease-ms 3000 (postgres: the coordinators' cluster.leaseMs; default theirs, 3 s)
  *            --firing shared (postgres: the coordinators' cluster.firing, active or shared)
+ *            --dispatch active (postgres: the coordinators' cluster.dispatch, active or shared;
+ *              shared needs --firing shared)
  *
  * Each rate is a fresh run (bench/coordinator-run.ts): a new store, broker, coordinator process
  * (bench/coordinator-worker.ts, bundled) and agents (bench/coordinator-agent.ts, bundled).
@@ -111,6 +113,7 @@ function options() {
       coordinators: { type: "string", default: "1" },
       "lease-ms": { type: "string" },
       firing: { type: "string", default: "shared" },
+      dispatch: { type: "string", default: "active" },
     },
     strict: true,
   });
@@ -160,6 +163,15 @@ function options() {
       }
       return f;
     })(values.firing),
+    dispatch: ((d: string): "active" | "shared" => {
+      if (d !== "active" && d !== "shared") {
+        throw new Error(`--dispatch must be active or shared, not "${d}"`);
+      }
+      if (d === "shared" && values.firing !== "shared") {
+        throw new Error("--dispatch shared needs --firing shared");
+      }
+      return d;
+    })(values.dispatch),
     coordinators: values.coordinators.split(",").map((c) => {
       const k = Number(c);
       if (!Number.isInteger(k) || k < 1 || k > 9) {
@@ -172,9 +184,10 @@ function options() {
 
 /** The options a SQLite run records: those it had before `--store` came. */
 function sqliteSettings(o: ReturnType<typeof options>) {
-  const { store, pgUrl, coordinators, leaseMs, firing, ...rest } = o;
+  const { store, pgUrl, coordinators, leaseMs, firing, dispatch, ...rest } = o;
   void leaseMs;
   void firing;
+  void dispatch;
   void store;
   void pgUrl;
   void coordinators;
@@ -218,6 +231,7 @@ async function main(): Promise<void> {
         agentFile: AGENT,
         leaseMs: o.leaseMs,
         firing: o.firing,
+        dispatch: o.dispatch,
         command: `npm run bench:coordinator -- ${process.argv.slice(2).join(" ")}`,
       },
       machine,
