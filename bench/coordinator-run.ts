@@ -416,8 +416,10 @@ export async function runRate(o: RunOptions): Promise<RateResult> {
         standbys.every((w) => w.seen.started !== undefined),
       );
       const roles = standbys.map((w) => w.seen.role);
-      if (roles.some((r) => r !== "standby")) {
-        throw new Error(`the other coordinators started as ${roles.join(", ")}, not standbys`);
+      // With dispatch shared every coordinator is active for its share from its start.
+      const expected = o.pg.dispatch === "shared" ? "active" : "standby";
+      if (roles.some((r) => r !== expected)) {
+        throw new Error(`the other coordinators started as ${roles.join(", ")}, not ${expected}`);
       }
     }
 

@@ -374,14 +374,15 @@ export class Coordinator {
         .onTransition(e)
         .catch((err: unknown) => log("error", `after-trigger failed: ${(err as Error).message}`));
     });
-    this.firing.onFired = () => {
+    this.firing.onFired = (def) => {
       this.firesRecorded++;
       // Fired by a coordinator that does not dispatch (a standby's share): the active one's
       // watch learns of it, coalesced, since one NOTIFY per fire serializes commits. With
       // dispatch shared the one that fires a job dispatches it, but a job in a group is
-      // dispatched by the group's coordinator, which learns of it so.
+      // dispatched by the group's coordinator, which learns of it so. (Announcing every fire
+      // had every coordinator read the pending work after each one's fires, for nothing.)
       if (this.activated) this.executionLoop.kick();
-      if (!this.activated || share !== undefined) this.announceFires();
+      if (!this.activated || (share !== undefined && def.group !== undefined)) this.announceFires();
     };
     const membershipOf = this.membership;
     if (membershipOf !== undefined) this.firing.owns = (jobId) => membershipOf.firesJob(jobId);

@@ -1,4 +1,5 @@
 import { TimingWheel } from "../../shared/wheel.js";
+import type { JobDefinition } from "../domain/job.js";
 import { planMisfire } from "../domain/misfire.js";
 import { nextFireAfter } from "../domain/schedule.js";
 import type { EngineContext } from "./context.js";
@@ -59,7 +60,8 @@ export class FiringLoop {
   private pendingScan: Promise<void> | undefined;
   private closed = false;
   private started = false;
-  onFired: () => void = () => {};
+  /** Told after a job's fires were recorded, with the job's definition. */
+  onFired: (def: JobDefinition) => void = () => {};
   /**
    * Whether this coordinator fires the job: all of them on a store of its own; among several
    * coordinators, its share (Membership.firesJob). Asked when a fire is planned and again when
@@ -298,7 +300,7 @@ export class FiringLoop {
           },
         );
       }
-      if (fires.length > 0) this.onFired();
+      if (fires.length > 0) this.onFired(def);
       // The job's next fire, if it is within the look-ahead, goes on the wheel now; the periodic
       // scan finds it otherwise. (Rescanning after every fire cost O(rate) per fire.)
       const wallNow = clock.wallNow();
