@@ -9,6 +9,7 @@ import {
   databasePartition,
   databaseRestart,
   sharedDispatchFailover,
+  sharedDispatchPartition,
   sharedFiringFailover,
 } from "../helpers/chaos/cluster-scenarios.js";
 import { expectTruth } from "../helpers/chaos/expect-truth.js";
@@ -95,6 +96,21 @@ describe.skipIf(url === undefined)("chaos: several coordinators on PostgreSQL", 
     expect(r.unnamedEntries).toBe(0);
   }, 120_000);
 
+  it(sharedDispatchPartition.title, async () => {
+    const r = await runOn(sharedDispatchPartition);
+    expectTruth(sharedDispatchPartition, r.truth);
+    const why = r.truth.notes.join("; ");
+    // Fencing, not hope: the cut-off one fenced itself and exited 75 before another coordinator
+    // took its agent up, and applied nothing of it once fenced.
+    expect(r.lostExitCode, why).toBe(75);
+    expect(r.agentTakenMs, why).not.toBeNull();
+    expect(r.agentTakenMs as number, why).toBeLessThan(5_000);
+    expect(r.fencedBeforeTakeoverMs, why).not.toBeNull();
+    expect(r.fencedBeforeTakeoverMs as number, why).toBeGreaterThan(0);
+    expect(r.appliedAfterFence, why).toBe(0);
+    expect(r.unnamedEntries).toBe(0);
+  }, 120_000);
+
   it(databasePartition.title, async () => {
     const r = await runOn(databasePartition);
     console.log(
@@ -113,14 +129,18 @@ describe.skipIf(url === undefined)("chaos: several coordinators on PostgreSQL", 
 
   const noServer = postgresProcessUnavailable();
   if (noServer !== undefined) console.warn(`database restart scenario skipped: ${noServer}`);
-  it.skipIf(noServer !== undefined).each(["active", "shared"] as const)(
-    "3 coordinators on PostgreSQL, firing %s: the database (one of the test's own) stopped 2.5 s under load, then started",
-    async (firing) => {
+  it.skipIf(noServer !== undefined).each([
+    ["active", "active"],
+    ["shared", "active"],
+    ["shared", "shared"],
+  ] as const)(
+    "3 coordinators on PostgreSQL, firing %s, dispatch %s: the database (one of the test's own) stopped 2.5 s under load, then started",
+    async (firing, dispatch) => {
       const dir = mkdtempSync(join(tmpdir(), "ax-pg-"));
       const server = await postgresProcess(dir);
       try {
         // Away about 3 s: longer than a renewal's wait, shorter than the lease.
-        const scenario = databaseRestart(() => server.restart(2_500), firing);
+        const scenario = databaseRestart(() => server.restart(2_500), firing, dispatch);
         const r = await scenario.run({ url: server.url, schema: freshPgSchema() });
         console.log(`active before the restart ${r.lost}, after it ${r.tookOver}`);
         expectTruth(scenario, r.truth);

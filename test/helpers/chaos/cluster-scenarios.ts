@@ -253,15 +253,17 @@ export const databasePartition: ClusterScenario = {
 export function databaseRestart(
   restart: () => Promise<number>,
   firing: "active" | "shared" = "active",
+  dispatch: "active" | "shared" = "active",
 ): ClusterScenario {
   const shared = firing === "shared";
+  const mode = dispatch === "shared" ? "-shared-dispatch" : shared ? "-shared-firing" : "";
   return {
-    name: `database-restart${shared ? "-shared-firing" : ""}`,
-    title: `3 coordinators on PostgreSQL${shared ? ", firing shared" : ""}: the database restarted under load`,
+    name: `database-restart${mode}`,
+    title: `3 coordinators on PostgreSQL${dispatch === "shared" ? ", dispatch shared" : shared ? ", firing shared" : ""}: the database restarted under load`,
     allowsTwoRounds: false,
     run: (pg) =>
       withCluster(
-        `database-restart${shared ? "-shared-firing" : ""}`,
+        `database-restart${mode}`,
         pg,
         async (h) => {
           const before = h.coordinator;
@@ -290,6 +292,7 @@ export function databaseRestart(
         },
         12_000,
         firing,
+        dispatch,
       ),
   };
 }
@@ -580,4 +583,107 @@ export const sharedDispatchFailover = {
       "shared",
       "shared",
     ),
+};
+
+/** What {@link sharedDispatchPartition} measures besides the truth check. */
+export interface SharedPartitionResult {
+  truth: TruthResult;
+  lost: string;
+  orphan: string;
+  /** How long before another coordinator first applied a report of the orphan the lost one logged its fence. */
+  fencedBeforeTakeoverMs: number | null;
+  /** From the cut to another coordinator's first report of the orphan applied, ms. */
+  agentTakenMs: number | null;
+  /** Reports of the orphan's work the lost one applied after it fenced itself, before its restart (must be none). */
+  appliedAfterFence: number;
+  lostExitCode: number | null;
+  unnamedEntries: number;
+}
+
+/**
+ * Dispatch shared, and the coordinator that handles agent 1 cut off from the database (not from
+ * the broker) under load: it must fence itself (stop dispatching and taking reports, exit 75)
+ * before another coordinator takes its agents up. Each coordinator reaches the database through
+ * a proxy of its own, so that the one cut off can be the one that handles agent 1.
+ */
+export const sharedDispatchPartition = {
+  name: "shared-dispatch-partition",
+  title:
+    "3 coordinators on PostgreSQL, dispatch shared: the one that handles an agent cut off from the database (not the broker) under load",
+  allowsTwoRounds: false,
+  run: async (pg: ClusterRunOptions): Promise<SharedPartitionResult> => {
+    const target = new URL(pg.url);
+    const proxies = await Promise.all(
+      [0, 1, 2].map(() => tcpProxy(Number(target.port || 5432), target.hostname)),
+    );
+    const via = (i: number) => {
+      const u = new URL(pg.url);
+      u.hostname = "127.0.0.1";
+      u.port = String(proxies[i]?.port);
+      return u.toString();
+    };
+    try {
+      return await withCluster(
+        "shared-dispatch-partition",
+        { ...pg, urlOf: via },
+        async (h) => {
+          const t0 = await workInEveryState(h);
+          const orphan = h.agent(1).agentId;
+          const ids = h.coordinators.map((c, i) => ({ id: c.config.cluster?.id ?? "?", c, i }));
+          const owner = ownerAmong(orphan, ids) as { id: string; c: CoordinatorProcess; i: number };
+          const lost = owner.c;
+          const ended = lost.exited().then(() => Date.now());
+          proxies[owner.i]?.blackhole();
+          const cutAt = Date.now();
+          // Another coordinator to talk to: the cut-off one cannot read the store.
+          h.coordinator = h.coordinators.find((c) => c !== lost) as CoordinatorProcess;
+          await Promise.race([ended, sleep(15_000)]);
+          const lostExitCode = lost.exitCode();
+          const fencedAt = fenceLoggedAt(lost.logFile);
+          proxies[owner.i]?.heal();
+          const healedAt = Date.now();
+          const end = await finish(h, lost, t0, 8_000);
+          let agentTakenAt: number | null = null;
+          let appliedAfterFence = 0;
+          for (const e of await listExecutions(h.coordinator)) {
+            if (e.agentId !== orphan) continue;
+            const r = await h.coordinator.api<RecordedExecution>(
+              "GET",
+              `/api/executions/${encodeURIComponent(e.id)}`,
+            );
+            for (const t of r.timeline) {
+              if (t.fromState !== "DISPATCHED" && t.fromState !== "RUNNING") continue;
+              const by = String((t.detail as { coordinator?: unknown } | null)?.coordinator);
+              if (by !== owner.id && t.at >= cutAt) {
+                agentTakenAt = Math.min(agentTakenAt ?? Number.POSITIVE_INFINITY, t.at);
+              }
+              // Between its fence and its restart (after it, it is a new start of the same id).
+              if (by === owner.id && fencedAt !== null && t.at > fencedAt && t.at < healedAt) {
+                appliedAfterFence++;
+              }
+            }
+          }
+          end.truth.notes.push(
+            `${owner.id} handled ${orphan} and was cut off; fenced ${fencedAt === null ? "never" : `${fencedAt - cutAt} ms`} after the cut, exit ${lostExitCode}; ${orphan}'s reports taken by another ${agentTakenAt === null ? "never" : `${agentTakenAt - cutAt} ms`} after it`,
+          );
+          return {
+            truth: end.truth,
+            lost: owner.id,
+            orphan,
+            fencedBeforeTakeoverMs:
+              fencedAt === null || agentTakenAt === null ? null : agentTakenAt - fencedAt,
+            agentTakenMs: agentTakenAt === null ? null : agentTakenAt - cutAt,
+            appliedAfterFence,
+            lostExitCode,
+            unnamedEntries: end.unnamedEntries,
+          };
+        },
+        LEASE_MS,
+        "shared",
+        "shared",
+      );
+    } finally {
+      for (const p of proxies) await p.close();
+    }
+  },
 };
