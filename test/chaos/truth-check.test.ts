@@ -228,7 +228,20 @@ describe("the chaos truth check", () => {
       onTimeRequired: 1,
       lateRequired: 1,
       requiredLateMs: [2_500],
+      requiredNeverRan: 0,
     });
+  });
+
+  it("tells one held to time and a fraction of a millisecond over the tick from one that never ran", () => {
+    const r = checkTruth({
+      scenario: "s",
+      record: [ranOnce("e1")],
+      journals: [row("e1", { startedAt: T0 + 10_020.3 })],
+      effects: effects({ e1: 1 }),
+      mustBeOnTime: () => true,
+    });
+    // Late by 20.3 ms, shown as 20: late, not lost.
+    expect(r).toMatchObject({ lateRequired: 1, requiredLateMs: [20], requiredNeverRan: 0 });
   });
 
   it("is caught up only once every final journal outcome is in the record", () => {

@@ -72,6 +72,8 @@ export interface TruthResult {
   maxLateRequiredMs: number;
   /** The lateness (ms, rounded, ascending) of every execution held to time that ran. */
   requiredLateMs: number[];
+  /** Executions held to time that never ran at all (also counted in {@link lateRequired}). */
+  requiredNeverRan: number;
   /** Executions left in a non-terminal state. */
   nonTerminal: number;
   convergeMs: number | null;
@@ -214,6 +216,7 @@ export function checkTruth(input: TruthInput): TruthResult {
   let maxLateMs = 0;
   let onTimeRequired = 0;
   let lateRequired = 0;
+  let requiredNeverRan = 0;
   let maxLateRequiredMs = 0;
   let nonTerminal = 0;
   const countedTwice = new Set<string>();
@@ -266,6 +269,7 @@ export function checkTruth(input: TruthInput): TruthResult {
       onTimeRequired++;
       // Required on time and never ran at all: lost, and as late as it gets.
       lateRequired++;
+      requiredNeverRan++;
     }
     if (problems.length > 0) {
       bad.add(e.id);
@@ -323,6 +327,7 @@ export function checkTruth(input: TruthInput): TruthResult {
     lateRequired,
     maxLateRequiredMs: Math.round(maxLateRequiredMs),
     requiredLateMs: requiredLateMs.sort((a, b) => a - b),
+    requiredNeverRan,
     nonTerminal,
     convergeMs: input.convergeMs ?? null,
     findings: findings.slice(0, 25),
