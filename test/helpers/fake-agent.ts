@@ -32,6 +32,8 @@ export interface FakeAgent {
   report(body: BodyOf<Report>): Promise<void>;
   /** Publishes any up message as is. */
   publish(message: UpMessage): Promise<void>;
+  /** Reports a dispatch run to success: accepted, started and finished, seqs `seq` to `seq` + 2. */
+  succeed(ref: { executionId: string; round: number }, seq: number): Promise<void>;
   /** A heartbeat with `outboxDepth` reports in its outbox, and `time` when given. */
   heartbeat(
     outboxDepth?: number,
@@ -91,6 +93,21 @@ export async function fakeAgent(
     payloadSizes,
     report: (body) => publish(envelope(body, Date.now()) as Report),
     publish,
+    async succeed(ref, seq) {
+      const at = Date.now();
+      await agent.report({ type: "accepted", ...ref, seq });
+      await agent.report({ type: "started", ...ref, seq: seq + 1, startedAt: at, lateMs: 0 });
+      await agent.report({
+        type: "finished",
+        ...ref,
+        seq: seq + 2,
+        outcome: "succeeded",
+        retryable: false,
+        message: "",
+        startedAt: at,
+        finishedAt: at + 1,
+      });
+    },
     heartbeat: (outboxDepth = 0, running = [], extra = {}) =>
       publish(
         envelope(

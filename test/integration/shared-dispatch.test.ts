@@ -98,20 +98,7 @@ await describeOnPg("dispatch shared: each coordinator handles its own agents", (
         `dispatch of ${id}`,
         (m): m is Dispatch => m.type === "dispatch" && m.executionId === id,
       );
-      const ref = { executionId: id, round: d.round };
-      const at = Date.now();
-      await agent.report({ type: "accepted", ...ref, seq: 1 });
-      await agent.report({ type: "started", ...ref, seq: 2, startedAt: at, lateMs: 0 });
-      await agent.report({
-        type: "finished",
-        ...ref,
-        seq: 3,
-        outcome: "succeeded",
-        retryable: false,
-        message: "",
-        startedAt: at,
-        finishedAt: at + 1,
-      });
+      await agent.succeed({ executionId: id, round: d.round }, 1);
     }
     for (const t of sent.body.targets) {
       await waitFor(`${t.executionId} SUCCEEDED`, async () =>
