@@ -340,7 +340,7 @@ export const coordinatorConfigSchema = z
           .default(3_000)
           .meta(
             doc(
-              "How long this coordinator's membership holds without a renewal, by the database's clock; it renews every third of it. When it lapses, a standby takes over, and this one stops dispatching and exits (code 75) so that its supervisor restarts it as a standby.",
+              "How long this coordinator's membership holds without a renewal, by the database's clock; it renews every third of it. When it lapses, a standby takes over (with `dispatch` `shared`, the others take its share), and this one stops dispatching and exits (code 75) so that its supervisor restarts it (as a standby, or to take its share again).",
             ),
           ),
         firing: z
@@ -398,7 +398,7 @@ export const coordinatorConfigSchema = z
           .optional()
           .meta(
             doc(
-              "Subscribe through the shared subscription `$share/GROUP/…`, for a broker that a standby coordinator shares.",
+              "Subscribe through the shared subscription `$share/GROUP/…`, for a broker that a standby coordinator shares. Refused with `cluster.dispatch` `shared`, where every coordinator reads every agent's messages.",
               "none (plain subscriptions)",
             ),
           ),

@@ -249,6 +249,7 @@ export class Coordinator {
           agent: (agentId) => membership.owns(agentId),
           job: (jobId) => membership.owns(jobId),
           event: (name) => membership.owns(`event\u0000${name}`),
+          members: () => Math.max(1, membership.view().coordinators.length),
           since: () => this.shareMovedAt,
         };
       }
@@ -662,7 +663,7 @@ export class Coordinator {
     if (!this.activated) return;
     // An agent taken up (again) is asked for its outbox at its first heartbeat here, as after
     // the link's return: what it sent while no coordinator handled it was passed over.
-    this.inbound.linkUp(this.shareMovedAt);
+    this.inbound.shareMoved();
     this.fleet
       .reown()
       .catch((err: unknown) =>

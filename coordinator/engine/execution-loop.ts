@@ -221,7 +221,10 @@ export class ExecutionLoop {
       this.pendingChanged || !this.pendingNone || now - this.pendingReadAt >= QUIET_PENDING_READ_MS;
     // A kick from here on is seen by the next pass.
     this.pendingChanged = false;
-    const pendingLimit = readPending ? this.pendingRoom(now) : 0;
+    // With a share, the pending rows read are every coordinator's, in due order, and the others'
+    // are passed over: as many more are read as there are coordinators, so that a backlog of a
+    // lost one's (until its share moves) or of another's busy jobs does not fill the read.
+    const pendingLimit = readPending ? this.pendingRoom(now) * (share?.members() ?? 1) : 0;
     // The commands of agents out of reach wait: the store is told the shorter of the two lists,
     // so that a backlog for 10,000 offline agents is not walked to find the few that can move.
     const away = this.fleet.unreachable();
@@ -243,6 +246,7 @@ export class ExecutionLoop {
     if (due.retry.length >= BATCH || due.dispatchTimedOut.length >= BATCH) {
       this.timeoutsChanged = true;
     }
+    const pendingFull = readPending && due.pending.length >= pendingLimit;
     if (share !== undefined) {
       // The others' work is theirs; the compare-and-set of each transition would refuse it
       // here anyway, at the cost of a write.
@@ -258,10 +262,7 @@ export class ExecutionLoop {
     // once, not a poll later. (A command to 10,000 agents is 20 batches; at one per poll they
     // took 2 s to leave.) A full batch that nothing could move — work waiting for an agent —
     // waits for the poll, or the loop would spin on it.
-    const full =
-      (readPending && due.pending.length >= pendingLimit) ||
-      due.retry.length >= BATCH ||
-      due.dispatchTimedOut.length >= BATCH;
+    const full = pendingFull || due.retry.length >= BATCH || due.dispatchTimedOut.length >= BATCH;
     let moved = 0;
 
     // A retry made PENDING here is dispatchable at once: the next pass reads pending work now,

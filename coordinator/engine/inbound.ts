@@ -189,6 +189,17 @@ export class Inbound {
     this.heardSinceUp.clear();
   }
 
+  /**
+   * Who handles which agent moved (`cluster.dispatch` `shared`): reports held beyond a gap are let
+   * go (those of an agent that left are another's now; those of one that comes back may be
+   * below what another acknowledged meanwhile), and every agent is asked for its outbox at its
+   * next heartbeat, as after the link's return. The replays bring back what was let go.
+   */
+  shareMoved(): void {
+    this.ahead.clear();
+    this.heardSinceUp.clear();
+  }
+
   /** Messages handed in and not yet handled. */
   get backlog(): number {
     return this.waiting;

@@ -557,7 +557,9 @@ export const sharedDispatchFailover = {
               dispatchedBy[by] = (dispatchedBy[by] ?? 0) + 1;
             }
             const report = t.fromState === "DISPATCHED" || t.fromState === "RUNNING";
-            if (!report || r.execution.agentId !== orphan) continue;
+            // The orphan's commands only: a job's execution may have been on another agent
+            // before it was sent to the orphan, and that agent's reports are its coordinator's.
+            if (!report || r.execution.targetAgentId !== orphan) continue;
             reportsBy[by] = (reportsBy[by] ?? 0) + 1;
             if (by !== lostId && t.at >= lostAt) {
               agentTakenMs = Math.min(agentTakenMs ?? Number.POSITIVE_INFINITY, t.at - lostAt);
@@ -594,7 +596,7 @@ export interface SharedPartitionResult {
   fencedBeforeTakeoverMs: number | null;
   /** From the cut to another coordinator's first report of the orphan applied, ms. */
   agentTakenMs: number | null;
-  /** Reports of the orphan's work the lost one applied after it fenced itself, before its restart (must be none). */
+  /** Reports of the orphan's work the lost one applied after it fenced itself, before its process ended (must be none). */
   appliedAfterFence: number;
   lostExitCode: number | null;
   unnamedEntries: number;
@@ -637,16 +639,16 @@ export const sharedDispatchPartition = {
           const cutAt = Date.now();
           // Another coordinator to talk to: the cut-off one cannot read the store.
           h.coordinator = h.coordinators.find((c) => c !== lost) as CoordinatorProcess;
-          await Promise.race([ended, sleep(15_000)]);
+          const endedAt = await Promise.race([ended, sleep(15_000).then(() => Date.now())]);
           const lostExitCode = lost.exitCode();
           const fencedAt = fenceLoggedAt(lost.logFile);
           proxies[owner.i]?.heal();
-          const healedAt = Date.now();
           const end = await finish(h, lost, t0, 8_000);
           let agentTakenAt: number | null = null;
           let appliedAfterFence = 0;
           for (const e of await listExecutions(h.coordinator)) {
-            if (e.agentId !== orphan) continue;
+            // The orphan's commands only (a job's execution may have run on another agent first).
+            if (e.targetAgentId !== orphan) continue;
             const r = await h.coordinator.api<RecordedExecution>(
               "GET",
               `/api/executions/${encodeURIComponent(e.id)}`,
@@ -657,8 +659,10 @@ export const sharedDispatchPartition = {
               if (by !== owner.id && t.at >= cutAt) {
                 agentTakenAt = Math.min(agentTakenAt ?? Number.POSITIVE_INFINITY, t.at);
               }
-              // Between its fence and its restart (after it, it is a new start of the same id).
-              if (by === owner.id && fencedAt !== null && t.at > fencedAt && t.at < healedAt) {
+              // Between its fence and its process's end. (Not up to its restart: the new start
+              // of the same id takes its clock's offset from its first, slow reads of the busy
+              // store, and its first writes can be stamped some hundreds of ms early.)
+              if (by === owner.id && fencedAt !== null && t.at > fencedAt && t.at <= endedAt) {
                 appliedAfterFence++;
               }
             }
