@@ -122,9 +122,7 @@ export class Membership {
    * nominal time: the store's fire row, UNIQUE per job and nominal time, records it once.
    */
   firesJob(jobId: string): boolean {
-    if (this.role_ === "fenced" || this.closed) return false;
-    if (this.firing === "active") return this.role_ === "active";
-    return this.isMe(this.ownerOf(jobId));
+    return this.holds(this.firing, jobId);
   }
 
   /** Who dispatches and takes the reports. */
@@ -142,8 +140,13 @@ export class Membership {
    * takes effect and the other is refused.
    */
   owns(key: string): boolean {
+    return this.holds(this.dispatch, key);
+  }
+
+  /** {@link firesJob} and {@link owns}: all of it while active, or the share `key` falls in. */
+  private holds(mode: Firing | Dispatch, key: string): boolean {
     if (this.role_ === "fenced" || this.closed) return false;
-    if (this.dispatch === "active") return this.role_ === "active";
+    if (mode === "active") return this.role_ === "active";
     return this.isMe(this.ownerOf(key));
   }
 
