@@ -2,7 +2,7 @@ import mqtt from "mqtt";
 import type { ExecutionRecord } from "../../../coordinator/store/port.js";
 import { topics } from "../../../shared/protocol/index.js";
 import type { BrokerKind } from "./broker-process.js";
-import { ChaosHarness, poll, sleep } from "./harness.js";
+import { ChaosHarness, type Effect, poll, sleep } from "./harness.js";
 import { statesInStore } from "./record.js";
 import type { TruthResult } from "./truth.js";
 
@@ -26,11 +26,15 @@ export interface RunOptions {
   broker?: BrokerKind;
 }
 
-/** A job that runs the effect script every second on either agent. */
-export function tickJob(h: ChaosHarness, id = "tick"): Record<string, unknown> {
+/** A job that runs the effect script (or writes its file) every second on either agent. */
+export function tickJob(
+  h: ChaosHarness,
+  id = "tick",
+  effect: Effect = { kind: "exec" },
+): Record<string, unknown> {
   return {
     id,
-    ...h.params({ kind: "exec" }, `job-${id}`),
+    ...h.params(effect, `job-${id}`),
     trigger: { type: "cron", expr: "* * * * * *" },
     overlap: { policy: "PARALLEL" },
     timeout: "10s",
