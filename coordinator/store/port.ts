@@ -276,6 +276,19 @@ export interface ExecutionPage {
   nextCursor: string | null;
 }
 
+/** The first timeline entry's detail of an execution an event fired (Store.recordEvent). */
+export function eventEntryDetail(
+  event: { name: string; msgId: string; by?: string },
+  e: NewExecution,
+): Record<string, unknown> {
+  return {
+    event: event.name,
+    msgId: event.msgId,
+    ...(e.shardTotal ? { shard: `${e.shardIndex}/${e.shardTotal}` } : {}),
+    ...(event.by === undefined ? {} : { coordinator: event.by }),
+  };
+}
+
 /**
  * A firing decided under a job's misfire policy ({@link Store.recordFires}): the job's next fire
  * time moves from `expectedNext` to `nextFireAt`, each of `fires` gets its executions (one per
@@ -443,6 +456,25 @@ export interface Store {
   recordFires(batch: FireBatch): Promise<boolean>;
 
   /**
+   * Fires an event message once for each job: in one transaction it records (`name`, `msgId`) in
+   * the event ledger, and (`name`, `msgId`, job) for each of `fires` with the executions it
+   * creates (each with its first timeline entry: the event's name and `msgId`, and `by` as
+   * `coordinator`). A job already in the ledger for that message gets nothing: a redelivery
+   * (also after a restart), or another coordinator that read the same message first. Keyed by
+   * job, a coordinator that has not yet heard of a job just created cannot stop another from
+   * firing it. Returns whether the message was new to the ledger (`first`: one reader counts
+   * it) and the jobs this call fired. The ledger's rows go with retention
+   * ({@link purgeFinishedBefore}, by `at`).
+   */
+  recordEvent(event: {
+    name: string;
+    msgId: string;
+    fires: readonly { jobId: string; executions: readonly NewExecution[] }[];
+    at: number;
+    by?: string;
+  }): Promise<{ first: boolean; fired: string[] }>;
+
+  /**
    * Creates an execution outside any job (a device command, a retry); `detail` goes into its
    * first timeline entry (who asked for it).
    */
@@ -513,8 +545,8 @@ export interface Store {
    * Retention (DESIGN §6): deletes up to `limit` executions in a terminal state whose finish time
    * (`finishedAt`, else `updatedAt`) is before `cutoffMs`, oldest first, with their timelines, in
    * one short transaction; fire records older than the cutoff may go too, but never one at or
-   * after its job's next fire time; settled rollouts finished before the cutoff go too, with their
-   * timelines and targets. Returns how many executions were deleted (0 when `limit` < 1).
+   * after its job's next fire time; event ledger rows recorded before the cutoff go too; settled
+   * rollouts finished before the cutoff go too, with their timelines and targets. Returns how many executions were deleted (0 when `limit` < 1).
    */
   purgeFinishedBefore(cutoffMs: number, limit: number): Promise<number>;
 

@@ -686,6 +686,171 @@ export function storeContract(name: string, makeStore: () => Promise<StoreFixtur
       });
     });
 
+    describe("recordEvent", () => {
+      /** A message that fires `jobs`, each job its executions (ids) as [jobId, ids]. */
+      const event = (
+        msgId: string,
+        jobs: [string, string[]][],
+        extra: { name?: string; by?: string; at?: number } = {},
+      ) => ({
+        name: extra.name ?? "door-open",
+        msgId,
+        fires: jobs.map(([jobId, ids]) => ({
+          jobId,
+          executions: ids.map((id, i) =>
+            newExecution(id, {
+              jobId,
+              ...(ids.length > 1 ? { shardIndex: i, shardTotal: ids.length } : {}),
+            }),
+          ),
+        })),
+        at: extra.at ?? 2_000,
+        ...(extra.by === undefined ? {} : { by: extra.by }),
+      });
+
+      it("fires each job of a message once: its executions with the event in their first entry", async () => {
+        expect(
+          await store.recordEvent(
+            event(
+              "m-1",
+              [
+                ["job-a", ["ev-1"]],
+                ["job-b", ["ev-2", "ev-3"]],
+              ],
+              { by: "c2" },
+            ),
+          ),
+        ).toEqual({ first: true, fired: ["job-a", "job-b"] });
+        expect((await mustGet(store, "ev-1")).state).toBe("PENDING");
+        expect(await store.getTimeline("ev-1")).toEqual([
+          expect.objectContaining({
+            seq: 1,
+            at: 2_000,
+            event: "created",
+            toState: "PENDING",
+            detail: { event: "door-open", msgId: "m-1", coordinator: "c2" },
+          }),
+        ]);
+        expect((await store.getTimeline("ev-3"))[0]?.detail).toEqual({
+          event: "door-open",
+          msgId: "m-1",
+          shard: "1/2",
+          coordinator: "c2",
+        });
+        // The same message again (a redelivery, or another coordinator's copy): nothing.
+        expect(await store.recordEvent(event("m-1", [["job-a", ["ev-4"]]]))).toEqual({
+          first: false,
+          fired: [],
+        });
+        expect(await store.getExecution("ev-4")).toBeUndefined();
+        expect(await store.getTimeline("ev-4")).toEqual([]);
+        // A job the first reader did not know of yet (just created) is fired by one that does.
+        expect(
+          await store.recordEvent(
+            event("m-1", [
+              ["job-a", ["ev-5"]],
+              ["job-c", ["ev-6"]],
+            ]),
+          ),
+        ).toEqual({ first: false, fired: ["job-c"] });
+        // Another message, or the same id under another name, is another event.
+        expect(await store.recordEvent(event("m-2", [["job-a", ["ev-7"]]]))).toEqual({
+          first: true,
+          fired: ["job-a"],
+        });
+        expect(
+          await store.recordEvent(event("m-1", [["job-a", ["ev-8"]]], { name: "door-shut" })),
+        ).toEqual({ first: true, fired: ["job-a"] });
+        expect((await store.listExecutions()).map((e) => e.id).sort()).toEqual([
+          "ev-1",
+          "ev-2",
+          "ev-3",
+          "ev-6",
+          "ev-7",
+          "ev-8",
+        ]);
+      });
+
+      it("records a message that fires nothing, so that its copies are known", async () => {
+        expect(await store.recordEvent(event("m-1", []))).toEqual({ first: true, fired: [] });
+        expect(await store.recordEvent(event("m-1", []))).toEqual({ first: false, fired: [] });
+        expect(await store.listExecutions()).toEqual([]);
+      });
+
+      it("copies of one message recorded together: each job fires exactly once", async () => {
+        const results = await Promise.all(
+          ["a", "b", "c"].map((copy) =>
+            store.recordEvent(
+              event("m-1", [
+                ["job-a", [`ev-a-${copy}`]],
+                ["job-b", [`ev-b-${copy}`]],
+              ]),
+            ),
+          ),
+        );
+        expect(results.filter((r) => r.first)).toHaveLength(1);
+        expect(results.flatMap((r) => r.fired).sort()).toEqual(["job-a", "job-b"]);
+        expect(await store.listExecutions()).toHaveLength(2);
+      });
+
+      it("two stores on one database reading the same messages fire each job once", async (ctx) => {
+        if (!fx.openAnother) return ctx.skip();
+        const other = await another();
+        try {
+          const wins: string[] = [];
+          for (let i = 0; i < 30; i++) {
+            const pair =
+              i % 2 === 0
+                ? ([store, "a", other, "b"] as const)
+                : ([other, "b", store, "a"] as const);
+            const results = await Promise.all([
+              pair[0].recordEvent(
+                event(`m-${i}`, [["job-x", [`ev-${pair[1]}-${i}`]]], { by: pair[1] }),
+              ),
+              pair[2].recordEvent(
+                event(`m-${i}`, [["job-x", [`ev-${pair[3]}-${i}`]]], { by: pair[3] }),
+              ),
+            ]);
+            expect(
+              results.map((r) => r.fired.length),
+              `message ${i}`,
+            ).toEqual(results[0]?.first ? [1, 0] : [0, 1]);
+            wins.push(results[0]?.first ? pair[1] : pair[3]);
+          }
+          expect(new Set(wins)).toEqual(new Set(["a", "b"]));
+          for (const s of [store, other]) {
+            expect(await s.listExecutions({ limit: 100 })).toHaveLength(30);
+          }
+          for (let i = 0; i < 30; i++) {
+            const by = wins[i] as string;
+            expect((await store.getTimeline(`ev-${by}-${i}`))[0]?.detail).toMatchObject({
+              msgId: `m-${i}`,
+              coordinator: by,
+            });
+          }
+        } finally {
+          await other.close();
+        }
+      });
+
+      it("retention forgets messages recorded before the cutoff, and only those", async () => {
+        expect((await store.recordEvent(event("old", [], { at: 1_000 }))).first).toBe(true);
+        expect(
+          (await store.recordEvent(event("at-cutoff", [["job-a", ["ev-1"]]], { at: 5_000 }))).fired,
+        ).toEqual(["job-a"]);
+        await store.purgeFinishedBefore(5_000, 100);
+        expect(await store.recordEvent(event("at-cutoff", [["job-a", ["ev-2"]]]))).toEqual({
+          first: false,
+          fired: [],
+        });
+        expect(await store.recordEvent(event("old", [["job-a", ["ev-3"]]]))).toEqual({
+          first: true,
+          fired: ["job-a"],
+        });
+        expect((await store.listExecutions()).map((e) => e.id).sort()).toEqual(["ev-1", "ev-3"]);
+      });
+    });
+
     describe("applyTransition", () => {
       it("is a compare-and-set on (state, round): the same write succeeds once", async () => {
         const e = await firedExecution("ex-1");

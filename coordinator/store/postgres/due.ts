@@ -204,6 +204,14 @@ export async function purgeFinishedBefore(
          ORDER BY f.scheduled_for LIMIT $2)`,
     [cutoffMs, max],
   );
+  // The event ledger guards against a redelivery, which comes within a broker session's life,
+  // far inside the retention age.
+  await run(
+    q,
+    `DELETE FROM events WHERE (name, msg_id, job_id) IN (
+       SELECT name, msg_id, job_id FROM events WHERE fired_at < $1 ORDER BY fired_at LIMIT $2)`,
+    [cutoffMs, max],
+  );
   // Alerts age out with the executions they are about; a pending one is still being sent.
   await run(
     q,

@@ -1,4 +1,4 @@
-import type { FireBatch, NewExecution } from "../port.js";
+import { eventEntryDetail, type FireBatch, type NewExecution } from "../port.js";
 import { insertExecutions, insertNewExecutions } from "./executions.js";
 import { executionColumns, NEW_EXECUTION_COLUMNS, pushRow } from "./rows.js";
 import { type Queryable, run, type Statement } from "./tx.js";
@@ -52,6 +52,55 @@ export async function recordFire(
     detailJson({ scheduledFor: fire.scheduledFor }),
   ]);
   return true;
+}
+
+/**
+ * Inserts the event ledger's rows of a message ($1, $2): its own (job '') and one per job ($4,
+ * with $5 executions each), at $3; returns the job ids of the rows inserted.
+ */
+const EVENT: Statement = {
+  name: "ax_event",
+  text: `INSERT INTO events (name, msg_id, job_id, fired_at, executions)
+      SELECT $1, $2, j, $3, n FROM unnest($4::text[], $5::integer[]) AS t(j, n)
+      ON CONFLICT DO NOTHING RETURNING job_id`,
+};
+
+/**
+ * Fires an event message once per job (Store.recordEvent). Of two coordinators inserting one
+ * message's rows, the second's INSERT waits for the first's, then conflicts on each row the
+ * first inserted: exactly one creates each job's executions.
+ */
+export async function recordEvent(
+  q: Queryable,
+  event: {
+    name: string;
+    msgId: string;
+    fires: readonly { jobId: string; executions: readonly NewExecution[] }[];
+    at: number;
+    by?: string;
+  },
+  detailJson: (detail: Record<string, unknown>) => string | null,
+): Promise<{ first: boolean; fired: string[] }> {
+  const total = event.fires.reduce((n, f) => n + f.executions.length, 0);
+  const inserted = await run<{ job_id: string }>(q, EVENT, [
+    event.name,
+    event.msgId,
+    event.at,
+    ["", ...event.fires.map((f) => f.jobId)],
+    [total, ...event.fires.map((f) => f.executions.length)],
+  ]);
+  const rows = new Set(inserted.rows.map((r) => r.job_id));
+  const fired = event.fires.filter((f) => rows.has(f.jobId));
+  const executions = fired.flatMap((f) => f.executions);
+  if (executions.length > 0) {
+    await insertExecutions(
+      q,
+      executions,
+      event.at,
+      executions.map((e) => detailJson(eventEntryDetail(event, e))),
+    );
+  }
+  return { first: rows.has(""), fired: fired.map((f) => f.jobId) };
 }
 
 /** Records a firing under the misfire policy (Store.recordFires). */

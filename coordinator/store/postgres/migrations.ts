@@ -300,6 +300,24 @@ export const PG_MIGRATIONS: readonly Migration[] = [
       $$;
     `,
   },
+  {
+    version: 8,
+    name: "event ledger",
+    sql: `
+      -- Store.recordEvent, as SQLite's migration 18: each event message fires once, whichever
+      -- coordinator reads it first, and a redelivery after a restart finds its row.
+      -- One row per message (job_id '') and one per job it fired.
+      CREATE TABLE events (
+        name text COLLATE "C" NOT NULL,
+        msg_id text COLLATE "C" NOT NULL,
+        job_id text COLLATE "C" NOT NULL,
+        fired_at double precision NOT NULL,
+        executions integer NOT NULL,
+        PRIMARY KEY (name, msg_id, job_id)
+      );
+      CREATE INDEX events_fired ON events (fired_at);
+    `,
+  },
 ];
 
 /** The first key of the migration runner's advisory lock ("ax" in ASCII); the second is the schema's hash. */

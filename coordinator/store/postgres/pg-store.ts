@@ -374,6 +374,22 @@ export class PgStore implements Store {
   private readonly runSimpleFires = (q: Queryable, items: unknown[]) =>
     fires.recordSimpleFires(q, items as FireBatch[], this.detailJson);
 
+  async recordEvent(event: {
+    name: string;
+    msgId: string;
+    fires: readonly { jobId: string; executions: readonly NewExecution[] }[];
+    at: number;
+    by?: string;
+  }): Promise<{ first: boolean; fired: string[] }> {
+    // Announced when it created work, as an operator's command is: the coordinators that
+    // dispatch what it created learn of it at once.
+    return this.db.write("recordEvent", async (q) => {
+      const recorded = await fires.recordEvent(q, event, this.detailJson);
+      if (recorded.fired.length > 0) await this.db.notify(q, "executions");
+      return recorded;
+    });
+  }
+
   async createExecution(
     execution: NewExecution,
     at: number,

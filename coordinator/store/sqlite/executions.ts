@@ -1,5 +1,11 @@
 import type { ExecState } from "../../../shared/fsm.js";
-import type { ExecutionRecord, FireBatch, NewExecution, TransitionWrite } from "../port.js";
+import {
+  type ExecutionRecord,
+  eventEntryDetail,
+  type FireBatch,
+  type NewExecution,
+  type TransitionWrite,
+} from "../port.js";
 import { transitionColumns } from "../stored-text.js";
 import type { StoreContext } from "./context.js";
 import { PATCH_COLUMNS } from "./rows.js";
@@ -41,6 +47,40 @@ export function recordFire(
       if (inserted.changes !== 1) return false;
       insertExecution(ctx, fire.execution, fire.at, { scheduledFor: fire.scheduledFor });
       return true;
+    }),
+  );
+}
+
+/** Store.recordEvent. */
+export function recordEvent(
+  ctx: StoreContext,
+  event: {
+    name: string;
+    msgId: string;
+    fires: readonly { jobId: string; executions: readonly NewExecution[] }[];
+    at: number;
+    by?: string;
+  },
+): { first: boolean; fired: string[] } {
+  const { statements: sql } = ctx;
+  return wrap("recordEvent", () =>
+    ctx.writer.write(() => {
+      // The ledger's primary key is the guard: per message (job '') and per job it fires.
+      const record = sql.prepare(
+        "INSERT OR IGNORE INTO events (name, msg_id, job_id, fired_at, executions) VALUES (?, ?, ?, ?, ?)",
+      );
+      const total = event.fires.reduce((n, f) => n + f.executions.length, 0);
+      const first = record.run(event.name, event.msgId, "", event.at, total).changes === 1;
+      const fired: string[] = [];
+      for (const f of event.fires) {
+        const row = record.run(event.name, event.msgId, f.jobId, event.at, f.executions.length);
+        if (row.changes !== 1) continue;
+        fired.push(f.jobId);
+        for (const e of f.executions) {
+          insertExecution(ctx, e, event.at, eventEntryDetail(event, e));
+        }
+      }
+      return { first, fired };
     }),
   );
 }

@@ -410,4 +410,22 @@ export const SQLITE_MIGRATIONS: readonly Migration[] = [
         WHERE state = 'PENDING' AND target_agent_id IS NOT NULL;
     `,
   },
+  {
+    version: 18,
+    name: "event ledger",
+    sql: `
+      -- Store.recordEvent (issue 19): each event message fires once, whichever coordinator
+      -- reads it first, and a redelivery after a restart finds its row.
+      -- One row per message (job_id '') and one per job it fired.
+      CREATE TABLE events (
+        name TEXT NOT NULL,
+        msg_id TEXT NOT NULL,
+        job_id TEXT NOT NULL,
+        fired_at REAL NOT NULL,
+        executions INTEGER NOT NULL,
+        PRIMARY KEY (name, msg_id, job_id)
+      ) WITHOUT ROWID;
+      CREATE INDEX events_fired ON events (fired_at);
+    `,
+  },
 ];

@@ -45,6 +45,14 @@ export function purgeFinishedBefore(ctx: StoreContext, cutoffMs: number, limit: 
                ORDER BY f.scheduled_for LIMIT @max)`,
         )
         .run({ cutoff: cutoffMs, max });
+      // The event ledger guards against a redelivery, which comes within a broker session's
+      // life, far inside the retention age.
+      sql
+        .prepare(
+          `DELETE FROM events WHERE (name, msg_id, job_id) IN (
+             SELECT name, msg_id, job_id FROM events WHERE fired_at < ? ORDER BY fired_at LIMIT ?)`,
+        )
+        .run(cutoffMs, max);
       // Alerts age out with the executions they are about; a pending one is still being sent.
       sql
         .prepare(

@@ -272,6 +272,16 @@ export class SqliteStore implements Store {
     return executions.recordFires(this.ctx, batch);
   }
 
+  async recordEvent(event: {
+    name: string;
+    msgId: string;
+    fires: readonly { jobId: string; executions: readonly NewExecution[] }[];
+    at: number;
+    by?: string;
+  }): Promise<{ first: boolean; fired: string[] }> {
+    return executions.recordEvent(this.ctx, event);
+  }
+
   async createExecution(
     execution: NewExecution,
     at: number,
