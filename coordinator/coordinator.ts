@@ -248,7 +248,6 @@ export class Coordinator {
         share = {
           agent: (agentId) => membership.owns(agentId),
           job: (jobId) => membership.owns(jobId),
-          event: (name) => membership.owns(`event\u0000${name}`),
           members: () => Math.max(1, membership.view().coordinators.length),
           since: () => this.shareMovedAt,
         };

@@ -42,8 +42,6 @@ export interface Share {
   agent(agentId: string): boolean;
   /** Whether it routes and dispatches the job's executions (it fires the job too). */
   job(jobId: string): boolean;
-  /** Whether it handles the event's messages (the jobs they fire). */
-  event(name: string): boolean;
   /** How many coordinators share the work now (this one included). */
   members(): number;
   /**

@@ -207,12 +207,11 @@ export class Inbound {
 
   handle(decoded: Decoded | Unreadable, receivedAt: number): void {
     // Several coordinators, each with its share (`cluster.dispatch` `shared`): the others'
-    // agents and events are theirs to handle (their messages reach every coordinator).
+    // agents are theirs to handle (their messages reach every coordinator). An event is every
+    // coordinator's: the first to record it in the store fires it, so none is lost while the
+    // shares move.
     const share = this.ctx.share;
-    if (
-      share !== undefined &&
-      !(decoded.channel === "event" ? share.event(decoded.name) : share.agent(decoded.agentId))
-    ) {
+    if (share !== undefined && decoded.channel !== "event" && !share.agent(decoded.agentId)) {
       return;
     }
     const key = decoded.channel === "event" ? `event:${decoded.name}` : decoded.agentId;

@@ -1,5 +1,5 @@
 import { paramsSchema } from "../domain/job.js";
-import type { StoredJob } from "../store/port.js";
+import type { NewExecution, StoredJob } from "../store/port.js";
 import type { EngineContext } from "./context.js";
 import type { EngineEvents } from "./events.js";
 import { jobExecutions } from "./job-executions.js";
@@ -31,49 +31,94 @@ export class EventTriggers {
     private readonly onCreated: () => void,
   ) {}
 
+  /** Bumped by each {@link invalidate}: a read begun before one is not kept. */
+  private generation = 0;
+
   /** Forget the cached job list (a job was added, changed or removed). */
   invalidate(): void {
     this.jobs = undefined;
+    this.generation++;
   }
 
   private async listening(): Promise<StoredJob[]> {
-    this.jobs ??= await this.ctx.store.listListeningJobs();
-    return this.jobs;
+    if (this.jobs !== undefined) return this.jobs;
+    const generation = this.generation;
+    const jobs = await this.ctx.store.listListeningJobs();
+    if (generation === this.generation) this.jobs = jobs;
+    return jobs;
   }
 
-  /** An event message: fires every unpaused job whose trigger names it. Returns how many fired. */
+  /**
+   * An event message: fires every unpaused job whose trigger names it, once. The store's event
+   * ledger decides, job by job: a job it already holds for the message (a redelivery, also
+   * after a restart, or a copy another coordinator read first) is not fired again here. Returns
+   * how many jobs this call fired.
+   */
   async onEvent(name: string, msgId: string, payload: Record<string, unknown>): Promise<number> {
     const key = `${name}\u0000${msgId}`;
     if (this.seen.has(key)) {
       await this.ctx.store.bumpCounter("duplicate_events");
       return 0;
     }
-    this.seen.add(key);
-    if (this.seen.size > SEEN_EVENTS) {
-      const oldest = this.seen.values().next().value;
-      if (oldest !== undefined) this.seen.delete(oldest);
-    }
-    let fired = 0;
+    const now = this.ctx.clock.wallNow();
+    const fires: { jobId: string; executions: NewExecution[] }[] = [];
+    const refused: { job: StoredJob; misfit: string }[] = [];
     for (const job of await this.listening()) {
       const t = job.definition.trigger;
       if (t.type !== "event" || t.name !== name || job.paused) continue;
       const params = { ...job.definition.params, ...payload };
       const misfit = paramsMisfit(params);
-      if (misfit !== undefined) {
-        // No agent could read its dispatch: it would fail undelivered, saying nothing.
+      // No agent could read its dispatch: it would fail undelivered, saying nothing.
+      if (misfit !== undefined) refused.push({ job, misfit });
+      else fires.push({ jobId: job.id, executions: jobExecutions(job, now, now, params) });
+    }
+    const { first, fired } = await this.ctx.store.recordEvent({
+      name,
+      msgId,
+      fires,
+      at: now,
+      ...(this.ctx.coordinatorId === undefined ? {} : { by: this.ctx.coordinatorId }),
+    });
+    this.remember(key);
+    // With several coordinators each reading every event (dispatch shared), another one's copy
+    // is no duplicate the sender made; with one reader, a message not new is a redelivery.
+    if (!first && this.ctx.share === undefined) {
+      await this.ctx.store.bumpCounter("duplicate_events");
+    }
+    if (first) {
+      for (const { job, misfit } of refused) {
         await this.ctx.store.bumpCounter("events_refused");
         this.ctx.log(
           "warn",
           `event "${name}" does not fire job "${job.id}": its payload merged into the job's params ${misfit}`,
           { jobId: job.id, event: name },
         );
-        continue;
       }
-      await this.create(job, params, { event: name, msgId });
-      fired++;
+      if (fires.length === 0) await this.ctx.store.bumpCounter("events_without_jobs");
     }
-    if (fired === 0) await this.ctx.store.bumpCounter("events_without_jobs");
-    return fired;
+    const firedNow = new Set(fired);
+    for (const { jobId, executions } of fires) {
+      if (!firedNow.has(jobId)) continue;
+      for (const e of executions) {
+        this.ctx.log("info", `job ${jobId} fired by event`, {
+          jobId,
+          executionId: e.id,
+          event: name,
+          msgId,
+        });
+      }
+    }
+    if (fired.length > 0) this.onCreated();
+    return fired.length;
+  }
+
+  /** Remembers a message read, to drop its redelivery without asking the store. */
+  private remember(key: string): void {
+    this.seen.add(key);
+    if (this.seen.size > SEEN_EVENTS) {
+      const oldest = this.seen.values().next().value;
+      if (oldest !== undefined) this.seen.delete(oldest);
+    }
   }
 
   /**

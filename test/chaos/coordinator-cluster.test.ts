@@ -93,6 +93,16 @@ describe.skipIf(url === undefined)("chaos: several coordinators on PostgreSQL", 
     // …and every nominal time of the cron jobs has exactly one execution across the kill.
     expect(r.shares.missingTimes, why).toBe(0);
     expect(r.shares.duplicateTimes, why).toBe(0);
+    // Every event published through the kill fired its job once: none lost while the lost
+    // one's lease ran out, none fired by two coordinators.
+    expect(r.events.published, why).toBe(36);
+    expect(r.events, why).toEqual({
+      published: 36,
+      fired: 36,
+      missing: 0,
+      twice: 0,
+      unknown: 0,
+    });
     expect(r.unnamedEntries).toBe(0);
   }, 120_000);
 

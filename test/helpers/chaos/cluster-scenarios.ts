@@ -514,6 +514,11 @@ export interface SharedDispatchResult {
   /** From the kill to the first report of the orphan's applied by another coordinator, ms. */
   agentTakenMs: number | null;
   shares: ShareLedger;
+  /**
+   * The events published through the kill: how many, how many fired their job exactly once,
+   * never, more than once, and executions of the job for a message not published.
+   */
+  events: { published: number; fired: number; missing: number; twice: number; unknown: number };
   handledByTwo: number;
   unnamedEntries: number;
 }
@@ -537,12 +542,28 @@ export const sharedDispatchFailover = {
       pg,
       async (h) => {
         await addShareJobs(h);
+        // Events that an application publishes all along: every one must fire its job once,
+        // through the kill and the lapse of the lost one's lease (every coordinator reads them).
+        await h.job({
+          id: "bell",
+          ...h.params({ kind: "file" }, "job-bell"),
+          trigger: { type: "event", name: "bell" },
+          overlap: { policy: "PARALLEL" },
+        });
         const t0 = await workInEveryState(h);
         const orphan = h.agent(1).agentId;
         const ids = h.coordinators.map((c) => ({ id: c.config.cluster?.id ?? "?", c }));
         const owner = ownerAmong(orphan, ids) as { id: string; c: CoordinatorProcess };
         const lost = owner.c;
         const lostId = owner.id;
+        const published: string[] = [];
+        const publishing = (async () => {
+          for (let i = 0; i < 36; i++) {
+            published.push(await h.event("bell", { ring: i }));
+            await sleep(250);
+          }
+        })();
+        await sleep(1_000);
         await lost.kill();
         const lostAt = Date.now();
         // The run talks to one of the others from here.
@@ -550,16 +571,22 @@ export const sharedDispatchFailover = {
         // Down long enough for its lease to lapse and the others to take its share; started
         // again sooner, it would take the same share back under its id.
         await sleep(5_000);
+        await publishing;
         const end = await finish(h, lost, t0, 5_000);
         const shares = await shareLedger(h, { id: lostId, at: lostAt });
         const dispatchedBy: Record<string, number> = {};
         const reportsBy: Record<string, number> = {};
         let agentTakenMs: number | null = null;
+        const fired = new Map<string, number>();
         for (const e of await listExecutions(h.coordinator)) {
           const r = await h.coordinator.api<RecordedExecution>(
             "GET",
             `/api/executions/${encodeURIComponent(e.id)}`,
           );
+          if (r.execution.jobId === "bell") {
+            const msgId = String((r.timeline[0]?.detail as { msgId?: unknown } | null)?.msgId);
+            fired.set(msgId, (fired.get(msgId) ?? 0) + 1);
+          }
           for (const t of r.timeline) {
             const by = String((t.detail as { coordinator?: unknown } | null)?.coordinator);
             if (t.toState === "DISPATCHED" && t.at < lostAt) {
@@ -575,8 +602,15 @@ export const sharedDispatchFailover = {
             }
           }
         }
+        const events = {
+          published: published.length,
+          fired: published.filter((m) => fired.get(m) === 1).length,
+          missing: published.filter((m) => !fired.has(m)).length,
+          twice: [...fired.values()].filter((n) => n > 1).length,
+          unknown: [...fired.keys()].filter((m) => !published.includes(m)).length,
+        };
         end.truth.notes.push(
-          `${lostId} handled ${orphan}; dispatches before the kill by ${JSON.stringify(dispatchedBy)}; ${orphan}'s reports applied by ${JSON.stringify(reportsBy)}, by another ${agentTakenMs} ms after the kill; ${shares.note}`,
+          `${lostId} handled ${orphan}; dispatches before the kill by ${JSON.stringify(dispatchedBy)}; ${orphan}'s reports applied by ${JSON.stringify(reportsBy)}, by another ${agentTakenMs} ms after the kill; ${shares.note}; events ${JSON.stringify(events)}`,
         );
         return {
           truth: end.truth,
@@ -586,6 +620,7 @@ export const sharedDispatchFailover = {
           reportsBy,
           agentTakenMs,
           shares,
+          events,
           handledByTwo: end.handledByTwo,
           unnamedEntries: end.unnamedEntries,
         };

@@ -1,9 +1,13 @@
-import { mkdirSync, writeFileSync } from "node:fs";
+import { mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
+import mqtt, { type MqttClient } from "mqtt";
 import type { CoordinatorConfigInput } from "../../../coordinator/config.js";
 import type { ExecutionRecord } from "../../../coordinator/store/port.js";
 import { TERMINAL_STATES } from "../../../shared/fsm.js";
+import { parseIdentityText } from "../../../shared/identity.js";
 import { newId } from "../../../shared/ids.js";
+import { topics } from "../../../shared/protocol/index.js";
+import { seal } from "../../../shared/protocol/mac.js";
 import { tempDir, waitFor } from "../env.js";
 import { enrollBeforeStart } from "../identities.js";
 import { ChaosAgent, type ChaosAgentSettings, chaosAgentConfig } from "./agents.js";
@@ -87,6 +91,10 @@ export async function closeOpenHarnesses(): Promise<void> {
 export class ChaosHarness {
   readonly agents: ChaosAgent[] = [];
   private tags = 0;
+  /** Each agent's identity file (its message key and broker login), by agent id. */
+  private identities: Record<string, string> = {};
+  /** The application that publishes events ({@link ChaosHarness.event}), once it has. */
+  private publisher: MqttClient | undefined;
   private constructor(
     readonly scenario: string,
     readonly dir: string,
@@ -143,6 +151,7 @@ export class ChaosHarness {
       // starts and holds its identity, so every fault is also one of sealed traffic.
       const ids = Array.from({ length: options.agents ?? 2 }, (_, i) => `${prefix}-a${i + 1}`);
       const identities = await enrollBeforeStart(coordinator.config, ids, tmp.dir);
+      h.identities = identities;
       await coordinator.start();
       for (const standby of coordinators.slice(1)) await standby.start({ standby: true });
       const agentSettings = { ...CHAOS_AGENT, ...options.agent };
@@ -230,6 +239,42 @@ export class ChaosHarness {
       `/api/jobs/${jobId}/trigger`,
     );
     return a.executionIds;
+  }
+
+  /**
+   * Publishes an event on the broker as an application would, sealed with agent `n`'s identity
+   * (an enrolled one is what the coordinators accept), QoS 1; returns its `msgId`.
+   */
+  async event(name: string, payload: Record<string, unknown> = {}, n = 2): Promise<string> {
+    const read = parseIdentityText(
+      readFileSync(this.identities[this.agent(n).agentId] as string, "utf8"),
+    );
+    if (!read.ok) throw new Error(`agent ${n}'s identity: ${read.problems.join("; ")}`);
+    const identity = read.identity;
+    this.publisher ??= await mqtt.connectAsync(this.broker.url, {
+      clientId: `${this.prefix}-events`,
+      clean: true,
+      reconnectPeriod: 200,
+    });
+    const msgId = newId();
+    const topic = topics(this.prefix).event(name);
+    const body = JSON.stringify({
+      v: 1,
+      type: "event",
+      msgId,
+      sentAt: Date.now(),
+      from: identity.agentId,
+      payload,
+    });
+    const key = Buffer.from(identity.key, "base64url");
+    await this.publisher.publishAsync(
+      topic,
+      seal(body, topic, key, identity.generation, Date.now()),
+      {
+        qos: 1,
+      },
+    );
+    return msgId;
   }
 
   /** Pauses every job, so the run can come to rest. */
@@ -340,6 +385,7 @@ export class ChaosHarness {
   /** Ends every process and removes the folder. */
   async close(): Promise<void> {
     OPEN.delete(this);
+    await this.publisher?.endAsync(true).catch(() => {});
     await Promise.allSettled(this.agents.map((a) => a.close()));
     await Promise.allSettled(this.coordinators.map((c) => c.stop()));
     await this.broker.stop().catch(() => {});
