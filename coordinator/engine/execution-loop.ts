@@ -621,10 +621,14 @@ export class ExecutionLoop {
     if (routing.strategy === "LEAST_LOADED") {
       this.inFlight ??= await this.ctx.store.countInFlightByAgent();
     }
+    // With dispatch shared, a STICKY job's successes are applied by the coordinators of the
+    // agents it ran on, which need not be this one: each choice reads the last one back.
+    const sticky = routing.strategy === "STICKY";
+    const sharedSticky = sticky && this.ctx.share !== undefined;
     if (
-      (routing.strategy === "STICKY" || broadcast) &&
+      (sticky || broadcast) &&
       exec.jobId !== null &&
-      this.router.needsMemory(exec.jobId)
+      (this.router.needsMemory(exec.jobId) || sharedSticky)
     ) {
       // The job's first such choice in this process: what its executions say of where it ran
       // (after a restart, or on a coordinator that took over), so STICKY goes back to the agent
@@ -633,7 +637,11 @@ export class ExecutionLoop {
         exec.jobId,
         recentlyRoutedLimit(exec.shardTotal),
       );
-      this.router.remember(exec.jobId, routingMemoryOf(recent, exec.shardTotal));
+      const memory = routingMemoryOf(recent, exec.shardTotal);
+      this.router.remember(exec.jobId, memory);
+      if (sharedSticky && memory.succeeded !== undefined) {
+        this.router.noteSucceeded(exec.jobId, memory.succeeded);
+      }
     }
     const counts = routing.strategy === "LEAST_LOADED" ? this.inFlight : undefined;
     const chosen = this.router.choose(

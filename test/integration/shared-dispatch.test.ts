@@ -1,5 +1,6 @@
 import { afterAll, beforeAll, expect, it } from "vitest";
 import type { Coordinator } from "../../coordinator/coordinator.js";
+import { Router } from "../../coordinator/domain/routing.js";
 import { ownerAmong } from "../../coordinator/engine/membership.js";
 import type { DownMessage } from "../../shared/protocol/index.js";
 import { type ClusterRig, clusterRig } from "../helpers/cluster.js";
@@ -41,9 +42,9 @@ await describeOnPg("dispatch shared: each coordinator handles its own agents", (
   });
 
   /** An agent id of the test's that hashes to `coordinator` among the two. */
-  const agentOf = (coordinator: string) => {
+  const agentOf = (coordinator: string, label = "dev") => {
     for (let i = 0; ; i++) {
-      const id = `${rig.broker.prefix}-dev${i}`;
+      const id = `${rig.broker.prefix}-${label}${i}`;
       if (
         ownerAmong(
           id,
@@ -136,5 +137,75 @@ await describeOnPg("dispatch shared: each coordinator handles its own agents", (
     });
     expect(health.cluster.dispatch).toBe("shared");
     expect(health.cluster.coordinators.map((m) => m.info.agentsOnline)).toEqual([1, 1]);
+  }, 60_000);
+
+  it("a STICKY job goes back to the agent of its last success, applied by the other coordinator", async () => {
+    const a = api["coord-a"] as { c: Coordinator; url: string };
+    // F is coord-b's agent. The job is coord-a's, and with no success to follow it would hash
+    // to H: only the success that coord-b applied sends it back to F.
+    const f = agentOf("coord-b", "sticky-f");
+    const h = agentOf("coord-a", "sticky-h");
+    const members = IDS.map((x) => ({ id: x }));
+    const routable = (agentId: string) => ({
+      agentId,
+      handlers: ["sticky"],
+      tags: {},
+      load: 0,
+      concurrency: 4,
+    });
+    let jobId = "";
+    for (let i = 0; jobId === ""; i++) {
+      const id = `sticky-${i}`;
+      const hashed = new Router().choose(
+        { routing: { strategy: "STICKY" }, key: id },
+        [routable(f), routable(h)],
+        0,
+      );
+      if (ownerAmong(id, members)?.id === "coord-a" && hashed?.agentId === h) jobId = id;
+    }
+    const online = (agentId: string) =>
+      waitFor(`${agentId} online for coord-a`, async () =>
+        a.c.fleet.get(agentId)?.status === "online" ? true : undefined,
+      );
+    const agentF = await fakeAgent(rig.broker, f, { handlers: ["sticky"] });
+    agents.push(agentF);
+    await online(f);
+    const put = await call(a.url, "POST", "/api/jobs", {
+      token: admin,
+      body: {
+        id: jobId,
+        handler: "sticky",
+        trigger: { type: "manual" },
+        routing: { strategy: "STICKY" },
+      },
+    });
+    expect(put.status).toBe(201);
+    const run = async (seq: number) => {
+      const fired = await call<{ executionIds: string[] }>(
+        a.url,
+        "POST",
+        `/api/jobs/${jobId}/trigger`,
+        { token: admin },
+      );
+      const id = fired.body.executionIds[0] as string;
+      const d = await agentF.waitFor(
+        `dispatch of ${id} to ${f}`,
+        (m): m is Dispatch => m.type === "dispatch" && m.executionId === id,
+      );
+      await agentF.succeed({ executionId: id, round: d.round }, seq);
+      await waitFor(`${id} SUCCEEDED`, async () =>
+        (await a.c.store.getExecution(id))?.state === "SUCCEEDED" ? true : undefined,
+      );
+      return id;
+    };
+    const first = await run(1);
+    const finished = (await a.c.store.getTimeline(first)).find((e) => e.event === "finished");
+    expect((finished?.detail as { coordinator?: string } | null)?.coordinator).toBe("coord-b");
+
+    const agentH = await fakeAgent(rig.broker, h, { handlers: ["sticky"] });
+    agents.push(agentH);
+    await online(h);
+    await run(4);
+    expect(agentH.received.filter((m) => m.type === "dispatch")).toEqual([]);
   }, 60_000);
 });
