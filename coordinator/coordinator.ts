@@ -490,6 +490,10 @@ export class Coordinator {
     this.watchStop = this.store.watchWork((what) => {
       if (what === "access") this.reloadAccess();
       else if (what === "jobs") {
+        // Another coordinator's API changed a job: the event and after triggers read the jobs
+        // that listen again (until now they kept what they had read, and a job created through
+        // another coordinator never fired on an event here).
+        this.triggers.invalidate();
         if (this.activated || membership.firing === "shared") this.rescanFiring();
       } else if (this.activated) this.executionLoop.kick();
     });

@@ -1,5 +1,7 @@
+import mqtt from "mqtt";
 import { afterAll, beforeAll, expect, it } from "vitest";
 import type { Coordinator } from "../../coordinator/coordinator.js";
+import { newId } from "../../shared/ids.js";
 import type { DownMessage } from "../../shared/protocol/index.js";
 import { type ClusterRig, clusterRig } from "../helpers/cluster.js";
 import { waitFor } from "../helpers/env.js";
@@ -125,6 +127,43 @@ await describeOnPg("a standby serves the API as the active one does", (url) => {
     expect(events).toEqual(["created", "dispatch", "accepted", "started", "cancel", "finished"]);
     // Sent once, by the standby that was asked: the active one sent none of its own.
     expect(dev.received.filter((m) => m.type === "cancel")).toHaveLength(1);
+  }, 30_000);
+
+  it("an event job created through the standby fires on the active one's next event", async () => {
+    // The active one has read the jobs that listen for events (none): an event fires nothing.
+    const warm = await call<{ fired: number }>(a, "POST", "/api/events/bell", { token: admin });
+    expect(warm.body.fired).toBe(0);
+    const put = await call(b, "POST", "/api/jobs", {
+      token: admin,
+      body: { id: "on-bell", handler: "echo", trigger: { type: "event", name: "bell" } },
+    });
+    expect(put.status).toBe(201);
+    // Over MQTT, as an application sends it: the active one fires the job the standby created.
+    const client = await mqtt.connectAsync(rig.broker.url, {
+      clientId: `${rig.broker.prefix}-app`,
+    });
+    try {
+      // Sent again every half second until one fires (the job's news reaches the active one by
+      // the store's notification, a few ms after the write): each message at most once.
+      const fired = await waitFor(
+        "the event to fire on-bell",
+        async () => {
+          const list = await active.store.listExecutions({ jobId: "on-bell" });
+          if (list.length > 0) return list;
+          await client.publishAsync(
+            `${rig.broker.prefix}/v1/events/bell`,
+            JSON.stringify({ v: 1, type: "event", msgId: newId(), sentAt: Date.now() }),
+            { qos: 1 },
+          );
+          return undefined;
+        },
+        10_000,
+        500,
+      );
+      expect(fired.length).toBeGreaterThan(0);
+    } finally {
+      await client.endAsync();
+    }
   }, 30_000);
 
   it("opens no connection under the active one's client id, which it would take over", async () => {
