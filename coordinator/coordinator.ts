@@ -249,7 +249,6 @@ export class Coordinator {
           agent: (agentId) => membership.owns(agentId),
           job: (jobId) => membership.owns(jobId),
           members: () => Math.max(1, membership.view().coordinators.length),
-          since: () => this.shareMovedAt,
         };
       }
       // The engine reads the store's clock: dispatch timeouts and leases mean the same on every
@@ -639,8 +638,6 @@ export class Coordinator {
   }
 
   private leading = false;
-  /** When who handles which agent last moved (engine wall ms; Share.since). */
-  private shareMovedAt = Number.NEGATIVE_INFINITY;
 
   /**
    * Starts what the cluster runs once (rollouts, retention, alerts left pending by an earlier
@@ -658,11 +655,10 @@ export class Coordinator {
 
   /**
    * Who handles which agent moved (dispatch shared): the fleet takes the agents now its own from
-   * the store and leaves the others', silences count from now, the dispatcher reads again, and
-   * the oldest member takes up what runs once.
+   * the store (their silences count from now: Fleet.takenUpAt) and leaves the others', the
+   * dispatcher reads again, and the oldest member takes up what runs once.
    */
   private shareMoved(): void {
-    this.shareMovedAt = this.ctx.clock.wallNow();
     if (!this.activated) return;
     // An agent taken up (again) is asked for its outbox at its first heartbeat here, as after
     // the link's return: what it sent while no coordinator handled it was passed over.

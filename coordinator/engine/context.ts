@@ -44,9 +44,4 @@ export interface Share {
   job(jobId: string): boolean;
   /** How many coordinators share the work now (this one included). */
   members(): number;
-  /**
-   * When the share last moved (engine wall ms): an agent newly handled here was not heard by
-   * this coordinator before, so silences and dispatch timeouts count from then at the earliest.
-   */
-  since(): number;
 }

@@ -357,7 +357,12 @@ export class ExecutionLoop {
       // offline gets its work when it returns, if the deadline allows (the deadline ends it).
       const agent = previous === null ? undefined : this.fleet.get(previous);
       if (agent !== undefined && agent.status !== "online") continue;
-      const since = Math.max(exec.dispatchedAt ?? 0, linkUp ?? now, agent?.connectedAt ?? 0);
+      const since = Math.max(
+        exec.dispatchedAt ?? 0,
+        linkUp ?? now,
+        agent?.connectedAt ?? 0,
+        previous === null ? 0 : this.fleet.takenUpAt(previous),
+      );
       if (since + exec.dispatchTimeoutMs > now) continue;
       // Timed out only once this coordinator has read what the agent sent after the timeout
       // (its heartbeats at least). When the coordinator itself is behind, the `accepted` may be
@@ -415,7 +420,12 @@ export class ExecutionLoop {
       ...(await store.listExecutionsInStates(["SCHEDULED", "DISPATCHED"], BATCH)),
     ].filter((e) => share === undefined || holds(share, e));
     for (const exec of held) {
-      if (await this.checkLease(exec, now, linkUp)) continue;
+      // Heard from its agent since the link came up, or since the agent was taken up here.
+      const heardFrom = Math.max(
+        linkUp,
+        exec.agentId === null ? linkUp : this.fleet.takenUpAt(exec.agentId),
+      );
+      if (await this.checkLease(exec, now, heardFrom)) continue;
       // A run is timed out here only while its agent can be reached: an agent cut off keeps
       // running and timing out its own work, and reports it when it is back.
       const agentOnline =
@@ -425,7 +435,7 @@ export class ExecutionLoop {
       const startedBy = exec.state === "RUNNING" ? (exec.startedAt ?? exec.fireAt) : exec.deadline;
       const limit = Math.max(
         exec.state === "RUNNING" ? startedBy + exec.timeoutMs + grace : startedBy + grace,
-        linkUp + grace,
+        heardFrom + grace,
       );
       if (limit > now) continue;
       if (exec.state === "RUNNING") {
@@ -733,14 +743,13 @@ export async function inLanes<T>(
 }
 
 /**
- * When the coordinator's link came up, or its share last moved if later (`cluster.dispatch`
- * `shared`): an agent's silence and a dispatch's wait count from then, since before it this
- * coordinator could not hear the agent. Undefined while the link is down.
+ * When the coordinator's link came up: an agent's silence and a dispatch's wait count from then,
+ * since before it this coordinator could not hear the agent (nor, for an agent taken up from
+ * another coordinator's share, before it was taken: Fleet.takenUpAt). Undefined while the link
+ * is down.
  */
 export function upSince(ctx: EngineContext): number | undefined {
-  const up = ctx.link.upSince;
-  const moved = ctx.share?.since();
-  return up === undefined || moved === undefined ? up : Math.max(up, moved);
+  return ctx.link.upSince;
 }
 
 /**

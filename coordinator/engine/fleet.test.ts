@@ -14,8 +14,8 @@ afterEach(async () => {
   for (const c of cleanups.splice(0).reverse()) await c();
 });
 
-/** A fleet on a real store, on a clock the test moves. */
-function fleet(overrides: { idleHeartbeatMs?: number } = {}) {
+/** A fleet on a real store, on a clock the test moves; with `owned`, dispatch shared. */
+function fleet(overrides: { idleHeartbeatMs?: number } = {}, owned?: Set<string>) {
   const tmp = tempDir();
   cleanups.push(tmp.cleanup);
   const store = new SqliteStore({ path: join(tmp.dir, "ax.sqlite") });
@@ -37,7 +37,19 @@ function fleet(overrides: { idleHeartbeatMs?: number } = {}) {
     { url: config.mqtt.url, clientId: "ax-c-fleet-test" },
     () => now,
   );
-  const ctx = { config, store, link, clock, log: () => {}, events: new EngineEventBus() };
+  const share =
+    owned === undefined
+      ? undefined
+      : { agent: (id: string) => owned.has(id), job: () => true, members: () => 2 };
+  const ctx = {
+    config,
+    store,
+    link,
+    clock,
+    log: () => {},
+    events: new EngineEventBus(),
+    ...(share === undefined ? {} : { share }),
+  };
   const writes: number[] = [];
   const putAgents = store.putAgents.bind(store);
   store.putAgents = async (agents) => {
@@ -249,6 +261,35 @@ describe("Fleet: who is out of reach", () => {
     expect(f.fleet.get("a8")?.status).toBe("online");
     // a7's check and its write to the store, then a0's check; not the other 998.
     expect(reads).toBeLessThanOrEqual(10);
+  });
+
+  it("dispatch shared: counts a taken-up agent's silence from when it was taken, and no other's", async () => {
+    const owned = new Set(["a1", "a2"]);
+    // One limit for all (no idle period): an agent taken up is held to the idle one otherwise,
+    // since whether it was idle is not stored.
+    const f = fleet({ idleHeartbeatMs: 0 }, owned);
+    const t0 = f.now();
+    await f.fleet.hello(hello("a1", t0), t0);
+    await f.fleet.hello(hello("a2", t0), t0);
+    // a2 moves to another coordinator, then back: this one did not hear it in between.
+    f.advance(10_000);
+    owned.delete("a2");
+    await f.fleet.reown();
+    expect(f.fleet.takenUpAt("a2")).toBe(Number.NEGATIVE_INFINITY);
+    f.advance(2_000);
+    owned.add("a2");
+    await f.fleet.reown();
+    expect(f.fleet.takenUpAt("a2")).toBe(t0 + 12_000);
+    expect(f.fleet.takenUpAt("a1")).toBe(Number.NEGATIVE_INFINITY);
+    // 16 s after the last heartbeats (the limit is 3 × 5 s): a1, which stayed, is offline; a2
+    // was taken up 4 s ago.
+    f.advance(4_000);
+    await f.fleet.sweep(f.now(), t0);
+    expect(f.fleet.get("a1")?.status).toBe("offline");
+    expect(f.fleet.get("a2")?.status).toBe("online");
+    f.advance(12_000);
+    await f.fleet.sweep(f.now(), t0);
+    expect(f.fleet.get("a2")?.status).toBe("offline");
   });
 
   it("looks for silent agents a fifteenth of the silence limit apart, not every pass", async () => {

@@ -76,6 +76,11 @@ export class Fleet {
    * {@link load} or {@link reown}. The others' are the store's, read again by {@link current}.
    */
   private readonly mine = new Set<string>();
+  /**
+   * When each agent this coordinator took up from another's share was taken (engine wall ms;
+   * `cluster.dispatch` `shared`): it could not hear the agent before.
+   */
+  private readonly takenAt = new Map<string, number>();
 
   constructor(private readonly ctx: EngineContext) {
     // The first batch a full period after the start, not at the first sweep.
@@ -173,11 +178,18 @@ export class Fleet {
    * writes nothing more of it.
    */
   async reown(): Promise<void> {
+    const now = this.ctx.clock.wallNow();
+    // Taken from now, before the store is read: meanwhile the share already says these agents
+    // are this coordinator's, and the dispatcher may look at the work they hold.
+    for (const id of this.agents.keys()) {
+      if (!this.mine.has(id) && this.owns(id)) this.takenAt.set(id, now);
+    }
     const agents = await this.ctx.store.listAgents();
     const loaded = this.idleLimitMs() === undefined ? this.bySeen : this.bySeenIdle;
     for (const id of [...this.mine]) {
       if (this.owns(id)) continue;
       this.mine.delete(id);
+      this.takenAt.delete(id);
       this.bySeen.delete(id);
       this.bySeenIdle.delete(id);
       this.unsaved.delete(id);
@@ -189,6 +201,7 @@ export class Fleet {
       this.agents.set(a.agentId, a);
       if (!this.owns(a.agentId)) continue;
       this.mine.add(a.agentId);
+      if (!this.takenAt.has(a.agentId)) this.takenAt.set(a.agentId, now);
       this.busyUntil.delete(a.agentId);
       this.busyStreak.delete(a.agentId);
       if (a.status === "online") loaded.set(a.agentId, a);
@@ -247,6 +260,16 @@ export class Fleet {
     if (sentAt > (this.heard.get(agentId) ?? Number.NEGATIVE_INFINITY)) {
       this.heard.set(agentId, sentAt);
     }
+  }
+
+  /**
+   * When this coordinator took the agent up from another's share (engine wall ms), or −∞ for
+   * one it has handled since it started: the agent's silence and the waits of the work it holds
+   * (dispatch timeout, lease, run timeout) count from then at the earliest, since before it
+   * this coordinator did not hear the agent. Agents that did not move keep their clocks.
+   */
+  takenUpAt(agentId: string): number {
+    return this.takenAt.get(agentId) ?? Number.NEGATIVE_INFINITY;
   }
 
   /**
@@ -574,6 +597,8 @@ export class Fleet {
         continue;
       }
       if (now - Math.max(a.lastSeenAt, linkUpSince) <= limit) break;
+      // Taken up from another coordinator's share lately: its silence counts from then.
+      if (now - this.takenUpAt(a.agentId) <= limit) continue;
       a.status = "offline";
       bySeen.delete(a.agentId);
       this.reachabilityChanged();

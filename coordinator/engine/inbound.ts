@@ -190,14 +190,16 @@ export class Inbound {
   }
 
   /**
-   * Who handles which agent moved (`cluster.dispatch` `shared`): reports held beyond a gap are let
-   * go (those of an agent that left are another's now; those of one that comes back may be
-   * below what another acknowledged meanwhile), and every agent is asked for its outbox at its
-   * next heartbeat, as after the link's return. The replays bring back what was let go.
+   * Who handles which agent moved (`cluster.dispatch` `shared`): what is held of an agent that
+   * left (reports beyond a gap, having been heard since the link came up) is forgotten, since it
+   * is another's now, and should it come back, what it sent meanwhile was another's to
+   * acknowledge. An agent taken up here was not heard here, so it is asked for its outbox at its
+   * next heartbeat, as after the link's return. The agents that stayed keep what they had.
    */
   shareMoved(): void {
-    this.ahead.clear();
-    this.heardSinceUp.clear();
+    const share = this.ctx.share;
+    for (const id of this.ahead.keys()) if (!share?.agent(id)) this.ahead.delete(id);
+    for (const id of this.heardSinceUp) if (!share?.agent(id)) this.heardSinceUp.delete(id);
   }
 
   /** Messages handed in and not yet handled. */
