@@ -74,8 +74,27 @@ describe("roundRobin", () => {
   // Given out of order on purpose: the rotation follows agentId order, not list order.
   const abc = [agent("c"), agent("a"), agent("b")];
 
-  it("starts at the lowest agentId without a cursor", () => {
+  it("starts at the lowest agentId without a cursor or a key", () => {
     expect(roundRobin(abc, undefined)?.agentId).toBe("a");
+  });
+
+  it("starts where the key hashes to: jobs that fire together spread, and stay spread", () => {
+    const agents = Array.from({ length: 10 }, (_, i) => agent(`dev-${i}`));
+    const jobs = Array.from({ length: 200 }, (_, i) => `job-${i}`);
+    const cursors = new Map<string, string | undefined>();
+    for (let round = 0; round < 3; round++) {
+      const load = new Map<string, number>();
+      for (const job of jobs) {
+        const chosen = roundRobin(agents, cursors.get(job), job)?.agentId as string;
+        cursors.set(job, chosen);
+        load.set(chosen, (load.get(chosen) ?? 0) + 1);
+      }
+      // Every agent gets some of each round, none more than twice its even share (20).
+      expect(load.size, `round ${round}`).toBe(10);
+      expect(Math.max(...load.values()), `round ${round}`).toBeLessThanOrEqual(40);
+    }
+    // The same key starts at the same agent in every process.
+    expect(roundRobin(agents, undefined, "job-7")).toBe(roundRobin(agents, undefined, "job-7"));
   });
 
   it("rotates in agentId order and wraps", () => {
@@ -479,7 +498,14 @@ describe("ROUND_ROBIN", () => {
       router.choose(one, agents, 0),
       router.choose(two, agents, 0),
     ];
-    expect(ids(picked)).toEqual(["a", "b", "a", "c", "b"]);
+    // Each key from the agent it hashes to, then in agentId order.
+    const from = (key: string, n: number) => {
+      const start = ["a", "b", "c"].indexOf(roundRobin(agents, undefined, key)?.agentId ?? "");
+      return Array.from({ length: n }, (_, i) => ["a", "b", "c"][(start + i) % 3]);
+    };
+    const [o1, o2, o3] = from("job-1", 3);
+    const [t1, t2] = from("handler:echo", 2);
+    expect(ids(picked)).toEqual([o1, o2, t1, o3, t2]);
   });
 
   it("ignores a shard: each execution of a sharded job just takes the next agent", () => {
@@ -709,9 +735,15 @@ describe("TARGET", () => {
 
   it("only the agents whose tags match the selector", () => {
     const router = new Router();
-    expect(
-      chooseMany(router, req({ strategy: "TARGET", selector: { site: "x" } }), tagged, 4),
-    ).toEqual(["a", "c", "a", "c"]);
+    const matching = chooseMany(
+      router,
+      req({ strategy: "TARGET", selector: { site: "x" } }),
+      tagged,
+      4,
+    );
+    // Both, in turn (from the one the job hashes to).
+    expect([...matching.slice(0, 2)].sort()).toEqual(["a", "c"]);
+    expect(matching.slice(2)).toEqual(matching.slice(0, 2));
     expect(
       chooseMany(router, req({ strategy: "TARGET", selector: { rev: "B" } }), tagged, 2),
     ).toEqual(["c", "c"]);

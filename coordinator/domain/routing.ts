@@ -56,15 +56,21 @@ export function eligibleAgents<A extends RoutableAgent>(
 /**
  * ROUND_ROBIN: the next agent, after the one chosen last time, among `candidates` (already
  * filtered to live agents with the handler), in agentId order so the rotation is stable.
- * The caller remembers the chosen agent's id as the next call's `lastAgentId`.
+ * The caller remembers the chosen agent's id as the next call's `lastAgentId`. With no last
+ * choice, the rotation starts at the agent `key` hashes to (the lowest agentId without a key):
+ * had every job started at the lowest, jobs that fire together would all go to one agent, then
+ * all to the next, in step, for good.
  */
 export function roundRobin<A extends RoutableAgent>(
   candidates: readonly A[],
   lastAgentId: string | undefined,
+  key?: string,
 ): A | undefined {
   if (candidates.length === 0) return undefined;
   const sorted = [...candidates].sort((a, b) => compareIds(a.agentId, b.agentId));
-  if (lastAgentId === undefined) return sorted[0];
+  if (lastAgentId === undefined) {
+    return key === undefined ? sorted[0] : sorted[hash32(key) % sorted.length];
+  }
   return sorted.find((a) => a.agentId > lastAgentId) ?? sorted[0];
 }
 
@@ -334,7 +340,7 @@ export class Router {
       case "FIRST":
         return lowestId(candidates);
       case "ROUND_ROBIN":
-        return roundRobin(candidates, this.cursors.get(key));
+        return roundRobin(candidates, this.cursors.get(key), key);
       case "RANDOM": {
         const r = (request.random ?? Math.random)();
         return candidates[Math.min(candidates.length - 1, Math.floor(r * candidates.length))];
@@ -361,7 +367,7 @@ export class Router {
             (routing.agents === undefined || routing.agents.includes(a.agentId)) &&
             (routing.selector === undefined || matchesSelector(a.tags, routing.selector)),
         );
-        return roundRobin(targets, this.cursors.get(key));
+        return roundRobin(targets, this.cursors.get(key), key);
       }
     }
   }
