@@ -616,6 +616,20 @@ export class ExecutionLoop {
       this.router.noteDispatched(exec.targetAgentId, now);
       return exec.targetAgentId;
     }
+    // With dispatch shared, a job's execution dispatched here to another coordinator's agent
+    // that answered `busy` (or refused for now) came back PENDING through that coordinator,
+    // which alone heard it: the agent is passed over here too, for the busy back-off from then,
+    // rather than sent the same execution again at once.
+    const last = exec.agentId;
+    if (
+      this.ctx.share !== undefined &&
+      last !== null &&
+      exec.round > 0 &&
+      exec.state === "PENDING" &&
+      !this.fleet.owns(last)
+    ) {
+      this.fleet.passOver(last, exec.updatedAt + this.ctx.config.busyBackoffMs);
+    }
     const routing: Routing = (await this.definition(exec, jobs))?.routing ?? {
       strategy: "ROUND_ROBIN",
     };

@@ -553,6 +553,15 @@ export class Fleet {
     return until;
   }
 
+  /**
+   * Passes over an agent until `until`, as a busy one: an agent of another coordinator's share
+   * (`cluster.dispatch` `shared`) that answered `busy` to this one's dispatch, which only that
+   * coordinator heard (the record shows it: the execution came back PENDING from it).
+   */
+  passOver(agentId: string, until: number): void {
+    if ((this.busyUntil.get(agentId) ?? 0) < until) this.busyUntil.set(agentId, until);
+  }
+
   /** The agent accepted work: its busy back-off starts again from the shortest. */
   markAccepting(agentId: string): void {
     this.busyStreak.delete(agentId);

@@ -208,4 +208,70 @@ await describeOnPg("dispatch shared: each coordinator handles its own agents", (
     await run(4);
     expect(agentH.received.filter((m) => m.type === "dispatch")).toEqual([]);
   }, 60_000);
+
+  it("an agent of the other coordinator that answers busy is passed over by the job's", async () => {
+    const a = api["coord-a"] as { c: Coordinator; url: string };
+    // F is coord-b's agent and the job's hash picks it; only coord-b hears F's `busy`.
+    const f = agentOf("coord-b", "busy-f");
+    const g = agentOf("coord-a", "busy-g");
+    const members = IDS.map((x) => ({ id: x }));
+    const routable = (agentId: string) => ({
+      agentId,
+      handlers: ["busy"],
+      tags: {},
+      load: 0,
+      concurrency: 4,
+    });
+    let jobId = "";
+    for (let i = 0; jobId === ""; i++) {
+      const id = `hashed-${i}`;
+      const hashed = new Router().choose(
+        { routing: { strategy: "CONSISTENT_HASH" }, key: id },
+        [routable(f), routable(g)],
+        0,
+      );
+      if (ownerAmong(id, members)?.id === "coord-a" && hashed?.agentId === f) jobId = id;
+    }
+    const agentF = await fakeAgent(rig.broker, f, { handlers: ["busy"] });
+    const agentG = await fakeAgent(rig.broker, g, { handlers: ["busy"] });
+    agents.push(agentF, agentG);
+    for (const id of [f, g]) {
+      await waitFor(`${id} online for coord-a`, async () =>
+        a.c.fleet.get(id)?.status === "online" ? true : undefined,
+      );
+    }
+    const put = await call(a.url, "POST", "/api/jobs", {
+      token: admin,
+      body: {
+        id: jobId,
+        handler: "busy",
+        trigger: { type: "manual" },
+        routing: { strategy: "CONSISTENT_HASH" },
+      },
+    });
+    expect(put.status).toBe(201);
+    const fired = await call<{ executionIds: string[] }>(
+      a.url,
+      "POST",
+      `/api/jobs/${jobId}/trigger`,
+      { token: admin },
+    );
+    const id = fired.body.executionIds[0] as string;
+    const first = await agentF.waitFor(
+      `dispatch of ${id} to ${f}`,
+      (m): m is Dispatch => m.type === "dispatch" && m.executionId === id,
+    );
+    await agentF.report({ type: "busy", executionId: id, round: first.round, seq: 1 });
+    // The next round goes to G, not back to F at once.
+    const second = await agentG.waitFor(
+      `dispatch of ${id} to ${g}`,
+      (m): m is Dispatch => m.type === "dispatch" && m.executionId === id,
+    );
+    expect(second.round).toBeGreaterThan(first.round);
+    await agentG.succeed({ executionId: id, round: second.round }, 1);
+    await waitFor(`${id} SUCCEEDED`, async () =>
+      (await a.c.store.getExecution(id))?.state === "SUCCEEDED" ? true : undefined,
+    );
+    expect(agentF.received.filter((m) => m.type === "dispatch")).toHaveLength(1);
+  }, 60_000);
 });
