@@ -1,5 +1,6 @@
 import { envelope } from "../../shared/message.js";
 import { AGENT_UPDATE_HANDLER, updateHoldMs } from "../../shared/update.js";
+import { MAX_HEALTH_WINDOW_MS, MAX_TRIAL_STARTS } from "../../shared/update-limits.js";
 import type { JobDefinition, Routing } from "../domain/job.js";
 import { decideOverlap } from "../domain/overlap.js";
 import { eligibleAgents, hashKeyValue, Router, routingMemoryOf } from "../domain/routing.js";
@@ -12,6 +13,14 @@ import { applyEvent } from "./transitions.js";
 import { refuseOffer, updateRefusal } from "./update-offer.js";
 
 const BATCH = 500;
+
+/**
+ * With dispatch shared, how often the leases of executions whose agents moved away are looked
+ * for, and how old (unrenewed) they must be: past the longest an agent may stay silent about
+ * its work (an `agent.update`'s hold, 4 health windows of at most an hour), and an hour more.
+ */
+const LEASE_PRUNE_EVERY_MS = 60_000;
+const LEASE_PRUNE_AGE_MS = (MAX_TRIAL_STARTS + 1) * MAX_HEALTH_WINDOW_MS + 3_600_000;
 
 /** Pending executions a pass reads even with no room to dispatch: those it may expire. */
 const EXPIRY_SCAN = 20;
@@ -62,6 +71,7 @@ export class ExecutionLoop {
   /** Executions already sent a cancel because a newer firing replaces them (overlap REPLACE). */
   private readonly replacing = new Set<string>();
   private lastSlowScan = 0;
+  private leasesPrunedAt = 0;
   private armedNow = false;
   /** Something may have made pending work dispatchable since the last read of it (a kick). */
   private pendingChanged = true;
@@ -411,6 +421,12 @@ export class ExecutionLoop {
     // execution in flight ten times a second for nothing.
     if (now - this.lastSlowScan < 1000) return;
     this.lastSlowScan = now;
+    // The leases of executions whose agents moved to another coordinator are not checked here
+    // any more, nor ended by a transition heard here: they go once older than any lease's hold.
+    if (share !== undefined && now - this.leasesPrunedAt >= LEASE_PRUNE_EVERY_MS) {
+      this.leasesPrunedAt = now;
+      this.leases.prune(now - LEASE_PRUNE_AGE_MS);
+    }
     if (linkUp === undefined) return;
     const grace = this.ctx.config.timeoutGraceMs;
     // Running work first, on its own: commands held far ahead (SCHEDULED) must not crowd the

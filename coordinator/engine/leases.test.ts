@@ -44,4 +44,20 @@ describe("leases", () => {
       4 * DEFAULT_HEALTH_WINDOW_MS,
     );
   });
+
+  it("prune forgets the leases not renewed since a time, and only those", () => {
+    const l = new Leases(1_500, 2_000);
+    l.renew("moved-away", 1, 1_000);
+    l.renew("renewed", 1, 1_000);
+    l.renew("renewed", 1, 9_000);
+    l.renew("recent", 1, 8_000);
+    expect(l.size).toBe(3);
+    expect(l.prune(5_000)).toBe(1);
+    expect(l.size).toBe(2);
+    // The one pruned starts fresh if it is checked again: from its record, not from the past.
+    expect(
+      l.check({ id: "moved-away", round: 1, startedAt: 1_000, updatedAt: 9_500 }, true, 10_000)
+        .action,
+    ).toBe("ok");
+  });
 });

@@ -86,6 +86,21 @@ export class Leases {
   }
 
   /**
+   * Forgets the leases not renewed since `before`: with dispatch shared, those of executions
+   * whose agent moved to another coordinator, which this one no longer checks and whose end it
+   * does not hear (every lease it checks ends or renews long before). Returns how many went.
+   */
+  prune(before: number): number {
+    let n = 0;
+    for (const [id, l] of this.leases) {
+      if (l.renewedAt >= before) continue;
+      this.forget(id);
+      n++;
+    }
+    return n;
+  }
+
+  /**
    * What to do about a running execution at `now`: nothing, send a query, or fail it over.
    * `agentLive` is false once the fleet has taken the agent offline.
    */
