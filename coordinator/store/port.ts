@@ -276,6 +276,23 @@ export interface ExecutionPage {
   nextCursor: string | null;
 }
 
+/** An event message's firing, as {@link Store.recordEvent} records it. */
+export interface EventFiring {
+  name: string;
+  msgId: string;
+  /** The jobs it fires, each with its executions (one, or one per shard). */
+  fires: readonly { jobId: string; executions: readonly NewExecution[] }[];
+  at: number;
+  /** The coordinator that read it (among several on one store). */
+  by?: string;
+}
+
+/** What {@link Store.recordEvent} did: whether the message was new, and the jobs it fired. */
+export interface EventRecorded {
+  first: boolean;
+  fired: string[];
+}
+
 /** The first timeline entry's detail of an execution an event fired (Store.recordEvent). */
 export function eventEntryDetail(
   event: { name: string; msgId: string; by?: string },
@@ -466,13 +483,7 @@ export interface Store {
    * it) and the jobs this call fired. The ledger's rows go with retention
    * ({@link purgeFinishedBefore}, by `at`).
    */
-  recordEvent(event: {
-    name: string;
-    msgId: string;
-    fires: readonly { jobId: string; executions: readonly NewExecution[] }[];
-    at: number;
-    by?: string;
-  }): Promise<{ first: boolean; fired: string[] }>;
+  recordEvent(event: EventFiring): Promise<EventRecorded>;
 
   /**
    * Creates an execution outside any job (a device command, a retry); `detail` goes into its

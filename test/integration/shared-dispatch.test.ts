@@ -55,6 +55,75 @@ await describeOnPg("dispatch shared: each coordinator handles its own agents", (
     }
   };
 
+  /**
+   * A job id coord-a owns whose `strategy` choice between `one` and `other` (agents with the
+   * `handler`, nothing routed yet) is `one`.
+   */
+  const jobRoutedTo = (
+    strategy: "STICKY" | "CONSISTENT_HASH",
+    handler: string,
+    one: string,
+    other: string,
+  ) => {
+    const members = IDS.map((x) => ({ id: x }));
+    const routable = (agentId: string) => ({
+      agentId,
+      handlers: [handler],
+      tags: {},
+      load: 0,
+      concurrency: 4,
+    });
+    for (let i = 0; ; i++) {
+      const id = `${handler}-${i}`;
+      const chosen = new Router().choose(
+        { routing: { strategy }, key: id },
+        [routable(one), routable(other)],
+        0,
+      );
+      if (ownerAmong(id, members)?.id === "coord-a" && chosen?.agentId === one) return id;
+    }
+  };
+
+  /** Creates a manual job through coord-a's API; fires it, returning its execution's id. */
+  const manualJob = async (
+    id: string,
+    handler: string,
+    strategy: "STICKY" | "CONSISTENT_HASH",
+  ): Promise<() => Promise<string>> => {
+    const a = api["coord-a"] as { c: Coordinator; url: string };
+    const put = await call(a.url, "POST", "/api/jobs", {
+      token: admin,
+      body: { id, handler, trigger: { type: "manual" }, routing: { strategy } },
+    });
+    expect(put.status).toBe(201);
+    return async () => {
+      const fired = await call<{ executionIds: string[] }>(
+        a.url,
+        "POST",
+        `/api/jobs/${id}/trigger`,
+        {
+          token: admin,
+        },
+      );
+      return fired.body.executionIds[0] as string;
+    };
+  };
+
+  /** The dispatch of execution `id` that `agent` received. */
+  const dispatchOf = (agent: FakeAgent, id: string) =>
+    agent.waitFor(
+      `dispatch of ${id} to ${agent.agentId}`,
+      (m): m is Dispatch => m.type === "dispatch" && m.executionId === id,
+    );
+
+  /** Waits until coord-a lists `agentId` online. */
+  const onlineAtA = (agentId: string) => {
+    const a = api["coord-a"] as { c: Coordinator; url: string };
+    return waitFor(`${agentId} online for coord-a`, async () =>
+      a.c.fleet.get(agentId)?.status === "online" ? true : undefined,
+    );
+  };
+
   it("both are ready; a command by tags runs on the agents of both, each handled by its own", async () => {
     const a = api["coord-a"] as { c: Coordinator; url: string };
     const b = api["coord-b"] as { c: Coordinator; url: string };
@@ -145,53 +214,14 @@ await describeOnPg("dispatch shared: each coordinator handles its own agents", (
     // to H: only the success that coord-b applied sends it back to F.
     const f = agentOf("coord-b", "sticky-f");
     const h = agentOf("coord-a", "sticky-h");
-    const members = IDS.map((x) => ({ id: x }));
-    const routable = (agentId: string) => ({
-      agentId,
-      handlers: ["sticky"],
-      tags: {},
-      load: 0,
-      concurrency: 4,
-    });
-    let jobId = "";
-    for (let i = 0; jobId === ""; i++) {
-      const id = `sticky-${i}`;
-      const hashed = new Router().choose(
-        { routing: { strategy: "STICKY" }, key: id },
-        [routable(f), routable(h)],
-        0,
-      );
-      if (ownerAmong(id, members)?.id === "coord-a" && hashed?.agentId === h) jobId = id;
-    }
-    const online = (agentId: string) =>
-      waitFor(`${agentId} online for coord-a`, async () =>
-        a.c.fleet.get(agentId)?.status === "online" ? true : undefined,
-      );
+    const jobId = jobRoutedTo("STICKY", "sticky", h, f);
     const agentF = await fakeAgent(rig.broker, f, { handlers: ["sticky"] });
     agents.push(agentF);
-    await online(f);
-    const put = await call(a.url, "POST", "/api/jobs", {
-      token: admin,
-      body: {
-        id: jobId,
-        handler: "sticky",
-        trigger: { type: "manual" },
-        routing: { strategy: "STICKY" },
-      },
-    });
-    expect(put.status).toBe(201);
+    await onlineAtA(f);
+    const trigger = await manualJob(jobId, "sticky", "STICKY");
     const run = async (seq: number) => {
-      const fired = await call<{ executionIds: string[] }>(
-        a.url,
-        "POST",
-        `/api/jobs/${jobId}/trigger`,
-        { token: admin },
-      );
-      const id = fired.body.executionIds[0] as string;
-      const d = await agentF.waitFor(
-        `dispatch of ${id} to ${f}`,
-        (m): m is Dispatch => m.type === "dispatch" && m.executionId === id,
-      );
+      const id = await trigger();
+      const d = await dispatchOf(agentF, id);
       await agentF.succeed({ executionId: id, round: d.round }, seq);
       await waitFor(`${id} SUCCEEDED`, async () =>
         (await a.c.store.getExecution(id))?.state === "SUCCEEDED" ? true : undefined,
@@ -204,7 +234,7 @@ await describeOnPg("dispatch shared: each coordinator handles its own agents", (
 
     const agentH = await fakeAgent(rig.broker, h, { handlers: ["sticky"] });
     agents.push(agentH);
-    await online(h);
+    await onlineAtA(h);
     await run(4);
     expect(agentH.received.filter((m) => m.type === "dispatch")).toEqual([]);
   }, 60_000);
@@ -214,59 +244,16 @@ await describeOnPg("dispatch shared: each coordinator handles its own agents", (
     // F is coord-b's agent and the job's hash picks it; only coord-b hears F's `busy`.
     const f = agentOf("coord-b", "busy-f");
     const g = agentOf("coord-a", "busy-g");
-    const members = IDS.map((x) => ({ id: x }));
-    const routable = (agentId: string) => ({
-      agentId,
-      handlers: ["busy"],
-      tags: {},
-      load: 0,
-      concurrency: 4,
-    });
-    let jobId = "";
-    for (let i = 0; jobId === ""; i++) {
-      const id = `hashed-${i}`;
-      const hashed = new Router().choose(
-        { routing: { strategy: "CONSISTENT_HASH" }, key: id },
-        [routable(f), routable(g)],
-        0,
-      );
-      if (ownerAmong(id, members)?.id === "coord-a" && hashed?.agentId === f) jobId = id;
-    }
+    const jobId = jobRoutedTo("CONSISTENT_HASH", "busy", f, g);
     const agentF = await fakeAgent(rig.broker, f, { handlers: ["busy"] });
     const agentG = await fakeAgent(rig.broker, g, { handlers: ["busy"] });
     agents.push(agentF, agentG);
-    for (const id of [f, g]) {
-      await waitFor(`${id} online for coord-a`, async () =>
-        a.c.fleet.get(id)?.status === "online" ? true : undefined,
-      );
-    }
-    const put = await call(a.url, "POST", "/api/jobs", {
-      token: admin,
-      body: {
-        id: jobId,
-        handler: "busy",
-        trigger: { type: "manual" },
-        routing: { strategy: "CONSISTENT_HASH" },
-      },
-    });
-    expect(put.status).toBe(201);
-    const fired = await call<{ executionIds: string[] }>(
-      a.url,
-      "POST",
-      `/api/jobs/${jobId}/trigger`,
-      { token: admin },
-    );
-    const id = fired.body.executionIds[0] as string;
-    const first = await agentF.waitFor(
-      `dispatch of ${id} to ${f}`,
-      (m): m is Dispatch => m.type === "dispatch" && m.executionId === id,
-    );
+    for (const id of [f, g]) await onlineAtA(id);
+    const id = await (await manualJob(jobId, "busy", "CONSISTENT_HASH"))();
+    const first = await dispatchOf(agentF, id);
     await agentF.report({ type: "busy", executionId: id, round: first.round, seq: 1 });
     // The next round goes to G, not back to F at once.
-    const second = await agentG.waitFor(
-      `dispatch of ${id} to ${g}`,
-      (m): m is Dispatch => m.type === "dispatch" && m.executionId === id,
-    );
+    const second = await dispatchOf(agentG, id);
     expect(second.round).toBeGreaterThan(first.round);
     await agentG.succeed({ executionId: id, round: second.round }, 1);
     await waitFor(`${id} SUCCEEDED`, async () =>

@@ -1,4 +1,10 @@
-import { eventEntryDetail, type FireBatch, type NewExecution } from "../port.js";
+import {
+  type EventFiring,
+  type EventRecorded,
+  eventEntryDetail,
+  type FireBatch,
+  type NewExecution,
+} from "../port.js";
 import { insertExecutions, insertNewExecutions } from "./executions.js";
 import { executionColumns, NEW_EXECUTION_COLUMNS, pushRow } from "./rows.js";
 import { type Queryable, run, type Statement } from "./tx.js";
@@ -72,15 +78,9 @@ const EVENT: Statement = {
  */
 export async function recordEvent(
   q: Queryable,
-  event: {
-    name: string;
-    msgId: string;
-    fires: readonly { jobId: string; executions: readonly NewExecution[] }[];
-    at: number;
-    by?: string;
-  },
+  event: EventFiring,
   detailJson: (detail: Record<string, unknown>) => string | null,
-): Promise<{ first: boolean; fired: string[] }> {
+): Promise<EventRecorded> {
   const total = event.fires.reduce((n, f) => n + f.executions.length, 0);
   const inserted = await run<{ job_id: string }>(q, EVENT, [
     event.name,

@@ -60,6 +60,8 @@ import type {
   ApiTokenRecord,
   CoordinatorRecord,
   DueOptions,
+  EventFiring,
+  EventRecorded,
   ExecutionFilter,
   ExecutionPage,
   ExecutionPageQuery,
@@ -374,13 +376,7 @@ export class PgStore implements Store {
   private readonly runSimpleFires = (q: Queryable, items: unknown[]) =>
     fires.recordSimpleFires(q, items as FireBatch[], this.detailJson);
 
-  async recordEvent(event: {
-    name: string;
-    msgId: string;
-    fires: readonly { jobId: string; executions: readonly NewExecution[] }[];
-    at: number;
-    by?: string;
-  }): Promise<{ first: boolean; fired: string[] }> {
+  async recordEvent(event: EventFiring): Promise<EventRecorded> {
     // Announced when it created work, as an operator's command is: the coordinators that
     // dispatch what it created learn of it at once.
     return this.db.write("recordEvent", async (q) => {

@@ -1,5 +1,7 @@
 import type { ExecState } from "../../../shared/fsm.js";
 import {
+  type EventFiring,
+  type EventRecorded,
   type ExecutionRecord,
   eventEntryDetail,
   type FireBatch,
@@ -52,16 +54,7 @@ export function recordFire(
 }
 
 /** Store.recordEvent. */
-export function recordEvent(
-  ctx: StoreContext,
-  event: {
-    name: string;
-    msgId: string;
-    fires: readonly { jobId: string; executions: readonly NewExecution[] }[];
-    at: number;
-    by?: string;
-  },
-): { first: boolean; fired: string[] } {
+export function recordEvent(ctx: StoreContext, event: EventFiring): EventRecorded {
   const { statements: sql } = ctx;
   return wrap("recordEvent", () =>
     ctx.writer.write(() => {

@@ -16,6 +16,8 @@ import type {
   ApiTokenRecord,
   CoordinatorRecord,
   DueOptions,
+  EventFiring,
+  EventRecorded,
   ExecutionFilter,
   ExecutionPage,
   ExecutionPageQuery,
@@ -272,13 +274,7 @@ export class SqliteStore implements Store {
     return executions.recordFires(this.ctx, batch);
   }
 
-  async recordEvent(event: {
-    name: string;
-    msgId: string;
-    fires: readonly { jobId: string; executions: readonly NewExecution[] }[];
-    at: number;
-    by?: string;
-  }): Promise<{ first: boolean; fired: string[] }> {
+  async recordEvent(event: EventFiring): Promise<EventRecorded> {
     return executions.recordEvent(this.ctx, event);
   }
 
