@@ -292,6 +292,18 @@ describe("Fleet: who is out of reach", () => {
     expect(f.fleet.get("a2")?.status).toBe("offline");
   });
 
+  it("dispatch shared: never finds silent an agent of another coordinator's, though it read its hello", async () => {
+    // The hello was read just before the share moved: the agent's heartbeats go to another
+    // coordinator from then, and this one must not write it offline for their silence here.
+    const owned = new Set<string>();
+    const f = fleet({ idleHeartbeatMs: 0 }, owned);
+    await f.fleet.hello(hello("a1", f.now()), f.now());
+    f.advance(60_000);
+    await f.fleet.sweep(f.now(), f.now() - 60_000);
+    expect(f.fleet.get("a1")?.status).toBe("online");
+    expect((await f.store.getAgent("a1"))?.status).toBe("online");
+  });
+
   it("looks for silent agents a fifteenth of the silence limit apart, not every pass", async () => {
     const f = fleet();
     await f.fleet.hello(hello("a1", f.now()), f.now());

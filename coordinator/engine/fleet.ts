@@ -422,6 +422,9 @@ export class Fleet {
   private seen(a: AgentRecord, idle = false): void {
     this.bySeen.delete(a.agentId);
     this.bySeenIdle.delete(a.agentId);
+    // Only the agents it handles are its to find silent (dispatch shared): one whose hello was
+    // read here just before the share moved is heard by another coordinator from then on.
+    if (!this.owns(a.agentId)) return;
     (idle ? this.bySeenIdle : this.bySeen).set(a.agentId, a);
   }
 
@@ -601,7 +604,7 @@ export class Fleet {
     // puts an agent behind one heard before it: such an agent is taken offline late by at most
     // that much, or at the next sweep.)
     for (const a of bySeen.values()) {
-      if (a.status !== "online") {
+      if (a.status !== "online" || !this.owns(a.agentId)) {
         bySeen.delete(a.agentId);
         continue;
       }
