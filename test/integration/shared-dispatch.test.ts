@@ -55,6 +55,9 @@ await describeOnPg("dispatch shared: each coordinator handles its own agents", (
     }
   };
 
+  /** coord-a, which the routing tests make their jobs through. */
+  const coordA = () => api["coord-a"] as { c: Coordinator; url: string };
+
   /**
    * A job id coord-a owns whose `strategy` choice between `one` and `other` (agents with the
    * `handler`, nothing routed yet) is `one`.
@@ -90,7 +93,7 @@ await describeOnPg("dispatch shared: each coordinator handles its own agents", (
     handler: string,
     strategy: "STICKY" | "CONSISTENT_HASH",
   ): Promise<() => Promise<string>> => {
-    const a = api["coord-a"] as { c: Coordinator; url: string };
+    const a = coordA();
     const put = await call(a.url, "POST", "/api/jobs", {
       token: admin,
       body: { id, handler, trigger: { type: "manual" }, routing: { strategy } },
@@ -116,16 +119,32 @@ await describeOnPg("dispatch shared: each coordinator handles its own agents", (
       (m): m is Dispatch => m.type === "dispatch" && m.executionId === id,
     );
 
+  /** A fake agent with `handler` only, connected once coord-a lists it online. */
+  const connected = async (agentId: string, handler: string) => {
+    const agent = await fakeAgent(rig.broker, agentId, { handlers: [handler] });
+    agents.push(agent);
+    await onlineAtA(agentId);
+    return agent;
+  };
+
+  /** Waits until coord-a's store has execution `id` SUCCEEDED. */
+  const succeededAtA = (id: string) => {
+    const a = coordA();
+    return waitFor(`${id} SUCCEEDED`, async () =>
+      (await a.c.store.getExecution(id))?.state === "SUCCEEDED" ? true : undefined,
+    );
+  };
+
   /** Waits until coord-a lists `agentId` online. */
   const onlineAtA = (agentId: string) => {
-    const a = api["coord-a"] as { c: Coordinator; url: string };
+    const a = coordA();
     return waitFor(`${agentId} online for coord-a`, async () =>
       a.c.fleet.get(agentId)?.status === "online" ? true : undefined,
     );
   };
 
   it("both are ready; a command by tags runs on the agents of both, each handled by its own", async () => {
-    const a = api["coord-a"] as { c: Coordinator; url: string };
+    const a = coordA();
     const b = api["coord-b"] as { c: Coordinator; url: string };
     for (const x of [a, b]) {
       const ready = await call<{ ready: boolean; role: string }>(x.url, "GET", "/api/ready");
@@ -209,46 +228,37 @@ await describeOnPg("dispatch shared: each coordinator handles its own agents", (
   }, 60_000);
 
   it("a STICKY job goes back to the agent of its last success, applied by the other coordinator", async () => {
-    const a = api["coord-a"] as { c: Coordinator; url: string };
+    const a = coordA();
     // F is coord-b's agent. The job is coord-a's, and with no success to follow it would hash
     // to H: only the success that coord-b applied sends it back to F.
     const f = agentOf("coord-b", "sticky-f");
     const h = agentOf("coord-a", "sticky-h");
     const jobId = jobRoutedTo("STICKY", "sticky", h, f);
-    const agentF = await fakeAgent(rig.broker, f, { handlers: ["sticky"] });
-    agents.push(agentF);
-    await onlineAtA(f);
+    const agentF = await connected(f, "sticky");
     const trigger = await manualJob(jobId, "sticky", "STICKY");
     const run = async (seq: number) => {
       const id = await trigger();
       const d = await dispatchOf(agentF, id);
       await agentF.succeed({ executionId: id, round: d.round }, seq);
-      await waitFor(`${id} SUCCEEDED`, async () =>
-        (await a.c.store.getExecution(id))?.state === "SUCCEEDED" ? true : undefined,
-      );
+      await succeededAtA(id);
       return id;
     };
     const first = await run(1);
     const finished = (await a.c.store.getTimeline(first)).find((e) => e.event === "finished");
     expect((finished?.detail as { coordinator?: string } | null)?.coordinator).toBe("coord-b");
 
-    const agentH = await fakeAgent(rig.broker, h, { handlers: ["sticky"] });
-    agents.push(agentH);
-    await onlineAtA(h);
+    const agentH = await connected(h, "sticky");
     await run(4);
     expect(agentH.received.filter((m) => m.type === "dispatch")).toEqual([]);
   }, 60_000);
 
   it("an agent of the other coordinator that answers busy is passed over by the job's", async () => {
-    const a = api["coord-a"] as { c: Coordinator; url: string };
     // F is coord-b's agent and the job's hash picks it; only coord-b hears F's `busy`.
     const f = agentOf("coord-b", "busy-f");
     const g = agentOf("coord-a", "busy-g");
     const jobId = jobRoutedTo("CONSISTENT_HASH", "busy", f, g);
-    const agentF = await fakeAgent(rig.broker, f, { handlers: ["busy"] });
-    const agentG = await fakeAgent(rig.broker, g, { handlers: ["busy"] });
-    agents.push(agentF, agentG);
-    for (const id of [f, g]) await onlineAtA(id);
+    const agentF = await connected(f, "busy");
+    const agentG = await connected(g, "busy");
     const id = await (await manualJob(jobId, "busy", "CONSISTENT_HASH"))();
     const first = await dispatchOf(agentF, id);
     await agentF.report({ type: "busy", executionId: id, round: first.round, seq: 1 });
@@ -256,9 +266,7 @@ await describeOnPg("dispatch shared: each coordinator handles its own agents", (
     const second = await dispatchOf(agentG, id);
     expect(second.round).toBeGreaterThan(first.round);
     await agentG.succeed({ executionId: id, round: second.round }, 1);
-    await waitFor(`${id} SUCCEEDED`, async () =>
-      (await a.c.store.getExecution(id))?.state === "SUCCEEDED" ? true : undefined,
-    );
+    await succeededAtA(id);
     expect(agentF.received.filter((m) => m.type === "dispatch")).toHaveLength(1);
   }, 60_000);
 });
