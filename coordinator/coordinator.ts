@@ -3,7 +3,6 @@ import { hostname } from "node:os";
 import { resolve } from "node:path";
 import { type Clock, systemClock } from "../shared/clock.js";
 import { AxError } from "../shared/errors.js";
-import { TERMINAL_STATES } from "../shared/fsm.js";
 import type { IdentityFile } from "../shared/identity.js";
 import { requireLogin } from "./broker/mosquitto.js";
 import { syncMosquitto } from "./broker/mosquitto-files.js";
@@ -357,6 +356,7 @@ export class Coordinator {
     // An agent back in reach (a heartbeat after silence, say) has its pending work read at once.
     this.fleet.onReachability = () => this.executionLoop.kick();
     this.triggers = new EventTriggers(this.ctx, () => this.executionLoop.kick());
+    this.ctx.followUps = this.triggers;
     this.inbound.onEvent = (name, msgId, payload) => this.triggers.onEvent(name, msgId, payload);
     this.events.on("transition", (e) => {
       // A lease is for work an agent holds: once the execution has left it (ended, or back to
@@ -368,10 +368,6 @@ export class Coordinator {
       if (e.to === "SUCCEEDED" && e.jobId !== null && e.agentId !== null) {
         this.executionLoop.router.noteSucceeded(e.jobId, e.agentId);
       }
-      if (!TERMINAL_STATES.has(e.to)) return;
-      this.triggers
-        .onTransition(e)
-        .catch((err: unknown) => log("error", `after-trigger failed: ${(err as Error).message}`));
     });
     this.firing.onFired = (def) => {
       this.firesRecorded++;

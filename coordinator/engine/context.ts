@@ -1,7 +1,7 @@
 import type { Clock } from "../../shared/clock.js";
 import type { CoordinatorConfig } from "../config.js";
 import type { CoordinatorLink } from "../link/mqtt-link.js";
-import type { Store } from "../store/port.js";
+import type { EventFiring, ExecutionRecord, Store } from "../store/port.js";
 import type { EngineEventBus } from "./events.js";
 
 /** A structured log line sink; the CLI decides how lines are shown. */
@@ -34,6 +34,22 @@ export interface EngineContext {
    * of the fleet's work. Undefined otherwise (this one handles all of it while it is active).
    */
   share?: Share;
+  /**
+   * The `after` triggers: what an execution that ends fires, written with the transition that
+   * ends it (TransitionWrite.followUps). Unset: nothing follows.
+   */
+  followUps?: FollowUps;
+}
+
+/** What follows an execution that ends ({@link EngineContext.followUps}). */
+export interface FollowUps {
+  /**
+   * The follow-ups of `exec`, as its transition into a final state leaves it, or undefined when
+   * none listens (synchronous while the listening jobs are known).
+   */
+  plan(exec: ExecutionRecord): EventFiring | undefined | Promise<EventFiring | undefined>;
+  /** Told once the transition that carried them is committed. */
+  fired(firing: EventFiring): void;
 }
 
 /** This coordinator's share of the work, with `cluster.dispatch` `shared` (Membership.owns). */

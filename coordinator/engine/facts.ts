@@ -5,6 +5,7 @@ import { decideFact, type Fact, roundHistory } from "../domain/facts.js";
 import type { ExecutionPatch } from "../store/port.js";
 import type { EngineContext } from "./context.js";
 import type { Leases } from "./leases.js";
+import { followUpsOf } from "./transitions.js";
 
 /**
  * Reads back, once per execution per process, the older round a RUNNING record follows (a fact
@@ -53,29 +54,34 @@ export async function recordFact(
         : decision.action === "adopt"
           ? "facts_adopted"
           : "facts_both_ran";
+    const adoptPatch: ExecutionPatch = adopt
+      ? {
+          ...patch,
+          agentId: fact.agentId,
+          ...(adopt.scheduleRetry
+            ? {
+                nextAttemptAt:
+                  now +
+                  backoffMs(adopt.next.attempt, {
+                    baseMs: exec.retryBaseMs,
+                    capMs: exec.retryCapMs,
+                  }),
+              }
+            : {}),
+        }
+      : {};
+    const followUps = adopt
+      ? await followUpsOf(ctx, exec, { ...exec, ...adopt.next, ...adoptPatch })
+      : undefined;
     const written = await ctx.store.applyTransition({
       executionId,
       expected: { state: exec.state, round: exec.round },
       next: snapshotOf(next),
-      patch: adopt
-        ? {
-            ...patch,
-            agentId: fact.agentId,
-            ...(adopt.scheduleRetry
-              ? {
-                  nextAttemptAt:
-                    now +
-                    backoffMs(adopt.next.attempt, {
-                      baseMs: exec.retryBaseMs,
-                      capMs: exec.retryCapMs,
-                    }),
-                }
-              : {}),
-          }
-        : {},
+      patch: adoptPatch,
       at: now,
       event: "fact",
       agentId: fact.agentId,
+      ...(followUps === undefined ? {} : { followUps }),
       detail: {
         fact: fact.kind,
         round: fact.round,
@@ -97,6 +103,10 @@ export async function recordFact(
         agentId: fact.agentId,
       },
     );
+    if (followUps !== undefined) {
+      const firing = followUps;
+      ctx.store.afterCommit(() => ctx.followUps?.fired(firing));
+    }
     if (!adopt) return;
     if (adopt.next.state === "RUNNING") leases.follow(executionId, fact.round, exec.round, now);
     ctx.events.emit("transition", {

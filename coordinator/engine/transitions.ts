@@ -1,8 +1,14 @@
 import { backoffMs } from "../../shared/backoff.js";
-import { type Effect, type ExecEvent, snapshotOf, transition } from "../../shared/fsm.js";
+import {
+  type Effect,
+  type ExecEvent,
+  snapshotOf,
+  TERMINAL_STATES,
+  transition,
+} from "../../shared/fsm.js";
 import { envelope } from "../../shared/message.js";
 import { newSortedId } from "../domain/sorted-id.js";
-import type { ExecutionPatch, ExecutionRecord, TimelineStep } from "../store/port.js";
+import type { EventFiring, ExecutionPatch, ExecutionRecord, TimelineStep } from "../store/port.js";
 import type { EngineContext } from "./context.js";
 
 export type ApplyOutcome = "applied" | "illegal" | "stale_round" | "not_found" | "conflict";
@@ -104,7 +110,11 @@ export async function applyEvents(
       outcomes.push("applied");
     }
     const last = applied.at(-1);
+    let followUps: EventFiring | undefined;
     if (last) {
+      const planned = followUpsOf(ctx, exec, cur);
+      // Known without a read but for the first end after the jobs changed: no await per write.
+      followUps = planned instanceof Promise ? await planned : planned;
       const written = await ctx.store.applyTransition({
         executionId,
         expected: { state: exec.state, round: exec.round },
@@ -115,6 +125,7 @@ export async function applyEvents(
         agentId: last.agentId,
         ...(last.detail === undefined ? {} : { detail: last.detail }),
         ...(applied.length > 1 ? { steps: applied.map(({ effects: _, ...t }) => t) } : {}),
+        ...(followUps === undefined ? {} : { followUps }),
       });
       if (!written) continue;
     }
@@ -142,6 +153,10 @@ export async function applyEvents(
         fireAt: cur.fireAt,
         scheduledFor: exec.scheduledFor,
       });
+    }
+    if (followUps !== undefined) {
+      const firing = followUps;
+      ctx.store.afterCommit(() => ctx.followUps?.fired(firing));
     }
     // Effects tell agents about the transitions, so they wait for them to be committed: a
     // dispatch sent for a fire that a crash then undid could run a nominal time that fires again.
@@ -230,3 +245,20 @@ async function perform(
 
 /** A fresh execution id. */
 export const newExecutionId = (now: number) => newSortedId("ex_", now);
+
+/**
+ * What an execution's move from `before` into `after` fires, when it ends (an `after` trigger's
+ * follow-ups, EngineContext.followUps), to be written with the transition. Undefined when it does
+ * not end here or nothing follows it; a promise only while the listening jobs are read.
+ */
+export function followUpsOf(
+  ctx: EngineContext,
+  before: ExecutionRecord,
+  after: ExecutionRecord,
+): EventFiring | undefined | Promise<EventFiring | undefined> {
+  if (ctx.followUps === undefined || before.jobId === null || after.state === before.state) {
+    return undefined;
+  }
+  if (!TERMINAL_STATES.has(after.state)) return undefined;
+  return ctx.followUps.plan(after);
+}

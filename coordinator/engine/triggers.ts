@@ -1,7 +1,14 @@
+import { TERMINAL_STATES } from "../../shared/fsm.js";
 import { paramsSchema } from "../domain/job.js";
-import type { NewExecution, StoredJob } from "../store/port.js";
-import type { EngineContext } from "./context.js";
-import type { EngineEvents } from "./events.js";
+import {
+  type EventFiring,
+  type ExecutionRecord,
+  followUpKey,
+  type NewExecution,
+  type StoredJob,
+} from "../store/port.js";
+import { capUtf8 } from "../store/stored-text.js";
+import type { EngineContext, FollowUps } from "./context.js";
 import { jobExecutions } from "./job-executions.js";
 
 /**
@@ -22,9 +29,11 @@ const SEEN_EVENTS = 10_000;
  * listening, its payload merged into the job's params) and `after` (job B fires when an execution
  * of job A ends in one of the listed states, with A's outcome in B's params).
  */
-export class EventTriggers {
+export class EventTriggers implements FollowUps {
   private readonly seen = new Set<string>();
   private jobs: StoredJob[] | undefined;
+  /** The jobs with an `after` trigger, by the job they follow (of {@link jobs}). */
+  private followers: Map<string, StoredJob[]> | undefined;
 
   constructor(
     private readonly ctx: EngineContext,
@@ -37,6 +46,7 @@ export class EventTriggers {
   /** Forget the cached job list (a job was added, changed or removed). */
   invalidate(): void {
     this.jobs = undefined;
+    this.followers = undefined;
     this.generation++;
   }
 
@@ -44,7 +54,18 @@ export class EventTriggers {
     if (this.jobs !== undefined) return this.jobs;
     const generation = this.generation;
     const jobs = await this.ctx.store.listListeningJobs();
-    if (generation === this.generation) this.jobs = jobs;
+    if (generation === this.generation) {
+      this.jobs = jobs;
+      const followers = new Map<string, StoredJob[]>();
+      for (const j of jobs) {
+        const t = j.definition.trigger;
+        if (t.type !== "after") continue;
+        const list = followers.get(t.job);
+        if (list) list.push(j);
+        else followers.set(t.job, [j]);
+      }
+      this.followers = followers;
+    }
     return jobs;
   }
 
@@ -139,29 +160,51 @@ export class EventTriggers {
     return out;
   }
 
-  /** A transition: an execution of a job ending in a listed state fires the jobs after it. */
-  async onTransition(e: EngineEvents["transition"]): Promise<void> {
-    if (e.jobId === null || e.from === e.to) return;
-    const followers = (await this.listening()).filter((j) => {
+  /**
+   * The follow-ups of an execution that ends (FollowUps.plan): every unpaused job whose `after`
+   * trigger names its job and lists the state it ends in, with its outcome in `params.after`.
+   * They are recorded in the transition's own write, under the ledger key of the execution and
+   * the state (followUpKey), so a crash cannot end it without them, nor fire them twice.
+   */
+  plan(exec: ExecutionRecord): EventFiring | undefined | Promise<EventFiring | undefined> {
+    const jobId = exec.jobId;
+    if (jobId === null || !TERMINAL_STATES.has(exec.state)) return undefined;
+    if (this.followers !== undefined) return this.followUps(exec, this.followers.get(jobId));
+    return this.listening().then((jobs) =>
+      this.followUps(
+        exec,
+        jobs.filter(
+          (j) => j.definition.trigger.type === "after" && j.definition.trigger.job === jobId,
+        ),
+      ),
+    );
+  }
+
+  private followUps(
+    exec: ExecutionRecord,
+    watching: readonly StoredJob[] | undefined,
+  ): EventFiring | undefined {
+    const jobId = exec.jobId;
+    if (jobId === null || watching === undefined) return undefined;
+    const followers = watching.filter((j) => {
       const t = j.definition.trigger;
-      return (
-        t.type === "after" &&
-        t.job === e.jobId &&
-        (t.states as string[]).includes(e.to) &&
-        !j.paused
-      );
+      return t.type === "after" && (t.states as string[]).includes(exec.state) && !j.paused;
     });
-    if (followers.length === 0) return;
-    const exec = await this.ctx.store.getExecution(e.executionId);
+    if (followers.length === 0) return undefined;
+    const now = this.ctx.clock.wallNow();
     const after = {
-      jobId: e.jobId,
-      executionId: e.executionId,
-      state: e.to,
-      // Always both keys (scheduling.md): null when the execution ended without one.
-      result: exec?.result ?? null,
-      message: exec?.message ?? null,
+      jobId,
+      executionId: exec.id,
+      state: exec.state,
+      // Always both keys (scheduling.md): null when the execution ended without one. The message
+      // as the store keeps it.
+      result: exec.result ?? null,
+      message:
+        exec.message === null || exec.message === undefined
+          ? null
+          : capUtf8(exec.message, this.ctx.config.maxErrorTextBytes).text,
     };
-    for (const job of followers) {
+    const fires = followers.map((job) => {
       let params: Record<string, unknown> = { ...job.definition.params, after };
       if (paramsMisfit(params) !== undefined && after.result !== null) {
         // A large result of A's does not stop B: B gets the marker a handler's result too large
@@ -172,23 +215,27 @@ export class EventTriggers {
           after: { ...after, result: { truncated: true, reason: "too_large", bytes } },
         };
       }
-      await this.create(job, params, { after: e.executionId });
-    }
+      return { jobId: job.id, executions: jobExecutions(job, now, now, params) };
+    });
+    return {
+      ...followUpKey({ jobId, executionId: exec.id }, exec.state),
+      fires,
+      at: now,
+      cause: { after: exec.id },
+      ...(this.ctx.coordinatorId === undefined ? {} : { by: this.ctx.coordinatorId }),
+    };
   }
 
-  private async create(
-    job: StoredJob,
-    params: Record<string, unknown>,
-    cause: Record<string, unknown>,
-  ): Promise<void> {
-    const now = this.ctx.clock.wallNow();
-    for (const e of jobExecutions(job, now, now, params)) {
-      await this.ctx.store.createExecution(e, now);
-      this.ctx.log("info", `job ${job.id} fired by ${Object.keys(cause)[0]}`, {
-        jobId: job.id,
-        executionId: e.id,
-        ...cause,
-      });
+  /** Follow-ups committed with their transition (FollowUps.fired). */
+  fired(firing: EventFiring): void {
+    for (const { jobId, executions } of firing.fires) {
+      for (const e of executions) {
+        this.ctx.log("info", `job ${jobId} fired by after`, {
+          jobId,
+          executionId: e.id,
+          ...firing.cause,
+        });
+      }
     }
     this.onCreated();
   }

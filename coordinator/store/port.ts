@@ -225,6 +225,12 @@ export interface TransitionWrite {
    * timeline entries in order; without it the write is one entry, `expected.state` → `next`.
    */
   steps?: TimelineStep[];
+  /**
+   * What the transition fires, recorded in its transaction when it is written, and only then (an
+   * `after` trigger's follow-ups, keyed by {@link followUpKey}): a crash between the two cannot
+   * end the execution and lose them, and the ledger fires each follower once.
+   */
+  followUps?: EventFiring;
 }
 
 /** One folded transition's timeline entry. */
@@ -285,6 +291,23 @@ export interface EventFiring {
   at: number;
   /** The coordinator that read it (among several on one store). */
   by?: string;
+  /**
+   * What the executions' first timeline entry says fired them, in place of the event's name and
+   * `msgId` (an `after` trigger's follow-up names the execution it follows: {@link followUpKey}).
+   */
+  cause?: Record<string, unknown>;
+}
+
+/**
+ * The event ledger's key for the follow-ups of an execution that ended in `state` (an `after`
+ * trigger, {@link TransitionWrite.followUps}). No event message can take it: an event's name is one
+ * topic level, without `/`.
+ */
+export function followUpKey(
+  source: { jobId: string; executionId: string },
+  state: string,
+): { name: string; msgId: string } {
+  return { name: `after/${source.jobId}`, msgId: `${source.executionId}/${state}` };
 }
 
 /** What {@link Store.recordEvent} did: whether the message was new, and the jobs it fired. */
@@ -295,12 +318,11 @@ export interface EventRecorded {
 
 /** The first timeline entry's detail of an execution an event fired (Store.recordEvent). */
 export function eventEntryDetail(
-  event: { name: string; msgId: string; by?: string },
+  event: { name: string; msgId: string; by?: string; cause?: Record<string, unknown> },
   e: NewExecution,
 ): Record<string, unknown> {
   return {
-    event: event.name,
-    msgId: event.msgId,
+    ...(event.cause ?? { event: event.name, msgId: event.msgId }),
     ...(e.shardTotal ? { shard: `${e.shardIndex}/${e.shardTotal}` } : {}),
     ...(event.by === undefined ? {} : { coordinator: event.by }),
   };

@@ -1,14 +1,16 @@
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import { type JobDefinition, jobDefinitionSchema } from "../../coordinator/domain/job.js";
 import type { RolloutRecord } from "../../coordinator/domain/rollout.js";
-import type {
-  AgentRecord,
-  AlertRecord,
-  ExecutionPatch,
-  ExecutionRecord,
-  NewExecution,
-  Store,
-  TransitionWrite,
+import {
+  type AgentRecord,
+  type AlertRecord,
+  type EventFiring,
+  type ExecutionPatch,
+  type ExecutionRecord,
+  followUpKey,
+  type NewExecution,
+  type Store,
+  type TransitionWrite,
 } from "../../coordinator/store/port.js";
 import {
   EXEC_STATES,
@@ -852,6 +854,57 @@ export function storeContract(name: string, makeStore: () => Promise<StoreFixtur
     });
 
     describe("applyTransition", () => {
+      /** An `after` trigger's follow-ups of ex-1 ending SUCCEEDED: job-b's executions `ids`. */
+      const followUps = (ids: string[]): EventFiring => ({
+        ...followUpKey({ jobId: "job-a", executionId: "ex-1" }, "SUCCEEDED"),
+        fires: [
+          { jobId: "job-b", executions: ids.map((id) => newExecution(id, { jobId: "job-b" })) },
+        ],
+        at: 1_001,
+        cause: { after: "ex-1" },
+        by: "c1",
+      });
+      const succeed = (e: ExecutionRecord, then: EventFiring): TransitionWrite => ({
+        ...move(e, { state: "SUCCEEDED" }, "finished", 1_001, { finishedAt: 1_001 }),
+        followUps: then,
+      });
+
+      it("writes what a transition fires with it, only when it is written, each follow-up once", async () => {
+        const e = await firedExecution("ex-1");
+        const stale = succeed(e, followUps(["fu-0"]));
+        stale.expected = { state: "PENDING", round: 7 };
+        expect(await store.applyTransition(stale)).toBe(false);
+        expect(await store.getExecution("fu-0")).toBeUndefined();
+
+        expect(await store.applyTransition(succeed(e, followUps(["fu-1"])))).toBe(true);
+        expect(await mustGet(store, "ex-1")).toMatchObject({ state: "SUCCEEDED" });
+        expect(await mustGet(store, "fu-1")).toMatchObject({ state: "PENDING", jobId: "job-b" });
+        expect(await store.getTimeline("fu-1")).toEqual([
+          expect.objectContaining({
+            seq: 1,
+            at: 1_001,
+            event: "created",
+            toState: "PENDING",
+            detail: { after: "ex-1", coordinator: "c1" },
+          }),
+        ]);
+        // The ledger holds them: the same follow-ups again fire nothing.
+        expect(await store.recordEvent(followUps(["fu-2"]))).toEqual({ first: false, fired: [] });
+        expect(await store.getExecution("fu-2")).toBeUndefined();
+      });
+
+      it("writes neither a transition nor what it fires when what it fires cannot be written", async () => {
+        const e = await firedExecution("ex-1");
+        await firedExecution("ex-2", { jobId: "job-c" });
+        // A follow-up under an id already taken cannot be inserted.
+        await expect(store.applyTransition(succeed(e, followUps(["ex-2"])))).rejects.toThrow();
+        expect(await mustGet(store, "ex-1")).toMatchObject({ state: "PENDING", round: 0 });
+        expect((await store.getTimeline("ex-1")).map((t) => t.event)).toEqual(["created"]);
+        // Nothing of it was kept: written again, it fires.
+        expect(await store.applyTransition(succeed(e, followUps(["fu-1"])))).toBe(true);
+        expect((await mustGet(store, "fu-1")).state).toBe("PENDING");
+      });
+
       it("is a compare-and-set on (state, round): the same write succeeds once", async () => {
         const e = await firedExecution("ex-1");
         const w = move(e, { state: "DISPATCHED", round: 1, dispatches: 1 }, "dispatch", 1_001, {

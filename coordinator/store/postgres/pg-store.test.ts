@@ -8,7 +8,7 @@ import {
   freshPgSchema,
   withPgClient,
 } from "../../../test/helpers/postgres.js";
-import type { ExecutionRecord, Store, TransitionWrite } from "../port.js";
+import { type ExecutionRecord, followUpKey, type Store, type TransitionWrite } from "../port.js";
 import { fenceAndCommit, isFenceError, sqlLiteral } from "./membership.js";
 import { migratePg, PG_MIGRATIONS } from "./migrations.js";
 import { PgStore } from "./pg-store.js";
@@ -496,7 +496,18 @@ await describeOnPg("PgStore (PostgreSQL specifics)", (url) => {
       await waitFor("a notification", () => (seen.length > 0 ? true : undefined));
       await b.putJob(jobDef("job-a"), 1_000, 10);
       await waitFor("a second notification", () => (seen.length > 1 ? true : undefined));
-      expect(seen).toEqual(["executions", "jobs"]);
+      // An end that fires the jobs after it (an `after` trigger) is new work too.
+      const other = (await b.getExecution("ex-other")) as ExecutionRecord;
+      const end = dispatch(other, "agent-1", 2);
+      end.next.state = "SUCCEEDED";
+      end.followUps = {
+        ...followUpKey({ jobId: "job-a", executionId: "ex-other" }, "SUCCEEDED"),
+        fires: [{ jobId: "job-b", executions: [newExecution("ex-after", { jobId: "job-b" })] }],
+        at: 2,
+      };
+      expect(await b.applyTransition(end)).toBe(true);
+      await waitFor("a third notification", () => (seen.length > 2 ? true : undefined));
+      expect(seen).toEqual(["executions", "jobs", "executions"]);
       stop();
     });
 

@@ -480,6 +480,18 @@ export class PgStore implements Store {
 
   async applyTransition(write: TransitionWrite): Promise<boolean> {
     const max = this.db.config.maxErrorTextBytes;
+    const then = write.followUps;
+    if (then !== undefined) {
+      // What it fires goes in its transaction: one of its own, not a group's shared statement;
+      // announced, as an event's firing is, for the coordinators that dispatch it.
+      return this.db.write("applyTransition", async (q) => {
+        const written = await ex.applyTransition(q, write, max, this.detailJson);
+        if (!written) return false;
+        const recorded = await fires.recordEvent(q, then, this.detailJson);
+        if (recorded.fired.length > 0) await this.db.notify(q, "executions");
+        return true;
+      });
+    }
     return this.db.write(
       "applyTransition",
       (q) => ex.applyTransition(q, write, max, this.detailJson),

@@ -55,27 +55,27 @@ export function recordFire(
 
 /** Store.recordEvent. */
 export function recordEvent(ctx: StoreContext, event: EventFiring): EventRecorded {
-  const { statements: sql } = ctx;
-  return wrap("recordEvent", () =>
-    ctx.writer.write(() => {
-      // The ledger's primary key is the guard: per message (job '') and per job it fires.
-      const record = sql.prepare(
-        "INSERT OR IGNORE INTO events (name, msg_id, job_id, fired_at, executions) VALUES (?, ?, ?, ?, ?)",
-      );
-      const total = event.fires.reduce((n, f) => n + f.executions.length, 0);
-      const first = record.run(event.name, event.msgId, "", event.at, total).changes === 1;
-      const fired: string[] = [];
-      for (const f of event.fires) {
-        const row = record.run(event.name, event.msgId, f.jobId, event.at, f.executions.length);
-        if (row.changes !== 1) continue;
-        fired.push(f.jobId);
-        for (const e of f.executions) {
-          insertExecution(ctx, e, event.at, eventEntryDetail(event, e));
-        }
-      }
-      return { first, fired };
-    }),
+  return wrap("recordEvent", () => ctx.writer.write(() => recordEventRows(ctx, event)));
+}
+
+/** The ledger's rows of an event and the executions it fires, inside the caller's write. */
+function recordEventRows(ctx: StoreContext, event: EventFiring): EventRecorded {
+  // The ledger's primary key is the guard: per message (job '') and per job it fires.
+  const record = ctx.statements.prepare(
+    "INSERT OR IGNORE INTO events (name, msg_id, job_id, fired_at, executions) VALUES (?, ?, ?, ?, ?)",
   );
+  const total = event.fires.reduce((n, f) => n + f.executions.length, 0);
+  const first = record.run(event.name, event.msgId, "", event.at, total).changes === 1;
+  const fired: string[] = [];
+  for (const f of event.fires) {
+    const row = record.run(event.name, event.msgId, f.jobId, event.at, f.executions.length);
+    if (row.changes !== 1) continue;
+    fired.push(f.jobId);
+    for (const e of f.executions) {
+      insertExecution(ctx, e, event.at, eventEntryDetail(event, e));
+    }
+  }
+  return { first, fired };
 }
 
 /** Store.recordFires. */
@@ -348,6 +348,9 @@ function newExecutionRow(e: NewExecution): { args: unknown[]; record: ExecutionR
 /** Store.applyTransition: compare-and-set on (state, round), then the timeline entries. */
 export function applyTransition(ctx: StoreContext, w: TransitionWrite): boolean {
   const { statements: sql, executions } = ctx;
+  // An UPDATE by key and timeline rows numbered in the same statement break no constraint; what
+  // it fires is new rows, undone alone if they fail.
+  const guard = w.followUps ? "savepoint" : "none";
   return wrap("applyTransition", () =>
     ctx.writer.write(() => {
       const p = w.patch;
@@ -402,6 +405,7 @@ export function applyTransition(ctx: StoreContext, w: TransitionWrite): boolean 
             st.detail ?? null,
           );
         }
+        if (w.followUps) recordEventRows(ctx, w.followUps);
         return true;
       }
       const agentId =
@@ -424,9 +428,9 @@ export function applyTransition(ctx: StoreContext, w: TransitionWrite): boolean 
         agentId,
         w.detail ?? null,
       );
+      if (w.followUps) recordEventRows(ctx, w.followUps);
       return true;
-      // An UPDATE by key and timeline rows numbered in the same statement break no constraint.
-    }, "none"),
+    }, guard),
   );
 }
 
