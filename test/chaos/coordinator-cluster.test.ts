@@ -103,6 +103,17 @@ describe.skipIf(url === undefined)("chaos: several coordinators on PostgreSQL", 
       twice: 0,
       unknown: 0,
     });
+    // Every end of a cron job's execution before the run paused its jobs fired the job after
+    // it exactly once, whichever coordinator applied the end, the killed one's included.
+    expect(r.follows.ended, why).toBeGreaterThan(10);
+    expect(r.follows.followedOnce, why).toBeGreaterThan(5);
+    expect({ ...r.follows, ended: 0, followedOnce: 0 }, why).toEqual({
+      ended: 0,
+      followedOnce: 0,
+      missing: 0,
+      twice: 0,
+      unknown: 0,
+    });
     expect(r.unnamedEntries).toBe(0);
   }, 120_000);
 

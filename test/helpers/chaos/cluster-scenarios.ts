@@ -1,5 +1,7 @@
 import { readFileSync } from "node:fs";
 import { ownerAmong } from "../../../coordinator/engine/membership.js";
+import type { ExecutionRecord } from "../../../coordinator/store/port.js";
+import { TERMINAL_STATE_NAMES, TERMINAL_STATES } from "../../../shared/fsm.js";
 import { tcpProxy } from "../tcp-proxy.js";
 import type { BrokerKind } from "./broker-process.js";
 import type { CoordinatorProcess } from "./coordinator-process.js";
@@ -519,6 +521,7 @@ export interface SharedDispatchResult {
    * never, more than once, and executions of the job for a message not published.
    */
   events: { published: number; fired: number; missing: number; twice: number; unknown: number };
+  follows: FollowUpLedger;
   handledByTwo: number;
   unnamedEntries: number;
 }
@@ -550,6 +553,17 @@ export const sharedDispatchFailover = {
           trigger: { type: "event", name: "bell" },
           overlap: { policy: "PARALLEL" },
         });
+        // A job after one of the cron jobs: each end of one fires it once, whichever
+        // coordinator applies the end, through the kill too (it is written with the end).
+        await h.job({
+          id: "after-share",
+          ...h.params({ kind: "file" }, "job-after-share"),
+          trigger: { type: "after", job: "share-0", states: [...TERMINAL_STATE_NAMES] },
+          overlap: { policy: "PARALLEL" },
+        });
+        // The ends that must be followed: from a second after it was stored (the other
+        // coordinators hear of a new job within that) until the run pauses every job.
+        const followedFrom = Date.now() + 1_000;
         const t0 = await workInEveryState(h);
         const orphan = h.agent(1).agentId;
         const ids = h.coordinators.map((c) => ({ id: c.config.cluster?.id ?? "?", c }));
@@ -572,13 +586,19 @@ export const sharedDispatchFailover = {
         // again sooner, it would take the same share back under its id.
         await sleep(5_000);
         await publishing;
+        const followedUntil = Date.now();
         const end = await finish(h, lost, t0, 5_000);
         const shares = await shareLedger(h, { id: lostId, at: lostAt });
         const dispatchedBy: Record<string, number> = {};
         const reportsBy: Record<string, number> = {};
         let agentTakenMs: number | null = null;
         const fired = new Map<string, number>();
-        for (const e of await listExecutions(h.coordinator)) {
+        const all = await listExecutions(h.coordinator);
+        const follows = followUpLedger(all, "share-0", "after-share", {
+          from: followedFrom,
+          until: followedUntil,
+        });
+        for (const e of all) {
           const r = await h.coordinator.api<RecordedExecution>(
             "GET",
             `/api/executions/${encodeURIComponent(e.id)}`,
@@ -610,7 +630,7 @@ export const sharedDispatchFailover = {
           unknown: [...fired.keys()].filter((m) => !published.includes(m)).length,
         };
         end.truth.notes.push(
-          `${lostId} handled ${orphan}; dispatches before the kill by ${JSON.stringify(dispatchedBy)}; ${orphan}'s reports applied by ${JSON.stringify(reportsBy)}, by another ${agentTakenMs} ms after the kill; ${shares.note}; events ${JSON.stringify(events)}`,
+          `${lostId} handled ${orphan}; dispatches before the kill by ${JSON.stringify(dispatchedBy)}; ${orphan}'s reports applied by ${JSON.stringify(reportsBy)}, by another ${agentTakenMs} ms after the kill; ${shares.note}; events ${JSON.stringify(events)}; follow-ups ${JSON.stringify(follows)}`,
         );
         return {
           truth: end.truth,
@@ -621,6 +641,7 @@ export const sharedDispatchFailover = {
           agentTakenMs,
           shares,
           events,
+          follows,
           handledByTwo: end.handledByTwo,
           unnamedEntries: end.unnamedEntries,
         };
@@ -630,6 +651,55 @@ export const sharedDispatchFailover = {
       "shared",
     ),
 };
+
+/** What the record says of an `after` trigger's follow-ups ({@link followUpLedger}). */
+export interface FollowUpLedger {
+  /** The source job's ended executions. */
+  ended: number;
+  /** Of those that ended while the follower listened, how many it followed exactly once. */
+  followedOnce: number;
+  /** Of those, how many it never followed. */
+  missing: number;
+  /** Ended executions followed more than once. */
+  twice: number;
+  /** Follow-ups that name no ended execution of the source, or another state than its end. */
+  unknown: number;
+}
+
+/**
+ * Matches the executions of job `follower` (an `after` trigger on `source`) to the ended ones of
+ * `source` through `params.after`: each end in `[from, until)` (while the follower was stored and
+ * not yet paused by the run's settling) must be followed exactly once, and none twice.
+ */
+function followUpLedger(
+  all: readonly ExecutionRecord[],
+  source: string,
+  follower: string,
+  window: { from: number; until: number },
+): FollowUpLedger {
+  const ended = new Map(
+    all.filter((e) => e.jobId === source && TERMINAL_STATES.has(e.state)).map((e) => [e.id, e]),
+  );
+  const followed = new Map<string, number>();
+  let unknown = 0;
+  for (const e of all) {
+    if (e.jobId !== follower) continue;
+    const after = e.params.after as { executionId?: string; state?: string } | undefined;
+    const src = ended.get(String(after?.executionId));
+    if (src === undefined || src.state !== after?.state) unknown++;
+    else followed.set(src.id, (followed.get(src.id) ?? 0) + 1);
+  }
+  const before = [...ended.values()].filter(
+    (e) => e.updatedAt >= window.from && e.updatedAt < window.until,
+  );
+  return {
+    ended: ended.size,
+    followedOnce: before.filter((e) => followed.get(e.id) === 1).length,
+    missing: before.filter((e) => !followed.has(e.id)).length,
+    twice: [...followed.values()].filter((n) => n > 1).length,
+    unknown,
+  };
+}
 
 /** What {@link sharedDispatchPartition} measures besides the truth check. */
 export interface SharedPartitionResult {
