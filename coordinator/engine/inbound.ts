@@ -625,6 +625,11 @@ export class Inbound {
     const flush = async () => {
       if (steps.length === 0) return;
       const outcomes = await applyEvents(this.ctx, id, steps.splice(0));
+      if (outcomes.includes("conflict")) {
+        // The execution changed under each of its writes (applyEvents gave up): nothing was
+        // applied, so nothing may be acknowledged. The agent re-sends from the first.
+        throw new Error(`execution ${id} changed under every write; not applied, asked again`);
+      }
       const reports = stepReports.splice(0);
       const effects = onApplied.splice(0);
       for (const [i, outcome] of outcomes.entries()) {

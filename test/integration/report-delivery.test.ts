@@ -1,6 +1,8 @@
+import { join } from "node:path";
+import Database from "better-sqlite3";
 import { afterEach, describe, expect, it } from "vitest";
-import type { Ack, DownMessage, Query, UpMessage } from "../../shared/protocol/index.js";
-import { waitFor } from "../helpers/env.js";
+import type { Ack, Dispatch, DownMessage, Query, UpMessage } from "../../shared/protocol/index.js";
+import { tempDir, waitFor } from "../helpers/env.js";
 import {
   type Cleanups,
   coordinatorSetup,
@@ -109,6 +111,46 @@ describe("report delivery", () => {
     });
     expect(done.finishedAt).toBe(at + 1);
     await agent.waitFor("ack of 3", (m): m is Ack => isAck(m) && m.upTo === 3);
+  });
+
+  it("does not acknowledge a report whose execution changed under every write, and applies it again", async () => {
+    const tmp = tempDir();
+    cleanups.push(() => tmp.cleanup());
+    const path = join(tmp.dir, "ax.sqlite");
+    const { broker, start } = await coordinatorSetup(cleanups, { store: { path } });
+    const coordinator = await start();
+    cleanups.push(() => coordinator.close());
+    const agent = await fakeAgent(broker, `${broker.prefix}-c`);
+    cleanups.push(() => agent.close());
+    const id = await coordinator.sendCommand({ agentId: agent.agentId, handler: "echo" });
+    const dispatch = await agent.waitFor(
+      "dispatch",
+      (m): m is Dispatch => m.type === "dispatch" && m.executionId === id,
+    );
+    // Every write to the execution loses its compare-and-set, as when another writer moves it
+    // each time first: the store leaves the row as it was.
+    const db = new Database(path);
+    cleanups.push(() => {
+      db.close();
+    });
+    db.exec(`CREATE TRIGGER moving BEFORE UPDATE ON executions WHEN OLD.id = '${id}'
+      BEGIN SELECT RAISE(IGNORE); END`);
+    await agent.succeed({ executionId: id, round: dispatch.round }, 1);
+    await agent.waitFor("a replay request", (m): m is Ack => isAck(m) && m.replay === true);
+    expect((await coordinator.store.getExecution(id))?.state).toBe("DISPATCHED");
+    expect(Math.max(0, ...agent.received.filter(isAck).map((a) => a.upTo))).toBe(0);
+    // Once writes go through again, the replay applies them: nothing the agent said is lost.
+    db.exec("DROP TRIGGER moving");
+    await agent.succeed({ executionId: id, round: dispatch.round }, 1);
+    await agent.waitFor("ack of 3", (m): m is Ack => isAck(m) && m.upTo === 3);
+    expect((await coordinator.store.getExecution(id))?.state).toBe("SUCCEEDED");
+    expect((await coordinator.store.getTimeline(id)).map((e) => e.event)).toEqual([
+      "created",
+      "dispatch",
+      "accepted",
+      "started",
+      "finished",
+    ]);
   });
   /**
    * A coordinator and an agent. `sealed`: the coordinator authenticates messages (the default)
