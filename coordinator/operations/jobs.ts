@@ -246,7 +246,9 @@ export class JobOperations {
     const job = await this.get(jobId);
     const now = this.ctx.clock.wallNow();
     const executions = jobExecutions(job, now, now);
-    for (const e of executions) await this.ctx.store.createExecution(e, now, { actor });
+    // Every shard or none: one write for the run, so a fault cannot leave part of it made (and
+    // the operator's "run now" again run the made part twice).
+    await this.ctx.store.createExecutions(executions, now, { actor });
     await this.ctx.store.appendJobHistory({
       jobId,
       at: now,

@@ -3,6 +3,7 @@ import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
+import Database from "better-sqlite3";
 import { afterAll, beforeAll } from "vitest";
 import { type EmbeddedBroker, startEmbeddedBroker } from "../../coordinator/broker/embedded.js";
 import { parseCoordinatorConfig } from "../../coordinator/config.js";
@@ -30,6 +31,33 @@ export async function testBroker(): Promise<TestBroker> {
   if (external) return { url: external, prefix, embedded: undefined, close: async () => {} };
   const embedded = await startEmbeddedBroker(0);
   return { url: embedded.url, prefix, embedded, close: () => embedded.close() };
+}
+
+/**
+ * A second connection to the SQLite store of a coordinator running in this process, to bring a
+ * fault into it (a trigger that refuses or skips a row). The coordinator commits its writes from
+ * this thread's event loop, so a statement here must not wait for its lock in SQLite's busy
+ * handler, which would block that loop: `exec` finds the store busy at once, and tries again
+ * once the loop has turned.
+ */
+export function storeBeside(path: string): { exec(sql: string): Promise<void>; close(): void } {
+  const db = new Database(path, { timeout: 0 });
+  return {
+    async exec(sql) {
+      const until = Date.now() + 10_000;
+      for (;;) {
+        try {
+          db.exec(sql);
+          return;
+        } catch (err) {
+          const code = (err as { code?: string }).code ?? "";
+          if (!code.startsWith("SQLITE_BUSY") || Date.now() > until) throw err;
+          await new Promise((r) => setTimeout(r, 5));
+        }
+      }
+    },
+    close: () => db.close(),
+  };
 }
 
 /** A fresh temp folder, removed by the returned cleanup. */

@@ -1,11 +1,11 @@
 import { join } from "node:path";
-import Database from "better-sqlite3";
 import mqtt from "mqtt";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { Coordinator } from "../../coordinator/coordinator.js";
 import type { Ack, Dispatch, DownMessage } from "../../shared/protocol/index.js";
 import {
   startTestCoordinator,
+  storeBeside,
   type TestBroker,
   tempDir,
   testBroker,
@@ -85,11 +85,11 @@ describe("the store's event ledger: each event and each follow-up fires once", (
       trigger: { type: "after", job: "step-a", states: ["SUCCEEDED"] },
     });
     const agent = await fakeAgent(broker, `${broker.prefix}-a`);
-    const db = new Database(join(tmp.dir, "ax.sqlite"));
+    const db = storeBeside(join(tmp.dir, "ax.sqlite"));
     try {
       await waitForAgentsOnline(coordinator, 1);
       // The store fails the follow-up's row, as a crash or a full disk between the two would.
-      db.exec(`CREATE TRIGGER no_step_b BEFORE INSERT ON executions WHEN NEW.job_id = 'step-b'
+      await db.exec(`CREATE TRIGGER no_step_b BEFORE INSERT ON executions WHEN NEW.job_id = 'step-b'
         BEGIN SELECT RAISE(ABORT, 'no room for step-b'); END`);
       const id = await coordinator.triggerJob("step-a");
       const dispatch = await agent.waitFor(
@@ -112,7 +112,7 @@ describe("the store's event ledger: each event and each follow-up fires once", (
         agent.received.filter((m: DownMessage): m is Ack => m.type === "ack").map((a) => a.upTo);
       expect(Math.max(0, ...acked())).toBeLessThan(3);
 
-      db.exec("DROP TRIGGER no_step_b");
+      await db.exec("DROP TRIGGER no_step_b");
       await agent.succeed(ref, 1);
       await agent.waitFor("ack of 3", (m): m is Ack => m.type === "ack" && m.upTo === 3);
       // Truth: the agent ran step-a once and succeeded; the record says so, and step-b follows

@@ -1,8 +1,7 @@
 import { join } from "node:path";
-import Database from "better-sqlite3";
 import { afterEach, describe, expect, it } from "vitest";
 import type { Ack, Dispatch, DownMessage, Query, UpMessage } from "../../shared/protocol/index.js";
-import { tempDir, waitFor } from "../helpers/env.js";
+import { storeBeside, tempDir, waitFor } from "../helpers/env.js";
 import {
   type Cleanups,
   coordinatorSetup,
@@ -129,18 +128,16 @@ describe("report delivery", () => {
     );
     // Every write to the execution loses its compare-and-set, as when another writer moves it
     // each time first: the store leaves the row as it was.
-    const db = new Database(path);
-    cleanups.push(() => {
-      db.close();
-    });
-    db.exec(`CREATE TRIGGER moving BEFORE UPDATE ON executions WHEN OLD.id = '${id}'
+    const db = storeBeside(path);
+    cleanups.push(() => db.close());
+    await db.exec(`CREATE TRIGGER moving BEFORE UPDATE ON executions WHEN OLD.id = '${id}'
       BEGIN SELECT RAISE(IGNORE); END`);
     await agent.succeed({ executionId: id, round: dispatch.round }, 1);
     await agent.waitFor("a replay request", (m): m is Ack => isAck(m) && m.replay === true);
     expect((await coordinator.store.getExecution(id))?.state).toBe("DISPATCHED");
     expect(Math.max(0, ...agent.received.filter(isAck).map((a) => a.upTo))).toBe(0);
     // Once writes go through again, the replay applies them: nothing the agent said is lost.
-    db.exec("DROP TRIGGER moving");
+    await db.exec("DROP TRIGGER moving");
     await agent.succeed({ executionId: id, round: dispatch.round }, 1);
     await agent.waitFor("ack of 3", (m): m is Ack => isAck(m) && m.upTo === 3);
     expect((await coordinator.store.getExecution(id))?.state).toBe("SUCCEEDED");
