@@ -382,6 +382,7 @@ export class Coordinator {
     const membershipOf = this.membership;
     if (membershipOf !== undefined) this.firing.owns = (jobId) => membershipOf.firesJob(jobId);
     this.alerts = new Alerts(this.ctx);
+    this.ctx.transitionAlerts = this.alerts;
     const kick = () => this.executionLoop.kick();
     this.jobs = new JobOperations(this.ctx, this.firing, this.triggers, kick, (jobId) =>
       this.executionLoop.router.forgetKey(jobId),

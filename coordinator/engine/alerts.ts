@@ -4,7 +4,7 @@ import type { TimerHandle } from "../../shared/clock.js";
 import { newId } from "../../shared/ids.js";
 import type { AlertKind, CoordinatorConfig } from "../config.js";
 import type { AlertRecord } from "../store/port.js";
-import type { EngineContext } from "./context.js";
+import type { AppliedTransition, EngineContext, TransitionAlerts } from "./context.js";
 
 type Hook = CoordinatorConfig["alerts"]["webhooks"][number];
 
@@ -27,7 +27,7 @@ const STATE_KINDS: Partial<Record<string, AlertKind>> = {
  * hold it up; pending ones are resumed after a restart. Receivers deduplicate by the
  * `X-Ax-Alert-Id` header, since an alert can arrive twice (a retry after a lost answer).
  */
-export class Alerts {
+export class Alerts implements TransitionAlerts {
   private readonly waiting: AlertRecord[] = [];
   private readonly timers = new Set<TimerHandle>();
   private inFlight = 0;
@@ -36,19 +36,7 @@ export class Alerts {
 
   constructor(private readonly ctx: EngineContext) {
     const { events } = ctx;
-    events.on("transition", (e) => {
-      const kind = STATE_KINDS[e.to];
-      if (!kind || e.from === e.to) return;
-      this.raise(kind, {
-        executionId: e.executionId,
-        jobId: e.jobId,
-        agentId: e.agentId,
-        state: e.to,
-        event: e.event,
-        round: e.round,
-        at: e.at,
-      });
-    });
+    // An execution's alerts go with its transition (TransitionAlerts.of); these with the event.
     events.on("missed", (m) => {
       this.raise("fire.missed", {
         jobId: m.jobId,
@@ -76,9 +64,46 @@ export class Alerts {
     }
   }
 
+  /**
+   * The alerts of an execution that failed, timed out or expired (TransitionAlerts.of), for the
+   * transition's write: none for any other move.
+   */
+  of(t: AppliedTransition): AlertRecord[] {
+    const kind = STATE_KINDS[t.to];
+    if (!kind || t.from === t.to || this.closed) return [];
+    return this.make(kind, {
+      executionId: t.executionId,
+      jobId: t.jobId,
+      agentId: t.agentId,
+      state: t.to,
+      event: t.event,
+      round: t.round,
+      at: t.at,
+    });
+  }
+
+  /** Alerts committed with their transition (TransitionAlerts.recorded): delivered. */
+  recorded(alerts: readonly AlertRecord[]): void {
+    for (const a of alerts) this.enqueue(a);
+  }
+
+  /** Records an alert (one per hook that wants its kind), and delivers it once committed. */
   private raise(kind: AlertKind, details: Record<string, unknown>): void {
     if (this.closed) return;
+    for (const alert of this.make(kind, details)) {
+      this.ctx.store
+        .putAlert(alert)
+        .then(() => this.ctx.store.afterCommit(() => this.enqueue(alert)))
+        .catch((err: unknown) =>
+          this.ctx.log("error", `alert ${kind} not recorded: ${(err as Error).message}`),
+        );
+    }
+  }
+
+  /** An alert of `kind` for each hook that wants it, pending. */
+  private make(kind: AlertKind, details: Record<string, unknown>): AlertRecord[] {
     const now = this.ctx.clock.wallNow();
+    const out: AlertRecord[] = [];
     for (const hook of this.hooks) {
       if (hook.kinds && !hook.kinds.includes(kind)) continue;
       const alert: AlertRecord = {
@@ -93,13 +118,9 @@ export class Alerts {
         updatedAt: now,
       };
       alert.payload.id = alert.id;
-      this.ctx.store
-        .putAlert(alert)
-        .then(() => this.ctx.store.afterCommit(() => this.enqueue(alert)))
-        .catch((err: unknown) =>
-          this.ctx.log("error", `alert ${kind} not recorded: ${(err as Error).message}`),
-        );
+      out.push(alert);
     }
+    return out;
   }
 
   private enqueue(alert: AlertRecord): void {

@@ -1,7 +1,8 @@
 import type { Clock } from "../../shared/clock.js";
+import type { ExecState } from "../../shared/fsm.js";
 import type { CoordinatorConfig } from "../config.js";
 import type { CoordinatorLink } from "../link/mqtt-link.js";
-import type { EventFiring, ExecutionRecord, Store } from "../store/port.js";
+import type { AlertRecord, EventFiring, ExecutionRecord, Store } from "../store/port.js";
 import type { EngineEventBus } from "./events.js";
 
 /** A structured log line sink; the CLI decides how lines are shown. */
@@ -39,6 +40,31 @@ export interface EngineContext {
    * ends it (TransitionWrite.followUps). Unset: nothing follows.
    */
   followUps?: FollowUps;
+  /**
+   * The webhook alerts an execution's transitions raise, written with the transition
+   * (TransitionWrite.alerts). Unset: none.
+   */
+  transitionAlerts?: TransitionAlerts;
+}
+
+/** One applied transition, as {@link TransitionAlerts} sees it. */
+export interface AppliedTransition {
+  executionId: string;
+  jobId: string | null;
+  agentId: string | null;
+  event: string;
+  from: ExecState;
+  to: ExecState;
+  round: number;
+  at: number;
+}
+
+/** The alerts of an execution's transitions ({@link EngineContext.transitionAlerts}). */
+export interface TransitionAlerts {
+  /** The alerts one transition raises, one per webhook that wants its kind (often none). */
+  of(t: AppliedTransition): AlertRecord[];
+  /** Told once the transition that carried them is committed: they are delivered. */
+  recorded(alerts: readonly AlertRecord[]): void;
 }
 
 /** What follows an execution that ends ({@link EngineContext.followUps}). */

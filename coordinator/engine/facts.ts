@@ -5,7 +5,7 @@ import { decideFact, type Fact, roundHistory } from "../domain/facts.js";
 import type { ExecutionPatch } from "../store/port.js";
 import type { EngineContext } from "./context.js";
 import type { Leases } from "./leases.js";
-import { followUpsOf } from "./transitions.js";
+import { alertsOf, followUpsOf } from "./transitions.js";
 
 /**
  * Reads back, once per execution per process, the older round a RUNNING record follows (a fact
@@ -73,6 +73,18 @@ export async function recordFact(
     const followUps = adopt
       ? await followUpsOf(ctx, exec, { ...exec, ...adopt.next, ...adoptPatch })
       : undefined;
+    const alerts = adopt
+      ? alertsOf(ctx, exec, [
+          {
+            agentId: fact.agentId,
+            event: "fact",
+            from: exec.state,
+            to: adopt.next.state,
+            round: exec.round,
+            at: now,
+          },
+        ])
+      : [];
     const written = await ctx.store.applyTransition({
       executionId,
       expected: { state: exec.state, round: exec.round },
@@ -82,6 +94,7 @@ export async function recordFact(
       event: "fact",
       agentId: fact.agentId,
       ...(followUps === undefined ? {} : { followUps }),
+      ...(alerts.length === 0 ? {} : { alerts }),
       detail: {
         fact: fact.kind,
         round: fact.round,
@@ -107,6 +120,7 @@ export async function recordFact(
       const firing = followUps;
       ctx.store.afterCommit(() => ctx.followUps?.fired(firing));
     }
+    if (alerts.length > 0) ctx.store.afterCommit(() => ctx.transitionAlerts?.recorded(alerts));
     if (!adopt) return;
     if (adopt.next.state === "RUNNING") leases.follow(executionId, fact.round, exec.round, now);
     ctx.events.emit("transition", {

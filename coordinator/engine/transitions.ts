@@ -8,8 +8,14 @@ import {
 } from "../../shared/fsm.js";
 import { envelope } from "../../shared/message.js";
 import { newSortedId } from "../domain/sorted-id.js";
-import type { EventFiring, ExecutionPatch, ExecutionRecord, TimelineStep } from "../store/port.js";
-import type { EngineContext } from "./context.js";
+import type {
+  AlertRecord,
+  EventFiring,
+  ExecutionPatch,
+  ExecutionRecord,
+  TimelineStep,
+} from "../store/port.js";
+import type { AppliedTransition, EngineContext } from "./context.js";
 
 export type ApplyOutcome = "applied" | "illegal" | "stale_round" | "not_found" | "conflict";
 
@@ -111,10 +117,12 @@ export async function applyEvents(
     }
     const last = applied.at(-1);
     let followUps: EventFiring | undefined;
+    let alerts: AlertRecord[] = [];
     if (last) {
       const planned = followUpsOf(ctx, exec, cur);
       // Known without a read but for the first end after the jobs changed: no await per write.
       followUps = planned instanceof Promise ? await planned : planned;
+      alerts = alertsOf(ctx, exec, applied);
       const written = await ctx.store.applyTransition({
         executionId,
         expected: { state: exec.state, round: exec.round },
@@ -126,6 +134,7 @@ export async function applyEvents(
         ...(last.detail === undefined ? {} : { detail: last.detail }),
         ...(applied.length > 1 ? { steps: applied.map(({ effects: _, ...t }) => t) } : {}),
         ...(followUps === undefined ? {} : { followUps }),
+        ...(alerts.length === 0 ? {} : { alerts }),
       });
       if (!written) continue;
     }
@@ -157,6 +166,10 @@ export async function applyEvents(
     if (followUps !== undefined) {
       const firing = followUps;
       ctx.store.afterCommit(() => ctx.followUps?.fired(firing));
+    }
+    if (alerts.length > 0) {
+      const raised = alerts;
+      ctx.store.afterCommit(() => ctx.transitionAlerts?.recorded(raised));
     }
     // Effects tell agents about the transitions, so they wait for them to be committed: a
     // dispatch sent for a fire that a crash then undid could run a nominal time that fires again.
@@ -261,4 +274,26 @@ export function followUpsOf(
   }
   if (!TERMINAL_STATES.has(after.state)) return undefined;
   return ctx.followUps.plan(after);
+}
+
+/** The alerts of the transitions applied to `exec` in one write (EngineContext.transitionAlerts). */
+export function alertsOf(
+  ctx: EngineContext,
+  exec: ExecutionRecord,
+  applied: readonly Omit<AppliedTransition, "executionId" | "jobId">[],
+): AlertRecord[] {
+  const alerts = ctx.transitionAlerts;
+  if (alerts === undefined) return [];
+  return applied.flatMap((t) =>
+    alerts.of({
+      executionId: exec.id,
+      jobId: exec.jobId,
+      agentId: t.agentId,
+      event: t.event,
+      from: t.from,
+      to: t.to,
+      round: t.round,
+      at: t.at,
+    }),
+  );
 }

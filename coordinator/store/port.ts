@@ -231,6 +231,12 @@ export interface TransitionWrite {
    * end the execution and lose them, and the ledger fires each follower once.
    */
   followUps?: EventFiring;
+  /**
+   * The alerts the transition raises (an execution that failed, timed out or expired, one per
+   * webhook that wants it), recorded in its transaction when it is written, and only then: a
+   * crash between the two cannot record the end and lose its alert.
+   */
+  alerts?: readonly AlertRecord[];
 }
 
 /** One folded transition's timeline entry. */

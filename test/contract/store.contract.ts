@@ -122,6 +122,22 @@ function move(
   };
 }
 
+/** A pending alert of an execution that failed (ex-1). */
+function alertRecord(id: string, createdAt: number, over: Partial<AlertRecord> = {}): AlertRecord {
+  return {
+    id,
+    kind: "execution.failed",
+    url: "http://hooks.example/a",
+    payload: { id, kind: "execution.failed", executionId: "ex-1" },
+    status: "pending",
+    attempts: 0,
+    lastError: null,
+    createdAt,
+    updatedAt: createdAt,
+    ...over,
+  };
+}
+
 async function mustGet(store: Store, id: string): Promise<ExecutionRecord> {
   const e = await store.getExecution(id);
   if (!e) throw new Error(`execution ${id} not found`);
@@ -891,6 +907,31 @@ export function storeContract(name: string, makeStore: () => Promise<StoreFixtur
         // The ledger holds them: the same follow-ups again fire nothing.
         expect(await store.recordEvent(followUps(["fu-2"]))).toEqual({ first: false, fired: [] });
         expect(await store.getExecution("fu-2")).toBeUndefined();
+      });
+
+      it("records a transition's alerts with it, only when it is written, or neither", async () => {
+        const e = await firedExecution("ex-1");
+        const fail = (alerts: AlertRecord[]): TransitionWrite => ({
+          ...move(e, { state: "FAILED" }, "finished", 1_001, { finishedAt: 1_001 }),
+          alerts,
+        });
+        const stale = fail([alertRecord("al-0", 1_001)]);
+        stale.expected = { state: "PENDING", round: 7 };
+        expect(await store.applyTransition(stale)).toBe(false);
+        expect(await store.listAlerts()).toEqual([]);
+        // An alert under an id already taken cannot be recorded: nor can the end.
+        await store.putAlert(alertRecord("al-taken", 1_000));
+        await expect(
+          store.applyTransition(fail([alertRecord("al-1", 1_001), alertRecord("al-taken", 1_001)])),
+        ).rejects.toThrow();
+        expect(await mustGet(store, "ex-1")).toMatchObject({ state: "PENDING" });
+        expect((await store.listAlerts()).map((a) => a.id)).toEqual(["al-taken"]);
+        expect(await store.applyTransition(fail([alertRecord("al-1", 1_001)]))).toBe(true);
+        expect(await mustGet(store, "ex-1")).toMatchObject({ state: "FAILED" });
+        expect((await store.listAlerts({ pending: true })).map((a) => a.id)).toEqual([
+          "al-taken",
+          "al-1",
+        ]);
       });
 
       it("writes neither a transition nor what it fires when what it fires cannot be written", async () => {
@@ -1750,19 +1791,7 @@ export function storeContract(name: string, makeStore: () => Promise<StoreFixtur
     });
 
     describe("alerts", () => {
-      const alert = (id: string, createdAt: number, over: Partial<AlertRecord> = {}) =>
-        ({
-          id,
-          kind: "execution.failed",
-          url: "http://hooks.example/a",
-          payload: { id, kind: "execution.failed", executionId: "ex-1" },
-          status: "pending",
-          attempts: 0,
-          lastError: null,
-          createdAt,
-          updatedAt: createdAt,
-          ...over,
-        }) satisfies AlertRecord;
+      const alert = alertRecord;
 
       it("records alerts and their attempts; lists newest first, or pending oldest first", async () => {
         await store.putAlert(alert("al-1", 100));

@@ -5,7 +5,7 @@ import { join } from "node:path";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import { type CoordinatorConfigInput, parseCoordinatorConfig } from "../../coordinator/config.js";
 import { Coordinator } from "../../coordinator/coordinator.js";
-import { type TestBroker, tempDir, testBroker, waitFor } from "../helpers/env.js";
+import { storeBeside, type TestBroker, tempDir, testBroker, waitFor } from "../helpers/env.js";
 
 interface Received {
   headers: IncomingMessage["headers"];
@@ -112,6 +112,37 @@ describe("alerts: webhooks", () => {
     expect(last.headers["x-ax-signature"]).toBe(
       `sha256=${createHmac("sha256", secret).update(last.body).digest("hex")}`,
     );
+  });
+
+  it("records an execution's end and its alert together, or neither", async () => {
+    const hook = await receiver();
+    servers.push(hook);
+    const c = await startCoordinator({ webhooks: [{ url: hook.url }] });
+    // The store refuses the alert's row (a fault, a full disk): the expiry that raises it is not
+    // recorded either, rather than recorded without its alert.
+    const db = storeBeside(join(tmp.dir, "ax.sqlite"));
+    try {
+      await db.exec(`CREATE TRIGGER no_alert BEFORE INSERT ON alerts
+        BEGIN SELECT RAISE(ABORT, 'no room'); END`);
+      const id = await expireOne(c);
+      // An expiry lands within about a second of the deadline; this one cannot.
+      await new Promise((r) => setTimeout(r, 2_000));
+      expect((await c.store.getExecution(id))?.state).toBe("PENDING");
+      expect(await c.store.listAlerts()).toEqual([]);
+      await db.exec("DROP TRIGGER no_alert");
+      // Once the store takes them, the next pass records both, and the hook hears of it once.
+      const [alert] = await waitFor("delivered", async () => {
+        const list = await c.store.listAlerts();
+        return list[0]?.status === "delivered" ? list : undefined;
+      });
+      expect((await c.store.getExecution(id))?.state).toBe("EXPIRED");
+      expect(alert).toMatchObject({ kind: "execution.expired", status: "delivered" });
+      expect(
+        hook.received.map((r) => (JSON.parse(r.body) as { executionId: string }).executionId),
+      ).toEqual([id]);
+    } finally {
+      db.close();
+    }
   });
 
   it("takes a redirect for a failed attempt, not a delivery, and does not follow it", async () => {

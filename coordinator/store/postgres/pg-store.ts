@@ -480,15 +480,19 @@ export class PgStore implements Store {
 
   async applyTransition(write: TransitionWrite): Promise<boolean> {
     const max = this.db.config.maxErrorTextBytes;
-    const then = write.followUps;
-    if (then !== undefined) {
-      // What it fires goes in its transaction: one of its own, not a group's shared statement;
-      // announced, as an event's firing is, for the coordinators that dispatch it.
+    const { followUps, alerts } = write;
+    if (followUps !== undefined || alerts !== undefined) {
+      // What it fires and raises goes in its transaction: one of its own, not a group's shared
+      // statement; new work announced, as an event's firing is, for the coordinators that
+      // dispatch it.
       return this.db.write("applyTransition", async (q) => {
         const written = await ex.applyTransition(q, write, max, this.detailJson);
         if (!written) return false;
-        const recorded = await fires.recordEvent(q, then, this.detailJson);
-        if (recorded.fired.length > 0) await this.db.notify(q, "executions");
+        if (followUps !== undefined) {
+          const recorded = await fires.recordEvent(q, followUps, this.detailJson);
+          if (recorded.fired.length > 0) await this.db.notify(q, "executions");
+        }
+        for (const a of alerts ?? []) await fleet.putAlert(q, a, max);
         return true;
       });
     }

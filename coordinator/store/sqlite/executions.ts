@@ -9,6 +9,7 @@ import {
   type TransitionWrite,
 } from "../port.js";
 import { transitionColumns } from "../stored-text.js";
+import { insertAlerts } from "./alerts-counters.js";
 import type { StoreContext } from "./context.js";
 import { PATCH_COLUMNS } from "./rows.js";
 import { applyTransitionSqlFor } from "./statements.js";
@@ -56,6 +57,12 @@ export function recordFire(
 /** Store.recordEvent. */
 export function recordEvent(ctx: StoreContext, event: EventFiring): EventRecorded {
   return wrap("recordEvent", () => ctx.writer.write(() => recordEventRows(ctx, event)));
+}
+
+/** What a written transition carries into its transaction: its follow-ups and its alerts. */
+function writeAlong(ctx: StoreContext, w: TransitionWrite): void {
+  if (w.followUps) recordEventRows(ctx, w.followUps);
+  if (w.alerts) insertAlerts(ctx, w.alerts);
 }
 
 /** The ledger's rows of an event and the executions it fires, inside the caller's write. */
@@ -350,7 +357,7 @@ export function applyTransition(ctx: StoreContext, w: TransitionWrite): boolean 
   const { statements: sql, executions } = ctx;
   // An UPDATE by key and timeline rows numbered in the same statement break no constraint; what
   // it fires is new rows, undone alone if they fail.
-  const guard = w.followUps ? "savepoint" : "none";
+  const guard = w.followUps || w.alerts ? "savepoint" : "none";
   return wrap("applyTransition", () =>
     ctx.writer.write(() => {
       const p = w.patch;
@@ -405,7 +412,7 @@ export function applyTransition(ctx: StoreContext, w: TransitionWrite): boolean 
             st.detail ?? null,
           );
         }
-        if (w.followUps) recordEventRows(ctx, w.followUps);
+        writeAlong(ctx, w);
         return true;
       }
       const agentId =
@@ -428,7 +435,7 @@ export function applyTransition(ctx: StoreContext, w: TransitionWrite): boolean 
         agentId,
         w.detail ?? null,
       );
-      if (w.followUps) recordEventRows(ctx, w.followUps);
+      writeAlong(ctx, w);
       return true;
     }, guard),
   );
