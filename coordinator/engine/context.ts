@@ -1,9 +1,8 @@
 import type { Clock } from "../../shared/clock.js";
-import type { ExecState } from "../../shared/fsm.js";
 import type { CoordinatorConfig } from "../config.js";
 import type { CoordinatorLink } from "../link/mqtt-link.js";
 import type { AlertRecord, EventFiring, ExecutionRecord, Store } from "../store/port.js";
-import type { EngineEventBus } from "./events.js";
+import type { EngineEventBus, EngineEvents } from "./events.js";
 
 /** A structured log line sink; the CLI decides how lines are shown. */
 export type Logger = (
@@ -47,17 +46,8 @@ export interface EngineContext {
   transitionAlerts?: TransitionAlerts;
 }
 
-/** One applied transition, as {@link TransitionAlerts} sees it. */
-export interface AppliedTransition {
-  executionId: string;
-  jobId: string | null;
-  agentId: string | null;
-  event: string;
-  from: ExecState;
-  to: ExecState;
-  round: number;
-  at: number;
-}
+/** One applied transition, as the engine announces it and {@link TransitionAlerts} sees it. */
+export type AppliedTransition = EngineEvents["transition"];
 
 /** The alerts of an execution's transitions ({@link EngineContext.transitionAlerts}). */
 export interface TransitionAlerts {

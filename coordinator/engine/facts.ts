@@ -3,7 +3,7 @@ import { snapshotOf } from "../../shared/fsm.js";
 import { envelope } from "../../shared/message.js";
 import { decideFact, type Fact, roundHistory } from "../domain/facts.js";
 import type { ExecutionPatch } from "../store/port.js";
-import type { EngineContext } from "./context.js";
+import type { AppliedTransition, EngineContext } from "./context.js";
 import type { Leases } from "./leases.js";
 import { alertsOf, followUpsOf } from "./transitions.js";
 
@@ -73,18 +73,19 @@ export async function recordFact(
     const followUps = adopt
       ? await followUpsOf(ctx, exec, { ...exec, ...adopt.next, ...adoptPatch })
       : undefined;
-    const alerts = adopt
-      ? alertsOf(ctx, exec, [
-          {
-            agentId: fact.agentId,
-            event: "fact",
-            from: exec.state,
-            to: adopt.next.state,
-            round: exec.round,
-            at: now,
-          },
-        ])
-      : [];
+    const moved: AppliedTransition | undefined = adopt && {
+      executionId,
+      jobId: exec.jobId,
+      agentId: fact.agentId,
+      event: "fact",
+      from: exec.state,
+      to: adopt.next.state,
+      round: exec.round,
+      at: now,
+      fireAt: exec.fireAt,
+      scheduledFor: exec.scheduledFor,
+    };
+    const alerts = moved ? alertsOf(ctx, [moved]) : [];
     const written = await ctx.store.applyTransition({
       executionId,
       expected: { state: exec.state, round: exec.round },
@@ -121,20 +122,9 @@ export async function recordFact(
       ctx.store.afterCommit(() => ctx.followUps?.fired(firing));
     }
     if (alerts.length > 0) ctx.store.afterCommit(() => ctx.transitionAlerts?.recorded(alerts));
-    if (!adopt) return;
+    if (!adopt || !moved) return;
     if (adopt.next.state === "RUNNING") leases.follow(executionId, fact.round, exec.round, now);
-    ctx.events.emit("transition", {
-      executionId,
-      jobId: exec.jobId,
-      agentId: fact.agentId,
-      event: "fact",
-      from: exec.state,
-      to: adopt.next.state,
-      round: exec.round,
-      at: now,
-      fireAt: exec.fireAt,
-      scheduledFor: exec.scheduledFor,
-    });
+    ctx.events.emit("transition", moved);
     const { cancelRound, cancelAgent } = adopt;
     if (cancelRound !== undefined && cancelAgent !== undefined) {
       // The later round must not start as well: a fence against starting stale work.

@@ -116,13 +116,25 @@ export async function applyEvents(
       outcomes.push("applied");
     }
     const last = applied.at(-1);
+    const moves: AppliedTransition[] = applied.map((t) => ({
+      executionId,
+      jobId: exec.jobId,
+      agentId: t.agentId,
+      event: t.event,
+      from: t.from,
+      to: t.to,
+      round: t.round,
+      at: now,
+      fireAt: cur.fireAt,
+      scheduledFor: exec.scheduledFor,
+    }));
     let followUps: EventFiring | undefined;
     let alerts: AlertRecord[] = [];
     if (last) {
       const planned = followUpsOf(ctx, exec, cur);
       // Known without a read but for the first end after the jobs changed: no await per write.
       followUps = planned instanceof Promise ? await planned : planned;
-      alerts = alertsOf(ctx, exec, applied);
+      alerts = alertsOf(ctx, moves);
       const written = await ctx.store.applyTransition({
         executionId,
         expected: { state: exec.state, round: exec.round },
@@ -149,20 +161,7 @@ export async function applyEvents(
         ...(d.code === "stale_round" ? {} : { code: "AX_FSM_ILLEGAL_TRANSITION" }),
       });
     }
-    for (const t of applied) {
-      ctx.events.emit("transition", {
-        executionId,
-        jobId: exec.jobId,
-        agentId: t.agentId,
-        event: t.event,
-        from: t.from,
-        to: t.to,
-        round: t.round,
-        at: now,
-        fireAt: cur.fireAt,
-        scheduledFor: exec.scheduledFor,
-      });
-    }
+    for (const m of moves) ctx.events.emit("transition", m);
     if (followUps !== undefined) {
       const firing = followUps;
       ctx.store.afterCommit(() => ctx.followUps?.fired(firing));
@@ -276,24 +275,8 @@ export function followUpsOf(
   return ctx.followUps.plan(after);
 }
 
-/** The alerts of the transitions applied to `exec` in one write (EngineContext.transitionAlerts). */
-export function alertsOf(
-  ctx: EngineContext,
-  exec: ExecutionRecord,
-  applied: readonly Omit<AppliedTransition, "executionId" | "jobId">[],
-): AlertRecord[] {
+/** The alerts of the transitions applied in one write (EngineContext.transitionAlerts). */
+export function alertsOf(ctx: EngineContext, moves: readonly AppliedTransition[]): AlertRecord[] {
   const alerts = ctx.transitionAlerts;
-  if (alerts === undefined) return [];
-  return applied.flatMap((t) =>
-    alerts.of({
-      executionId: exec.id,
-      jobId: exec.jobId,
-      agentId: t.agentId,
-      event: t.event,
-      from: t.from,
-      to: t.to,
-      round: t.round,
-      at: t.at,
-    }),
-  );
+  return alerts === undefined ? [] : moves.flatMap((m) => alerts.of(m));
 }

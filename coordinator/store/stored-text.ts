@@ -1,6 +1,12 @@
 import type { ExecState } from "../../shared/fsm.js";
 import type { JobDefinition } from "../domain/job.js";
-import type { CoordinatorRecord, PeerRecord, RoutedRecord, TransitionWrite } from "./port.js";
+import type {
+  AlertRecord,
+  CoordinatorRecord,
+  PeerRecord,
+  RoutedRecord,
+  TransitionWrite,
+} from "./port.js";
 
 /*
  * How the store adapters turn values into stored text, the same for each: SQLite and PostgreSQL
@@ -127,4 +133,22 @@ export function toPeer(r: PeerRow): PeerRecord {
     scheduledFor: r.scheduled_for,
     shardTotal: r.shard_total,
   };
+}
+
+/**
+ * An alert's row in both stores' column order (id, kind, url, payload, status, attempts,
+ * last_error, created_at, updated_at): the last error capped like every stored error text.
+ */
+export function alertColumns(a: AlertRecord, maxTextBytes: number): unknown[] {
+  return [
+    a.id,
+    a.kind,
+    a.url,
+    JSON.stringify(a.payload),
+    a.status,
+    a.attempts,
+    a.lastError === null ? null : capUtf8(a.lastError, maxTextBytes).text,
+    a.createdAt,
+    a.updatedAt,
+  ];
 }

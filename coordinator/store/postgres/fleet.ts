@@ -1,6 +1,6 @@
 import { AxError } from "../../../shared/errors.js";
 import type { AgentRecord, AlertRecord, ApiTokenRecord, IdentityRecord } from "../port.js";
-import { capUtf8 } from "../stored-text.js";
+import { alertColumns, capUtf8 } from "../stored-text.js";
 import { sqlLimit } from "./executions.js";
 import {
   type AgentRow,
@@ -101,17 +101,7 @@ export async function putAlert(q: Queryable, a: AlertRecord, maxTextBytes: numbe
     q,
     `INSERT INTO alerts (id, kind, url, payload, status, attempts, last_error, created_at, updated_at)
        VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)`,
-    [
-      a.id,
-      a.kind,
-      a.url,
-      JSON.stringify(a.payload),
-      a.status,
-      a.attempts,
-      a.lastError === null ? null : capUtf8(a.lastError, maxTextBytes).text,
-      a.createdAt,
-      a.updatedAt,
-    ],
+    alertColumns(a, maxTextBytes),
   );
 }
 

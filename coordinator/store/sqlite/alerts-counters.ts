@@ -1,4 +1,5 @@
 import type { AlertRecord } from "../port.js";
+import { alertColumns } from "../stored-text.js";
 import type { StoreContext } from "./context.js";
 import { type AlertRow, toAlert } from "./rows.js";
 import { capUtf8, wrap } from "./values.js";
@@ -11,30 +12,17 @@ import { capUtf8, wrap } from "./values.js";
 const INSERT_ALERT = `INSERT INTO alerts (id, kind, url, payload, status, attempts, last_error, created_at, updated_at)
   VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`;
 
-/** An alert's row: the last error capped like every stored error text. */
-function alertRow(ctx: StoreContext, a: AlertRecord): unknown[] {
-  return [
-    a.id,
-    a.kind,
-    a.url,
-    JSON.stringify(a.payload),
-    a.status,
-    a.attempts,
-    a.lastError === null ? null : capUtf8(a.lastError, ctx.maxErrorTextBytes).text,
-    a.createdAt,
-    a.updatedAt,
-  ];
-}
-
 /** Store.putAlert. */
 export function putAlert(ctx: StoreContext, a: AlertRecord): void {
-  wrap("putAlert", () => ctx.writer.writeOne(INSERT_ALERT).run(...alertRow(ctx, a)));
+  wrap("putAlert", () =>
+    ctx.writer.writeOne(INSERT_ALERT).run(...alertColumns(a, ctx.maxErrorTextBytes)),
+  );
 }
 
 /** Alerts inside the caller's write (TransitionWrite.alerts). */
 export function insertAlerts(ctx: StoreContext, alerts: readonly AlertRecord[]): void {
   const insert = ctx.statements.prepare(INSERT_ALERT);
-  for (const a of alerts) insert.run(...alertRow(ctx, a));
+  for (const a of alerts) insert.run(...alertColumns(a, ctx.maxErrorTextBytes));
 }
 
 /** Store.updateAlert. */
