@@ -5,6 +5,7 @@ import { newId } from "../../shared/ids.js";
 import type { AlertKind, CoordinatorConfig } from "../config.js";
 import type { AlertRecord } from "../store/port.js";
 import type { AppliedTransition, EngineContext, TransitionAlerts } from "./context.js";
+import type { EngineEvents } from "./events.js";
 
 type Hook = CoordinatorConfig["alerts"]["webhooks"][number];
 
@@ -36,16 +37,8 @@ export class Alerts implements TransitionAlerts {
 
   constructor(private readonly ctx: EngineContext) {
     const { events } = ctx;
-    // An execution's alerts go with its transition (TransitionAlerts.of); these with the event.
-    events.on("missed", (m) => {
-      this.raise("fire.missed", {
-        jobId: m.jobId,
-        scheduledFor: m.scheduledFor,
-        uncounted: m.uncounted,
-        policy: m.policy,
-        at: m.at,
-      });
-    });
+    // An execution's alerts go with its transition (TransitionAlerts.of), missed fires' with
+    // their fire rows (TransitionAlerts.missed); these with the event.
     events.on("agent", (a) => {
       if (a.status !== "offline") return;
       this.raise("agent.offline", { agentId: a.agentId, reason: a.reason, at: a.at });
@@ -82,7 +75,19 @@ export class Alerts implements TransitionAlerts {
     });
   }
 
-  /** Alerts committed with their transition (TransitionAlerts.recorded): delivered. */
+  /** The alerts of a job's missed fires (TransitionAlerts.missed), for the write that records them. */
+  missed(m: EngineEvents["missed"]): AlertRecord[] {
+    if (this.closed) return [];
+    return this.make("fire.missed", {
+      jobId: m.jobId,
+      scheduledFor: m.scheduledFor,
+      uncounted: m.uncounted,
+      policy: m.policy,
+      at: m.at,
+    });
+  }
+
+  /** Alerts committed with their transition or missed fires (TransitionAlerts.recorded): delivered. */
   recorded(alerts: readonly AlertRecord[]): void {
     for (const a of alerts) this.enqueue(a);
   }

@@ -53,7 +53,12 @@ export type AppliedTransition = EngineEvents["transition"];
 export interface TransitionAlerts {
   /** The alerts one transition raises, one per webhook that wants its kind (often none). */
   of(t: AppliedTransition): AlertRecord[];
-  /** Told once the transition that carried them is committed: they are delivered. */
+  /**
+   * The alerts of nominal times a job missed, one per webhook that wants `fire.missed`, for the
+   * write that records them missed (FireBatch.alerts).
+   */
+  missed(m: EngineEvents["missed"]): AlertRecord[];
+  /** Told once the write that carried them (a transition, missed fires) is committed: they are delivered. */
   recorded(alerts: readonly AlertRecord[]): void;
 }
 

@@ -259,6 +259,19 @@ export class FiringLoop {
       const fireAt = plan.misfired ? now : scheduledFor;
       return { scheduledFor, executions: jobExecutions(job, fireAt, now) };
     });
+    const missedCount = plan.missed.length + plan.missedUncounted;
+    const missed =
+      missedCount > 0
+        ? {
+            jobId: job.id,
+            scheduledFor: plan.missed,
+            uncounted: plan.missedUncounted,
+            policy: def.misfire.policy,
+            at: now,
+          }
+        : undefined;
+    // Their alerts are written with the missed fires, so that neither is recorded without the other.
+    const alerts = missed ? this.ctx.transitionAlerts?.missed(missed) : undefined;
     const recorded = await store.recordFires({
       jobId: job.id,
       expectedNext: p.scheduledFor,
@@ -267,6 +280,7 @@ export class FiringLoop {
       missed: plan.missed,
       at: now,
       ...(this.ctx.coordinatorId === undefined ? {} : { by: this.ctx.coordinatorId }),
+      ...(alerts?.length ? { alerts } : {}),
     });
     if (recorded) {
       for (const f of fires) {
@@ -281,16 +295,10 @@ export class FiringLoop {
           });
         }
       }
-      const missedCount = plan.missed.length + plan.missedUncounted;
-      if (missedCount > 0) {
+      if (missed) {
+        if (alerts?.length) store.afterCommit(() => this.ctx.transitionAlerts?.recorded(alerts));
         await store.bumpCounter("missed_fires", missedCount);
-        this.ctx.events.emit("missed", {
-          jobId: job.id,
-          scheduledFor: plan.missed,
-          uncounted: plan.missedUncounted,
-          policy: def.misfire.policy,
-          at: now,
-        });
+        this.ctx.events.emit("missed", missed);
         this.ctx.log(
           "warn",
           `job ${job.id}: ${missedCount} fire(s) missed, policy ${def.misfire.policy}`,

@@ -348,6 +348,12 @@ export interface FireBatch {
   at: number;
   /** The coordinator that fired (among several on one store): named in each execution's first timeline entry. */
   by?: string;
+  /**
+   * The alerts of the nominal times missed (`fire.missed`), written in the same transaction as
+   * their fire rows, and only when the job advances: the record never holds the one without the
+   * other.
+   */
+  alerts?: AlertRecord[];
 }
 
 /** A page of rollouts, newest first; `nextCursor` is null on the last page. */

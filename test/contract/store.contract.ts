@@ -702,6 +702,40 @@ export function storeContract(name: string, makeStore: () => Promise<StoreFixtur
           }),
         ]);
       });
+
+      it("records missed fires' alerts with them, only when the job advances, or neither", async () => {
+        await store.putJob(jobDef("job-m"), 1_000, 10);
+        /** 1000 and 2000 missed, 3000 fired late at 3500. */
+        const late = (expectedNext: number, alerts: AlertRecord[]) => ({
+          jobId: "job-m",
+          expectedNext,
+          nextFireAt: 4_000,
+          fires: [{ scheduledFor: 3_000, executions: [newExecution("ex-m3", { jobId: "job-m" })] }],
+          missed: [1_000, 2_000],
+          at: 3_500,
+          alerts,
+        });
+        // Stale (the job is at 1000): neither the fires nor the alert.
+        expect(await store.recordFires(late(500, [alertRecord("al-0", 3_500)]))).toBe(false);
+        expect(await store.listAlerts()).toEqual([]);
+        // An alert under an id already taken cannot be recorded: nor can the firing.
+        await store.putAlert(alertRecord("al-taken", 1_000));
+        await expect(
+          store.recordFires(
+            late(1_000, [alertRecord("al-1", 3_500), alertRecord("al-taken", 3_500)]),
+          ),
+        ).rejects.toThrow();
+        expect((await store.getJob("job-m"))?.nextFireAt).toBe(1_000);
+        expect(await store.getExecution("ex-m3")).toBeUndefined();
+        expect((await store.listAlerts()).map((a) => a.id)).toEqual(["al-taken"]);
+        expect(await store.recordFires(late(1_000, [alertRecord("al-1", 3_500)]))).toBe(true);
+        expect((await store.getJob("job-m"))?.nextFireAt).toBe(4_000);
+        expect((await mustGet(store, "ex-m3")).scheduledFor).toBe(3_000);
+        expect((await store.listAlerts({ pending: true })).map((a) => a.id)).toEqual([
+          "al-taken",
+          "al-1",
+        ]);
+      });
     });
 
     describe("recordEvent", () => {

@@ -2,6 +2,7 @@ import { createHmac } from "node:crypto";
 import { createServer, type IncomingMessage, type Server } from "node:http";
 import type { AddressInfo } from "node:net";
 import { join } from "node:path";
+import Database from "better-sqlite3";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import { type CoordinatorConfigInput, parseCoordinatorConfig } from "../../coordinator/config.js";
 import { Coordinator } from "../../coordinator/coordinator.js";
@@ -48,7 +49,10 @@ describe("alerts: webhooks", () => {
   const coordinators: Coordinator[] = [];
   const servers: { close(): Promise<void> }[] = [];
 
-  const startCoordinator = async (alerts: CoordinatorConfigInput["alerts"]) => {
+  const startCoordinator = async (
+    alerts: CoordinatorConfigInput["alerts"],
+    more: Partial<CoordinatorConfigInput> = {},
+  ) => {
     const c = new Coordinator(
       parseCoordinatorConfig({
         store: { path: join(tmp.dir, "ax.sqlite") },
@@ -57,6 +61,7 @@ describe("alerts: webhooks", () => {
         security: { messages: "off" },
         heartbeatMs: 500,
         alerts,
+        ...more,
       }),
     );
     await c.start();
@@ -140,6 +145,63 @@ describe("alerts: webhooks", () => {
       expect(
         hook.received.map((r) => (JSON.parse(r.body) as { executionId: string }).executionId),
       ).toEqual([id]);
+    } finally {
+      db.close();
+    }
+  });
+
+  it("records a job's missed fires and their alert together, or neither", async () => {
+    const hook = await receiver();
+    servers.push(hook);
+    const more = { misfireThresholdMs: 1_000 };
+    const a = await startCoordinator({ webhooks: [{ url: hook.url }] }, more);
+    const jobId = "every-second";
+    await a.putJob({
+      id: jobId,
+      handler: "echo",
+      trigger: { type: "every", every: "1s" },
+      misfire: { policy: "SKIP" },
+    });
+    await waitFor("a fire", async () =>
+      (await a.store.listExecutions({ jobId })).length > 0 ? true : undefined,
+    );
+    await a.close();
+    coordinators.splice(coordinators.indexOf(a), 1);
+    // Read with the coordinator closed: where the job stopped.
+    const file = new Database(join(tmp.dir, "ax.sqlite"), { readonly: true });
+    const missedFrom = (
+      file.prepare("SELECT next_fire_at AS n FROM jobs WHERE id = ?").get(jobId) as { n: number }
+    ).n;
+    file.close();
+    // Down for 3 s: the next start finds its times missed. The store refuses the alert's row.
+    await new Promise((r) => setTimeout(r, 3_000));
+    const db = storeBeside(join(tmp.dir, "ax.sqlite"));
+    try {
+      await db.exec(`CREATE TRIGGER no_alert BEFORE INSERT ON alerts
+        BEGIN SELECT RAISE(ABORT, 'no room'); END`);
+      const b = await startCoordinator({ webhooks: [{ url: hook.url }] }, more);
+      await new Promise((r) => setTimeout(r, 1_500));
+      // Neither the missed times nor their alert: the job has not moved on.
+      expect((await b.store.getJob(jobId))?.nextFireAt).toBe(missedFrom);
+      expect(await b.store.listAlerts()).toEqual([]);
+      expect((await b.store.counters()).missed_fires ?? 0).toBe(0);
+      await db.exec("DROP TRIGGER no_alert");
+      const [alert] = await waitFor("delivered", async () => {
+        const list = await b.store.listAlerts();
+        return list[0]?.status === "delivered" ? list : undefined;
+      });
+      expect(alert).toMatchObject({ kind: "fire.missed", status: "delivered" });
+      const sent = hook.received.map(
+        (r) => JSON.parse(r.body) as { kind: string; jobId: string; scheduledFor: number[] },
+      );
+      expect(sent).toHaveLength(1);
+      expect(sent[0]).toMatchObject({ kind: "fire.missed", jobId });
+      expect(sent[0]?.scheduledFor[0]).toBe(missedFrom);
+      // The alert names what the record holds missed, and the job moved on past them.
+      expect((await b.store.counters()).missed_fires).toBeGreaterThanOrEqual(
+        sent[0]?.scheduledFor.length ?? 0,
+      );
+      expect((await b.store.getJob(jobId))?.nextFireAt).toBeGreaterThan(missedFrom);
     } finally {
       db.close();
     }

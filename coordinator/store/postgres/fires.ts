@@ -6,6 +6,7 @@ import {
   type NewExecution,
 } from "../port.js";
 import { insertExecutions, insertNewExecutions } from "./executions.js";
+import { putAlert } from "./fleet.js";
 import { executionColumns, NEW_EXECUTION_COLUMNS, pushRow } from "./rows.js";
 import { type Queryable, run, type Statement } from "./tx.js";
 
@@ -108,6 +109,7 @@ export async function recordFires(
   q: Queryable,
   batch: FireBatch,
   detailJson: (detail: Record<string, unknown>) => string | null,
+  maxTextBytes: number,
 ): Promise<boolean> {
   const advanced = await run(q, ADVANCE, [
     batch.jobId,
@@ -116,6 +118,7 @@ export async function recordFires(
     batch.at,
   ]);
   if (advanced.rowCount !== 1) return false;
+  for (const a of batch.alerts ?? []) await putAlert(q, a, maxTextBytes);
   if (batch.missed.length > 0) {
     await run(
       q,
@@ -170,7 +173,10 @@ export async function recordFires(
  */
 export function isSimpleFire(batch: FireBatch): boolean {
   return (
-    batch.missed.length === 0 && batch.fires.length === 1 && batch.fires[0]?.executions.length === 1
+    batch.missed.length === 0 &&
+    !batch.alerts?.length &&
+    batch.fires.length === 1 &&
+    batch.fires[0]?.executions.length === 1
   );
 }
 

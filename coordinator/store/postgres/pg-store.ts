@@ -356,7 +356,8 @@ export class PgStore implements Store {
     // Fires are not announced: the coordinator that fires is the active one, which runs its own
     // loops, and a NOTIFY in each of thousands of fire transactions a second serializes their
     // commits on the notification queue. What operators create (commands, jobs) is announced.
-    return this.db.write("recordFires", (q) => fires.recordFires(q, batch, this.detailJson), {
+    const max = this.db.config.maxErrorTextBytes;
+    return this.db.write("recordFires", (q) => fires.recordFires(q, batch, this.detailJson, max), {
       later: true,
       // The firings of a wheel tick, each of another job, share one statement.
       ...(fires.isSimpleFire(batch)

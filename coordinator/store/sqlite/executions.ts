@@ -97,6 +97,7 @@ export function recordFires(ctx: StoreContext, batch: FireBatch): boolean {
         )
         .run(batch.nextFireAt, batch.at, batch.jobId, batch.expectedNext);
       if (advanced.changes !== 1) return false;
+      if (batch.alerts) insertAlerts(ctx, batch.alerts);
       const insertFire = sql.prepare(
         "INSERT OR IGNORE INTO fires (job_id, scheduled_for, fired_at, execution_id, status) VALUES (?, ?, ?, ?, ?)",
       );
