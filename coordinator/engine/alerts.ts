@@ -22,8 +22,8 @@ const STATE_KINDS: Partial<Record<string, AlertKind>> = {
 
 /**
  * Webhook alerts (execution failed, timed out or expired; fires missed; agent offline). Each alert
- * is recorded in the store for each hook that wants its kind, then POSTed as JSON once the event
- * it reports is committed; a failed attempt is retried with full-jitter backoff up to
+ * is recorded in the store for each hook that wants its kind, in the transaction that records
+ * what it reports, then POSTed as JSON once that is committed; a failed attempt is retried with full-jitter backoff up to
  * `maxAttempts`, and every outcome is recorded. Deliveries run beside scheduling and never
  * hold it up; pending ones are resumed after a restart. Receivers deduplicate by the
  * `X-Ax-Alert-Id` header, since an alert can arrive twice (a retry after a lost answer).
@@ -35,15 +35,12 @@ export class Alerts implements TransitionAlerts {
   private closed = false;
   private readonly idle: (() => void)[] = [];
 
-  constructor(private readonly ctx: EngineContext) {
-    const { events } = ctx;
-    // An execution's alerts go with its transition (TransitionAlerts.of), missed fires' with
-    // their fire rows (TransitionAlerts.missed); these with the event.
-    events.on("agent", (a) => {
-      if (a.status !== "offline") return;
-      this.raise("agent.offline", { agentId: a.agentId, reason: a.reason, at: a.at });
-    });
-  }
+  /**
+   * Every alert is written with what it reports: an execution's with its transition
+   * (TransitionAlerts.of), missed fires' with their fire rows (missed), an agent's going offline
+   * with its record (offline).
+   */
+  constructor(private readonly ctx: EngineContext) {}
 
   private get hooks(): Hook[] {
     return this.ctx.config.alerts.webhooks;
@@ -87,22 +84,15 @@ export class Alerts implements TransitionAlerts {
     });
   }
 
-  /** Alerts committed with their transition or missed fires (TransitionAlerts.recorded): delivered. */
-  recorded(alerts: readonly AlertRecord[]): void {
-    for (const a of alerts) this.enqueue(a);
+  /** The alerts of an agent gone offline (TransitionAlerts.offline), for the write that records it. */
+  offline(o: { agentId: string; reason: string; at: number }): AlertRecord[] {
+    if (this.closed) return [];
+    return this.make("agent.offline", { agentId: o.agentId, reason: o.reason, at: o.at });
   }
 
-  /** Records an alert (one per hook that wants its kind), and delivers it once committed. */
-  private raise(kind: AlertKind, details: Record<string, unknown>): void {
-    if (this.closed) return;
-    for (const alert of this.make(kind, details)) {
-      this.ctx.store
-        .putAlert(alert)
-        .then(() => this.ctx.store.afterCommit(() => this.enqueue(alert)))
-        .catch((err: unknown) =>
-          this.ctx.log("error", `alert ${kind} not recorded: ${(err as Error).message}`),
-        );
-    }
+  /** Alerts committed with what they report (TransitionAlerts.recorded): delivered. */
+  recorded(alerts: readonly AlertRecord[]): void {
+    for (const a of alerts) this.enqueue(a);
   }
 
   /** An alert of `kind` for each hook that wants it, pending. */

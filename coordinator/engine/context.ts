@@ -58,6 +58,11 @@ export interface TransitionAlerts {
    * write that records them missed (FireBatch.alerts).
    */
   missed(m: EngineEvents["missed"]): AlertRecord[];
+  /**
+   * The alerts of an agent gone offline, one per webhook that wants `agent.offline`, for the
+   * write that records it offline (Store.putAgent).
+   */
+  offline(o: { agentId: string; reason: string; at: number }): AlertRecord[];
   /** Told once the write that carried them (a transition, missed fires) is committed: they are delivered. */
   recorded(alerts: readonly AlertRecord[]): void;
 }

@@ -51,6 +51,14 @@ export class Fleet {
   private readonly batchBytes = new Map<string, number>();
   /** Agents whose heartbeat figures are newer in memory than in the store. */
   private readonly unsaved = new Set<string>();
+  /**
+   * Agents taken offline (in memory) whose record and alert could not be written: written again
+   * at each sweep while they stay offline ({@link putOffline}).
+   */
+  private readonly offlineUnwritten = new Map<
+    string,
+    { reason: string; at: number; level: "info" | "warn" }
+  >();
   /** When unsaved figures were last written (wall ms), and when silent agents were last looked for. */
   private persistedAt: number;
   private sweptAt = Number.NEGATIVE_INFINITY;
@@ -490,14 +498,51 @@ export class Fleet {
     this.bySeenIdle.delete(a.agentId);
     this.reachabilityChanged();
     this.unsaved.delete(a.agentId);
-    await this.ctx.store.putAgent(a);
+    await this.putOffline(a, reason, this.ctx.clock.wallNow(), level);
+  }
+
+  /**
+   * Writes an agent gone offline with its `agent.offline` alerts (TransitionAlerts.offline), in
+   * one transaction; once it commits, hands them to delivery, logs it and tells the listeners.
+   * A write that fails is retried at each sweep while the agent stays offline
+   * ({@link offlineUnwritten}): the record never says offline without its alert, nor the reverse.
+   */
+  private async putOffline(
+    a: AgentRecord,
+    reason: string,
+    at: number,
+    level: "info" | "warn",
+  ): Promise<boolean> {
+    const alerts = this.ctx.transitionAlerts?.offline({ agentId: a.agentId, reason, at }) ?? [];
+    try {
+      await this.ctx.store.putAgent(a, alerts);
+    } catch (err) {
+      this.offlineUnwritten.set(a.agentId, { reason, at, level });
+      this.ctx.log("error", `agent ${a.agentId} offline, not recorded: ${(err as Error).message}`, {
+        agentId: a.agentId,
+      });
+      return false;
+    }
+    this.offlineUnwritten.delete(a.agentId);
+    if (alerts.length > 0) {
+      this.ctx.store.afterCommit(() => this.ctx.transitionAlerts?.recorded(alerts));
+    }
     this.ctx.log(level, `agent ${a.agentId} offline (${reason})`, { agentId: a.agentId });
-    this.ctx.events.emit("agent", {
-      agentId: a.agentId,
-      status: "offline",
-      reason,
-      at: this.ctx.clock.wallNow(),
-    });
+    this.ctx.events.emit("agent", { agentId: a.agentId, status: "offline", reason, at });
+    return true;
+  }
+
+  /** Writes again the agents taken offline whose write failed, unless they are back. */
+  private async retryOffline(): Promise<void> {
+    for (const [agentId, o] of [...this.offlineUnwritten]) {
+      const a = this.agents.get(agentId);
+      // Back, or handed to another coordinator's share: no longer this one's to record.
+      if (a?.status !== "offline" || !this.owns(agentId)) {
+        this.offlineUnwritten.delete(agentId);
+        continue;
+      }
+      if (!(await this.putOffline(a, o.reason, o.at, o.level))) return;
+    }
   }
 
   /** An `offline` presence counts only for the current instance: a late Last Will is ignored. */
@@ -582,6 +627,7 @@ export class Fleet {
    */
   async sweep(now: number, linkUpSince: number | undefined): Promise<void> {
     await this.persistSeen(now);
+    if (this.offlineUnwritten.size > 0) await this.retryOffline();
     if (linkUpSince === undefined) return;
     const limit = this.ctx.config.heartbeatMs * MISSED_HEARTBEATS;
     if (now - this.sweptAt < Math.max(SWEEP_INTERVAL_MS, limit / SWEEPS_PER_LIMIT)) return;
@@ -615,16 +661,7 @@ export class Fleet {
       bySeen.delete(a.agentId);
       this.reachabilityChanged();
       this.unsaved.delete(a.agentId);
-      await this.ctx.store.putAgent(a);
-      this.ctx.log("info", `agent ${a.agentId} offline (${MISSED_HEARTBEATS} heartbeats missed)`, {
-        agentId: a.agentId,
-      });
-      this.ctx.events.emit("agent", {
-        agentId: a.agentId,
-        status: "offline",
-        reason: `${MISSED_HEARTBEATS} heartbeats missed`,
-        at: now,
-      });
+      await this.putOffline(a, `${MISSED_HEARTBEATS} heartbeats missed`, now, "info");
     }
   }
 }

@@ -600,9 +600,10 @@ export interface Store {
   /**
    * Writes an agent's record. Its acked seq never goes down while the journal is the same (a
    * record read before another coordinator acknowledged more, written back later, keeps what
-   * the agent was told); a new journal starts from the record's.
+   * the agent was told); a new journal starts from the record's. `alerts` (an `agent.offline`
+   * alert) are written in the same transaction: both or neither.
    */
-  putAgent(agent: AgentRecord): Promise<void>;
+  putAgent(agent: AgentRecord, alerts?: readonly AlertRecord[]): Promise<void>;
   /** Writes several agents at once, all or none (heartbeat figures, persisted in batches). */
   putAgents(agents: readonly AgentRecord[]): Promise<void>;
   /** Sets the highest contiguous stored seq of the agent's current journal. */

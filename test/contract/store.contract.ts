@@ -1792,6 +1792,24 @@ export function storeContract(name: string, makeStore: () => Promise<StoreFixtur
         expect([...listed].sort((x, y) => x.agentId.localeCompare(y.agentId))).toEqual(batch);
       });
 
+      it("putAgent writes an agent's alerts with it, or neither", async () => {
+        await store.putAgent(agentRecord("ag-1"));
+        await store.putAlert(alertRecord("al-taken", 1_000));
+        const offline = agentRecord("ag-1", { status: "offline", lastSeenAt: 9_000 });
+        // An alert under an id already taken cannot be recorded: nor can the agent.
+        await expect(
+          store.putAgent(offline, [alertRecord("al-1", 9_000), alertRecord("al-taken", 9_000)]),
+        ).rejects.toThrow();
+        expect((await store.getAgent("ag-1"))?.status).toBe("online");
+        expect((await store.listAlerts()).map((a) => a.id)).toEqual(["al-taken"]);
+        await store.putAgent(offline, [alertRecord("al-1", 9_000)]);
+        expect(await store.getAgent("ag-1")).toEqual(offline);
+        expect((await store.listAlerts({ pending: true })).map((a) => a.id)).toEqual([
+          "al-taken",
+          "al-1",
+        ]);
+      });
+
       it("setAckedSeq only rises, and only for the agent's current journal", async () => {
         await store.putAgent(agentRecord("ag-1", { journalId: "j1", ackedSeq: 0 }));
         const acked = async () => (await store.getAgent("ag-1"))?.ackedSeq;

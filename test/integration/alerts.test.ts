@@ -7,6 +7,7 @@ import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import { type CoordinatorConfigInput, parseCoordinatorConfig } from "../../coordinator/config.js";
 import { Coordinator } from "../../coordinator/coordinator.js";
 import { storeBeside, type TestBroker, tempDir, testBroker, waitFor } from "../helpers/env.js";
+import { fakeAgent } from "../helpers/fake-agent.js";
 
 interface Received {
   headers: IncomingMessage["headers"];
@@ -202,6 +203,41 @@ describe("alerts: webhooks", () => {
         sent[0]?.scheduledFor.length ?? 0,
       );
       expect((await b.store.getJob(jobId))?.nextFireAt).toBeGreaterThan(missedFrom);
+    } finally {
+      db.close();
+    }
+  });
+
+  it("records an agent offline and its alert together, or neither", async () => {
+    const hook = await receiver();
+    servers.push(hook);
+    const c = await startCoordinator({ webhooks: [{ url: hook.url, kinds: ["agent.offline"] }] });
+    const agentId = `${broker.prefix}-gone`;
+    const agent = await fakeAgent(broker, agentId);
+    await waitFor("online", async () =>
+      (await c.store.getAgent(agentId))?.status === "online" ? true : undefined,
+    );
+    const db = storeBeside(join(tmp.dir, "ax.sqlite"));
+    try {
+      await db.exec(`CREATE TRIGGER no_alert BEFORE INSERT ON alerts
+        BEGIN SELECT RAISE(ABORT, 'no room'); END`);
+      // Silent from now on (no Last Will: a clean close): three heartbeats (1.5 s) later it is
+      // taken offline, and the store refuses the alert's row.
+      await agent.close();
+      await new Promise((r) => setTimeout(r, 3_000));
+      expect((await c.store.getAgent(agentId))?.status).toBe("online");
+      expect(await c.store.listAlerts()).toEqual([]);
+      await db.exec("DROP TRIGGER no_alert");
+      // The next sweep writes both, and the hook hears of it once.
+      const [alert] = await waitFor("delivered", async () => {
+        const list = await c.store.listAlerts();
+        return list[0]?.status === "delivered" ? list : undefined;
+      });
+      expect(alert).toMatchObject({ kind: "agent.offline", status: "delivered" });
+      expect((await c.store.getAgent(agentId))?.status).toBe("offline");
+      expect(hook.received.map((r) => JSON.parse(r.body) as { agentId: string })).toEqual([
+        expect.objectContaining({ kind: "agent.offline", agentId }),
+      ]);
     } finally {
       db.close();
     }

@@ -540,7 +540,15 @@ export class PgStore implements Store {
     return this.db.read("listAgents", fleet.listAgents);
   }
 
-  async putAgent(agent: AgentRecord): Promise<void> {
+  async putAgent(agent: AgentRecord, alerts?: readonly AlertRecord[]): Promise<void> {
+    if (alerts?.length) {
+      const max = this.db.config.maxErrorTextBytes;
+      await this.db.write("putAgent", async (q) => {
+        await fleet.putAgents(q, [agent]);
+        for (const a of alerts) await fleet.putAlert(q, a, max);
+      });
+      return;
+    }
     await this.one("putAgent", (q) => fleet.putAgents(q, [agent]));
   }
 

@@ -1,5 +1,6 @@
 import { AxError } from "../../../shared/errors.js";
-import type { AgentRecord, ApiTokenRecord, IdentityRecord } from "../port.js";
+import type { AgentRecord, AlertRecord, ApiTokenRecord, IdentityRecord } from "../port.js";
+import { insertAlerts } from "./alerts-counters.js";
 import type { StoreContext } from "./context.js";
 import { type AgentRow, type ApiTokenRow, toAgent, toApiToken } from "./rows.js";
 import { PUT_AGENT_SQL } from "./statements.js";
@@ -27,7 +28,20 @@ export function listAgents(ctx: StoreContext): AgentRecord[] {
 }
 
 /** Store.putAgent. */
-export function putAgent(ctx: StoreContext, agent: AgentRecord): void {
+export function putAgent(
+  ctx: StoreContext,
+  agent: AgentRecord,
+  alerts?: readonly AlertRecord[],
+): void {
+  if (alerts?.length) {
+    wrap("putAgent", () =>
+      ctx.writer.write(() => {
+        ctx.statements.prepare(PUT_AGENT_SQL).run({ ...agent, record: JSON.stringify(agent) });
+        insertAlerts(ctx, alerts);
+      }),
+    );
+    return;
+  }
   wrap("putAgent", () =>
     ctx.writer.writeOne(PUT_AGENT_SQL).run({ ...agent, record: JSON.stringify(agent) }),
   );

@@ -378,8 +378,8 @@ export class SqliteStore implements Store {
     return fleet.listAgents(this.ctx);
   }
 
-  async putAgent(agent: AgentRecord): Promise<void> {
-    fleet.putAgent(this.ctx, agent);
+  async putAgent(agent: AgentRecord, alerts?: readonly AlertRecord[]): Promise<void> {
+    fleet.putAgent(this.ctx, agent, alerts);
   }
 
   async putAgents(agents: readonly AgentRecord[]): Promise<void> {
