@@ -650,7 +650,11 @@ export class Inbound {
         continue;
       }
       // The answer that settles a finish that could not be read stands in for that finish.
-      const settles = this.settlesUnreadable(report);
+      let settles = this.settlesUnreadable(report);
+      if (settles === undefined && this.mayAnswerUnreadable(report)) {
+        await flush();
+        settles = await this.settlesUnreadableOnRecord(agentId, report);
+      }
       if (settles === null) continue;
       const r = settles ?? report;
       id = r.executionId;
@@ -839,6 +843,46 @@ export class Inbound {
         ),
       finishedAt: this.ctx.clock.wallNow(),
     };
+  }
+
+  /**
+   * Whether `r` may be the answer about a finish that could not be read, though none is awaited in
+   * memory (this coordinator has restarted since, or it was forgotten): a `state` with a final
+   * local state or `unknown`.
+   */
+  private mayAnswerUnreadable(r: Report): r is Extract<Report, { type: "state" }> {
+    return (
+      r.type === "state" &&
+      !this.unreadableFinishes.has(r.executionId) &&
+      (r.localState === "unknown" || (OUTCOMES as readonly string[]).includes(r.localState))
+    );
+  }
+
+  /**
+   * {@link settlesUnreadable} from the record: the answer settles the finish when the execution
+   * still runs the answer's round on this agent and its timeline holds that round's `finished`
+   * as unreadable. What is awaited lives in memory, and an answer that came after a restart
+   * would otherwise leave the execution to its lease, to be run again.
+   */
+  private async settlesUnreadableOnRecord(
+    agentId: string,
+    r: Extract<Report, { type: "state" }>,
+  ): Promise<Report | null | undefined> {
+    const exec = await this.ctx.store.getExecution(r.executionId);
+    if (!exec || TERMINAL_STATES.has(exec.state)) return undefined;
+    if (exec.agentId !== agentId || exec.round !== r.round) return undefined;
+    const entry = (await this.ctx.store.getTimeline(exec.id))
+      .reverse()
+      .find(
+        (e) =>
+          e.event === "report_unreadable" &&
+          e.detail?.type === "finished" &&
+          e.detail.round === r.round,
+      );
+    if (entry === undefined) return undefined;
+    const why = `${String(entry.detail?.code)}: ${String(entry.detail?.reason)}`;
+    this.unreadableFinishes.set(exec.id, { round: r.round, why });
+    return this.settlesUnreadable(r);
   }
 
   /**

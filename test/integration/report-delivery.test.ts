@@ -314,6 +314,63 @@ describe("report delivery", () => {
     await agent.waitFor("ack of 4", (m): m is Ack => isAck(m) && m.upTo === 4);
   });
 
+  it("settles a finish it cannot read by the agent's answer that comes after a restart", async () => {
+    const { broker, start } = await coordinatorSetup(cleanups, {
+      security: { messages: "required" },
+    });
+    const first = await start();
+    const agentId = `${broker.prefix}-r`;
+    const enrolled = await first.identities.enroll(agentId, { actor: "test" });
+    const agent = await fakeAgent(broker, agentId, {
+      key: Buffer.from(enrolled.file.key, "base64url"),
+    });
+    cleanups.push(() => agent.close());
+    const id = await first.sendCommand({ agentId, handler: "echo" });
+    await agent.waitFor("dispatch", (m): m is DownMessage => m.type === "dispatch");
+    const at = Date.now();
+    await running(agent, id, at);
+    await unreadable(agent, {
+      type: "finished",
+      executionId: id,
+      round: 1,
+      seq: 3,
+      outcome: "succeeded",
+      retryable: false,
+      message: "ok",
+      result: "done",
+      startedAt: at,
+      finishedAt: at + 5,
+    });
+    await agent.waitFor("a query", (m): m is Query => m.type === "query" && m.executionId === id);
+    await agent.waitFor("ack of 3", (m): m is Ack => isAck(m) && m.upTo === 3);
+    // The coordinator that asked is gone; the one after it never asked, and reads the record.
+    await first.close();
+    const second = await start();
+    cleanups.push(() => second.close());
+    await agent.report({
+      type: "state",
+      executionId: id,
+      round: 1,
+      seq: 4,
+      localState: "succeeded",
+    });
+    const done = await waitFor("succeeded", async () => {
+      const e = await second.store.getExecution(id);
+      return e?.state === "SUCCEEDED" ? e : undefined;
+    });
+    expect(done.message).toContain("could not be read");
+    expect(done.attempt).toBe(1);
+    const events = (await second.store.getTimeline(id)).map((e) => e.event);
+    expect(events).toEqual([
+      "created",
+      "dispatch",
+      "accepted",
+      "started",
+      "report_unreadable",
+      "finished",
+    ]);
+  });
+
   it("does not take an unknown answer about a finish it could not read for an interruption", async () => {
     const { coordinator, agent, id } = await commandOn("k");
     const at = Date.now();
