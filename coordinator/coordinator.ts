@@ -648,6 +648,11 @@ export class Coordinator {
     this.retention.start();
     this.rolloutEngine.start();
     await this.alerts.start();
+    await this.jobs
+      .repairPauses()
+      .catch((err: unknown) =>
+        this.ctx.log("error", `canceling what pauses left failed: ${(err as Error).message}`),
+      );
   }
 
   /**

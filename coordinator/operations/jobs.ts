@@ -189,9 +189,58 @@ export class JobOperations {
     const job = await this.ctx.store.setJobPaused(jobId, true, now, actor);
     if (!job) throw jobNotFound(jobId);
     this.triggers.invalidate();
-    // A page at a time (a long lead on a short interval makes many). One its agent holds stays
-    // open until the agent answers the cancel, so each is sent one once: a page with none new
-    // is the last.
+    await this.cancelEarly(jobId, now, actor, "job paused before its time");
+    await this.ctx.store.flush();
+    return job;
+  }
+
+  /**
+   * The pause commits before its cancels (one write each), so a crash or a failed write between
+   * them leaves fires made ahead of their time to run after it. Run where what runs once for the
+   * cluster does (at start, and on a new leader): each paused job's executions made before its
+   * pause (its history's latest `paused` entry) for a time after it are cancelled, as the pause
+   * would have. Returns how many were.
+   */
+  async repairPauses(): Promise<number> {
+    let canceled = 0;
+    for (const job of await this.ctx.store.listJobs()) {
+      if (!job.paused) continue;
+      // Oldest first: the last pause or resume among the job's latest entries.
+      const last = (await this.ctx.store.listJobHistory(job.id, 100))
+        .filter((h) => h.action === "paused" || h.action === "resumed")
+        .at(-1);
+      if (last?.action !== "paused") continue;
+      canceled += await this.cancelEarly(
+        job.id,
+        last.at,
+        "system",
+        "job paused before its time (found at start)",
+        // Made after the pause is an operator's "run now", not a fire the pause missed.
+        last.at,
+      );
+    }
+    if (canceled > 0) {
+      await this.ctx.store.flush();
+      this.ctx.log("warn", `canceled ${canceled} execution(s) of paused jobs that a pause left`);
+    }
+    return canceled;
+  }
+
+  /**
+   * Cancels the job's executions for a time after `pausedAt` that have not started (and, with
+   * `madeBy`, were created by then). A page at a time (a long lead on a short interval makes
+   * many).
+   */
+  private async cancelEarly(
+    jobId: string,
+    pausedAt: number,
+    actor: string,
+    reason: string,
+    madeBy = Number.POSITIVE_INFINITY,
+  ): Promise<number> {
+    let canceled = 0;
+    // One its agent holds stays open until the agent answers the cancel, so each is sent one
+    // once: a page with none new is the last.
     const seen = new Set<string>();
     for (let pages = 0; pages < 1_000; pages++) {
       const open = await this.ctx.store.listExecutions({
@@ -203,18 +252,18 @@ export class JobOperations {
       if (fresh.length === 0) break;
       for (const e of fresh) {
         seen.add(e.id);
-        // A fire whose time has come is the job's run before the pause, and a retry is that of
+        // A fire whose time had come is the job's run before the pause, and a retry is that of
         // a run already made: they go on.
-        if (e.fireAt <= now || e.attempt > 1) continue;
+        if (e.fireAt <= pausedAt || e.attempt > 1 || e.createdAt > madeBy) continue;
         await applyEvent(this.ctx, e.id, { type: "cancel" }, () => ({}), {
           by: "operator",
           actor,
-          reason: "job paused before its time",
+          reason,
         });
+        canceled++;
       }
     }
-    await this.ctx.store.flush();
-    return job;
+    return canceled;
   }
 
   /**

@@ -1,8 +1,9 @@
+import Database from "better-sqlite3";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { parseCoordinatorConfig } from "../../coordinator/config.js";
 import { Coordinator } from "../../coordinator/coordinator.js";
 import { FakeClock } from "../../shared/clock.js";
-import { type TestBroker, tempDir, testBroker } from "../helpers/env.js";
+import { type TestBroker, tempDir, testBroker, waitFor } from "../helpers/env.js";
 
 const MINUTE = 60_000;
 // A minute boundary, so that `every 1m` fires at whole minutes.
@@ -202,3 +203,85 @@ describe("pause and resume", () => {
     expect(await executions("born-paused")).toEqual([]);
   });
 });
+
+/**
+ * A pause commits before it cancels the fires made ahead of their time, one write each: a crash
+ * in between leaves them to run after the pause. The next start (where what runs once for the
+ * cluster runs) cancels them, as the pause would have.
+ */
+describe("pause: what a crash between the pause and its cancels left", () => {
+  it("is canceled at the next start, and a run asked for after the pause is not", async () => {
+    const broker = await testBroker();
+    const tmp = tempDir();
+    const config = parseCoordinatorConfig({
+      store: { path: `${tmp.dir}/ax.sqlite` },
+      mqtt: { url: broker.url, prefix: broker.prefix },
+      security: { messages: "off" },
+    });
+    const jobId = "ahead";
+    try {
+      const a = new Coordinator(config);
+      await a.start();
+      // Every second, each fire made 10 s ahead: no agent has the handler, so they wait.
+      await a.putJob({
+        id: jobId,
+        handler: "not-on-any-agent",
+        trigger: { type: "every", every: "1s" },
+        dispatchLead: "10s",
+      });
+      const list = () => a.store.listExecutions({ jobId, limit: 1000 });
+      await waitFor("three fires made ahead", async () =>
+        (await list()).filter((e) => e.fireAt > Date.now()).length >= 3 ? true : undefined,
+      );
+      // The pause's own write, and then the crash: its cancels never ran.
+      const pausedAt = Date.now();
+      await a.store.setJobPaused(jobId, true, pausedAt, "test");
+      await a.store.flush();
+      const runNow = await a.jobs.trigger(jobId, "test");
+      await a.close();
+      const ahead = listOf(`${tmp.dir}/ax.sqlite`, jobId).filter((e) => e.fireAt > pausedAt);
+      expect(ahead.filter((e) => e.state === "PENDING").length).toBeGreaterThanOrEqual(3);
+
+      const b = new Coordinator(config);
+      await b.start();
+      try {
+        const after = await b.store.listExecutions({ jobId, limit: 1000 });
+        for (const e of after) {
+          const made = e.createdAt <= pausedAt;
+          if (made && e.fireAt > pausedAt) {
+            // Made before the pause for a time after it: canceled, never dispatched.
+            expect(e.state).toBe("CANCELED");
+            expect(e.dispatches).toBe(0);
+            const timeline = await b.store.getTimeline(e.id);
+            expect(timeline.at(-1)?.detail?.reason).toBe(
+              "job paused before its time (found at start)",
+            );
+          }
+        }
+        // The run asked for after the pause stands.
+        for (const id of runNow) {
+          expect((await b.store.getExecution(id))?.state).toBe("PENDING");
+        }
+        // Nothing more to cancel at the next start.
+        expect(await b.jobs.repairPauses()).toBe(0);
+      } finally {
+        await b.close();
+      }
+    } finally {
+      await broker.close();
+      tmp.cleanup();
+    }
+  }, 30_000);
+});
+
+/** The job's executions as the store file holds them, read with no coordinator running. */
+function listOf(path: string, jobId: string): { state: string; fireAt: number }[] {
+  const db = new Database(path, { readonly: true });
+  try {
+    return db
+      .prepare("SELECT state, fire_at AS fireAt FROM executions WHERE job_id = ?")
+      .all(jobId) as { state: string; fireAt: number }[];
+  } finally {
+    db.close();
+  }
+}
