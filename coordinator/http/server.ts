@@ -271,7 +271,7 @@ interface ServerState {
 
 /** One request: route, authorize, validate, run the handler, answer. */
 /** Request headers a page of an allowed origin may send (the token, JSON, a version check). */
-const CORS_REQUEST_HEADERS = "authorization, content-type, if-match";
+const CORS_REQUEST_HEADERS = "authorization, content-type, if-match, idempotency-key";
 /** Answer headers such a page may read besides the simple ones. */
 const CORS_EXPOSED_HEADERS = "etag, location, retry-after, www-authenticate, allow";
 

@@ -5,6 +5,7 @@ import { newExecutionId } from "../engine/transitions.js";
 import type { Identities } from "../security/identities.js";
 import type { AgentRecord, NewExecution } from "../store/port.js";
 import { checkCommandParams, commandParams } from "./agent-update.js";
+import { type Idempotency, once, replayed } from "./idempotency.js";
 
 /** What a device command gets when its request leaves a field out; applied here, once. */
 export const COMMAND_DEFAULTS = {
@@ -78,8 +79,14 @@ export class CommandOperations {
     private readonly kick: () => void,
   ) {}
 
-  /** Creates one command per target; returns each target with its execution id, by agent id. */
-  async send(req: CommandsRequest, actor = "system"): Promise<CommandTarget[]> {
+  /**
+   * Creates one command per target; returns each target with its execution id, by agent id.
+   * With `key` (an Idempotency-Key), the same request again answers as the first and creates
+   * nothing.
+   */
+  async send(req: CommandsRequest, actor = "system", key?: Idempotency): Promise<CommandTarget[]> {
+    const made = await replayed<CommandTarget[]>(this.ctx, key);
+    if (made !== undefined) return made;
     const now = this.ctx.clock.wallNow();
     const at = req.at ?? now;
     const deadline = req.deadline ?? at + COMMAND_DEFAULTS.deadlineAfterAtMs;
@@ -134,10 +141,12 @@ export class CommandOperations {
       out.push({ agentId, executionId });
     }
     // One write for the whole fan-out: 10,000 targets in one batch, not 10,000 writes.
-    await this.ctx.store.createExecutions(executions, now, { actor });
+    const result = await once(this.ctx, key, out, (record) =>
+      this.ctx.store.createExecutions(executions, now, { actor }, record),
+    );
     await this.ctx.store.flush();
     this.kick();
-    return out;
+    return result;
   }
 
   /**

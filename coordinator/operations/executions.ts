@@ -8,6 +8,7 @@ import type {
   ExecutionRecord,
   TimelineEntry,
 } from "../store/port.js";
+import { type Idempotency, once, replayed } from "./idempotency.js";
 
 /** States an operator may retry from. */
 const RETRYABLE = new Set(["FAILED", "TIMED_OUT", "EXPIRED", "CANCELED"]);
@@ -65,7 +66,9 @@ export class ExecutionOperations {
    * execution (terminal states stay final) that runs at most once and records which one it
    * retries. Returns its id.
    */
-  async retry(id: string, actor = "system"): Promise<string> {
+  async retry(id: string, actor = "system", key?: Idempotency): Promise<string> {
+    const made = await replayed<string>(this.ctx, key);
+    if (made !== undefined) return made;
     const old = await this.get(id);
     if (!RETRYABLE.has(old.state)) {
       throw new AxError(
@@ -76,20 +79,21 @@ export class ExecutionOperations {
     }
     const now = this.ctx.clock.wallNow();
     const newId = newExecutionId(now);
-    await this.ctx.store.createExecution(
-      {
-        ...old,
-        id: newId,
-        fireAt: now,
-        deadline: now + Math.max(0, old.deadline - old.fireAt),
-        // One run: the operator asked for one more try, not for the retry policy again (a
-        // retryable failure of the retry must not run the handler once more on its own).
-        maxAttempts: 1,
-        createdAt: now,
-      },
-      now,
-      { actor, retryOf: id },
+    const execution = {
+      ...old,
+      id: newId,
+      fireAt: now,
+      deadline: now + Math.max(0, old.deadline - old.fireAt),
+      // One run: the operator asked for one more try, not for the retry policy again (a
+      // retryable failure of the retry must not run the handler once more on its own).
+      maxAttempts: 1,
+      createdAt: now,
+    };
+    const first = await once(this.ctx, key, newId, (record) =>
+      this.ctx.store.createExecutions([execution], now, { actor, retryOf: id }, record),
     );
+    // Another request with the key made the retry meanwhile: its answer, and nothing more.
+    if (first !== newId) return first;
     this.countRetry();
     this.ctx.log("info", `execution ${id} retried as ${newId}`, {
       executionId: newId,

@@ -16,6 +16,7 @@ import { applyEvent, newExecutionId } from "../engine/transitions.js";
 import type { EventTriggers } from "../engine/triggers.js";
 import { decodeExecutionCursor, encodeExecutionCursor } from "../store/cursor.js";
 import type { JobHistoryEntry, JobPage, StoredJob } from "../store/port.js";
+import { type Idempotency, once, replayed } from "./idempotency.js";
 
 /** Which fire times a preview lists: `n` of them after `after` (UTC ms, default now). */
 export interface PreviewRequest {
@@ -291,13 +292,20 @@ export class JobOperations {
    * Fires a job now, outside its trigger (an operator's "run now"), with all its rules: shards,
    * group, routing tags. Returns the ids of every execution created (one per shard).
    */
-  async trigger(jobId: string, actor = "system"): Promise<string[]> {
+  async trigger(jobId: string, actor = "system", key?: Idempotency): Promise<string[]> {
+    const made = await replayed<string[]>(this.ctx, key);
+    if (made !== undefined) return made;
     const job = await this.get(jobId);
     const now = this.ctx.clock.wallNow();
     const executions = jobExecutions(job, now, now);
     // Every shard or none: one write for the run, so a fault cannot leave part of it made (and
     // the operator's "run now" again run the made part twice).
-    await this.ctx.store.createExecutions(executions, now, { actor });
+    const ids = executions.map((e) => e.id);
+    const first = await once(this.ctx, key, ids, (record) =>
+      this.ctx.store.createExecutions(executions, now, { actor }, record),
+    );
+    // Another request with the key ran it meanwhile: its answer, and nothing more.
+    if (first !== ids) return first;
     await this.ctx.store.appendJobHistory({
       jobId,
       at: now,

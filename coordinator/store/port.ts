@@ -339,6 +339,20 @@ export function eventEntryDetail(
  * time moves from `expectedNext` to `nextFireAt`, each of `fires` gets its executions (one per
  * shard), each of `missed` a missed fire row.
  */
+/**
+ * What an operator's request made with an `Idempotency-Key` created (docs/api.md): kept with the
+ * executions it made, so that the same request again answers the same.
+ */
+export interface IdempotencyRecord {
+  /** Who asked, what, and the key: a hash (operations/idempotency.ts). */
+  scope: string;
+  /** The request's body, hashed: the same key with another body is refused. */
+  request: string;
+  /** The operation's result, as JSON. */
+  result: string;
+  at: number;
+}
+
 export interface FireBatch {
   jobId: string;
   expectedNext: number;
@@ -530,13 +544,18 @@ export interface Store {
   ): Promise<void>;
   /**
    * Creates several executions at once, all or none (a device command to many agents): one
-   * write for the batch, where a loop of {@link createExecution} pays one per execution.
+   * write for the batch, where a loop of {@link createExecution} pays one per execution. With
+   * `idempotency`, its record is written in the same transaction; a scope already recorded
+   * refuses the whole write (another request with the key made its executions).
    */
   createExecutions(
     executions: readonly NewExecution[],
     at: number,
     detail?: Record<string, unknown>,
+    idempotency?: IdempotencyRecord,
   ): Promise<void>;
+  /** The record of an operator's request made with an `Idempotency-Key`, by its scope. */
+  getIdempotency(scope: string): Promise<IdempotencyRecord | undefined>;
   getExecution(id: string): Promise<ExecutionRecord | undefined>;
   listExecutions(filter?: ExecutionFilter): Promise<ExecutionRecord[]>;
   /** Executions in `states` ordered by priority (high first), then fire time. */

@@ -621,6 +621,44 @@ export function storeContract(name: string, makeStore: () => Promise<StoreFixtur
         expect((await mustGet(store, "fan-20")).targetAgentId).toBe('agent-20 "é"');
       });
 
+      it("writes an idempotency record with the executions it made, once per scope, or neither", async () => {
+        const record = (scope: string, result: string, at = 900) => ({
+          scope,
+          request: "req-hash",
+          result,
+          at,
+        });
+        expect(await store.getIdempotency("scope-1")).toBeUndefined();
+        await store.createExecutions(
+          [newExecution("idem-1"), newExecution("idem-2")],
+          900,
+          { actor: "ops" },
+          record("scope-1", '["idem-1","idem-2"]'),
+        );
+        expect(await store.getIdempotency("scope-1")).toEqual(
+          record("scope-1", '["idem-1","idem-2"]'),
+        );
+        // The scope again: refused whole, none of its executions made.
+        await expect(
+          store.createExecutions(
+            [newExecution("idem-3")],
+            901,
+            {},
+            record("scope-1", '["idem-3"]', 901),
+          ),
+        ).rejects.toMatchObject({ code: "AX_STORE_FAILED" });
+        expect(await store.getExecution("idem-3")).toBeUndefined();
+        expect((await store.getIdempotency("scope-1"))?.result).toBe('["idem-1","idem-2"]');
+        // An execution that exists refuses the record with it.
+        await expect(
+          store.createExecutions([newExecution("idem-1")], 902, {}, record("scope-2", "[]", 902)),
+        ).rejects.toMatchObject({ code: "AX_STORE_FAILED" });
+        expect(await store.getIdempotency("scope-2")).toBeUndefined();
+        // Retention takes a key with the executions of its time.
+        await store.purgeFinishedBefore(1_000, 100);
+        expect(await store.getIdempotency("scope-1")).toBeUndefined();
+      });
+
       it("refuses an id that exists with AX_STORE_FAILED and leaves the first untouched", async () => {
         await store.createExecution(newExecution("cmd-1", { handler: "first" }), 905);
         await expect(

@@ -18,6 +18,7 @@ import { type Answer, call, errorOf } from "../helpers/http.js";
 
 const READ = "read-token-0123456789";
 const OPERATE = "operate-token-0123456789";
+const OPERATE_2 = "operate-two-token-0123456789";
 
 /** The HTTP API on a real coordinator (embedded broker, SQLite file), over real HTTP. */
 describe("HTTP API", () => {
@@ -56,6 +57,7 @@ describe("HTTP API", () => {
         tokens: [
           { token: READ, role: "viewer" },
           { token: OPERATE, role: "operator" },
+          { token: OPERATE_2, role: "operator" },
         ],
       },
       maxBodyBytes: 4096,
@@ -551,6 +553,71 @@ describe("HTTP API", () => {
       }
       return ids;
     }
+
+    it("makes what a request with an Idempotency-Key makes once, and answers the same again", async () => {
+      const target = "idem-agent";
+      const body = {
+        agentId: target,
+        queue: true,
+        handler: "echo",
+        at: Date.now() + 600_000,
+        deadline: Date.now() + 660_000,
+      };
+      const keyed = (path: string, key: string, b: unknown = {}, token = OPERATE) =>
+        call(url, "POST", path, { token, body: b, headers: { "idempotency-key": key } });
+      const mine = async () =>
+        (await coordinator.store.listExecutions({ limit: 1_000_000 })).filter(
+          (e) => e.targetAgentId === target,
+        );
+      const first = await keyed("/api/commands", "k-1", body);
+      expect(first.status, first.text).toBe(202);
+      // The same request again, and two at once: one command each.
+      const again = await keyed("/api/commands", "k-1", body);
+      expect(again.status, again.text).toBe(202);
+      expect(again.body).toEqual(first.body);
+      const [a, b] = await Promise.all([
+        keyed("/api/commands", "k-2", body),
+        keyed("/api/commands", "k-2", body),
+      ]);
+      expect(a.status, a.text).toBe(202);
+      expect(b.body).toEqual(a.body);
+      expect(a.body).not.toEqual(first.body);
+      // Another token's key is its own.
+      const other = await keyed("/api/commands", "k-1", body, OPERATE_2);
+      expect(other.status, other.text).toBe(202);
+      expect(other.body).not.toEqual(first.body);
+      expect((await mine()).length).toBe(3);
+      // The key with another body, and keys that are not keys: refused, nothing made.
+      expectError(
+        await keyed("/api/commands", "k-1", { ...body, params: { x: 1 } }),
+        400,
+        "AX_API_INVALID_REQUEST",
+        ["headers.idempotency-key"],
+      );
+      for (const bad of ["two words", "x".repeat(256), "é"]) {
+        expectError(await keyed("/api/commands", bad, body), 400, "AX_API_INVALID_REQUEST", [
+          "headers.idempotency-key",
+        ]);
+      }
+      expect((await mine()).length).toBe(3);
+      // A retry and a run now, each once per key.
+      const [id] = (first.body as { executionIds: string[] }).executionIds;
+      expect((await post(`/api/executions/${id}/cancel`)).status).toBe(202);
+      const retried = await keyed(`/api/executions/${id}/retry`, "r-1");
+      expect(retried.status, retried.text).toBe(201);
+      expect((await keyed(`/api/executions/${id}/retry`, "r-1")).body).toEqual(retried.body);
+      expect((await mine()).length).toBe(4);
+      await coordinator.putJob({
+        id: "idem-job",
+        handler: "echo",
+        paused: true,
+        trigger: { type: "every", every: "1h" },
+      });
+      const ran = await keyed("/api/jobs/idem-job/trigger", "t-1");
+      expect(ran.status, ran.text).toBe(202);
+      expect((await keyed("/api/jobs/idem-job/trigger", "t-1")).body).toEqual(ran.body);
+      expect(await coordinator.store.listExecutions({ jobId: "idem-job" })).toHaveLength(1);
+    });
 
     it("refuses a command for an agent it does not know, and writes nothing", async () => {
       const before = (await coordinator.store.listExecutions({ limit: 1_000_000 })).length;

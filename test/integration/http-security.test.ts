@@ -164,7 +164,7 @@ describe("HTTP API security", () => {
     expect(preflight.headers.get("access-control-allow-origin")).toBe(ops);
     expect(preflight.headers.get("access-control-allow-methods")).toBe("POST");
     expect(preflight.headers.get("access-control-allow-headers")).toBe(
-      "authorization, content-type, if-match",
+      "authorization, content-type, if-match, idempotency-key",
     );
     expect(preflight.headers.get("access-control-allow-credentials")).toBeNull();
     // The request itself, and a refusal, can be read by the page.

@@ -1,3 +1,4 @@
+import { idempotencyOf } from "../../operations/idempotency.js";
 import { apiRoute } from "../route.js";
 import {
   executionDetailSchema,
@@ -73,8 +74,17 @@ export const executionRoutes = [
     params: idParams,
     success: { status: 201, description: "The new execution's id.", schema: retrySchema },
     errors: [404, 409],
-    handle: async ({ coordinator, params, principal }) => ({
-      executionId: await coordinator.executions.retry(params.id, principal.name),
+    handle: async ({ coordinator, params, principal, headers }) => ({
+      executionId: await coordinator.executions.retry(
+        params.id,
+        principal.name,
+        idempotencyOf(
+          headers["idempotency-key"],
+          principal.name,
+          `POST /api/executions/${params.id}/retry`,
+          {},
+        ),
+      ),
       retryOf: params.id,
     }),
   }),

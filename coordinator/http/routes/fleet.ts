@@ -1,5 +1,6 @@
 import { z } from "zod";
 import { agentUpdatePageSchema, UPDATE_HISTORY_SCAN } from "../../operations/agent-update.js";
+import { idempotencyOf } from "../../operations/idempotency.js";
 import { apiRoute } from "../route.js";
 import {
   agentListSchema,
@@ -98,7 +99,13 @@ export const fleetRoutes = [
       schema: commandResultSchema,
     },
     errors: [404, 409],
-    handle: async ({ coordinator, body, principal }) => {
+    handle: async ({ coordinator, body, principal, headers }) => {
+      const key = idempotencyOf(
+        headers["idempotency-key"],
+        principal.name,
+        "POST /api/commands",
+        body,
+      );
       const common = {
         handler: body.handler,
         params: body.params,
@@ -112,6 +119,7 @@ export const fleetRoutes = [
           ? { ...common, agentId: body.agentId as string, queue: body.queue }
           : { ...common, selector: body.selector.tags },
         principal.name,
+        key,
       );
       return { executionIds: targets.map((t) => t.executionId), targets };
     },

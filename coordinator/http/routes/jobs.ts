@@ -1,5 +1,6 @@
 import { AxError, isAxError } from "../../../shared/errors.js";
 import { jobDefinitionSchema, type Trigger } from "../../domain/job.js";
+import { idempotencyOf } from "../../operations/idempotency.js";
 import type { StoredJob } from "../../store/port.js";
 import { apiRoute } from "../route.js";
 import {
@@ -191,8 +192,17 @@ export const jobRoutes = [
     params: idParams,
     success: { status: 202, description: "The executions created.", schema: executionIdsSchema },
     errors: [404],
-    handle: async ({ coordinator, params, principal }) => ({
-      executionIds: await coordinator.jobs.trigger(params.id, principal.name),
+    handle: async ({ coordinator, params, principal, headers }) => ({
+      executionIds: await coordinator.jobs.trigger(
+        params.id,
+        principal.name,
+        idempotencyOf(
+          headers["idempotency-key"],
+          principal.name,
+          `POST /api/jobs/${params.id}/trigger`,
+          {},
+        ),
+      ),
     }),
   }),
   apiRoute({

@@ -220,6 +220,13 @@ export async function purgeFinishedBefore(
        ORDER BY created_at LIMIT $2)`,
     [cutoffMs, max],
   );
+  // An idempotency key is kept as long as the executions it made.
+  await run(
+    q,
+    `DELETE FROM idempotency WHERE scope IN (
+       SELECT scope FROM idempotency WHERE created_at < $1 ORDER BY created_at LIMIT $2)`,
+    [cutoffMs, max],
+  );
   await purgeRollouts(q, cutoffMs, max);
   return ids.length;
 }

@@ -318,6 +318,21 @@ export const PG_MIGRATIONS: readonly Migration[] = [
       CREATE INDEX events_fired ON events (fired_at);
     `,
   },
+  {
+    version: 9,
+    name: "idempotency keys",
+    sql: `
+      -- As SQLite's migration 19: an operator's request made with an Idempotency-Key, written
+      -- with the executions it created.
+      CREATE TABLE idempotency (
+        scope text COLLATE "C" PRIMARY KEY,
+        request text NOT NULL,
+        result text NOT NULL,
+        created_at double precision NOT NULL
+      );
+      CREATE INDEX idempotency_created ON idempotency (created_at);
+    `,
+  },
 ];
 
 /** The first key of the migration runner's advisory lock ("ax" in ASCII); the second is the schema's hash. */

@@ -67,6 +67,7 @@ import type {
   ExecutionPageQuery,
   ExecutionRecord,
   FireBatch,
+  IdempotencyRecord,
   IdentityRecord,
   JobChange,
   JobHistoryEntry,
@@ -96,7 +97,7 @@ import * as member from "./membership.js";
 import { ReadBatch } from "./read-batch.js";
 import * as rollouts from "./rollouts.js";
 import { type ExecutionRow, type JobRow, toExecution, toJob } from "./rows.js";
-import type { Queryable } from "./tx.js";
+import { type Queryable, run } from "./tx.js";
 
 export type { PgStoreOptions } from "./config.js";
 
@@ -402,11 +403,19 @@ export class PgStore implements Store {
     executions: readonly NewExecution[],
     at: number,
     detail?: Record<string, unknown>,
+    idempotency?: IdempotencyRecord,
   ): Promise<void> {
     if (executions.length === 0) return;
     // One detail for the batch, serialised once.
     const json = this.detailJson(detail ?? null);
     await this.db.write("createExecutions", async (q) => {
+      if (idempotency) {
+        await run(
+          q,
+          "INSERT INTO idempotency (scope, request, result, created_at) VALUES ($1, $2, $3, $4)",
+          [idempotency.scope, idempotency.request, idempotency.result, idempotency.at],
+        );
+      }
       await ex.insertExecutions(
         q,
         executions,
@@ -414,6 +423,17 @@ export class PgStore implements Store {
         executions.map(() => json),
       );
       await this.db.notify(q, "executions");
+    });
+  }
+
+  async getIdempotency(scope: string): Promise<IdempotencyRecord | undefined> {
+    return this.db.read("getIdempotency", async (q) => {
+      const r = await run<IdempotencyRecord>(
+        q,
+        "SELECT scope, request, result, created_at AS at FROM idempotency WHERE scope = $1",
+        [scope],
+      );
+      return r.rows[0];
     });
   }
 

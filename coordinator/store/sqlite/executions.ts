@@ -5,6 +5,7 @@ import {
   type ExecutionRecord,
   eventEntryDetail,
   type FireBatch,
+  type IdempotencyRecord,
   type NewExecution,
   type TransitionWrite,
 } from "../port.js";
@@ -141,10 +142,18 @@ export function createExecutions(
   executions: readonly NewExecution[],
   at: number,
   detail: Record<string, unknown> | undefined,
+  idempotency?: IdempotencyRecord,
 ): void {
   if (executions.length === 0) return;
   wrap("createExecutions", () =>
     ctx.writer.write(() => {
+      if (idempotency) {
+        ctx.statements
+          .prepare(
+            "INSERT INTO idempotency (scope, request, result, created_at) VALUES (?, ?, ?, ?)",
+          )
+          .run(idempotency.scope, idempotency.request, idempotency.result, idempotency.at);
+      }
       // One detail for the batch, serialised once; each execution is new, so its first
       // timeline entry is seq 1 without looking.
       const json = detailJson(detail ?? null, ctx.maxErrorTextBytes);
@@ -155,6 +164,16 @@ export function createExecutions(
       for (const e of executions) insertExecution(ctx, e, at, detail ?? null, json);
     }),
   );
+}
+
+/** Store.getIdempotency. */
+export function getIdempotency(ctx: StoreContext, scope: string): IdempotencyRecord | undefined {
+  const row = wrap("getIdempotency", () =>
+    ctx.statements
+      .prepare("SELECT scope, request, result, created_at AS at FROM idempotency WHERE scope = ?")
+      .get(scope),
+  ) as IdempotencyRecord | undefined;
+  return row;
 }
 
 /** Below this many, a batch is inserted row by row: one statement each costs no more. */

@@ -428,4 +428,19 @@ export const SQLITE_MIGRATIONS: readonly Migration[] = [
       CREATE INDEX events_fired ON events (fired_at);
     `,
   },
+  {
+    version: 19,
+    name: "idempotency keys",
+    sql: `
+      -- An operator's request made with an Idempotency-Key (docs/api.md): written with the
+      -- executions it created, so the same request again answers the same and creates nothing.
+      CREATE TABLE idempotency (
+        scope TEXT PRIMARY KEY,
+        request TEXT NOT NULL,
+        result TEXT NOT NULL,
+        created_at REAL NOT NULL
+      ) WITHOUT ROWID;
+      CREATE INDEX idempotency_created ON idempotency (created_at);
+    `,
+  },
 ];

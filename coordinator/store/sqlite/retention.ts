@@ -61,6 +61,13 @@ export function purgeFinishedBefore(ctx: StoreContext, cutoffMs: number, limit: 
              ORDER BY created_at LIMIT ?)`,
         )
         .run(cutoffMs, max);
+      // An idempotency key is kept as long as the executions it made.
+      sql
+        .prepare(
+          `DELETE FROM idempotency WHERE scope IN (
+             SELECT scope FROM idempotency WHERE created_at < ? ORDER BY created_at LIMIT ?)`,
+        )
+        .run(cutoffMs, max);
       purgeRollouts(ctx, cutoffMs, max);
       return ids.length;
     }),

@@ -23,6 +23,7 @@ import type {
   ExecutionPageQuery,
   ExecutionRecord,
   FireBatch,
+  IdempotencyRecord,
   IdentityRecord,
   JobChange,
   JobHistoryEntry,
@@ -290,8 +291,13 @@ export class SqliteStore implements Store {
     list: readonly NewExecution[],
     at: number,
     detail?: Record<string, unknown>,
+    idempotency?: IdempotencyRecord,
   ): Promise<void> {
-    executions.createExecutions(this.ctx, list, at, detail);
+    executions.createExecutions(this.ctx, list, at, detail, idempotency);
+  }
+
+  async getIdempotency(scope: string): Promise<IdempotencyRecord | undefined> {
+    return executions.getIdempotency(this.ctx, scope);
   }
 
   async applyTransition(w: TransitionWrite): Promise<boolean> {
