@@ -3,8 +3,8 @@
  *
  * **Schema** (migrations.ts, one schema per store, `schema` option): the tables of the SQLite
  * store with the same columns (jobs, job_versions, fires, executions, timeline, agents,
- * identities, counters, alerts, api_tokens, job_history), plus `coordinators` (membership) and
- * two claim columns on executions. Port times are `double precision` UTC ms (the protocol allows
+ * identities, counters, alerts, api_tokens, job_history, events, idempotency, …), plus
+ * `coordinators` (membership) and two claim columns on executions. Port times are `double precision` UTC ms (the protocol allows
  * fractions; SQLite keeps them as REAL), database-clock times `bigint` ms; JSON values are
  * `text` holding the JSON as written, so it reads back byte for byte; ids are in the "C"
  * collation, so orders and keyset pages match SQLite's byte order.
