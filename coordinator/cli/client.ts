@@ -161,7 +161,13 @@ export function jsonObjectFlag(
 export interface ApiClient {
   readonly url: string;
   /** Calls the API; an error answer is thrown as an AxError with the API's code and message. */
-  request<T>(method: string, path: string, body?: unknown): Promise<T>;
+  /** `headers`: more request headers (an `idempotency-key`). */
+  request<T>(
+    method: string,
+    path: string,
+    body?: unknown,
+    headers?: Record<string, string>,
+  ): Promise<T>;
   /**
    * The same with a body that is not JSON (a bundle archive), and the answer's status (201 or
    * 200 tell a creation from an idempotent repeat).
@@ -203,6 +209,7 @@ export function apiClient(
     path: string,
     body: { bytes: Buffer | string; contentType: string } | undefined,
     timeoutMs: number,
+    headers: Record<string, string> = {},
   ): Promise<{ status: number; value: T }> => {
     let res: Response;
     try {
@@ -212,6 +219,7 @@ export function apiClient(
           accept: "application/json",
           ...(token ? { authorization: `Bearer ${token}` } : {}),
           ...(body === undefined ? {} : { "content-type": body.contentType }),
+          ...headers,
         },
         ...(body === undefined ? {} : { body: body.bytes }),
         signal: AbortSignal.timeout(timeoutMs),
@@ -252,15 +260,29 @@ export function apiClient(
   };
   return {
     url,
-    async request<T>(method: string, path: string, body?: unknown): Promise<T> {
+    async request<T>(
+      method: string,
+      path: string,
+      body?: unknown,
+      headers?: Record<string, string>,
+    ): Promise<T> {
       const json =
         body === undefined
           ? undefined
           : { bytes: JSON.stringify(body), contentType: "application/json" };
-      return (await call<T>(method, path, json, 30_000)).value;
+      return (await call<T>(method, path, json, 30_000, headers)).value;
     },
     send: (method, path, body) => call(method, path, body, body.timeoutMs),
   };
+}
+
+/**
+ * The `--idempotency-key KEY` of a command that makes executions, as a request header: the same
+ * command again with the key makes nothing more and prints what the first made (docs/api.md,
+ * "Idempotency keys").
+ */
+export function idempotencyHeader(key: string | undefined): Record<string, string> | undefined {
+  return key === undefined ? undefined : { "idempotency-key": key };
 }
 
 /** Writes `value` as indented JSON (for `--json`). */

@@ -6,6 +6,7 @@ import {
   apiClient,
   CLIENT_FLAGS,
   durationFlag,
+  idempotencyHeader,
   instantFlag,
   intFlag,
   jsonObjectFlag,
@@ -46,7 +47,7 @@ export function handlerFlags(
 
 /**
  * `ax command send (--handler H | --bundle SHA256) (--agent ID [--queue] | --tag K=V …)
- * [--params JSON] [--at T] [--deadline T] [--timeout D] [--priority N]`. `--queue` creates a command for an agent the
+ * [--params JSON] [--at T] [--deadline T] [--timeout D] [--priority N] [--idempotency-key KEY]`. `--queue` creates a command for an agent the
  * coordinator does not know yet (it waits for that agent until its deadline); without it, such a
  * command is refused.
  */
@@ -67,6 +68,7 @@ export async function commandCommand(sub: string | undefined, argv: string[]): P
     timeout: { type: "string" },
     priority: { type: "string" },
     queue: { type: "boolean" },
+    "idempotency-key": { type: "string" },
   });
   const { handler, params } = handlerFlags(c, flags);
   const tags = flags.tag ?? [];
@@ -98,7 +100,12 @@ export async function commandCommand(sub: string | undefined, argv: string[]): P
     ...(timeout === undefined ? {} : { timeout }),
     ...(priority === undefined ? {} : { priority }),
   };
-  const r = await apiClient(c, flags).request<CommandResult>("POST", "/api/commands", body);
+  const r = await apiClient(c, flags).request<CommandResult>(
+    "POST",
+    "/api/commands",
+    body,
+    idempotencyHeader(flags["idempotency-key"]),
+  );
   if (flags.json) printJson(r);
   else
     print(

@@ -10,6 +10,7 @@ import { unknownSubcommand } from "./args.js";
 import {
   apiClient,
   CLIENT_FLAGS,
+  idempotencyHeader,
   instantFlag,
   listPages,
   parseCommand,
@@ -99,10 +100,17 @@ export async function execCommand(sub: string | undefined, argv: string[]): Prom
       return 0;
     }
     case "retry": {
-      const { flags, args } = parseCommand("exec retry", argv, CLIENT_FLAGS, ["ID"]);
+      const { flags, args } = parseCommand(
+        "exec retry",
+        argv,
+        { ...CLIENT_FLAGS, "idempotency-key": { type: "string" } },
+        ["ID"],
+      );
       const r = await apiClient("exec retry", flags).request<RetryResult>(
         "POST",
         `${path(args[0] as string)}/retry`,
+        undefined,
+        idempotencyHeader(flags["idempotency-key"]),
       );
       if (flags.json) printJson(r);
       else print(`execution ${r.retryOf}: retried as ${r.executionId}`);

@@ -9,6 +9,7 @@ import { unknownSubcommand } from "./args.js";
 import {
   apiClient,
   CLIENT_FLAGS,
+  idempotencyHeader,
   instantFlag,
   intFlag,
   jsonObjectFlag,
@@ -182,10 +183,17 @@ export async function jobCommand(sub: string | undefined, argv: string[]): Promi
       return 0;
     }
     case "trigger": {
-      const { flags, args } = parseCommand("job trigger", argv, CLIENT_FLAGS, ["ID"]);
+      const { flags, args } = parseCommand(
+        "job trigger",
+        argv,
+        { ...CLIENT_FLAGS, "idempotency-key": { type: "string" } },
+        ["ID"],
+      );
       const r = await apiClient("job trigger", flags).request<{ executionIds: string[] }>(
         "POST",
         `${path(args[0] as string)}/trigger`,
+        undefined,
+        idempotencyHeader(flags["idempotency-key"]),
       );
       if (flags.json) printJson(r);
       else print(r.executionIds.join("\n"));

@@ -253,6 +253,52 @@ describe("ax operator commands", () => {
     );
   });
 
+  it("makes a command, a retry and a run now once per --idempotency-key", async () => {
+    const send = (key: string) =>
+      ax(
+        [
+          ...["command", "send", "--agent", "keyed-agent", "--queue", "--handler", "echo"],
+          ...["--idempotency-key", key, "--json"],
+        ],
+        cli.env,
+      );
+    const first = await send("cmd-1");
+    expect(first.code, first.stderr).toBe(0);
+    const again = await send("cmd-1");
+    expect(again.code, again.stderr).toBe(0);
+    expect(again.stdout).toBe(first.stdout);
+    const [id] = (JSON.parse(first.stdout) as { executionIds: string[] }).executionIds;
+    const keyed = async () =>
+      (await cli.coordinator.store.listExecutions({ limit: 1_000_000 })).filter(
+        (e) => e.targetAgentId === "keyed-agent",
+      );
+    expect(await keyed()).toHaveLength(1);
+    const bad = await send("two words");
+    expect(bad.code).toBe(1);
+    expect(bad.stderr).toContain("ax: AX_API_INVALID_REQUEST: the Idempotency-Key header");
+
+    expect((await ax(["exec", "cancel", id as string], cli.env)).code).toBe(0);
+    const retry = () =>
+      ax(["exec", "retry", id as string, "--idempotency-key", "retry-1", "--json"], cli.env);
+    const retried = await retry();
+    expect(retried.code, retried.stderr).toBe(0);
+    expect((await retry()).stdout).toBe(retried.stdout);
+    expect(await keyed()).toHaveLength(2);
+
+    await cli.coordinator.putJob({
+      id: "keyed-job",
+      handler: "echo",
+      paused: true,
+      trigger: { type: "every", every: "1h" },
+    });
+    const trigger = () =>
+      ax(["job", "trigger", "keyed-job", "--idempotency-key", "run-1"], cli.env);
+    const ran = await trigger();
+    expect(ran.code, ran.stderr).toBe(0);
+    expect((await trigger()).stdout).toBe(ran.stdout);
+    expect(await cli.coordinator.store.listExecutions({ jobId: "keyed-job" })).toHaveLength(1);
+  });
+
   it("sends a command, lists and shows executions, cancels and retries one", async () => {
     const sent = await ax(
       [
