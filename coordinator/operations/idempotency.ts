@@ -44,6 +44,18 @@ export function idempotencyOf(
 }
 
 /**
+ * {@link idempotencyOf} for a route that takes no body (a retry, a run now): from the request's
+ * headers, the principal's name and the route.
+ */
+export function bodilessIdempotency(
+  headers: Record<string, string | string[] | undefined>,
+  principal: string,
+  route: string,
+): Idempotency | undefined {
+  return idempotencyOf(headers["idempotency-key"], principal, route, {});
+}
+
+/**
  * What the request with this key had as its result, when it was made: the same request again
  * gets it, and creates nothing. The key given with another body is refused.
  */

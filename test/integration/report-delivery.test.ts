@@ -1,5 +1,6 @@
 import { join } from "node:path";
 import { afterEach, describe, expect, it } from "vitest";
+import type { Coordinator } from "../../coordinator/coordinator.js";
 import type { Ack, Dispatch, DownMessage, Query, UpMessage } from "../../shared/protocol/index.js";
 import { storeBeside, tempDir, waitFor } from "../helpers/env.js";
 import {
@@ -203,6 +204,63 @@ describe("report delivery", () => {
       ...body,
     } as unknown as UpMessage);
 
+  /**
+   * The agent runs the command (seqs 1 and 2) and reports its finish unreadably (seq 3: a result
+   * that is not a JSON object, so the protocol refuses the whole report); returns the query the
+   * coordinator sends about it, once seq 3 is acknowledged.
+   */
+  const finishUnreadably = async (agent: FakeAgent, id: string): Promise<Query> => {
+    const at = Date.now();
+    await running(agent, id, at);
+    await unreadable(agent, {
+      type: "finished",
+      executionId: id,
+      round: 1,
+      seq: 3,
+      outcome: "succeeded",
+      retryable: false,
+      message: "ok",
+      result: "done",
+      startedAt: at,
+      finishedAt: at + 5,
+    });
+    const query = await agent.waitFor(
+      "a query",
+      (m): m is Query => m.type === "query" && m.executionId === id,
+    );
+    await agent.waitFor("ack of 3", (m): m is Ack => isAck(m) && m.upTo === 3);
+    return query;
+  };
+
+  /**
+   * The agent answers the query about its unreadable finish `succeeded` (seq 4): the execution
+   * ends SUCCEEDED by that answer, and its timeline shows the finish that could not be read.
+   */
+  const answeredSucceeded = async (agent: FakeAgent, coordinator: Coordinator, id: string) => {
+    await agent.report({
+      type: "state",
+      executionId: id,
+      round: 1,
+      seq: 4,
+      localState: "succeeded",
+    });
+    const done = await waitFor("succeeded", async () => {
+      const e = await coordinator.store.getExecution(id);
+      return e?.state === "SUCCEEDED" ? e : undefined;
+    });
+    expect(done.message).toContain("could not be read");
+    const events = (await coordinator.store.getTimeline(id)).map((e) => e.event);
+    expect(events).toEqual([
+      "created",
+      "dispatch",
+      "accepted",
+      "started",
+      "report_unreadable",
+      "finished",
+    ]);
+    return done;
+  };
+
   it("acknowledges an authentic report it cannot read in its turn, so the reports behind it are applied", async () => {
     const { coordinator, agent } = await agentOn("u", true);
     const a = await coordinator.sendCommand({
@@ -267,50 +325,11 @@ describe("report delivery", () => {
 
   it("settles a finish it cannot read by the agent's answer to a query", async () => {
     const { coordinator, agent, id } = await commandOn("f");
-    const at = Date.now();
-    await running(agent, id, at);
-    // A result that is not a JSON object: the protocol refuses the whole report.
-    await unreadable(agent, {
-      type: "finished",
-      executionId: id,
-      round: 1,
-      seq: 3,
-      outcome: "succeeded",
-      retryable: false,
-      message: "ok",
-      result: "done",
-      startedAt: at,
-      finishedAt: at + 5,
-    });
-    const query = await agent.waitFor(
-      "a query",
-      (m): m is Query => m.type === "query" && m.executionId === id,
-    );
+    const query = await finishUnreadably(agent, id);
     expect(query.round).toBe(1);
-    await agent.waitFor("ack of 3", (m): m is Ack => isAck(m) && m.upTo === 3);
     expect((await coordinator.store.getExecution(id))?.state).toBe("RUNNING");
-    await agent.report({
-      type: "state",
-      executionId: id,
-      round: 1,
-      seq: 4,
-      localState: "succeeded",
-    });
-    const done = await waitFor("succeeded", async () => {
-      const e = await coordinator.store.getExecution(id);
-      return e?.state === "SUCCEEDED" ? e : undefined;
-    });
-    expect(done.message).toContain("could not be read");
+    const done = await answeredSucceeded(agent, coordinator, id);
     expect(done.message).toContain("result");
-    const events = (await coordinator.store.getTimeline(id)).map((e) => e.event);
-    expect(events).toEqual([
-      "created",
-      "dispatch",
-      "accepted",
-      "started",
-      "report_unreadable",
-      "finished",
-    ]);
     await agent.waitFor("ack of 4", (m): m is Ack => isAck(m) && m.upTo === 4);
   });
 
@@ -327,62 +346,18 @@ describe("report delivery", () => {
     cleanups.push(() => agent.close());
     const id = await first.sendCommand({ agentId, handler: "echo" });
     await agent.waitFor("dispatch", (m): m is DownMessage => m.type === "dispatch");
-    const at = Date.now();
-    await running(agent, id, at);
-    await unreadable(agent, {
-      type: "finished",
-      executionId: id,
-      round: 1,
-      seq: 3,
-      outcome: "succeeded",
-      retryable: false,
-      message: "ok",
-      result: "done",
-      startedAt: at,
-      finishedAt: at + 5,
-    });
-    await agent.waitFor("a query", (m): m is Query => m.type === "query" && m.executionId === id);
-    await agent.waitFor("ack of 3", (m): m is Ack => isAck(m) && m.upTo === 3);
+    await finishUnreadably(agent, id);
     // The coordinator that asked is gone; the one after it never asked, and reads the record.
     await first.close();
     const second = await start();
     cleanups.push(() => second.close());
-    await agent.report({
-      type: "state",
-      executionId: id,
-      round: 1,
-      seq: 4,
-      localState: "succeeded",
-    });
-    const done = await waitFor("succeeded", async () => {
-      const e = await second.store.getExecution(id);
-      return e?.state === "SUCCEEDED" ? e : undefined;
-    });
-    expect(done.message).toContain("could not be read");
+    const done = await answeredSucceeded(agent, second, id);
     expect(done.attempt).toBe(1);
-    const events = (await second.store.getTimeline(id)).map((e) => e.event);
-    expect(events).toEqual([
-      "created",
-      "dispatch",
-      "accepted",
-      "started",
-      "report_unreadable",
-      "finished",
-    ]);
   });
 
   it("does not take an unknown answer about a finish it could not read for an interruption", async () => {
     const { coordinator, agent, id } = await commandOn("k");
-    const at = Date.now();
-    await running(agent, id, at);
-    await unreadable(agent, {
-      type: "finished",
-      executionId: id,
-      round: 1,
-      seq: 3,
-      outcome: "done",
-    });
-    await agent.waitFor("a query", (m): m is Query => m.type === "query" && m.executionId === id);
+    await finishUnreadably(agent, id);
     // The agent has let the execution go: it finished it, so it was not interrupted.
     await agent.report({ type: "state", executionId: id, round: 1, seq: 4, localState: "unknown" });
     await agent.waitFor("ack of 4", (m): m is Ack => isAck(m) && m.upTo === 4);

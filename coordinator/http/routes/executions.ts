@@ -1,4 +1,4 @@
-import { idempotencyOf } from "../../operations/idempotency.js";
+import { bodilessIdempotency } from "../../operations/idempotency.js";
 import { apiRoute } from "../route.js";
 import {
   executionDetailSchema,
@@ -78,12 +78,7 @@ export const executionRoutes = [
       executionId: await coordinator.executions.retry(
         params.id,
         principal.name,
-        idempotencyOf(
-          headers["idempotency-key"],
-          principal.name,
-          `POST /api/executions/${params.id}/retry`,
-          {},
-        ),
+        bodilessIdempotency(headers, principal.name, `POST /api/executions/${params.id}/retry`),
       ),
       retryOf: params.id,
     }),

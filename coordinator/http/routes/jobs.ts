@@ -1,6 +1,6 @@
 import { AxError, isAxError } from "../../../shared/errors.js";
 import { jobDefinitionSchema, type Trigger } from "../../domain/job.js";
-import { idempotencyOf } from "../../operations/idempotency.js";
+import { bodilessIdempotency } from "../../operations/idempotency.js";
 import type { StoredJob } from "../../store/port.js";
 import { apiRoute } from "../route.js";
 import {
@@ -196,12 +196,7 @@ export const jobRoutes = [
       executionIds: await coordinator.jobs.trigger(
         params.id,
         principal.name,
-        idempotencyOf(
-          headers["idempotency-key"],
-          principal.name,
-          `POST /api/jobs/${params.id}/trigger`,
-          {},
-        ),
+        bodilessIdempotency(headers, principal.name, `POST /api/jobs/${params.id}/trigger`),
       ),
     }),
   }),
