@@ -99,7 +99,17 @@ export function openApiDocument(routes: readonly AnyRoute[], version: string): J
       if (route.noQuery) responses["400"] ??= errorResponse(400);
     } else {
       if (route.description) op.description = route.description;
-      const params = [...parameters("path", route.params), ...parameters("query", route.query)];
+      const params = [
+        ...parameters("path", route.params),
+        ...parameters("query", route.query),
+        ...(route.headers ?? []).map((h) => ({
+          name: h.name,
+          in: "header",
+          required: false,
+          description: h.description,
+          schema: h.schema,
+        })),
+      ];
       if (params.length > 0) op.parameters = params;
       if (route.body) {
         op.requestBody = {

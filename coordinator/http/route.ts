@@ -61,6 +61,8 @@ export interface ApiRoute<
   body?: B;
   /** An empty body is read as `{}` (routes whose body is all optional). */
   bodyOptional?: boolean;
+  /** Optional request headers the handler reads, for the OpenAPI document. */
+  headers?: { name: string; description: string; schema: Record<string, unknown> }[];
   success: { status: number; description: string; schema?: z.ZodType };
   /** Statuses besides 400, 401 and 403 that the route answers with an error body. */
   errors?: number[];

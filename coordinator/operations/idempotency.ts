@@ -12,6 +12,15 @@ export interface Idempotency {
   request: string;
 }
 
+/** The header, as the routes that take it declare it (OpenAPI). */
+export const IDEMPOTENCY_HEADER = {
+  name: "Idempotency-Key",
+  description:
+    "1 to 255 visible ASCII characters: the same request again with the key makes nothing more " +
+    "and gets the first answer; with another body it is refused (docs/api.md).",
+  schema: { type: "string", minLength: 1, maxLength: 255, pattern: "^[\\x21-\\x7e]+$" },
+};
+
 /** 1 to 255 visible ASCII characters. */
 const KEY = /^[\x21-\x7e]{1,255}$/;
 

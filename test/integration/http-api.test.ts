@@ -1001,6 +1001,9 @@ describe("HTTP API", () => {
         for (const name of [...route.path.matchAll(/\{(\w+)\}/g)].map((m) => m[1])) {
           expect(op.parameters?.find((p) => p.in === "path" && p.name === name)).toBeDefined();
         }
+        for (const h of route.headers ?? []) {
+          expect(op.parameters?.find((p) => p.in === "header" && p.name === h.name)).toBeDefined();
+        }
         if (route.body) {
           expect(op.requestBody?.content["application/json"]?.schema).toMatchObject({
             type: "object",
@@ -1037,6 +1040,17 @@ describe("HTTP API", () => {
       expect(list.parameters.map((p) => p.name).sort()).toEqual(
         ["agent", "cursor", "from", "job", "kind", "limit", "state", "to"].sort(),
       );
+      // The routes that make executions take an Idempotency-Key.
+      for (const [path, method] of [
+        ["/api/commands", "post"],
+        ["/api/jobs/{id}/trigger", "post"],
+        ["/api/executions/{id}/retry", "post"],
+      ] as const) {
+        const op = doc.paths[path]?.[method] as { parameters: { name: string; in: string }[] };
+        expect(op.parameters).toContainEqual(
+          expect.objectContaining({ name: "Idempotency-Key", in: "header" }),
+        );
+      }
     });
   });
 });

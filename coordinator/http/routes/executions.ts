@@ -1,4 +1,4 @@
-import { bodilessIdempotency } from "../../operations/idempotency.js";
+import { bodilessIdempotency, IDEMPOTENCY_HEADER } from "../../operations/idempotency.js";
 import { apiRoute } from "../route.js";
 import {
   executionDetailSchema,
@@ -67,6 +67,7 @@ export const executionRoutes = [
     path: "/api/executions/{id}/retry",
     role: "operator",
     operationId: "retryExecution",
+    headers: [IDEMPOTENCY_HEADER],
     summary: "Retry an execution as a new one",
     description:
       "Only a FAILED, TIMED_OUT, EXPIRED or CANCELED execution (else 409 AX_EXEC_CONFLICT).",

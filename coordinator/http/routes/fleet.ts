@@ -1,6 +1,6 @@
 import { z } from "zod";
 import { agentUpdatePageSchema, UPDATE_HISTORY_SCAN } from "../../operations/agent-update.js";
-import { idempotencyOf } from "../../operations/idempotency.js";
+import { IDEMPOTENCY_HEADER, idempotencyOf } from "../../operations/idempotency.js";
 import { apiRoute } from "../route.js";
 import {
   agentListSchema,
@@ -92,6 +92,7 @@ export const fleetRoutes = [
       "and is EXPIRED at its deadline if it never comes. An agent, or every agent the selector " +
       "matches, without the handler: 409 AX_AGENT_NO_HANDLER. A refused command creates nothing.",
     tag: "fleet",
+    headers: [IDEMPOTENCY_HEADER],
     body: commandBody,
     success: {
       status: 202,

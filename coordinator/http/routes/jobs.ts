@@ -1,6 +1,6 @@
 import { AxError, isAxError } from "../../../shared/errors.js";
 import { jobDefinitionSchema, type Trigger } from "../../domain/job.js";
-import { bodilessIdempotency } from "../../operations/idempotency.js";
+import { bodilessIdempotency, IDEMPOTENCY_HEADER } from "../../operations/idempotency.js";
 import type { StoredJob } from "../../store/port.js";
 import { apiRoute } from "../route.js";
 import {
@@ -186,6 +186,7 @@ export const jobRoutes = [
     path: "/api/jobs/{id}/trigger",
     role: "operator",
     operationId: "triggerJob",
+    headers: [IDEMPOTENCY_HEADER],
     summary: "Fire a job now",
     description: "Outside its trigger, with all its rules; one execution per shard.",
     tag: "jobs",
