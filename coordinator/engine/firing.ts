@@ -281,6 +281,7 @@ export class FiringLoop {
       at: now,
       ...(this.ctx.coordinatorId === undefined ? {} : { by: this.ctx.coordinatorId }),
       ...(alerts?.length ? { alerts } : {}),
+      ...(missedCount > 0 ? { missedCount } : {}),
     });
     if (recorded) {
       for (const f of fires) {
@@ -297,7 +298,6 @@ export class FiringLoop {
       }
       if (missed) {
         if (alerts?.length) store.afterCommit(() => this.ctx.transitionAlerts?.recorded(alerts));
-        await store.bumpCounter("missed_fires", missedCount);
         this.ctx.events.emit("missed", missed);
         this.ctx.log(
           "warn",

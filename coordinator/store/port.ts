@@ -368,6 +368,11 @@ export interface FireBatch {
    * other.
    */
   alerts?: AlertRecord[];
+  /**
+   * How many nominal times were missed, those past the enumeration's cap included: added to the
+   * `missed_fires` counter in the same transaction, when the job advances.
+   */
+  missedCount?: number;
 }
 
 /** A page of rollouts, newest first; `nextCursor` is null on the last page. */

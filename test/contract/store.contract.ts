@@ -741,7 +741,7 @@ export function storeContract(name: string, makeStore: () => Promise<StoreFixtur
         ]);
       });
 
-      it("records missed fires' alerts with them, only when the job advances, or neither", async () => {
+      it("records missed fires' alerts and count with them, only when the job advances, or neither", async () => {
         await store.putJob(jobDef("job-m"), 1_000, 10);
         /** 1000 and 2000 missed, 3000 fired late at 3500. */
         const late = (expectedNext: number, alerts: AlertRecord[]) => ({
@@ -753,20 +753,28 @@ export function storeContract(name: string, makeStore: () => Promise<StoreFixtur
           at: 3_500,
           alerts,
         });
-        // Stale (the job is at 1000): neither the fires nor the alert.
-        expect(await store.recordFires(late(500, [alertRecord("al-0", 3_500)]))).toBe(false);
+        // Stale (the job is at 1000): neither the fires, nor the alert, nor the count.
+        expect(
+          await store.recordFires({ ...late(500, [alertRecord("al-0", 3_500)]), missedCount: 2 }),
+        ).toBe(false);
         expect(await store.listAlerts()).toEqual([]);
+        expect((await store.counters()).missed_fires ?? 0).toBe(0);
         // An alert under an id already taken cannot be recorded: nor can the firing.
         await store.putAlert(alertRecord("al-taken", 1_000));
         await expect(
-          store.recordFires(
-            late(1_000, [alertRecord("al-1", 3_500), alertRecord("al-taken", 3_500)]),
-          ),
+          store.recordFires({
+            ...late(1_000, [alertRecord("al-1", 3_500), alertRecord("al-taken", 3_500)]),
+            missedCount: 2,
+          }),
         ).rejects.toThrow();
         expect((await store.getJob("job-m"))?.nextFireAt).toBe(1_000);
         expect(await store.getExecution("ex-m3")).toBeUndefined();
         expect((await store.listAlerts()).map((a) => a.id)).toEqual(["al-taken"]);
-        expect(await store.recordFires(late(1_000, [alertRecord("al-1", 3_500)]))).toBe(true);
+        expect((await store.counters()).missed_fires ?? 0).toBe(0);
+        expect(
+          await store.recordFires({ ...late(1_000, [alertRecord("al-1", 3_500)]), missedCount: 2 }),
+        ).toBe(true);
+        expect((await store.counters()).missed_fires).toBe(2);
         expect((await store.getJob("job-m"))?.nextFireAt).toBe(4_000);
         expect((await mustGet(store, "ex-m3")).scheduledFor).toBe(3_000);
         expect((await store.listAlerts({ pending: true })).map((a) => a.id)).toEqual([

@@ -6,7 +6,7 @@ import {
   type NewExecution,
 } from "../port.js";
 import { insertExecutions, insertNewExecutions } from "./executions.js";
-import { putAlert } from "./fleet.js";
+import { bumpCounter, putAlert } from "./fleet.js";
 import { executionColumns, NEW_EXECUTION_COLUMNS, pushRow } from "./rows.js";
 import { type Queryable, run, type Statement } from "./tx.js";
 
@@ -119,6 +119,7 @@ export async function recordFires(
   ]);
   if (advanced.rowCount !== 1) return false;
   for (const a of batch.alerts ?? []) await putAlert(q, a, maxTextBytes);
+  if (batch.missedCount) await bumpCounter(q, "missed_fires", batch.missedCount);
   if (batch.missed.length > 0) {
     await run(
       q,
@@ -174,6 +175,7 @@ export async function recordFires(
 export function isSimpleFire(batch: FireBatch): boolean {
   return (
     batch.missed.length === 0 &&
+    !batch.missedCount &&
     !batch.alerts?.length &&
     batch.fires.length === 1 &&
     batch.fires[0]?.executions.length === 1

@@ -62,13 +62,15 @@ export function listAlerts(
 
 /** Store.bumpCounter. */
 export function bumpCounter(ctx: StoreContext, name: string, by: number): void {
-  wrap("bumpCounter", () =>
-    ctx.writer
-      .writeOne(
-        "INSERT INTO counters (name, value) VALUES (?, ?) ON CONFLICT (name) DO UPDATE SET value = value + excluded.value",
-      )
-      .run(name, by),
-  );
+  wrap("bumpCounter", () => ctx.writer.writeOne(BUMP_COUNTER).run(name, by));
+}
+
+const BUMP_COUNTER =
+  "INSERT INTO counters (name, value) VALUES (?, ?) ON CONFLICT (name) DO UPDATE SET value = value + excluded.value";
+
+/** Adds to a counter within the write that is open (a write's own count, in its transaction). */
+export function addToCounter(ctx: StoreContext, name: string, by: number): void {
+  ctx.statements.prepare(BUMP_COUNTER).run(name, by);
 }
 
 /** Store.counters. */

@@ -10,7 +10,7 @@ import {
   type TransitionWrite,
 } from "../port.js";
 import { transitionColumns } from "../stored-text.js";
-import { insertAlerts } from "./alerts-counters.js";
+import { addToCounter, insertAlerts } from "./alerts-counters.js";
 import type { StoreContext } from "./context.js";
 import { PATCH_COLUMNS } from "./rows.js";
 import { applyTransitionSqlFor } from "./statements.js";
@@ -99,6 +99,7 @@ export function recordFires(ctx: StoreContext, batch: FireBatch): boolean {
         .run(batch.nextFireAt, batch.at, batch.jobId, batch.expectedNext);
       if (advanced.changes !== 1) return false;
       if (batch.alerts) insertAlerts(ctx, batch.alerts);
+      if (batch.missedCount) addToCounter(ctx, "missed_fires", batch.missedCount);
       const insertFire = sql.prepare(
         "INSERT OR IGNORE INTO fires (job_id, scheduled_for, fired_at, execution_id, status) VALUES (?, ?, ?, ?, ?)",
       );
