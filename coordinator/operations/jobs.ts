@@ -204,15 +204,14 @@ export class JobOperations {
    */
   async repairPauses(): Promise<number> {
     let canceled = 0;
-    for (const job of await this.ctx.store.listJobs()) {
-      if (!job.paused) continue;
+    for (const jobId of await this.ctx.store.pausedJobIds()) {
       // Oldest first: the last pause or resume among the job's latest entries.
-      const last = (await this.ctx.store.listJobHistory(job.id, 100))
+      const last = (await this.ctx.store.listJobHistory(jobId, 100))
         .filter((h) => h.action === "paused" || h.action === "resumed")
         .at(-1);
       if (last?.action !== "paused") continue;
       canceled += await this.cancelEarly(
-        job.id,
+        jobId,
         last.at,
         "system",
         "job paused before its time (found at start)",

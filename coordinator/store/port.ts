@@ -479,6 +479,8 @@ export interface Store {
   listJobHistory(jobId: string, limit?: number, beforeSeq?: number): Promise<JobHistoryEntry[]>;
   getJob(id: string): Promise<StoredJob | undefined>;
   listJobs(): Promise<StoredJob[]>;
+  /** The ids of the paused jobs, in id order (without reading every definition). */
+  pausedJobIds(): Promise<string[]>;
   /**
    * One page of jobs in id order: at most `limit`, after the job `cursor` names (the previous
    * page's `nextCursor`, which is its last id). Jobs added or deleted between pages neither

@@ -228,6 +228,12 @@ export function storeContract(name: string, makeStore: () => Promise<StoreFixtur
         expect(v2).toMatchObject({ version: 2, paused: true, nextFireAt: 6_000 });
         expect(await store.getJob("job-p")).toEqual(v2);
         expect(await store.setJobPaused("nope", true, 300, "ops")).toBeUndefined();
+        // Listed by id without their definitions.
+        await store.putJob(jobDef("job-a"), 5_000, 300);
+        await store.putJob(jobDef("job-o", { paused: true }), 5_000, 300);
+        expect(await store.pausedJobIds()).toEqual(["job-o", "job-p"]);
+        await store.setJobPaused("job-p", false, 400, "ops");
+        expect(await store.pausedJobIds()).toEqual(["job-o"]);
       });
 
       it("putJob with an identical definition keeps the version and changes nothing", async () => {

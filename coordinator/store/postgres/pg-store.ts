@@ -304,6 +304,13 @@ export class PgStore implements Store {
     return this.db.read("listJobs", jobs.listJobs);
   }
 
+  async pausedJobIds(): Promise<string[]> {
+    return this.db.read("pausedJobIds", async (q) => {
+      const r = await run<{ id: string }>(q, "SELECT id FROM jobs WHERE paused ORDER BY id", []);
+      return r.rows.map((row) => row.id);
+    });
+  }
+
   async pageJobs(query: { limit: number; cursor?: string }): Promise<JobPage> {
     return this.db.read("pageJobs", (q) => jobs.pageJobs(q, query));
   }

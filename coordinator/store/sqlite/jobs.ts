@@ -172,6 +172,17 @@ export function listJobs(ctx: StoreContext): StoredJob[] {
   );
 }
 
+/** Store.pausedJobIds. */
+export function pausedJobIds(ctx: StoreContext): string[] {
+  return wrap("pausedJobIds", () =>
+    (
+      ctx.statements.prepare("SELECT id FROM jobs WHERE paused = 1 ORDER BY id").all() as {
+        id: string;
+      }[]
+    ).map((r) => r.id),
+  );
+}
+
 /** Store.pageJobs. */
 export function pageJobs(ctx: StoreContext, query: { limit: number; cursor?: string }): JobPage {
   const { statements: sql } = ctx;

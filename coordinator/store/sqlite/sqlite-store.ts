@@ -225,6 +225,10 @@ export class SqliteStore implements Store {
     return jobs.listJobs(this.ctx);
   }
 
+  async pausedJobIds(): Promise<string[]> {
+    return jobs.pausedJobIds(this.ctx);
+  }
+
   async pageJobs(query: { limit: number; cursor?: string }): Promise<JobPage> {
     return jobs.pageJobs(this.ctx, query);
   }
