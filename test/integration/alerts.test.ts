@@ -6,6 +6,7 @@ import Database from "better-sqlite3";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import { type CoordinatorConfigInput, parseCoordinatorConfig } from "../../coordinator/config.js";
 import { Coordinator } from "../../coordinator/coordinator.js";
+import type { AlertRecord } from "../../coordinator/store/port.js";
 import { storeBeside, type TestBroker, tempDir, testBroker, waitFor } from "../helpers/env.js";
 import { fakeAgent } from "../helpers/fake-agent.js";
 
@@ -73,6 +74,32 @@ describe("alerts: webhooks", () => {
   const expireOne = (c: Coordinator, inMs = 200) =>
     c.sendCommand({ agentId: "nobody", queue: true, handler: "echo", deadline: Date.now() + inMs });
 
+  /**
+   * Runs `whileRefused` while the store refuses every alert row (a trigger made on a second
+   * connection: a fault, a full disk), checks that no alert was recorded meanwhile, lets the store
+   * take them again, and adds the first alert once the coordinator `whileRefused` returns (`c`)
+   * has recorded and delivered it.
+   */
+  const refusingAlerts = async <T extends { c: Coordinator }>(
+    whileRefused: () => Promise<T>,
+  ): Promise<T & { alert: AlertRecord }> => {
+    const db = storeBeside(join(tmp.dir, "ax.sqlite"));
+    try {
+      await db.exec(`CREATE TRIGGER no_alert BEFORE INSERT ON alerts
+        BEGIN SELECT RAISE(ABORT, 'no room'); END`);
+      const got = await whileRefused();
+      expect(await got.c.store.listAlerts()).toEqual([]);
+      await db.exec("DROP TRIGGER no_alert");
+      const [alert] = await waitFor("delivered", async () => {
+        const list = await got.c.store.listAlerts();
+        return list[0]?.status === "delivered" ? list : undefined;
+      });
+      return { ...got, alert: alert as AlertRecord };
+    } finally {
+      db.close();
+    }
+  };
+
   beforeEach(async () => {
     broker = await testBroker();
     tmp = tempDir();
@@ -124,31 +151,21 @@ describe("alerts: webhooks", () => {
     const hook = await receiver();
     servers.push(hook);
     const c = await startCoordinator({ webhooks: [{ url: hook.url }] });
-    // The store refuses the alert's row (a fault, a full disk): the expiry that raises it is not
-    // recorded either, rather than recorded without its alert.
-    const db = storeBeside(join(tmp.dir, "ax.sqlite"));
-    try {
-      await db.exec(`CREATE TRIGGER no_alert BEFORE INSERT ON alerts
-        BEGIN SELECT RAISE(ABORT, 'no room'); END`);
+    // The store refuses the alert's row: the expiry that raises it is not recorded either,
+    // rather than recorded without its alert.
+    const { id, alert } = await refusingAlerts(async () => {
       const id = await expireOne(c);
       // An expiry lands within about a second of the deadline; this one cannot.
       await new Promise((r) => setTimeout(r, 2_000));
       expect((await c.store.getExecution(id))?.state).toBe("PENDING");
-      expect(await c.store.listAlerts()).toEqual([]);
-      await db.exec("DROP TRIGGER no_alert");
-      // Once the store takes them, the next pass records both, and the hook hears of it once.
-      const [alert] = await waitFor("delivered", async () => {
-        const list = await c.store.listAlerts();
-        return list[0]?.status === "delivered" ? list : undefined;
-      });
-      expect((await c.store.getExecution(id))?.state).toBe("EXPIRED");
-      expect(alert).toMatchObject({ kind: "execution.expired", status: "delivered" });
-      expect(
-        hook.received.map((r) => (JSON.parse(r.body) as { executionId: string }).executionId),
-      ).toEqual([id]);
-    } finally {
-      db.close();
-    }
+      return { c, id };
+    });
+    // Once the store takes them, the next pass records both, and the hook hears of it once.
+    expect((await c.store.getExecution(id))?.state).toBe("EXPIRED");
+    expect(alert).toMatchObject({ kind: "execution.expired", status: "delivered" });
+    expect(
+      hook.received.map((r) => (JSON.parse(r.body) as { executionId: string }).executionId),
+    ).toEqual([id]);
   });
 
   it("records a job's missed fires and their alert together, or neither", async () => {
@@ -176,36 +193,26 @@ describe("alerts: webhooks", () => {
     file.close();
     // Down for 3 s: the next start finds its times missed. The store refuses the alert's row.
     await new Promise((r) => setTimeout(r, 3_000));
-    const db = storeBeside(join(tmp.dir, "ax.sqlite"));
-    try {
-      await db.exec(`CREATE TRIGGER no_alert BEFORE INSERT ON alerts
-        BEGIN SELECT RAISE(ABORT, 'no room'); END`);
+    const { c: b, alert } = await refusingAlerts(async () => {
       const b = await startCoordinator({ webhooks: [{ url: hook.url }] }, more);
       await new Promise((r) => setTimeout(r, 1_500));
-      // Neither the missed times nor their alert: the job has not moved on.
+      // Neither the missed times nor their alert nor their count: the job has not moved on.
       expect((await b.store.getJob(jobId))?.nextFireAt).toBe(missedFrom);
-      expect(await b.store.listAlerts()).toEqual([]);
       expect((await b.store.counters()).missed_fires ?? 0).toBe(0);
-      await db.exec("DROP TRIGGER no_alert");
-      const [alert] = await waitFor("delivered", async () => {
-        const list = await b.store.listAlerts();
-        return list[0]?.status === "delivered" ? list : undefined;
-      });
-      expect(alert).toMatchObject({ kind: "fire.missed", status: "delivered" });
-      const sent = hook.received.map(
-        (r) => JSON.parse(r.body) as { kind: string; jobId: string; scheduledFor: number[] },
-      );
-      expect(sent).toHaveLength(1);
-      expect(sent[0]).toMatchObject({ kind: "fire.missed", jobId });
-      expect(sent[0]?.scheduledFor[0]).toBe(missedFrom);
-      // The alert names what the record holds missed, and the job moved on past them.
-      expect((await b.store.counters()).missed_fires).toBeGreaterThanOrEqual(
-        sent[0]?.scheduledFor.length ?? 0,
-      );
-      expect((await b.store.getJob(jobId))?.nextFireAt).toBeGreaterThan(missedFrom);
-    } finally {
-      db.close();
-    }
+      return { c: b };
+    });
+    expect(alert).toMatchObject({ kind: "fire.missed", status: "delivered" });
+    const sent = hook.received.map(
+      (r) => JSON.parse(r.body) as { kind: string; jobId: string; scheduledFor: number[] },
+    );
+    expect(sent).toHaveLength(1);
+    expect(sent[0]).toMatchObject({ kind: "fire.missed", jobId });
+    expect(sent[0]?.scheduledFor[0]).toBe(missedFrom);
+    // The alert names what the record holds missed, and the job moved on past them.
+    expect((await b.store.counters()).missed_fires).toBeGreaterThanOrEqual(
+      sent[0]?.scheduledFor.length ?? 0,
+    );
+    expect((await b.store.getJob(jobId))?.nextFireAt).toBeGreaterThan(missedFrom);
   });
 
   it("records an agent offline and its alert together, or neither", async () => {
@@ -217,30 +224,20 @@ describe("alerts: webhooks", () => {
     await waitFor("online", async () =>
       (await c.store.getAgent(agentId))?.status === "online" ? true : undefined,
     );
-    const db = storeBeside(join(tmp.dir, "ax.sqlite"));
-    try {
-      await db.exec(`CREATE TRIGGER no_alert BEFORE INSERT ON alerts
-        BEGIN SELECT RAISE(ABORT, 'no room'); END`);
+    const { alert } = await refusingAlerts(async () => {
       // Silent from now on (no Last Will: a clean close): three heartbeats (1.5 s) later it is
       // taken offline, and the store refuses the alert's row.
       await agent.close();
       await new Promise((r) => setTimeout(r, 3_000));
       expect((await c.store.getAgent(agentId))?.status).toBe("online");
-      expect(await c.store.listAlerts()).toEqual([]);
-      await db.exec("DROP TRIGGER no_alert");
-      // The next sweep writes both, and the hook hears of it once.
-      const [alert] = await waitFor("delivered", async () => {
-        const list = await c.store.listAlerts();
-        return list[0]?.status === "delivered" ? list : undefined;
-      });
-      expect(alert).toMatchObject({ kind: "agent.offline", status: "delivered" });
-      expect((await c.store.getAgent(agentId))?.status).toBe("offline");
-      expect(hook.received.map((r) => JSON.parse(r.body) as { agentId: string })).toEqual([
-        expect.objectContaining({ kind: "agent.offline", agentId }),
-      ]);
-    } finally {
-      db.close();
-    }
+      return { c };
+    });
+    // The next sweep writes both, and the hook hears of it once.
+    expect(alert).toMatchObject({ kind: "agent.offline", status: "delivered" });
+    expect((await c.store.getAgent(agentId))?.status).toBe("offline");
+    expect(hook.received.map((r) => JSON.parse(r.body) as { agentId: string })).toEqual([
+      expect.objectContaining({ kind: "agent.offline", agentId }),
+    ]);
   });
 
   it("takes a redirect for a failed attempt, not a delivery, and does not follow it", async () => {
