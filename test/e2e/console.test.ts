@@ -211,6 +211,83 @@ describe.skipIf(CHROMIUM === undefined)("console in headless Chromium", () => {
     expect((await coordinator.store.listExecutions({ limit: 1_000_000 })).length).toBe(before);
   });
 
+  it("makes a device command once: a second submit while it waits, and Send again after a lost answer", async () => {
+    const count = async () => (await coordinator.store.listExecutions({ limit: 1_000_000 })).length;
+    const before = await count();
+    await page.goto(`${http.url}/#/command`);
+    await page.locator("#command input[name=agentId]").fill("");
+    await page.locator("#command input[name=tags]").fill("site=north");
+    await page.locator("#command textarea[name=params]").fill('{"n": 8}');
+    // The coordinator makes the command, and its answer is lost on the way back.
+    const keys: string[] = [];
+    await page.route("**/api/commands", async (route) => {
+      keys.push(route.request().headers()["idempotency-key"] ?? "");
+      await route.fetch();
+      await route.abort("failed");
+    });
+    await page.locator("#command button[type=submit]").click();
+    await expect
+      .poll(() => page.locator("#status.error").textContent())
+      .toContain("no answer from the coordinator");
+    expect(await count()).toBe(before + 1);
+    await page.unroute("**/api/commands");
+    await page.route("**/api/commands", async (route) => {
+      keys.push(route.request().headers()["idempotency-key"] ?? "");
+      await route.continue();
+    });
+    // Send again, the form unchanged: the same request, answered with what was made.
+    await page.locator("#command button[type=submit]").click();
+    await expect.poll(() => page.locator("#status.ok").textContent()).toContain("made once");
+    const made = (await coordinator.store.listExecutions({ limit: 1_000_000 })).filter(
+      (e) => (e.params as { n?: number } | undefined)?.n === 8,
+    );
+    expect(made.map((e) => e.id)).toEqual([await page.locator("#sent a").textContent()]);
+    expect(await count()).toBe(before + 1);
+    expect(keys).toHaveLength(2);
+    expect(keys[0]).toMatch(/^console-/);
+    expect(keys[1]).toBe(keys[0]);
+
+    // Another command, submitted twice before the first answer: sent once.
+    await page.locator("#command textarea[name=params]").fill('{"n": 9}');
+    await page.evaluate(`(() => {
+      const form = document.querySelector("#command");
+      form.requestSubmit();
+      form.requestSubmit();
+    })()`);
+    await page.locator("#sent a").waitFor();
+    await expect.poll(() => page.locator("#status.ok").textContent()).toBe("Sent to 1 agent(s)");
+    expect(await count()).toBe(before + 2);
+    expect(keys).toHaveLength(3);
+    expect(keys[2]).not.toBe(keys[0]);
+    await page.unroute("**/api/commands");
+  });
+
+  it("triggers a job once when the answer to Trigger now was lost", async () => {
+    const runs = async () =>
+      (await coordinator.store.listExecutions({ jobId: "console-hello", limit: 1_000 })).map(
+        (e) => e.id,
+      );
+    const before = await runs();
+    await page.goto(`${http.url}/#/jobs`);
+    const button = page.locator('tr[data-job-row="console-hello"] button[data-act="trigger"]');
+    await page.route("**/api/jobs/console-hello/trigger", async (route) => {
+      await route.fetch();
+      await route.abort("failed");
+    });
+    await button.click();
+    await expect
+      .poll(() => page.locator("#status.error").textContent())
+      .toContain("no answer from the coordinator");
+    const after = await runs();
+    expect(after).toHaveLength(before.length + 1);
+    const made = after.find((id) => !before.includes(id));
+    await page.unroute("**/api/jobs/console-hello/trigger");
+    await button.click();
+    await page.waitForURL(/#\/executions\/ex_/);
+    expect(decodeURIComponent(page.url().split("/").at(-1) as string)).toBe(made);
+    expect(await runs()).toHaveLength(before.length + 1);
+  });
+
   it("previews a cron expression in its time zone, and names the problem in a bad one", async () => {
     await page.goto(`${http.url}/#/preview`);
     await page.locator("#preview input[name=expr]").fill("30 9 * * 1-5");

@@ -32,6 +32,7 @@ async function api(path, options = {}) {
   const token = tokenInput.value.trim();
   if (token) headers.authorization = `Bearer ${token}`;
   if (options.body !== undefined) headers["content-type"] = "application/json";
+  if (options.idempotencyKey !== undefined) headers["idempotency-key"] = options.idempotencyKey;
   const res = await fetch(path, {
     method: options.method ?? "GET",
     headers,
@@ -50,9 +51,56 @@ async function api(path, options = {}) {
   if (!res.ok) {
     const e = new Error(errorText(res, data?.error, options.labels));
     e.code = data?.error?.code;
+    e.status = res.status;
     throw e;
   }
   return data;
+}
+
+/**
+ * Sends a request that makes executions (a command, a job's trigger) at most once, however often
+ * it is clicked: its button is disabled until the answer comes, and it carries an
+ * `Idempotency-Key` (docs/api.md). A request whose answer never came (the network failed, or the
+ * coordinator answered 5xx) may have made them; the next click with the same form sends the same
+ * body with the same key, so the coordinator answers what it made then rather than making more.
+ * `unanswered` holds the request without an answer per `slot` (the command form, a job's button),
+ * with `form`, what was typed when it was made.
+ */
+const unanswered = new Map();
+async function sendOnce(button, slot, form, makeBody, path, options = {}) {
+  if (button.disabled) return undefined;
+  const last = unanswered.get(slot);
+  const again = last !== undefined && last.form === form;
+  const attempt = again ? last : { form, body: makeBody(), key: newKey() };
+  unanswered.set(slot, attempt);
+  button.disabled = true;
+  try {
+    const r = await api(path, {
+      ...options,
+      method: "POST",
+      body: attempt.body,
+      idempotencyKey: attempt.key,
+    });
+    unanswered.delete(slot);
+    return { r, again };
+  } catch (e) {
+    // A 4xx is an answer: nothing was made, and the next click is a new request.
+    if (e.status !== undefined && e.status < 500) unanswered.delete(slot);
+    if (e.status === undefined && e instanceof TypeError) {
+      throw new Error(
+        `no answer from the coordinator (${e.message}): it may have made this already; the same click again sends the same request with its Idempotency-Key, so it is made at most once`,
+      );
+    }
+    throw e;
+  } finally {
+    button.disabled = false;
+  }
+}
+
+function newKey() {
+  if (typeof crypto.randomUUID === "function") return `console-${crypto.randomUUID()}`;
+  const bytes = crypto.getRandomValues(new Uint8Array(16));
+  return `console-${Array.from(bytes, (b) => b.toString(16).padStart(2, "0")).join("")}`;
 }
 
 // ---------------------------------------------------------------- errors
@@ -172,8 +220,13 @@ function bindJobButtons(root, done) {
   for (const b of root.querySelectorAll("button[data-act][data-job]")) {
     b.addEventListener("click", async () => {
       const { act, job } = b.dataset;
+      const path = `/api/jobs/${encodeURIComponent(job)}/${act}`;
       try {
-        const r = await api(`/api/jobs/${encodeURIComponent(job)}/${act}`, { method: "POST" });
+        const r =
+          act === "trigger"
+            ? (await sendOnce(b, `trigger ${job}`, "", () => undefined, path))?.r
+            : await api(path, { method: "POST" });
+        if (r === undefined) return; // a click while the trigger before it waits for its answer
         if (act === "trigger") {
           const id = r.executionIds[0];
           say(`Triggered ${job}: execution ${id}`, "ok");
@@ -1173,7 +1226,11 @@ function commandView() {
     const f = ev.target;
     // The last command's executions are not this one's: a refused command must not look sent.
     view.querySelector("#sent").innerHTML = "";
-    try {
+    // What was typed: the same again after a request with no answer sends that request again.
+    const typed = JSON.stringify(
+      ["agentId", "tags", "handler", "params", "in", "deadline"].map((n) => f[n].value),
+    );
+    const makeBody = () => {
       const at = Date.now() + Number(f.in.value) * 1000;
       const body = {
         handler: f.handler.value.trim(),
@@ -1190,9 +1247,11 @@ function commandView() {
         }
         body.selector = { tags };
       }
-      const r = await api("/api/commands", {
-        method: "POST",
-        body,
+      return body;
+    };
+    const button = f.querySelector("button[type=submit]");
+    try {
+      const sent = await sendOnce(button, "command", typed, makeBody, "/api/commands", {
         labels: {
           agentId: "Agent id",
           "selector.tags": "Agent tags",
@@ -1202,7 +1261,14 @@ function commandView() {
           deadline: "Deadline",
         },
       });
-      say(`Sent to ${r.targets.length} agent(s)`, "ok");
+      if (sent === undefined) return; // a click while the command before it waits for its answer
+      const r = sent.r;
+      say(
+        sent.again
+          ? `Sent to ${r.targets.length} agent(s) (the request whose answer was lost, sent again with its Idempotency-Key: made once)`
+          : `Sent to ${r.targets.length} agent(s)`,
+        "ok",
+      );
       view.querySelector("#sent").innerHTML = table(
         ["agent", "execution"],
         r.targets.map((t) => [td(h(t.agentId)), td(executionLink(t.executionId))]),
