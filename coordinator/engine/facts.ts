@@ -96,6 +96,7 @@ export async function recordFact(
       agentId: fact.agentId,
       ...(followUps === undefined ? {} : { followUps }),
       ...(alerts.length === 0 ? {} : { alerts }),
+      counters: { [counter]: 1 },
       detail: {
         fact: fact.kind,
         round: fact.round,
@@ -108,7 +109,6 @@ export async function recordFact(
       },
     });
     if (!written) continue;
-    await ctx.store.bumpCounter(counter);
     ctx.log(
       decision.action === "both_ran" ? "warn" : "info",
       `execution ${executionId}: ${decision.note}`,

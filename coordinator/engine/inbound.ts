@@ -753,7 +753,6 @@ export class Inbound {
    * never came (its lease lapses, or its run times out).
    */
   private async unreadable(agentId: string, r: UnreadableReport): Promise<void> {
-    await this.ctx.store.bumpCounter("unreadable_reports");
     const what = `${r.sentAs === undefined ? "report" : `${r.sentAs} report`} seq ${r.seq}`;
     const now = this.ctx.clock.wallNow();
     if (this.invalidLogged.allow(`unreadable\u0000${agentId}`, now)) {
@@ -768,10 +767,13 @@ export class Inbound {
         },
       );
     }
-    if (!r.executionId) return;
-    const exec = await this.ctx.store.getExecution(r.executionId);
-    if (!exec || (exec.agentId !== agentId && exec.targetAgentId !== agentId)) return;
-    await this.ctx.store.applyTransition({
+    // Counted with its timeline entry when it has one (one write: both or neither), else alone.
+    const exec = r.executionId ? await this.ctx.store.getExecution(r.executionId) : undefined;
+    if (!exec || (exec.agentId !== agentId && exec.targetAgentId !== agentId)) {
+      await this.ctx.store.bumpCounter("unreadable_reports");
+      return;
+    }
+    const entered = await this.ctx.store.applyTransition({
       executionId: exec.id,
       expected: { state: exec.state, round: exec.round },
       next: snapshotOf(exec),
@@ -786,7 +788,11 @@ export class Inbound {
         code: r.code,
         reason: r.message,
       },
+      counters: { unreadable_reports: 1 },
     });
+    // The record moved meanwhile (a write of the same execution between the read and this one):
+    // the report is counted all the same.
+    if (!entered) await this.ctx.store.bumpCounter("unreadable_reports");
     if (
       r.sentAs !== "finished" ||
       r.round === undefined ||

@@ -237,6 +237,12 @@ export interface TransitionWrite {
    * crash between the two cannot record the end and lose its alert.
    */
   alerts?: readonly AlertRecord[];
+  /**
+   * Diagnostic counters the transition adds to (`counters()`: a late fact's decision, an
+   * unreadable report), in its transaction when it is written, and only then: the count and the
+   * timeline entry it counts are both recorded or neither.
+   */
+  counters?: Readonly<Record<string, number>>;
 }
 
 /** One folded transition's timeline entry. */

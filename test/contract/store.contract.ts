@@ -1020,6 +1020,31 @@ export function storeContract(name: string, makeStore: () => Promise<StoreFixtur
         ]);
       });
 
+      it("adds a transition's counts with it, only when it is written, or neither", async () => {
+        const e = await firedExecution("ex-1");
+        const entry = (): TransitionWrite => ({
+          ...move(e, { state: "PENDING" }, "report_unreadable", 1_001),
+          counters: { unreadable_reports: 1, facts_adopted: 2 },
+        });
+        const stale = entry();
+        stale.expected = { state: "PENDING", round: 7 };
+        expect(await store.applyTransition(stale)).toBe(false);
+        expect(await store.counters()).not.toHaveProperty("unreadable_reports");
+        // An alert under an id already taken cannot be recorded: nor the entry, nor its counts.
+        await store.putAlert(alertRecord("al-taken", 1_000));
+        await expect(
+          store.applyTransition({ ...entry(), alerts: [alertRecord("al-taken", 1_001)] }),
+        ).rejects.toThrow();
+        expect(await store.counters()).not.toHaveProperty("unreadable_reports");
+        expect(await store.applyTransition(entry())).toBe(true);
+        await store.bumpCounter("unreadable_reports");
+        expect(await store.counters()).toMatchObject({ unreadable_reports: 2, facts_adopted: 2 });
+        expect((await store.getTimeline("ex-1")).map((t) => t.event)).toEqual([
+          "created",
+          "report_unreadable",
+        ]);
+      });
+
       it("writes neither a transition nor what it fires when what it fires cannot be written", async () => {
         const e = await firedExecution("ex-1");
         await firedExecution("ex-2", { jobId: "job-c" });

@@ -508,11 +508,11 @@ export class PgStore implements Store {
 
   async applyTransition(write: TransitionWrite): Promise<boolean> {
     const max = this.db.config.maxErrorTextBytes;
-    const { followUps, alerts } = write;
-    if (followUps !== undefined || alerts !== undefined) {
-      // What it fires and raises goes in its transaction: one of its own, not a group's shared
-      // statement; new work announced, as an event's firing is, for the coordinators that
-      // dispatch it.
+    const { followUps, alerts, counters } = write;
+    if (followUps !== undefined || alerts !== undefined || counters !== undefined) {
+      // What it fires, raises and counts goes in its transaction: one of its own, not a group's
+      // shared statement; new work announced, as an event's firing is, for the coordinators
+      // that dispatch it.
       return this.db.write("applyTransition", async (q) => {
         const written = await ex.applyTransition(q, write, max, this.detailJson);
         if (!written) return false;
@@ -521,6 +521,9 @@ export class PgStore implements Store {
           if (recorded.fired.length > 0) await this.db.notify(q, "executions");
         }
         for (const a of alerts ?? []) await fleet.putAlert(q, a, max);
+        for (const [name, by] of Object.entries(counters ?? {})) {
+          await fleet.bumpCounter(q, name, by);
+        }
         return true;
       });
     }

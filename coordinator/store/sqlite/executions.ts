@@ -60,10 +60,11 @@ export function recordEvent(ctx: StoreContext, event: EventFiring): EventRecorde
   return wrap("recordEvent", () => ctx.writer.write(() => recordEventRows(ctx, event)));
 }
 
-/** What a written transition carries into its transaction: its follow-ups and its alerts. */
+/** What a written transition carries into its transaction: its follow-ups, alerts and counts. */
 function writeAlong(ctx: StoreContext, w: TransitionWrite): void {
   if (w.followUps) recordEventRows(ctx, w.followUps);
   if (w.alerts) insertAlerts(ctx, w.alerts);
+  for (const [name, by] of Object.entries(w.counters ?? {})) addToCounter(ctx, name, by);
 }
 
 /** The ledger's rows of an event and the executions it fires, inside the caller's write. */
@@ -378,7 +379,7 @@ export function applyTransition(ctx: StoreContext, w: TransitionWrite): boolean 
   const { statements: sql, executions } = ctx;
   // An UPDATE by key and timeline rows numbered in the same statement break no constraint; what
   // it fires is new rows, undone alone if they fail.
-  const guard = w.followUps || w.alerts ? "savepoint" : "none";
+  const guard = w.followUps || w.alerts || w.counters ? "savepoint" : "none";
   return wrap("applyTransition", () =>
     ctx.writer.write(() => {
       const p = w.patch;
