@@ -288,6 +288,44 @@ describe.skipIf(CHROMIUM === undefined)("console in headless Chromium", () => {
     expect(await runs()).toHaveLength(before.length + 1);
   });
 
+  it("retries an execution once when the answer to Retry was lost", async () => {
+    const at = Date.now() + 3_600_000;
+    const first = await coordinator.sendCommand({
+      agentId: "console-agent-1",
+      handler: "echo",
+      params: { retried: "from the console" },
+      at,
+      deadline: at + 60_000,
+    });
+    await coordinator.cancelExecution(first);
+    // A retry is a copy of the execution: its params tell it apart.
+    const retries = async () =>
+      (await coordinator.store.listExecutions({ limit: 1_000_000 }))
+        .filter(
+          (e) =>
+            e.id !== first &&
+            (e.params as { retried?: string } | undefined)?.retried === "from the console",
+        )
+        .map((e) => e.id);
+    await page.goto(`${http.url}/#/executions/${encodeURIComponent(first)}`);
+    const button = page.locator('button[data-act="retry"]');
+    await page.route("**/api/executions/*/retry", async (route) => {
+      await route.fetch();
+      await route.abort("failed");
+    });
+    await button.click();
+    await expect
+      .poll(() => page.locator("#status.error").textContent())
+      .toContain("no answer from the coordinator");
+    const made = await retries();
+    expect(made).toHaveLength(1);
+    await page.unroute("**/api/executions/*/retry");
+    await button.click();
+    await page.waitForURL((url) => !url.hash.endsWith(encodeURIComponent(first)));
+    expect(decodeURIComponent(page.url().split("/").at(-1) as string)).toBe(made[0]);
+    expect(await retries()).toEqual(made);
+  });
+
   it("previews a cron expression in its time zone, and names the problem in a bad one", async () => {
     await page.goto(`${http.url}/#/preview`);
     await page.locator("#preview input[name=expr]").fill("30 9 * * 1-5");

@@ -58,13 +58,13 @@ async function api(path, options = {}) {
 }
 
 /**
- * Sends a request that makes executions (a command, a job's trigger) at most once, however often
- * it is clicked: its button is disabled until the answer comes, and it carries an
+ * Sends a request that makes executions (a command, a job's trigger, a retry) at most once,
+ * however often it is clicked: its button is disabled until the answer comes, and it carries an
  * `Idempotency-Key` (docs/api.md). A request whose answer never came (the network failed, or the
  * coordinator answered 5xx) may have made them; the next click with the same form sends the same
  * body with the same key, so the coordinator answers what it made then rather than making more.
- * `unanswered` holds the request without an answer per `slot` (the command form, a job's button),
- * with `form`, what was typed when it was made.
+ * `unanswered` holds the request without an answer per `slot` (the command form, a job's or an
+ * execution's button), with `form`, what was typed when it was made.
  */
 const unanswered = new Map();
 async function sendOnce(button, slot, form, makeBody, path, options = {}) {
@@ -844,12 +844,16 @@ async function executionView(seq, id) {
   ${e.result ? `<h2>Result</h2><pre>${h(JSON.stringify(e.result, null, 2))}</pre>` : ""}`;
   for (const b of view.querySelectorAll("button[data-act]")) {
     b.addEventListener("click", async () => {
+      const path = `/api/executions/${encodeURIComponent(id)}/${b.dataset.act}`;
       try {
-        const r = await api(`/api/executions/${encodeURIComponent(id)}/${b.dataset.act}`, {
-          method: "POST",
-        });
-        if (b.dataset.act === "retry") location.hash = `#/executions/${r.executionId}`;
-        else render();
+        if (b.dataset.act === "retry") {
+          // A retry makes an execution: once, as a command (sendOnce).
+          const sent = await sendOnce(b, `retry ${id}`, "", () => undefined, path);
+          if (sent !== undefined) location.hash = `#/executions/${sent.r.executionId}`;
+        } else {
+          await api(path, { method: "POST" });
+          render();
+        }
       } catch (err) {
         say(err.message, "error");
       }
