@@ -1,3 +1,4 @@
+import { randomUUID } from "node:crypto";
 import { type FlagSpecs, type FlagValues, parseFlags } from "../../shared/command-line.js";
 import { AxError, ERROR_CODES, type ErrorCode } from "../../shared/errors.js";
 import { parseJsonText } from "../../shared/json-text.js";
@@ -226,10 +227,11 @@ export function apiClient(
       });
     } catch (err) {
       const cause = (err as { cause?: { code?: string; message?: string } }).cause;
+      const timedOut = (err as Error).name === "TimeoutError";
       throw new AxError(
         "AX_API_UNREACHABLE",
-        `cannot reach the coordinator at ${url}: ${cause?.code ?? cause?.message ?? (err as Error).message}`,
-        { cause: err },
+        `cannot reach the coordinator at ${url}: ${timedOut ? `no answer within ${timeoutMs / 1000} s` : (cause?.code ?? cause?.message ?? (err as Error).message)}`,
+        { cause: err, context: { timedOut } },
       );
     }
     if (res.status === 204) return { status: 204, value: undefined as T };
@@ -270,19 +272,59 @@ export function apiClient(
         body === undefined
           ? undefined
           : { bytes: JSON.stringify(body), contentType: "application/json" };
-      return (await call<T>(method, path, json, 30_000, headers)).value;
+      const key = headers?.["idempotency-key"];
+      if (key === undefined) return (await call<T>(method, path, json, 30_000, headers)).value;
+      // With a key, a request whose answer did not come is sent again, the same body with the
+      // same key: the coordinator makes its executions once and answers each copy alike.
+      for (let attempt = 0; ; attempt++) {
+        try {
+          return (await call<T>(method, path, json, 30_000, headers)).value;
+        } catch (err) {
+          if (!(err instanceof AxError) || !unanswered(err)) throw err;
+          const wait = RESEND_AFTER_MS[attempt];
+          if (wait === undefined || err.context?.timedOut === true) {
+            throw new AxError(
+              err.code,
+              `${err.message}; it may have been made: the same command with --idempotency-key ${key} makes it at most once`,
+              { cause: err },
+            );
+          }
+          process.stderr.write(
+            `ax: ${err.message}; sending the same request again with its Idempotency-Key in ${wait / 1000} s\n`,
+          );
+          await new Promise((resolve) => setTimeout(resolve, wait));
+        }
+      }
     },
     send: (method, path, body) => call(method, path, body, body.timeoutMs),
   };
 }
 
 /**
- * The `--idempotency-key KEY` of a command that makes executions, as a request header: the same
- * command again with the key makes nothing more and prints what the first made (docs/api.md,
- * "Idempotency keys").
+ * How long to wait before each time a keyed request with no answer is sent again: four more
+ * tries over 7.5 s, about as long as a coordinator takes to restart.
  */
-export function idempotencyHeader(key: string | undefined): Record<string, string> | undefined {
-  return key === undefined ? undefined : { "idempotency-key": key };
+const RESEND_AFTER_MS = [500, 1_000, 2_000, 4_000];
+
+/**
+ * An error that may have left the request made without telling: no connection, one that failed
+ * before the answer, or a 5xx (the coordinator failed or was not ready; with a key, what it made
+ * or not is recorded with the key, so the same request again is safe). A 4xx is an answer.
+ */
+function unanswered(err: AxError): boolean {
+  if (err.code === "AX_API_UNREACHABLE") return true;
+  const status = err.context?.status;
+  return typeof status === "number" && status >= 500;
+}
+
+/**
+ * The `Idempotency-Key` of a command that makes executions: `--idempotency-key KEY`, else one
+ * made for this run. The same command again with the key makes nothing more and prints what the
+ * first made (docs/api.md, "Idempotency keys"); within a run, a request whose answer did not
+ * come is sent again with it.
+ */
+export function idempotencyHeader(key: string | undefined): Record<string, string> {
+  return { "idempotency-key": key ?? `cli-${randomUUID()}` };
 }
 
 /** Writes `value` as indented JSON (for `--json`). */

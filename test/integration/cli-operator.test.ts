@@ -1,5 +1,6 @@
 import { spawn } from "node:child_process";
 import { writeFileSync } from "node:fs";
+import { connect, createServer, type Server } from "node:net";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { describe, expect, it } from "vitest";
@@ -298,6 +299,79 @@ describe("ax operator commands", () => {
     expect((await trigger()).stdout).toBe(ran.stdout);
     expect(await cli.coordinator.store.listExecutions({ jobId: "keyed-job" })).toHaveLength(1);
   });
+
+  /**
+   * A TCP proxy to the coordinator's HTTP port that passes each request on (its Host header
+   * made the coordinator's), and for the first `lose` connections drops the answer: the
+   * coordinator made what was asked, the client never hears of it.
+   */
+  async function losingProxy(lose: number): Promise<{ url: string; server: Server }> {
+    const target = new URL(cli.env.AX_URL as string);
+    const server = createServer((client) => {
+      const upstream = connect(Number(target.port), target.hostname);
+      client.on("error", () => {});
+      upstream.on("error", () => {});
+      // The coordinator answers only to its own names: each request's Host is the target's.
+      client.on("data", (chunk: Buffer) => {
+        upstream.write(
+          Buffer.from(
+            chunk.toString("latin1").replace(/^host: [^\r]*/im, `host: ${target.host}`),
+            "latin1",
+          ),
+        );
+      });
+      if (lose > 0) {
+        lose--;
+        upstream.once("data", () => {
+          client.destroy();
+          upstream.destroy();
+        });
+      } else {
+        upstream.pipe(client);
+      }
+    });
+    await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+    const { port } = server.address() as { port: number };
+    return { url: `http://127.0.0.1:${port}`, server };
+  }
+
+  it("sends a command again when its answer is lost, with the key it made: made once", async () => {
+    const made = async (agent: string) =>
+      (await cli.coordinator.store.listExecutions({ limit: 1_000_000 }))
+        .filter((e) => e.targetAgentId === agent)
+        .map((e) => e.id);
+    const send = (agent: string, url: string) =>
+      ax(["command", "send", "--agent", agent, "--queue", "--handler", "echo", "--json"], {
+        ...cli.env,
+        AX_URL: url,
+      });
+    const once = await losingProxy(1);
+    try {
+      const r = await send("lost-answer-agent", once.url);
+      expect(r.code, r.stderr).toBe(0);
+      expect(r.stderr).toContain(
+        "sending the same request again with its Idempotency-Key in 0.5 s",
+      );
+      const ids = await made("lost-answer-agent");
+      expect(ids).toHaveLength(1);
+      expect((JSON.parse(r.stdout) as { executionIds: string[] }).executionIds).toEqual(ids);
+    } finally {
+      once.server.close();
+    }
+    // No answer ever: five tries make one command, and the error names the key to send it with.
+    const never = await losingProxy(Number.POSITIVE_INFINITY);
+    try {
+      const r = await send("never-answered-agent", never.url);
+      expect(r.code).toBe(1);
+      expect(r.stderr.match(/sending the same request again/g)).toHaveLength(4);
+      expect(r.stderr).toMatch(
+        /it may have been made: the same command with --idempotency-key cli-[0-9a-f-]{36} makes it at most once/,
+      );
+      expect(await made("never-answered-agent")).toHaveLength(1);
+    } finally {
+      never.server.close();
+    }
+  }, 30_000);
 
   it("sends a command, lists and shows executions, cancels and retries one", async () => {
     const sent = await ax(
