@@ -1,7 +1,7 @@
 import { existsSync, mkdirSync, readFileSync } from "node:fs";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
-import { type BrowserContext, chromium, type Page } from "playwright-core";
+import { type BrowserContext, chromium, type Locator, type Page } from "playwright-core";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { type AgentProcess, spawnAgentProcess } from "../../coordinator/cli/agent-process.js";
 import type { Coordinator } from "../../coordinator/coordinator.js";
@@ -211,6 +211,23 @@ describe.skipIf(CHROMIUM === undefined)("console in headless Chromium", () => {
     expect((await coordinator.store.listExecutions({ limit: 1_000_000 })).length).toBe(before);
   });
 
+  /**
+   * Clicks `button` while the answers to requests for `url` are lost on their way back (each
+   * reaches the coordinator; the browser sees the connection fail), and waits for the console
+   * to say so.
+   */
+  async function clickAnswerLost(button: Locator, url: string): Promise<void> {
+    await page.route(url, async (route) => {
+      await route.fetch();
+      await route.abort("failed");
+    });
+    await button.click();
+    await expect
+      .poll(() => page.locator("#status.error").textContent())
+      .toContain("no answer from the coordinator");
+    await page.unroute(url);
+  }
+
   it("makes a device command once: a second submit while it waits, and Send again after a lost answer", async () => {
     const count = async () => (await coordinator.store.listExecutions({ limit: 1_000_000 })).length;
     const before = await count();
@@ -270,18 +287,10 @@ describe.skipIf(CHROMIUM === undefined)("console in headless Chromium", () => {
     const before = await runs();
     await page.goto(`${http.url}/#/jobs`);
     const button = page.locator('tr[data-job-row="console-hello"] button[data-act="trigger"]');
-    await page.route("**/api/jobs/console-hello/trigger", async (route) => {
-      await route.fetch();
-      await route.abort("failed");
-    });
-    await button.click();
-    await expect
-      .poll(() => page.locator("#status.error").textContent())
-      .toContain("no answer from the coordinator");
+    await clickAnswerLost(button, "**/api/jobs/console-hello/trigger");
     const after = await runs();
     expect(after).toHaveLength(before.length + 1);
     const made = after.find((id) => !before.includes(id));
-    await page.unroute("**/api/jobs/console-hello/trigger");
     await button.click();
     await page.waitForURL(/#\/executions\/ex_/);
     expect(decodeURIComponent(page.url().split("/").at(-1) as string)).toBe(made);
@@ -309,17 +318,9 @@ describe.skipIf(CHROMIUM === undefined)("console in headless Chromium", () => {
         .map((e) => e.id);
     await page.goto(`${http.url}/#/executions/${encodeURIComponent(first)}`);
     const button = page.locator('button[data-act="retry"]');
-    await page.route("**/api/executions/*/retry", async (route) => {
-      await route.fetch();
-      await route.abort("failed");
-    });
-    await button.click();
-    await expect
-      .poll(() => page.locator("#status.error").textContent())
-      .toContain("no answer from the coordinator");
+    await clickAnswerLost(button, "**/api/executions/*/retry");
     const made = await retries();
     expect(made).toHaveLength(1);
-    await page.unroute("**/api/executions/*/retry");
     await button.click();
     await page.waitForURL((url) => !url.hash.endsWith(encodeURIComponent(first)));
     expect(decodeURIComponent(page.url().split("/").at(-1) as string)).toBe(made[0]);
