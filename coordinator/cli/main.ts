@@ -75,7 +75,7 @@ Operating a running coordinator (its HTTP API):
                [--start-within D] [--timeout D]
                [--rate N/min | --rate exp:BASE,FACTOR,STEP[,MAX]] [--waves P%[:SOAK],...]
                [--abort-threshold PCT [--abort-min N] [--abort-on S,S]] [--ends-at T]
-               [--paused] [--id ID] [--description TEXT]
+               [--paused] [--id ID] [--description TEXT] [--idempotency-key KEY]
                                         one device command to every agent that matches all
                                         the selector flags given, at a rate, in waves
                                         (1%:10m,10%:10m,100%), aborted when too many fail;

@@ -13,6 +13,7 @@ import {
   apiClient,
   CLIENT_FLAGS,
   durationFlag,
+  idempotencyHeader,
   instantFlag,
   intFlag,
   listPages,
@@ -211,6 +212,7 @@ async function rolloutCreate(argv: string[]): Promise<number> {
     paused: { type: "boolean" },
     id: { type: "string" },
     description: { type: "string" },
+    "idempotency-key": { type: "string" },
   });
   const { handler, params } = handlerFlags(c, flags);
   const tags = tagsFlag(c, "tag", flags.tag);
@@ -263,7 +265,12 @@ async function rolloutCreate(argv: string[]): Promise<number> {
     ...(endsAt === undefined ? {} : { endsAt }),
     ...(flags.paused ? { start: false } : {}),
   };
-  const r = await apiClient(c, flags).request<RolloutView>("POST", "/api/rollouts", spec);
+  const r = await apiClient(c, flags).request<RolloutView>(
+    "POST",
+    "/api/rollouts",
+    spec,
+    idempotencyHeader(flags["idempotency-key"]),
+  );
   if (flags.json) printJson(r);
   else if (r.state === "CREATED") {
     print(`rollout ${r.id}: CREATED; start it with: ax rollout resume ${r.id}`);

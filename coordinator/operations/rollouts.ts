@@ -12,6 +12,7 @@ import type { EngineContext } from "../engine/context.js";
 import type { Fleet } from "../engine/fleet.js";
 import { matchingAgents, type RolloutEngine, tally } from "../engine/rollouts.js";
 import { commandParams } from "./agent-update.js";
+import { type Idempotency, once, replayed } from "./idempotency.js";
 
 /** A rollout as the API shows it: the record and its progress. */
 export interface RolloutView extends RolloutRecord {
@@ -62,7 +63,13 @@ export class RolloutOperations {
     private readonly excluded: (agentId: string) => boolean,
   ) {}
 
-  async create(spec: RolloutSpec, actor = "system"): Promise<RolloutView> {
+  /**
+   * Creates the rollout `spec` describes. With an idempotency `key` (docs/api.md), once: the same
+   * request again answers with the rollout the first made, as it is now.
+   */
+  async create(spec: RolloutSpec, actor = "system", key?: Idempotency): Promise<RolloutView> {
+    const made = await replayed<{ rolloutId: string }>(this.ctx, key);
+    if (made !== undefined) return this.get(made.rolloutId);
     const now = this.ctx.clock.wallNow();
     if (spec.endsAt !== undefined && spec.endsAt <= now) {
       throw invalid(["endsAt"], "must be in the future: the rollout's end has passed");
@@ -101,15 +108,24 @@ export class RolloutOperations {
       reason: null,
       settled: false,
     };
-    const created = await this.ctx.store.createRollout(record, {
-      at: now,
-      fromState: null,
-      toState: state,
-      event: "created",
-      actor,
-      reason: null,
-      detail: null,
+    let created = false;
+    const first = await once(this.ctx, key, { rolloutId: id }, async (idempotency) => {
+      created = await this.ctx.store.createRollout(
+        record,
+        {
+          at: now,
+          fromState: null,
+          toState: state,
+          event: "created",
+          actor,
+          reason: null,
+          detail: null,
+        },
+        idempotency,
+      );
     });
+    // Another request with the key made it meanwhile: that rollout, and nothing more.
+    if (first.rolloutId !== id) return this.get(first.rolloutId);
     if (!created) {
       throw new AxError("AX_ROLLOUT_CONFLICT", `rollout "${id}" already exists`, {
         context: { id },

@@ -671,10 +671,15 @@ export interface Store {
   countOpenExecutions(): Promise<Partial<Record<ExecState, number>>>;
 
   /**
-   * Creates a rollout with its first timeline entry. False, writing nothing, when its id is
-   * taken.
+   * Creates a rollout with its first timeline entry, and the `idempotency` record of the request
+   * that made it in the same transaction. False, writing nothing, when its id is taken; throws,
+   * writing nothing, when the idempotency scope is taken.
    */
-  createRollout(rollout: RolloutRecord, event: Omit<RolloutEvent, "seq">): Promise<boolean>;
+  createRollout(
+    rollout: RolloutRecord,
+    event: Omit<RolloutEvent, "seq">,
+    idempotency?: IdempotencyRecord,
+  ): Promise<boolean>;
   getRollout(id: string): Promise<RolloutRecord | undefined>;
   /** Rollouts newest first (creation time, then id), optionally in one state. */
   pageRollouts(query: {

@@ -2164,6 +2164,30 @@ export function storeContract(name: string, makeStore: () => Promise<StoreFixtur
         expect(timeline).toEqual([{ seq: 1, ...created("IN_PROGRESS") }]);
       });
 
+      it("writes a rollout's idempotency record with it, once per scope, or neither", async () => {
+        const key = (scope: string, rolloutId: string) => ({
+          scope,
+          request: "req-hash",
+          result: JSON.stringify({ rolloutId }),
+          at: 1_000,
+        });
+        expect(
+          await store.createRollout(record("ro-k1"), created("IN_PROGRESS"), key("rk-1", "ro-k1")),
+        ).toBe(true);
+        expect(await store.getIdempotency("rk-1")).toEqual(key("rk-1", "ro-k1"));
+        // The scope again: refused whole, the second rollout not made.
+        await expect(
+          store.createRollout(record("ro-k2"), created("IN_PROGRESS"), key("rk-1", "ro-k2")),
+        ).rejects.toMatchObject({ code: "AX_STORE_FAILED" });
+        expect(await store.getRollout("ro-k2")).toBeUndefined();
+        expect(await store.getRolloutTimeline("ro-k2")).toEqual([]);
+        // A rollout id that is taken: false, and the key is not recorded either.
+        expect(
+          await store.createRollout(record("ro-k1"), created("IN_PROGRESS"), key("rk-2", "ro-k1")),
+        ).toBe(false);
+        expect(await store.getIdempotency("rk-2")).toBeUndefined();
+      });
+
       it("updates by version only, appending its timeline entry, and bumps the version", async () => {
         await store.createRollout(record("ro-2"), created("IN_PROGRESS"));
         const paused = { ...record("ro-2"), state: "PAUSED" as const, reason: "look" };

@@ -889,6 +889,37 @@ describe("HTTP API", () => {
       start: false,
     };
 
+    it("creates one rollout per Idempotency-Key, and answers with it again", async () => {
+      const { id: _, ...generated } = spec;
+      const body = { ...generated, description: "keyed" };
+      const keyed = (key: string, b: unknown = body) =>
+        call<{ id: string }>(url, "POST", "/api/rollouts", {
+          token: OPERATE,
+          body: b,
+          headers: { "idempotency-key": key },
+        });
+      const first = await keyed("ro-key-1");
+      expect(first.status, first.text).toBe(201);
+      const again = await keyed("ro-key-1");
+      expect(again.status, again.text).toBe(201);
+      expect(again.body.id).toBe(first.body.id);
+      // Two at once: one rollout, both told its id.
+      const [a, b] = await Promise.all([keyed("ro-key-2"), keyed("ro-key-2")]);
+      expect([a.status, b.status]).toEqual([201, 201]);
+      expect(b.body.id).toBe(a.body.id);
+      expect(a.body.id).not.toBe(first.body.id);
+      expectError(
+        await keyed("ro-key-1", { ...body, description: "another" }),
+        400,
+        "AX_API_INVALID_REQUEST",
+        ["headers.idempotency-key"],
+      );
+      const made = (await coordinator.store.pageRollouts({ limit: 500 })).items.filter(
+        (r) => r.description === "keyed" || r.description === "another",
+      );
+      expect(made.map((r) => r.id).sort()).toEqual([first.body.id, a.body.id].sort());
+    });
+
     it("creates, lists, shows, starts, pauses and aborts one, each change in its timeline", async () => {
       expectError(await post("/api/rollouts", spec, READ), 403, "AX_API_FORBIDDEN");
       const created = await post("/api/rollouts", spec);

@@ -407,6 +407,28 @@ describe("ax rollout", () => {
     expect((JSON.parse(all.stdout) as { items: unknown[] }).items).toHaveLength(2);
   });
 
+  it("makes one rollout per --idempotency-key, and prints it again", async () => {
+    const create = (key: string) =>
+      ax(
+        [
+          ...["rollout", "create", "--handler", "echo", "--tag", "site=keyed", "--paused"],
+          ...["--idempotency-key", key, "--json"],
+        ],
+        cli.env,
+      );
+    const first = await create("ro-cli-1");
+    expect(first.code, first.stderr).toBe(0);
+    const again = await create("ro-cli-1");
+    expect(again.code, again.stderr).toBe(0);
+    const id = (JSON.parse(first.stdout) as { id: string }).id;
+    expect((JSON.parse(again.stdout) as { id: string }).id).toBe(id);
+    const all = await ax(["rollout", "list", "--all", "--json"], cli.env);
+    const keyed = (
+      JSON.parse(all.stdout) as { items: { id: string; selector: { tags?: object } }[] }
+    ).items.filter((r) => JSON.stringify(r.selector.tags) === '{"site":"keyed"}');
+    expect(keyed.map((r) => r.id)).toEqual([id]);
+  });
+
   it("is in ax help", async () => {
     const help = await ax(["rollout", "--help"]);
     expect(help.code).toBe(0);

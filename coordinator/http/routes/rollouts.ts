@@ -1,4 +1,5 @@
 import type { Coordinator } from "../../coordinator.js";
+import { IDEMPOTENCY_HEADER, idempotencyOf } from "../../operations/idempotency.js";
 import { apiRoute } from "../route.js";
 import {
   idParams,
@@ -22,13 +23,20 @@ export const rolloutRoutes = [
       "One device command for every agent the selector matches (now or while the rollout is " +
       "open) that offers the handler, reached at the rate, wave by wave, and aborted when the " +
       "abort criteria are met (docs/rollouts.md). It starts at once unless start is false " +
-      "(CREATED, started by resume). An id that is taken: 409 AX_ROLLOUT_CONFLICT.",
+      "(CREATED, started by resume). An id that is taken: 409 AX_ROLLOUT_CONFLICT. With an " +
+      "Idempotency-Key, the same request again makes nothing more and answers with the " +
+      "rollout the first made, as it is now.",
     tag: "rollouts",
+    headers: [IDEMPOTENCY_HEADER],
     body: rolloutBody,
     success: { status: 201, description: "The rollout.", schema: rolloutSchema },
     errors: [409],
-    handle: async ({ coordinator, body, principal }) =>
-      coordinator.rollouts.create(body, principal.name),
+    handle: async ({ coordinator, body, principal, headers }) =>
+      coordinator.rollouts.create(
+        body,
+        principal.name,
+        idempotencyOf(headers["idempotency-key"], principal.name, "POST /api/rollouts", body),
+      ),
   }),
   apiRoute({
     method: "GET",

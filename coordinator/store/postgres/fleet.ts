@@ -1,5 +1,11 @@
 import { AxError } from "../../../shared/errors.js";
-import type { AgentRecord, AlertRecord, ApiTokenRecord, IdentityRecord } from "../port.js";
+import type {
+  AgentRecord,
+  AlertRecord,
+  ApiTokenRecord,
+  IdempotencyRecord,
+  IdentityRecord,
+} from "../port.js";
 import { alertColumns, capUtf8 } from "../stored-text.js";
 import { sqlLimit } from "./executions.js";
 import {
@@ -80,6 +86,15 @@ export async function putIdentity(q: Queryable, identity: IdentityRecord): Promi
 export async function listIdentities(q: Queryable): Promise<IdentityRecord[]> {
   const r = await run<{ record: string }>(q, "SELECT record FROM identities ORDER BY agent_id");
   return r.rows.map((row) => JSON.parse(row.record) as IdentityRecord);
+}
+
+/** The record of a request made with an Idempotency-Key, inside the caller's transaction. */
+export async function putIdempotency(q: Queryable, r: IdempotencyRecord): Promise<void> {
+  await run(
+    q,
+    "INSERT INTO idempotency (scope, request, result, created_at) VALUES ($1, $2, $3, $4)",
+    [r.scope, r.request, r.result, r.at],
+  );
 }
 
 export async function bumpCounter(q: Queryable, name: string, by: number): Promise<void> {

@@ -416,13 +416,7 @@ export class PgStore implements Store {
     // One detail for the batch, serialised once.
     const json = this.detailJson(detail ?? null);
     await this.db.write("createExecutions", async (q) => {
-      if (idempotency) {
-        await run(
-          q,
-          "INSERT INTO idempotency (scope, request, result, created_at) VALUES ($1, $2, $3, $4)",
-          [idempotency.scope, idempotency.request, idempotency.result, idempotency.at],
-        );
-      }
+      if (idempotency) await fleet.putIdempotency(q, idempotency);
       await ex.insertExecutions(
         q,
         executions,
@@ -636,9 +630,18 @@ export class PgStore implements Store {
   }
 
   /** Waits for the writes in flight, then ends the listener and the pool. Idempotent. */
-  createRollout(r: RolloutRecord, event: Omit<RolloutEvent, "seq">): Promise<boolean> {
+  createRollout(
+    r: RolloutRecord,
+    event: Omit<RolloutEvent, "seq">,
+    idempotency?: IdempotencyRecord,
+  ): Promise<boolean> {
     const detail = this.detailJson(event.detail);
-    return this.db.write("createRollout", (q) => rollouts.createRollout(q, r, event, detail));
+    return this.db.write("createRollout", async (q) => {
+      if (!(await rollouts.createRollout(q, r, event, detail))) return false;
+      // A scope already taken throws here, and the transaction undoes the rollout too.
+      if (idempotency) await fleet.putIdempotency(q, idempotency);
+      return true;
+    });
   }
 
   getRollout(id: string): Promise<RolloutRecord | undefined> {

@@ -138,6 +138,13 @@ export function createExecution(
   );
 }
 
+/** The record of a request made with an Idempotency-Key, inside the caller's write. */
+export function insertIdempotency(ctx: StoreContext, r: IdempotencyRecord): void {
+  ctx.statements
+    .prepare("INSERT INTO idempotency (scope, request, result, created_at) VALUES (?, ?, ?, ?)")
+    .run(r.scope, r.request, r.result, r.at);
+}
+
 /** Store.createExecutions. */
 export function createExecutions(
   ctx: StoreContext,
@@ -149,13 +156,7 @@ export function createExecutions(
   if (executions.length === 0) return;
   wrap("createExecutions", () =>
     ctx.writer.write(() => {
-      if (idempotency) {
-        ctx.statements
-          .prepare(
-            "INSERT INTO idempotency (scope, request, result, created_at) VALUES (?, ?, ?, ?)",
-          )
-          .run(idempotency.scope, idempotency.request, idempotency.result, idempotency.at);
-      }
+      if (idempotency) insertIdempotency(ctx, idempotency);
       // One detail for the batch, serialised once; each execution is new, so its first
       // timeline entry is seq 1 without looking.
       const json = detailJson(detail ?? null, ctx.maxErrorTextBytes);

@@ -6,9 +6,9 @@ import type {
   RolloutTarget,
 } from "../../domain/rollout.js";
 import { decodeExecutionCursor, encodeExecutionCursor } from "../cursor.js";
-import type { NewExecution, RolloutCount, RolloutPage } from "../port.js";
+import type { IdempotencyRecord, NewExecution, RolloutCount, RolloutPage } from "../port.js";
 import type { StoreContext } from "./context.js";
-import { insertExecution } from "./executions.js";
+import { insertExecution, insertIdempotency } from "./executions.js";
 import { detailJson, wrap } from "./values.js";
 
 /*
@@ -41,6 +41,7 @@ export function createRollout(
   ctx: StoreContext,
   r: RolloutRecord,
   event: Omit<RolloutEvent, "seq">,
+  idempotency?: IdempotencyRecord,
 ): boolean {
   return wrap("createRollout", () =>
     ctx.writer.write(() => {
@@ -52,6 +53,8 @@ export function createRollout(
         .run(r.id, ...columns(r));
       if (done.changes === 0) return false;
       insertEvent(ctx, r.id, event);
+      // A scope already taken throws here, and the write's savepoint undoes the rollout too.
+      if (idempotency) insertIdempotency(ctx, idempotency);
       return true;
     }),
   );

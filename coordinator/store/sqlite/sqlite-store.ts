@@ -424,8 +424,12 @@ export class SqliteStore implements Store {
     return fleet.deleteApiToken(this.ctx, name);
   }
 
-  async createRollout(r: RolloutRecord, event: Omit<RolloutEvent, "seq">): Promise<boolean> {
-    return rollouts.createRollout(this.ctx, r, event);
+  async createRollout(
+    r: RolloutRecord,
+    event: Omit<RolloutEvent, "seq">,
+    idempotency?: IdempotencyRecord,
+  ): Promise<boolean> {
+    return rollouts.createRollout(this.ctx, r, event, idempotency);
   }
 
   async getRollout(id: string): Promise<RolloutRecord | undefined> {
