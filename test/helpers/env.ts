@@ -4,7 +4,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import Database from "better-sqlite3";
-import { afterAll, beforeAll } from "vitest";
+import { afterAll, beforeAll, expect } from "vitest";
 import { type EmbeddedBroker, startEmbeddedBroker } from "../../coordinator/broker/embedded.js";
 import { parseCoordinatorConfig } from "../../coordinator/config.js";
 import { Coordinator } from "../../coordinator/coordinator.js";
@@ -191,10 +191,7 @@ const AX_BIN = fileURLToPath(new URL("../../bin/ax.js", import.meta.url));
  * Runs `ax` as a child process, asynchronously (the API it calls may run in this process), with
  * the test's environment but no AX_URL or AX_TOKEN of its own unless `env` gives them.
  */
-export function runAx(
-  args: string[],
-  env: Record<string, string> = {},
-): Promise<{ code: number; stdout: string; stderr: string }> {
+export function runAx(args: string[], env: Record<string, string> = {}): Promise<AxRun> {
   return new Promise((resolve) => {
     execFile(
       process.execPath,
@@ -210,4 +207,26 @@ export function runAx(
       },
     );
   });
+}
+
+/**
+ * Runs the same `ax` command line twice (a request with an idempotency key sent again): both
+ * must exit 0. Returns both runs, for the caller to compare what each printed.
+ */
+export async function runAxTwice(
+  args: string[],
+  env: Record<string, string> = {},
+): Promise<[AxRun, AxRun]> {
+  const first = await runAx(args, env);
+  expect(first.code, first.stderr).toBe(0);
+  const again = await runAx(args, env);
+  expect(again.code, again.stderr).toBe(0);
+  return [first, again];
+}
+
+/** What {@link runAx} answers. */
+export interface AxRun {
+  code: number;
+  stdout: string;
+  stderr: string;
 }

@@ -4,7 +4,7 @@ import { connect, createServer, type Server } from "node:net";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { describe, expect, it } from "vitest";
-import { runAx, tempDir, testBroker, useCliTarget } from "../helpers/env.js";
+import { runAx, runAxTwice, tempDir, testBroker, useCliTarget } from "../helpers/env.js";
 
 const AX = fileURLToPath(new URL("../../bin/ax.js", import.meta.url));
 const TOKEN = "cli-operate-token-0123456789";
@@ -255,18 +255,11 @@ describe("ax operator commands", () => {
   });
 
   it("makes a command, a retry and a run now once per --idempotency-key", async () => {
-    const send = (key: string) =>
-      ax(
-        [
-          ...["command", "send", "--agent", "keyed-agent", "--queue", "--handler", "echo"],
-          ...["--idempotency-key", key, "--json"],
-        ],
-        cli.env,
-      );
-    const first = await send("cmd-1");
-    expect(first.code, first.stderr).toBe(0);
-    const again = await send("cmd-1");
-    expect(again.code, again.stderr).toBe(0);
+    const send = (key: string) => [
+      ...["command", "send", "--agent", "keyed-agent", "--queue", "--handler", "echo"],
+      ...["--idempotency-key", key, "--json"],
+    ];
+    const [first, again] = await runAxTwice(send("cmd-1"), cli.env);
     expect(again.stdout).toBe(first.stdout);
     const [id] = (JSON.parse(first.stdout) as { executionIds: string[] }).executionIds;
     const keyed = async () =>
@@ -274,16 +267,16 @@ describe("ax operator commands", () => {
         (e) => e.targetAgentId === "keyed-agent",
       );
     expect(await keyed()).toHaveLength(1);
-    const bad = await send("two words");
+    const bad = await ax(send("two words"), cli.env);
     expect(bad.code).toBe(1);
     expect(bad.stderr).toContain("ax: AX_API_INVALID_REQUEST: the Idempotency-Key header");
 
     expect((await ax(["exec", "cancel", id as string], cli.env)).code).toBe(0);
-    const retry = () =>
-      ax(["exec", "retry", id as string, "--idempotency-key", "retry-1", "--json"], cli.env);
-    const retried = await retry();
-    expect(retried.code, retried.stderr).toBe(0);
-    expect((await retry()).stdout).toBe(retried.stdout);
+    const [retried, retriedAgain] = await runAxTwice(
+      ["exec", "retry", id as string, "--idempotency-key", "retry-1", "--json"],
+      cli.env,
+    );
+    expect(retriedAgain.stdout).toBe(retried.stdout);
     expect(await keyed()).toHaveLength(2);
 
     await cli.coordinator.putJob({
@@ -292,11 +285,11 @@ describe("ax operator commands", () => {
       paused: true,
       trigger: { type: "every", every: "1h" },
     });
-    const trigger = () =>
-      ax(["job", "trigger", "keyed-job", "--idempotency-key", "run-1"], cli.env);
-    const ran = await trigger();
-    expect(ran.code, ran.stderr).toBe(0);
-    expect((await trigger()).stdout).toBe(ran.stdout);
+    const [ran, ranAgain] = await runAxTwice(
+      ["job", "trigger", "keyed-job", "--idempotency-key", "run-1"],
+      cli.env,
+    );
+    expect(ranAgain.stdout).toBe(ran.stdout);
     expect(await cli.coordinator.store.listExecutions({ jobId: "keyed-job" })).toHaveLength(1);
   });
 

@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { runAx, useCliTarget } from "../helpers/env.js";
+import { runAx, runAxTwice, useCliTarget } from "../helpers/env.js";
 
 /**
  * `ax rollout` against a live coordinator: the flags become the spec the API stores, the tables
@@ -408,18 +408,13 @@ describe("ax rollout", () => {
   });
 
   it("makes one rollout per --idempotency-key, and prints it again", async () => {
-    const create = (key: string) =>
-      ax(
-        [
-          ...["rollout", "create", "--handler", "echo", "--tag", "site=keyed", "--paused"],
-          ...["--idempotency-key", key, "--json"],
-        ],
-        cli.env,
-      );
-    const first = await create("ro-cli-1");
-    expect(first.code, first.stderr).toBe(0);
-    const again = await create("ro-cli-1");
-    expect(again.code, again.stderr).toBe(0);
+    const [first, again] = await runAxTwice(
+      [
+        ...["rollout", "create", "--handler", "echo", "--tag", "site=keyed", "--paused"],
+        ...["--idempotency-key", "ro-cli-1", "--json"],
+      ],
+      cli.env,
+    );
     const id = (JSON.parse(first.stdout) as { id: string }).id;
     expect((JSON.parse(again.stdout) as { id: string }).id).toBe(id);
     const all = await ax(["rollout", "list", "--all", "--json"], cli.env);
